@@ -1,0 +1,193 @@
+"""``MultiHeadAttention``: flax.linen multi-head attention with a choice of normalisation.
+
+With ``normalization="softmax"`` it is a drop-in for ``flax.linen.MultiHeadDotProductAttention``:
+same constructor fields, call convention, parameter names and shapes (``query``, ``key``,
+``value``, ``out``), and the same output for the same params tree.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from normattn_jax.attention import weights as weights_lib
+from normattn_jax.norms import LayerNorm
+
+Array = jax.Array
+default_kernel_init = nn.linear.default_kernel_init
+
+
+def straight_through_clip(u: Array, low: float = 0.0, high: float = 1.0) -> Array:
+  """``clip(u)`` in the forward pass, identity gradient: a parameter kept in [low, high] that is
+  never stuck at a bound (the projection of a constrained optimiser, without its extra step)."""
+  return u + jax.lax.stop_gradient(jnp.clip(u, low, high) - u)
+
+
+def compute_weights(logits: Array, normalization: str, mask: Optional[Array], *,
+                    hybrid_weight: Optional[Array] = None, nap_gain: Optional[Array] = None,
+                    nap_bias: Optional[Array] = None, sinkhorn_iters: int = 3) -> Array:
+  """Dispatch ``logits [..., heads, q, k] -> weights`` to the registered weight function.
+
+  Per-head parameters have shape ``[heads]`` and are broadcast over queries and keys.
+  """
+  per_head = lambda p: p.reshape(p.shape + (1, 1))
+  if normalization == "softmax":
+    return weights_lib.softmax_weights(logits, mask)
+  if normalization == "dnas":
+    return weights_lib.dnas_weights(logits, mask)
+  if normalization == "hnas":
+    return weights_lib.hnas_weights(logits, per_head(hybrid_weight), mask)
+  if normalization == "sinkhorn":
+    return weights_lib.sinkhorn_weights(logits, sinkhorn_iters, mask)
+  if normalization == "nap":
+    return weights_lib.nap_weights(logits, per_head(nap_gain), per_head(nap_bias), mask)
+  if normalization == "non":
+    return weights_lib.non_weights(logits, mask)
+  raise ValueError(f"normalization must be one of {weights_lib.NORMALIZATIONS}, got {normalization!r}")
+
+
+def check_attention_fields(*, normalization: str, hybrid_init: float, sinkhorn_iters: int,
+                           dropout_rate: float) -> None:
+  if normalization not in weights_lib.NORMALIZATIONS:
+    raise ValueError(
+        f"normalization must be one of {weights_lib.NORMALIZATIONS}, got {normalization!r}")
+  if not 0.0 <= hybrid_init <= 1.0:
+    raise ValueError(f"hybrid_init (HNAS's u) must lie in [0, 1], got {hybrid_init!r}")
+  if isinstance(sinkhorn_iters, bool) or not isinstance(sinkhorn_iters, (int, np.integer)) \
+      or sinkhorn_iters < 1:
+    raise ValueError(f"sinkhorn_iters must be an integer >= 1, got {sinkhorn_iters!r}")
+  if not 0.0 <= dropout_rate < 1.0:
+    raise ValueError(f"dropout_rate must lie in [0, 1), got {dropout_rate!r}")
+
+
+class MultiHeadAttention(nn.Module):
+  """Multi-head attention whose weights come from any normalisation in ``weights.py``.
+
+  Extra fields beyond flax's:
+    normalization: "softmax" | "dnas" | "hnas" | "sinkhorn" | "nap" | "non".
+    hybrid_init: HNAS's initial u per head (kept in [0, 1] by a straight-through clip).
+    sinkhorn_iters: number of Sinkhorn iterations for ``"sinkhorn"``.
+    scale_logits: divide the logits by sqrt(head_dim); None means yes except for NAP, whose
+      normalisation makes the scale moot (as in the NAP paper's code).
+    head_norm / head_norm_epsilon / head_activation: optional LayerNorm and activation on the
+      concatenated head outputs before the output projection (the MTE/NAP attention sub-module).
+  NAP adds a scalar ``nap_gain`` (init 1) and ``nap_bias`` (init 0) per head; HNAS adds
+  ``hybrid_weight`` per head.
+  """
+  num_heads: int
+  dtype: Optional[Any] = None
+  param_dtype: Any = jnp.float32
+  qkv_features: Optional[int] = None
+  out_features: Optional[int] = None
+  broadcast_dropout: bool = True
+  dropout_rate: float = 0.0
+  deterministic: Optional[bool] = None
+  precision: Any = None
+  kernel_init: Callable = default_kernel_init
+  out_kernel_init: Optional[Callable] = None
+  bias_init: Callable = nn.initializers.zeros_init()
+  out_bias_init: Optional[Callable] = None
+  use_bias: bool = True
+  normalization: str = "softmax"
+  hybrid_init: float = 0.5
+  sinkhorn_iters: int = 3
+  scale_logits: Optional[bool] = None
+  head_norm: bool = False
+  head_norm_epsilon: float = 1e-6
+  head_activation: Optional[Callable[[Array], Array]] = None
+
+  def __post_init__(self):
+    if not isinstance(self.num_heads, (int, np.integer)) or self.num_heads < 1:
+      raise ValueError(f"num_heads must be a positive integer, got {self.num_heads!r}")
+    if self.qkv_features is not None and self.qkv_features % self.num_heads:
+      raise ValueError(f"num_heads ({self.num_heads}) must divide qkv_features "
+                       f"({self.qkv_features})")
+    check_attention_fields(normalization=self.normalization, hybrid_init=self.hybrid_init,
+                           sinkhorn_iters=self.sinkhorn_iters, dropout_rate=self.dropout_rate)
+    super().__post_init__()
+
+  @nn.compact
+  def __call__(self, inputs_q: Array, inputs_k: Optional[Array] = None,
+               inputs_v: Optional[Array] = None, *, mask: Optional[Array] = None,
+               deterministic: Optional[bool] = None, dropout_rng: Optional[Array] = None,
+               sow_weights: bool = False) -> Array:
+    """Attend from ``inputs_q [..., q, features]`` to ``inputs_k``/``inputs_v`` (default: self).
+
+    ``mask`` is boolean, broadcastable to ``[..., num_heads, q, k]``, True = attend.
+    """
+    if inputs_k is None:
+      if inputs_v is not None:
+        raise ValueError("inputs_k cannot be None if inputs_v is given")
+      inputs_k = inputs_q
+    if inputs_v is None:
+      inputs_v = inputs_k
+    features = self.out_features or inputs_q.shape[-1]
+    qkv_features = self.qkv_features or inputs_q.shape[-1]
+    if qkv_features % self.num_heads:
+      raise ValueError(f"num_heads ({self.num_heads}) must divide the qkv width ({qkv_features})")
+    head_dim = qkv_features // self.num_heads
+
+    dense = functools.partial(
+        nn.DenseGeneral, axis=-1, dtype=self.dtype, param_dtype=self.param_dtype,
+        features=(self.num_heads, head_dim), kernel_init=self.kernel_init,
+        bias_init=self.bias_init, use_bias=self.use_bias, precision=self.precision)
+    query = dense(name="query")(inputs_q)
+    key = dense(name="key")(inputs_k)
+    value = dense(name="value")(inputs_v)
+
+    scale = self.scale_logits if self.scale_logits is not None else self.normalization != "nap"
+    if scale:
+      query = query / jnp.sqrt(head_dim).astype(query.dtype)
+    logits = jnp.einsum("...qhd,...khd->...hqk", query, key, precision=self.precision)
+
+    weights = compute_weights(logits, self.normalization, mask, **self._extra_params(),
+                              sinkhorn_iters=self.sinkhorn_iters)
+    if sow_weights:
+      self.sow("intermediates", "attention_weights", weights)
+
+    if self.dropout_rate > 0.0 and not nn.merge_param(
+        "deterministic", self.deterministic, deterministic):
+      if dropout_rng is None:
+        dropout_rng = self.make_rng("dropout")
+      keep_prob = 1.0 - self.dropout_rate
+      shape = weights.shape
+      if self.broadcast_dropout:  # one mask shared by the batch and the heads, as flax does
+        shape = (1,) * (weights.ndim - 2) + weights.shape[-2:]
+      keep = jax.random.bernoulli(dropout_rng, keep_prob, shape)
+      weights = weights * (keep / keep_prob).astype(weights.dtype)
+
+    heads = jnp.einsum("...hqk,...khd->...qhd", weights, value, precision=self.precision)
+    heads = self._head_transform(heads)
+    return nn.DenseGeneral(
+        features=features, axis=(-2, -1), kernel_init=self.out_kernel_init or self.kernel_init,
+        bias_init=self.out_bias_init or self.bias_init, use_bias=self.use_bias, dtype=self.dtype,
+        param_dtype=self.param_dtype, precision=self.precision, name="out")(heads)
+
+  def _extra_params(self) -> dict:
+    if self.normalization == "hnas":
+      u = self.param("hybrid_weight", nn.initializers.constant(self.hybrid_init),
+                     (self.num_heads,), self.param_dtype)
+      return {"hybrid_weight": straight_through_clip(u)}
+    if self.normalization == "nap":
+      return {"nap_gain": self.param("nap_gain", nn.initializers.ones, (self.num_heads,),
+                                     self.param_dtype),
+              "nap_bias": self.param("nap_bias", nn.initializers.zeros, (self.num_heads,),
+                                     self.param_dtype)}
+    return {}
+
+  def _head_transform(self, heads: Array) -> Array:
+    """LayerNorm and activation over the concatenated heads ``[..., q, heads, head_dim]``."""
+    if not self.head_norm and self.head_activation is None:
+      return heads
+    shape = heads.shape
+    x = heads.reshape(shape[:-2] + (shape[-2] * shape[-1],))
+    if self.head_norm:
+      x = LayerNorm(epsilon=self.head_norm_epsilon, param_dtype=self.param_dtype,
+                    name="head_norm")(x)
+    if self.head_activation is not None:
+      x = self.head_activation(x)
+    return x.reshape(shape)

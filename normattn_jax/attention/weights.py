@@ -1,0 +1,183 @@
+"""Attention weight functions: one pure function per normalisation, ``logits -> weights``.
+
+Every function takes ``logits`` of shape ``[..., q, k]`` and an optional boolean ``mask``
+broadcastable to it (True = attend). It returns weights of the logits' shape and dtype that are
+exactly 0 at masked positions and never NaN, also for fully masked rows, huge logits or bf16
+input: the arithmetic runs in float32 (at least) and the result is cast back.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Array = jax.Array
+
+NAP_EPSILON = 1e-3  # added to the standard deviation, as the NAP paper's code release does
+
+
+def _compute_dtype(dtype) -> jnp.dtype:
+  return jnp.promote_types(dtype, jnp.float32)
+
+
+def _check_mask(logits: Array, mask: Optional[Array]) -> Optional[Array]:
+  if mask is None:
+    return None
+  mask = jnp.asarray(mask)
+  if mask.dtype != jnp.bool_:
+    raise TypeError(f"mask must be boolean (True = attend), got dtype {mask.dtype}")
+  try:
+    np.broadcast_shapes(mask.shape, logits.shape)
+  except ValueError:
+    raise ValueError(
+        f"mask of shape {mask.shape} does not broadcast to logits of shape {logits.shape}"
+    ) from None
+  if np.broadcast_shapes(mask.shape, logits.shape) != logits.shape:
+    raise ValueError(
+        f"mask of shape {mask.shape} would enlarge logits of shape {logits.shape}")
+  return jnp.broadcast_to(mask, logits.shape)
+
+
+def _check_broadcast_param(name: str, value, logits: Array):
+  """Per-head parameters (u, gain, bias) broadcast against ``logits[..., :1, :1]``."""
+  value = jnp.asarray(value)
+  target = logits.shape[:-2] + (1, 1)
+  try:
+    shape = np.broadcast_shapes(value.shape, target)
+  except ValueError:
+    shape = None
+  if shape != target:
+    raise ValueError(
+        f"{name} of shape {value.shape} must broadcast to logits[..., :1, :1] of shape {target}")
+  return value
+
+
+def _is_concrete(x) -> bool:
+  return not isinstance(x, jax.core.Tracer)
+
+
+def log_normalize(x: Array, mask: Optional[Array], axis: int) -> Array:
+  """``x - logsumexp(x, axis)`` over the unmasked entries; masked entries become -inf.
+
+  A slice with no unmasked entry stays all -inf (so its weights are 0, not NaN).
+  """
+  if mask is not None:
+    x = jnp.where(mask, x, -jnp.inf)
+  shift = jax.lax.stop_gradient(jnp.max(x, axis=axis, keepdims=True))
+  shift = jnp.where(jnp.isfinite(shift), shift, 0.0)
+  total = jnp.sum(jnp.exp(x - shift), axis=axis, keepdims=True)
+  log_total = jnp.log(jnp.where(total > 0, total, 1.0)) + shift
+  out = x - log_total
+  if mask is not None:
+    out = jnp.where(mask, out, -jnp.inf)
+  return out
+
+
+def softmax_weights(logits: Array, mask: Optional[Array] = None) -> Array:
+  """UNAS: softmax over the keys of each query (Vaswani et al.)."""
+  mask = _check_mask(logits, mask)
+  x = logits.astype(_compute_dtype(logits.dtype))
+  return jnp.exp(log_normalize(x, mask, axis=-1)).astype(logits.dtype)
+
+
+def _sinkhorn_log(x: Array, num_iters: int, mask: Optional[Array]) -> Array:
+  for _ in range(num_iters):
+    x = log_normalize(x, mask, axis=-2)  # each key's weights over the queries sum to 1
+    x = log_normalize(x, mask, axis=-1)  # then each query's weights over the keys sum to 1
+  return x
+
+
+def dnas_weights(logits: Array, mask: Optional[Array] = None) -> Array:
+  """DNAS (Ding et al., Eq. 5): softmax over the queries of each key, then renormalised over keys.
+
+  Every key keeps a total weight of at least 1/S over the queries (Theorem 2): nothing is
+  "explained away".
+  """
+  return sinkhorn_weights(logits, 1, mask)
+
+
+def sinkhorn_weights(logits: Array, num_iters: int, mask: Optional[Array] = None) -> Array:
+  """``num_iters`` Sinkhorn iterations (column, then row normalisation) in log space.
+
+  One iteration is DNAS; as iterations grow the weights become doubly stochastic (Eq. 9-10).
+  """
+  if isinstance(num_iters, bool) or not isinstance(num_iters, (int, np.integer)) or num_iters < 1:
+    raise ValueError(f"num_iters must be an integer >= 1, got {num_iters!r}")
+  mask = _check_mask(logits, mask)
+  x = logits.astype(_compute_dtype(logits.dtype))
+  return jnp.exp(_sinkhorn_log(x, int(num_iters), mask)).astype(logits.dtype)
+
+
+def hnas_weights(logits: Array, u, mask: Optional[Array] = None) -> Array:
+  """HNAS (Eq. 12): ``u * DNAS + (1 - u) * UNAS`` with ``u`` in [0, 1] per head."""
+  u = _check_broadcast_param("u", u, logits)
+  if _is_concrete(u) and not bool(jnp.all((u >= 0) & (u <= 1))):
+    raise ValueError(f"u must lie in [0, 1], got {np.asarray(u).tolist()}")
+  mask = _check_mask(logits, mask)
+  dtype = _compute_dtype(logits.dtype)
+  x = logits.astype(dtype)
+  u = u.astype(dtype)
+  unas = jnp.exp(log_normalize(x, mask, axis=-1))
+  dnas = jnp.exp(_sinkhorn_log(x, 1, mask))
+  return (u * dnas + (1 - u) * unas).astype(logits.dtype)
+
+
+def _valid_count(logits: Array, mask: Optional[Array], dtype) -> Array:
+  if mask is None:
+    return jnp.full(logits.shape[:-1] + (1,), logits.shape[-1], dtype)
+  return jnp.sum(mask, axis=-1, keepdims=True).astype(dtype)
+
+
+def nap_weights(logits: Array, gain=1.0, bias=0.0, mask: Optional[Array] = None,
+                eps: float = NAP_EPSILON) -> Array:
+  """NAP (Richter & Wattenhofer, Eq. 1): ``gain * (l - mean) / (std + eps) + bias``.
+
+  Mean and population standard deviation are taken over the valid keys of each query, so the
+  weights are independent of the sequence length and can be negative (no probability cage).
+  """
+  gain = _check_broadcast_param("gain", gain, logits)
+  bias = _check_broadcast_param("bias", bias, logits)
+  if eps < 0:
+    raise ValueError(f"eps must be >= 0, got {eps!r}")
+  mask = _check_mask(logits, mask)
+  dtype = _compute_dtype(logits.dtype)
+  x = logits.astype(dtype)
+  if mask is not None:
+    x = jnp.where(mask, x, 0.0)
+  count = jnp.maximum(_valid_count(logits, mask, dtype), 1.0)
+  mean = jnp.sum(x, axis=-1, keepdims=True) / count
+  centred = x - mean
+  if mask is not None:
+    centred = jnp.where(mask, centred, 0.0)
+  var = jnp.sum(centred * centred, axis=-1, keepdims=True) / count
+  positive = var > 0  # keeps the gradient of sqrt finite where all logits are equal
+  std = jnp.where(positive, jnp.sqrt(jnp.where(positive, var, 1.0)), 0.0)
+  out = gain.astype(dtype) * centred / (std + eps) + bias.astype(dtype)
+  if mask is not None:
+    out = jnp.where(mask, out, 0.0)
+  return out.astype(logits.dtype)
+
+
+def non_weights(logits: Array, mask: Optional[Array] = None) -> Array:
+  """NON: the logits themselves, scaled by ``1/sqrt(n)`` for n valid keys (no normalisation)."""
+  mask = _check_mask(logits, mask)
+  dtype = _compute_dtype(logits.dtype)
+  x = logits.astype(dtype)
+  count = jnp.maximum(_valid_count(logits, mask, dtype), 1.0)
+  out = x / jnp.sqrt(count)
+  if mask is not None:
+    out = jnp.where(mask, out, 0.0)
+  return out.astype(logits.dtype)
+
+
+WEIGHT_FUNCTIONS = {
+    "softmax": softmax_weights,
+    "dnas": dnas_weights,
+    "hnas": hnas_weights,
+    "sinkhorn": sinkhorn_weights,
+    "nap": nap_weights,
+    "non": non_weights,
+}
+NORMALIZATIONS = tuple(WEIGHT_FUNCTIONS)

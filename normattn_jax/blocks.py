@@ -1,0 +1,193 @@
+"""The six architectures of the NAP paper as one ``TransformerBlock`` with named presets.
+
+Two layouts (Richter & Wattenhofer, Section 4 and Appendix C/D):
+
+BERT (post-LN, ``normalize=False``)::
+
+    p  = LN(x + Mix(A V))                      attention sub-module
+    x' = LN(p + W2 GELU(W1 p + b1) + b2)        feed-forward sub-module
+
+MTE (``normalize=True``; also NAP, NON, sum, max)::
+
+    h  = Mix(GELU(LN(concat_heads(A V))))      the hidden LayerNorm and GELU of the sub-module
+    p  = x + LN(h)
+    x' = p + LN(W2 GELU(LN(W1 p + b1)) + b2)    the residual stream itself is never normalised
+
+NON replaces the hidden LayerNorm by its 1/sqrt(N) (inside ``non_weights``); sum and max
+replace the attention sub-module by a parameter-free sum-/max-reduce over the valid positions,
+broadcast back, with a wider feed-forward (so the parameter counts match). Table 1's ablation
+steps (BERT -> +normalize -> +GELU = MTE) are the switches ``normalize`` and ``attention_gelu``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from normattn_jax.attention.module import MultiHeadAttention, check_attention_fields
+from normattn_jax.norms import LayerNorm
+
+Array = jax.Array
+
+
+def _gelu(x: Array) -> Array:
+  """BERT's tanh approximation of GELU, as in the NAP paper's code."""
+  return jax.nn.gelu(x, approximate=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+  """What distinguishes one architecture of the paper from another."""
+  mixer: str                    # "attention" | "sum" | "max"
+  normalization: Optional[str]  # the attention weights (None for pooling mixers)
+  normalize: bool               # MTE layout (True) or BERT post-LN layout (False)
+  attention_gelu: bool          # GELU after the hidden LayerNorm of the attention sub-module
+
+
+ARCHITECTURES = {
+    "bert": Architecture("attention", "softmax", normalize=False, attention_gelu=False),
+    "mte": Architecture("attention", "softmax", normalize=True, attention_gelu=True),
+    "nap": Architecture("attention", "nap", normalize=True, attention_gelu=True),
+    "non": Architecture("attention", "non", normalize=True, attention_gelu=True),
+    "sum": Architecture("sum", None, normalize=True, attention_gelu=False),
+    "max": Architecture("max", None, normalize=True, attention_gelu=False),
+}
+
+
+def resolve_architecture(arch: str, normalization: Optional[str] = None,
+                         normalize: Optional[bool] = None,
+                         attention_gelu: Optional[bool] = None) -> Architecture:
+  """The preset ``arch`` with any of its fields overridden (None keeps the preset's)."""
+  if arch not in ARCHITECTURES:
+    raise ValueError(f"arch must be one of {tuple(ARCHITECTURES)}, got {arch!r}")
+  spec = ARCHITECTURES[arch]
+  if normalization is not None:
+    if spec.mixer != "attention":
+      raise ValueError(f"normalization={normalization!r} needs an attention arch, "
+                       f"but arch={arch!r} pools without attention")
+    spec = dataclasses.replace(spec, normalization=normalization)
+  if normalize is not None:
+    spec = dataclasses.replace(spec, normalize=bool(normalize))
+  if attention_gelu is not None:
+    spec = dataclasses.replace(spec, attention_gelu=bool(attention_gelu))
+  return spec
+
+
+def default_ffn_features(d_model: int, mixer: str) -> int:
+  """4d for attention; for pooling, round((12d + 8) / (2d + 1) * d) ~ 6d so that the parameter
+  counts match the attention models (8 -> 49, 128 -> 769), as in the paper's code."""
+  if mixer == "attention":
+    return 4 * d_model
+  return int(round((12.0 * d_model + 8) / (2 * d_model + 1) * d_model))
+
+
+def pool(x: Array, mixer: str, mask: Optional[Array]) -> Array:
+  """Sum- or max-reduce over the valid positions of ``x [..., N, d]``, broadcast back to N."""
+  if mixer == "sum":
+    if mask is not None:
+      x = jnp.where(mask[..., None], x, 0)
+    pooled = jnp.sum(x, axis=-2, keepdims=True)
+  else:
+    if mask is not None:
+      x = jnp.where(mask[..., None], x, -jnp.inf)
+    pooled = jnp.max(x, axis=-2, keepdims=True)
+    pooled = jnp.where(jnp.isfinite(pooled), pooled, 0)  # no valid position at all
+  return jnp.broadcast_to(pooled, x.shape)
+
+
+def attention_mask(mask: Optional[Array]) -> Optional[Array]:
+  """Padding mask ``[..., N]`` -> attention mask ``[..., 1, N, N]`` (both ends valid)."""
+  if mask is None:
+    return None
+  return (mask[..., None, :, None] & mask[..., None, None, :])
+
+
+def check_block_fields(*, num_heads: int, ffn_features: Optional[int], dropout_rate: float,
+                       layer_norm_epsilon: float) -> None:
+  if isinstance(num_heads, bool) or not isinstance(num_heads, (int, np.integer)) \
+      or num_heads < 1:
+    raise ValueError(f"num_heads must be a positive integer, got {num_heads!r}")
+  if ffn_features is not None and ffn_features < 1:
+    raise ValueError(f"ffn_features must be a positive integer, got {ffn_features!r}")
+  if not 0.0 <= dropout_rate < 1.0:
+    raise ValueError(f"dropout_rate must lie in [0, 1), got {dropout_rate!r}")
+  if not layer_norm_epsilon > 0:
+    raise ValueError(f"layer_norm_epsilon must be > 0, got {layer_norm_epsilon!r}")
+
+
+class TransformerBlock(nn.Module):
+  """One layer of any of the paper's architectures, ``x [..., N, d] -> [..., N, d]``.
+
+  ``arch`` picks the preset; ``normalization`` puts any attention normalisation (e.g. "dnas",
+  "hnas", "sinkhorn") on an attention arch's layout; ``normalize`` and ``attention_gelu`` are
+  the ablation switches of Table 1. LayerNorms follow Keras (epsilon 1e-3, gain and bias).
+  """
+  num_heads: int = 4
+  arch: str = "mte"
+  normalization: Optional[str] = None
+  normalize: Optional[bool] = None
+  attention_gelu: Optional[bool] = None
+  ffn_features: Optional[int] = None
+  dropout_rate: float = 0.0
+  layer_norm_epsilon: float = 1e-3
+  kernel_init: Callable = nn.initializers.truncated_normal(0.02)
+  hybrid_init: float = 0.5
+  sinkhorn_iters: int = 3
+  dtype: Optional[Any] = None
+  param_dtype: Any = jnp.float32
+
+  def __post_init__(self):
+    spec = resolve_architecture(self.arch, self.normalization, self.normalize,
+                                self.attention_gelu)
+    check_block_fields(num_heads=self.num_heads, ffn_features=self.ffn_features,
+                       dropout_rate=self.dropout_rate, layer_norm_epsilon=self.layer_norm_epsilon)
+    if spec.mixer == "attention":
+      check_attention_fields(normalization=spec.normalization, hybrid_init=self.hybrid_init,
+                             sinkhorn_iters=self.sinkhorn_iters, dropout_rate=self.dropout_rate)
+    super().__post_init__()
+
+  @property
+  def spec(self) -> Architecture:
+    return resolve_architecture(self.arch, self.normalization, self.normalize,
+                                self.attention_gelu)
+
+  @nn.compact
+  def __call__(self, x: Array, mask: Optional[Array] = None, deterministic: bool = True) -> Array:
+    """``mask [..., N]`` marks valid (True) and padding (False) positions."""
+    spec = self.spec
+    d_model = x.shape[-1]
+    norm = lambda name: LayerNorm(epsilon=self.layer_norm_epsilon, param_dtype=self.param_dtype,
+                                  name=name)
+    dense = lambda features, name: nn.Dense(features, kernel_init=self.kernel_init,
+                                            dtype=self.dtype, param_dtype=self.param_dtype,
+                                            name=name)
+    dropout = lambda y: nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
+
+    if spec.mixer == "attention":
+      if d_model % self.num_heads:
+        raise ValueError(f"num_heads ({self.num_heads}) must divide d_model ({d_model})")
+      h = MultiHeadAttention(
+          num_heads=self.num_heads, normalization=spec.normalization,
+          kernel_init=self.kernel_init, dropout_rate=self.dropout_rate,
+          hybrid_init=self.hybrid_init, sinkhorn_iters=self.sinkhorn_iters,
+          head_norm=spec.normalize and spec.normalization != "non",
+          head_norm_epsilon=self.layer_norm_epsilon,
+          head_activation=_gelu if spec.attention_gelu else None,
+          dtype=self.dtype, param_dtype=self.param_dtype, name="attention",
+      )(x, mask=attention_mask(mask), deterministic=deterministic)
+    else:
+      h = pool(x, spec.mixer, mask)
+
+    ffn_features = self.ffn_features or default_ffn_features(d_model, spec.mixer)
+    if spec.normalize:
+      p = x + dropout(norm("attention_norm")(h))
+      f = _gelu(norm("ffn_hidden_norm")(dense(ffn_features, "ffn_in")(p)))
+      f = dense(d_model, "ffn_out")(f)
+      return p + dropout(norm("ffn_norm")(f))
+    p = norm("attention_norm")(x + dropout(h))
+    f = dense(d_model, "ffn_out")(_gelu(dense(ffn_features, "ffn_in")(p)))
+    return norm("ffn_norm")(p + dropout(f))

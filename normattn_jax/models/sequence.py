@@ -1,0 +1,115 @@
+"""``SequenceModel``: the NAP paper's model for the synthetic tasks.
+
+Token embedding, optional learned positional embedding, ``num_layers`` blocks of one
+architecture, and one of the paper's three output heads. No embedding LayerNorm, no CLS token;
+truncated-normal(0.02) kernels and zero biases, as the paper's code.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from normattn_jax.attention.module import check_attention_fields
+from normattn_jax.blocks import TransformerBlock, check_block_fields, resolve_architecture
+
+Array = jax.Array
+
+OUTPUTS = ("tokens", "first", "classes")
+MASKED_LOGIT = -1e9  # logit of a padding position: far below any real one, finite in bf16
+
+
+def _check_positive_int(name: str, value) -> None:
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+    raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+class SequenceModel(nn.Module):
+  """Tokens ``[batch, N]`` (int) -> logits.
+
+  Output heads (``output``):
+    "tokens":  one logit per token, ``[batch, N]`` (softmax over the sequence picks a position);
+    "first":   the first token projected to ``max_len`` logits, sliced to ``[batch, N]``;
+    "classes": the first token projected to ``num_classes`` logits, ``[batch, num_classes]``.
+  Padding positions (``mask`` False) get the logit -1e9 in the two position heads.
+  """
+  vocab_size: int
+  max_len: int
+  d_model: int = 128
+  num_layers: int = 2
+  num_heads: int = 4
+  arch: str = "mte"
+  normalization: Optional[str] = None
+  normalize: Optional[bool] = None
+  attention_gelu: Optional[bool] = None
+  output: str = "tokens"
+  num_classes: Optional[int] = None
+  positional: bool = True
+  ffn_features: Optional[int] = None
+  dropout_rate: float = 0.0
+  layer_norm_epsilon: float = 1e-3
+  init_std: float = 0.02
+  hybrid_init: float = 0.5
+  sinkhorn_iters: int = 3
+  dtype: Optional[Any] = None
+  param_dtype: Any = jnp.float32
+
+  def __post_init__(self):
+    for name in ("vocab_size", "max_len", "d_model", "num_layers"):
+      _check_positive_int(name, getattr(self, name))
+    spec = resolve_architecture(self.arch, self.normalization, self.normalize,
+                                self.attention_gelu)
+    check_block_fields(num_heads=self.num_heads, ffn_features=self.ffn_features,
+                       dropout_rate=self.dropout_rate, layer_norm_epsilon=self.layer_norm_epsilon)
+    if spec.mixer == "attention":
+      if self.d_model % self.num_heads:
+        raise ValueError(f"num_heads ({self.num_heads}) must divide d_model ({self.d_model})")
+      check_attention_fields(normalization=spec.normalization, hybrid_init=self.hybrid_init,
+                             sinkhorn_iters=self.sinkhorn_iters, dropout_rate=self.dropout_rate)
+    if self.output not in OUTPUTS:
+      raise ValueError(f"output must be one of {OUTPUTS}, got {self.output!r}")
+    if self.num_classes is not None:
+      _check_positive_int("num_classes", self.num_classes)
+    if not self.init_std > 0:
+      raise ValueError(f"init_std must be > 0, got {self.init_std!r}")
+    super().__post_init__()
+
+  @nn.compact
+  def __call__(self, tokens: Array, mask: Optional[Array] = None,
+               deterministic: bool = True) -> Array:
+    seq_len = tokens.shape[-1]
+    if seq_len > self.max_len:
+      raise ValueError(f"sequence length {seq_len} exceeds max_len ({self.max_len})")
+    init = nn.initializers.truncated_normal(self.init_std)
+    x = nn.Embed(self.vocab_size, self.d_model, embedding_init=init, dtype=self.dtype,
+                 param_dtype=self.param_dtype, name="token_embedding")(tokens)
+    if self.positional:
+      positions = self.param("position_embedding", init, (self.max_len, self.d_model),
+                             self.param_dtype)
+      x = x + positions[:seq_len].astype(x.dtype)
+    x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
+    for layer in range(self.num_layers):
+      x = TransformerBlock(
+          num_heads=self.num_heads, arch=self.arch, normalization=self.normalization,
+          normalize=self.normalize, attention_gelu=self.attention_gelu,
+          ffn_features=self.ffn_features, dropout_rate=self.dropout_rate,
+          layer_norm_epsilon=self.layer_norm_epsilon, kernel_init=init,
+          hybrid_init=self.hybrid_init, sinkhorn_iters=self.sinkhorn_iters, dtype=self.dtype,
+          param_dtype=self.param_dtype, name=f"block_{layer}")(x, mask, deterministic)
+    return self._head(x, mask, init)
+
+  def _head(self, x: Array, mask: Optional[Array], init) -> Array:
+    dense = lambda features: nn.Dense(features, kernel_init=init, dtype=self.dtype,
+                                      param_dtype=self.param_dtype, name="head")
+    if self.output == "classes":
+      return dense(self.num_classes or self.vocab_size)(x[..., 0, :])
+    if self.output == "tokens":
+      logits = dense(1)(x)[..., 0]
+    else:
+      logits = dense(self.max_len)(x[..., 0, :])[..., :x.shape[-2]]
+    if mask is not None:
+      logits = jnp.where(mask, logits, jnp.asarray(MASKED_LOGIT, logits.dtype))
+    return logits

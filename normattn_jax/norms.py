@@ -1,0 +1,60 @@
+"""LayerNorm and the variants of Brody et al. (LayerNorm = projection + scaling).
+
+``standard``       (x - mean) / sqrt(var + eps)            projection onto 1^perp, then scaling
+``no_projection``  x / sqrt(mean(x^2) + eps)               scaling only (no mean subtraction)
+``no_scaling``     x - mean                                projection only
+``none``           x                                       identity
+
+Each kind is followed by the optional per-feature gain ``scale`` and ``bias`` (flax's names, so
+``kind="standard"`` has exactly the parameters of ``flax.linen.LayerNorm``).
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+LAYER_NORM_KINDS = ("standard", "no_projection", "no_scaling", "none")
+
+
+def check_layer_norm_kind(kind: str, field: str = "kind") -> str:
+  if kind not in LAYER_NORM_KINDS:
+    raise ValueError(f"{field} must be one of {LAYER_NORM_KINDS}, got {kind!r}")
+  return kind
+
+
+def normalize(x: jax.Array, kind: str = "standard", epsilon: float = 1e-6) -> jax.Array:
+  """The parameter-free part of a LayerNorm variant over the last axis (float32 inside)."""
+  check_layer_norm_kind(kind)
+  dtype = x.dtype
+  x = x.astype(jnp.promote_types(dtype, jnp.float32))
+  if kind in ("standard", "no_scaling"):
+    x = x - jnp.mean(x, axis=-1, keepdims=True)
+  if kind in ("standard", "no_projection"):
+    x = x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + epsilon)
+  return x.astype(dtype)
+
+
+class LayerNorm(nn.Module):
+  """A LayerNorm variant with per-feature ``scale`` and ``bias``."""
+  kind: str = "standard"
+  epsilon: float = 1e-6
+  use_scale: bool = True
+  use_bias: bool = True
+  param_dtype: jnp.dtype = jnp.float32
+
+  def __post_init__(self):
+    check_layer_norm_kind(self.kind)
+    if not self.epsilon >= 0:
+      raise ValueError(f"epsilon must be >= 0, got {self.epsilon!r}")
+    super().__post_init__()
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    y = normalize(x, self.kind, self.epsilon)
+    features = x.shape[-1]
+    if self.use_scale:
+      y = y * self.param("scale", nn.initializers.ones, (features,), self.param_dtype).astype(y.dtype)
+    if self.use_bias:
+      y = y + self.param("bias", nn.initializers.zeros, (features,), self.param_dtype).astype(y.dtype)
+    return y

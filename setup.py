@@ -1,0 +1,23 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="normattn_jax",
+    version="0.1.0",
+    description="Attention normalisations (softmax, DNAS, HNAS, Sinkhorn, NAP, NON) in JAX/Flax",
+    packages=find_packages(include=["normattn_jax", "normattn_jax.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "jax>=0.4.35",
+        "flax>=0.10",
+        "optax>=0.2.3",
+        "chex>=0.1.87",
+        "ml-collections>=0.1.1",
+        "orbax-checkpoint>=0.9",
+        "numpy>=1.26",
+        "scipy>=1.11",
+        "matplotlib>=3.8",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100"],
+    },
+)

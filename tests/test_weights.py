@@ -1,0 +1,227 @@
+"""Each weight function against its paper's definition and theorems."""
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from scipy.spatial import Delaunay
+
+from normattn_jax.attention import (dnas_weights, hnas_weights, nap_weights, non_weights,
+                                    sinkhorn_weights, softmax_weights)
+
+ALL = {
+    "softmax": softmax_weights,
+    "dnas": dnas_weights,
+    "hnas": lambda l, mask=None: hnas_weights(l, 0.3, mask),
+    "sinkhorn": lambda l, mask=None: sinkhorn_weights(l, 4, mask),
+    "nap": lambda l, mask=None: nap_weights(l, 1.5, 0.2, mask),
+    "non": non_weights,
+}
+
+
+def random_logits(seed, shape, scale=3.0):
+  return scale * jax.random.normal(jax.random.key(seed), shape)
+
+
+def random_mask(seed, shape):
+  return jax.random.bernoulli(jax.random.key(seed + 1000), 0.7, shape)
+
+
+# ----- numpy references, written from the papers' definitions -----
+
+def ref_softmax(l, m):
+  e = np.where(m, np.exp(l - l.max(-1, keepdims=True)), 0.0)
+  s = e.sum(-1, keepdims=True)
+  return np.divide(e, s, out=np.zeros_like(e), where=s > 0)
+
+
+def ref_sinkhorn(l, m, iters):
+  p = np.where(m, np.exp(l - l.max()), 0.0)  # pi^0 = exp(q.k), Eq. 10
+  for _ in range(iters):
+    c = p.sum(-2, keepdims=True)
+    p = np.divide(p, c, out=np.zeros_like(p), where=c > 0)
+    r = p.sum(-1, keepdims=True)
+    p = np.divide(p, r, out=np.zeros_like(p), where=r > 0)
+  return p
+
+
+def ref_nap(l, m, g, b, eps):
+  out = np.zeros_like(l)
+  for idx in np.ndindex(l.shape[:-1]):
+    v = m[idx]
+    if v.any():
+      x = l[idx][v]
+      out[idx][v] = g * (x - x.mean()) / (x.std() + eps) + b  # population std
+  return out
+
+
+def ref_non(l, m):
+  n = m.sum(-1, keepdims=True)
+  return np.where(m, l / np.sqrt(np.maximum(n, 1)), 0.0)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_against_definitions(masked):
+  shape = (2, 3, 7, 9)
+  l = random_logits(0, shape)
+  m = random_mask(0, shape) if masked else jnp.ones(shape, bool)
+  mask = m if masked else None
+  ln, mn = np.asarray(l, np.float64), np.asarray(m)
+  np.testing.assert_allclose(softmax_weights(l, mask), ref_softmax(ln, mn), atol=1e-6)
+  np.testing.assert_allclose(dnas_weights(l, mask), ref_sinkhorn(ln, mn, 1), atol=1e-6)
+  np.testing.assert_allclose(sinkhorn_weights(l, 5, mask), ref_sinkhorn(ln, mn, 5), atol=1e-5)
+  np.testing.assert_allclose(nap_weights(l, 1.5, -0.3, mask), ref_nap(ln, mn, 1.5, -0.3, 1e-3),
+                             atol=1e-5)
+  np.testing.assert_allclose(nap_weights(l, mask=mask, eps=0.0), ref_nap(ln, mn, 1.0, 0.0, 0.0),
+                             atol=1e-5)
+  np.testing.assert_allclose(non_weights(l, mask), ref_non(ln, mn), atol=1e-6)
+  u = 0.3
+  np.testing.assert_allclose(hnas_weights(l, u, mask),
+                             u * ref_sinkhorn(ln, mn, 1) + (1 - u) * ref_softmax(ln, mn), atol=1e-6)
+
+
+def test_dnas_is_softmax_over_queries_then_renormalised_over_keys():
+  l = random_logits(1, (5, 6))
+  xi = jax.nn.softmax(l, axis=0)  # Eq. 5: xi_ij = exp(q_i.k_j) / sum_i exp(q_i.k_j)
+  np.testing.assert_allclose(dnas_weights(l), xi / xi.sum(-1, keepdims=True), atol=1e-6)
+
+
+@settings(max_examples=30, deadline=None)
+@given(q=st.integers(1, 12), k=st.integers(1, 12), scale=st.floats(0.1, 30.0),
+       seed=st.integers(0, 2**16))
+def test_dnas_column_sums_at_least_one_over_s(q, k, scale, seed):
+  """Theorem 2: every key keeps a total weight >= 1/S over the queries (S = number of keys)."""
+  w = dnas_weights(random_logits(seed, (q, k), scale))
+  assert float(w.sum(0).min()) >= 1.0 / k - 1e-6
+
+
+@settings(max_examples=20, deadline=None)
+@given(q=st.integers(2, 10), k=st.integers(2, 10), seed=st.integers(0, 2**16))
+def test_dnas_column_bound_with_padding(q, k, seed):
+  """With padding, the bound holds with S = number of valid keys, for every valid key."""
+  valid_q = jax.random.bernoulli(jax.random.key(seed), 0.7, (q,)).at[0].set(True)
+  valid_k = jax.random.bernoulli(jax.random.key(seed + 1), 0.7, (k,)).at[0].set(True)
+  mask = valid_q[:, None] & valid_k[None, :]
+  w = dnas_weights(random_logits(seed, (q, k)), mask)
+  cols = np.asarray(w.sum(0))[np.asarray(valid_k)]
+  assert cols.min() >= 1.0 / int(valid_k.sum()) - 1e-6
+
+
+def test_sinkhorn_converges_to_doubly_stochastic():
+  l = random_logits(2, (3, 8, 8), scale=1.0)
+  errors = []
+  for iters in (1, 4, 16, 64):
+    w = sinkhorn_weights(l, iters)
+    errors.append(float(jnp.max(jnp.abs(w.sum(-2) - 1))))
+    np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-5)  # the last step normalises rows
+  assert errors == sorted(errors, reverse=True)
+  assert errors[-1] < 1e-4 < errors[0]
+
+
+def test_sinkhorn_one_iteration_is_dnas():
+  l = random_logits(3, (2, 5, 7))
+  m = random_mask(3, (2, 5, 7))
+  chex.assert_trees_all_close(sinkhorn_weights(l, 1, m), dnas_weights(l, m), atol=1e-7)
+
+
+def test_hnas_endpoints_are_unas_and_dnas():
+  l = random_logits(4, (2, 4, 6, 6))
+  m = random_mask(4, (2, 4, 6, 6))
+  chex.assert_trees_all_close(hnas_weights(l, 0.0, m), softmax_weights(l, m), atol=1e-7)
+  chex.assert_trees_all_close(hnas_weights(l, 1.0, m), dnas_weights(l, m), atol=1e-7)
+  u = jnp.array([0.0, 0.25, 0.5, 1.0]).reshape(4, 1, 1)  # one u per head
+  w = hnas_weights(l, u, m)
+  chex.assert_trees_all_close(w[:, 0], softmax_weights(l, m)[:, 0], atol=1e-7)
+  chex.assert_trees_all_close(w[:, 3], dnas_weights(l, m)[:, 3], atol=1e-7)
+
+
+def test_softmax_outputs_lie_in_the_convex_hull_of_the_values():
+  values = np.asarray(jax.random.normal(jax.random.key(5), (12, 2)))
+  outputs = np.asarray(softmax_weights(random_logits(6, (40, 12))) @ values)
+  assert (Delaunay(values).find_simplex(outputs) >= 0).all()
+  # NAP's weights leave the hull: the probability cage is gone
+  nap_out = np.asarray(nap_weights(random_logits(6, (40, 12))) @ values)
+  assert (Delaunay(values).find_simplex(nap_out) < 0).any()
+
+
+def test_nap_represents_xor():
+  """Lemma 2: with l = [3 x1 + 1, 2 x2], normalised weighting of (x1, x2) is XOR(x1, x2)."""
+  for x1 in (0, 1):
+    for x2 in (0, 1):
+      x = jnp.array([x1, x2], jnp.float32)
+      logits = jnp.array([3 * x1 + 1, 2 * x2], jnp.float32)
+      exact = nap_weights(logits[None], eps=0.0)[0] @ x
+      assert float(exact) == float(x1 != x2)
+      smoothed = nap_weights(logits[None])[0] @ x  # the default epsilon barely moves it
+      assert abs(float(smoothed) - float(x1 != x2)) < 2e-3
+
+
+def test_nap_and_non_are_length_independent_at_init():
+  """NAP weights have zero mean and unit std per query; NON's l/sqrt(n) keeps o's scale."""
+  w = nap_weights(random_logits(7, (4, 100)), eps=0.0)
+  np.testing.assert_allclose(w.mean(-1), 0.0, atol=1e-5)
+  np.testing.assert_allclose(w.std(-1), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_masked_positions_are_exactly_zero_and_full_rows_are_safe(name):
+  fn = ALL[name]
+  l = random_logits(8, (2, 6, 6))
+  m = random_mask(8, (2, 6, 6)).at[0, 2, :].set(False).at[1].set(False)
+  w = fn(l, mask=m)
+  assert not jnp.isnan(w).any()
+  assert (w[~m] == 0).all()
+  assert (w[0, 2] == 0).all() and (w[1] == 0).all()
+  grad = jax.grad(lambda x: jnp.sum(fn(x, mask=m) ** 2))(l)
+  assert jnp.isfinite(grad).all()
+  assert (grad[~m] == 0).all()
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_huge_logits_and_bf16(name):
+  fn = ALL[name]
+  huge = random_logits(9, (2, 5, 8), scale=1e4)
+  w = fn(huge)
+  assert jnp.isfinite(w).all()
+  assert jnp.isfinite(jax.grad(lambda x: jnp.sum(fn(x)))(huge)).all()
+  l = random_logits(10, (2, 5, 8))
+  m = random_mask(10, (2, 5, 8))
+  low = fn(l.astype(jnp.bfloat16), mask=m)
+  assert low.dtype == jnp.bfloat16
+  assert jnp.isfinite(low.astype(jnp.float32)).all()
+  ref = fn(l.astype(jnp.bfloat16).astype(jnp.float32), mask=m)
+  np.testing.assert_allclose(low.astype(jnp.float32), ref, rtol=2e-2, atol=2e-2)
+
+
+def test_nap_gradient_is_finite_for_constant_rows():
+  l = jnp.ones((3, 4))
+  assert jnp.isfinite(jax.grad(lambda x: nap_weights(x).sum())(l)).all()
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_jit_and_vmap(name):
+  fn = ALL[name]
+  l = random_logits(11, (3, 4, 5))
+  chex.assert_trees_all_close(jax.jit(fn)(l), fn(l), atol=1e-6)
+  chex.assert_trees_all_close(jax.vmap(fn)(l), fn(l), atol=1e-6)
+
+
+def test_bad_arguments_name_the_argument():
+  l = jnp.zeros((2, 4, 4))
+  with pytest.raises(ValueError, match="num_iters"):
+    sinkhorn_weights(l, 0)
+  with pytest.raises(ValueError, match="num_iters"):
+    sinkhorn_weights(l, 1.5)
+  with pytest.raises(ValueError, match="u must lie in"):
+    hnas_weights(l, 1.2)
+  with pytest.raises(ValueError, match="u must lie in"):
+    hnas_weights(l, jnp.array([0.5, -0.1]).reshape(2, 1, 1))
+  with pytest.raises(ValueError, match="u of shape"):
+    hnas_weights(l, jnp.ones((3,)) * 0.5)
+  with pytest.raises(ValueError, match="mask of shape"):
+    softmax_weights(l, jnp.ones((3, 4), bool))
+  with pytest.raises(TypeError, match="mask must be boolean"):
+    softmax_weights(l, jnp.ones((4, 4)))
+  with pytest.raises(ValueError, match="gain of shape"):
+    nap_weights(l, gain=jnp.ones((5,)))
