@@ -1,0 +1,1 @@
+"""Analyses of the papers: explaining away, mode collapse, unselectable keys, context mixing."""

@@ -1,0 +1,197 @@
+"""The six architectures against the paper's equations; padding, vmap, errors."""
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from normattn_jax import ARCHITECTURES, SequenceModel, TransformerBlock
+from normattn_jax.attention import weights as W
+from normattn_jax.blocks import default_ffn_features
+
+D, H, N = 16, 2, 6
+X = jax.random.normal(jax.random.key(0), (2, N, D))
+PAD = jnp.array([[True] * N, [True] * 4 + [False] * 2])
+VARIANTS = [(arch, None) for arch in ARCHITECTURES] + [
+    (arch, norm) for arch in ("mte", "bert") for norm in ("dnas", "hnas", "sinkhorn")]
+
+
+# ----- the paper's equations, written out from the params -----
+
+def ln(x, p, eps=1e-3):
+  m = x.mean(-1, keepdims=True)
+  v = ((x - m) ** 2).mean(-1, keepdims=True)
+  return (x - m) / jnp.sqrt(v + eps) * p["scale"] + p["bias"]
+
+
+def gelu(x):
+  return 0.5 * x * (1 + jnp.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def dense(x, p):
+  return x @ p["kernel"] + p["bias"]
+
+
+def ref_attention(x, p, normalization, normalize, attention_gelu, mask):
+  proj = lambda q: jnp.einsum("bnd,dhk->bnhk", x, p[q]["kernel"]) + p[q]["bias"]
+  q, k, v = proj("query"), proj("key"), proj("value")
+  scale = 1.0 if normalization == "nap" else np.sqrt(D // H)
+  logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / scale
+  amask = None if mask is None else mask[:, None, :, None] & mask[:, None, None, :]
+  if normalization == "nap":
+    a = W.nap_weights(logits, p["nap_gain"][:, None, None], p["nap_bias"][:, None, None], amask)
+  elif normalization == "hnas":
+    a = W.hnas_weights(logits, p["hybrid_weight"][:, None, None], amask)
+  elif normalization == "sinkhorn":
+    a = W.sinkhorn_weights(logits, 3, amask)
+  else:
+    a = W.WEIGHT_FUNCTIONS[normalization](logits, amask)
+  hidden = jnp.einsum("bhqk,bkhd->bqhd", a, v).reshape(x.shape[:2] + (D,))
+  if normalize and normalization != "non":
+    hidden = ln(hidden, p["head_norm"])
+  if attention_gelu:
+    hidden = gelu(hidden)
+  return jnp.einsum("bqd,de->bqe", hidden, p["out"]["kernel"].reshape(D, D)) + p["out"]["bias"]
+
+
+def ref_block(x, p, arch, normalization, mask):
+  spec = ARCHITECTURES[arch]
+  normalization = normalization or spec.normalization
+  if spec.mixer == "attention":
+    h = ref_attention(x, p["attention"], normalization, spec.normalize, spec.attention_gelu, mask)
+  else:
+    m = jnp.ones(x.shape[:2], bool) if mask is None else mask
+    if spec.mixer == "sum":
+      pooled = jnp.where(m[..., None], x, 0).sum(1, keepdims=True)
+    else:
+      pooled = jnp.where(m[..., None], x, -1e30).max(1, keepdims=True)
+    h = jnp.broadcast_to(pooled, x.shape)
+  if spec.normalize:  # MTE: p = x + LN(h); x' = p + LN(W2 GELU(LN(W1 p + b1)) + b2)
+    q = x + ln(h, p["attention_norm"])
+    f = dense(gelu(ln(dense(q, p["ffn_in"]), p["ffn_hidden_norm"])), p["ffn_out"])
+    return q + ln(f, p["ffn_norm"])
+  q = ln(x + h, p["attention_norm"])  # BERT: p = LN(x + h); x' = LN(p + W2 GELU(W1 p + b1) + b2)
+  return ln(q + dense(gelu(dense(q, p["ffn_in"])), p["ffn_out"]), p["ffn_norm"])
+
+
+def randomise(params, seed):
+  """Move every parameter away from its initial value so that no term hides."""
+  leaves, tree = jax.tree.flatten(params)
+  keys = jax.random.split(jax.random.key(seed), len(leaves))
+  return jax.tree.unflatten(tree, [l + 0.3 * jax.random.normal(k, l.shape)
+                                   for l, k in zip(leaves, keys)])
+
+
+@pytest.mark.parametrize("arch,normalization", VARIANTS)
+def test_block_follows_the_papers_equations(arch, normalization):
+  block = TransformerBlock(num_heads=H, arch=arch, normalization=normalization)
+  params = randomise(block.init(jax.random.key(1), X), 2)
+  if normalization == "hnas":
+    params["params"]["attention"]["hybrid_weight"] = jnp.array([0.2, 0.9])
+  for mask in (None, PAD):
+    out = block.apply(params, X, mask)
+    ref = ref_block(X, params["params"], arch, normalization, mask)
+    valid = np.ones((2, N), bool) if mask is None else np.asarray(mask)
+    np.testing.assert_allclose(np.asarray(out)[valid], np.asarray(ref)[valid], atol=2e-4,
+                               rtol=2e-4)
+
+
+def test_ablation_switches():
+  """Table 1: BERT -> +normalize -> +GELU is MTE."""
+  mte = TransformerBlock(num_heads=H, arch="mte")
+  staged = TransformerBlock(num_heads=H, arch="bert", normalize=True, attention_gelu=True)
+  params = randomise(mte.init(jax.random.key(3), X), 4)
+  chex.assert_trees_all_close(staged.apply(params, X), mte.apply(params, X))
+  assert TransformerBlock(arch="bert", normalize=True).spec.attention_gelu is False
+
+
+@pytest.mark.parametrize("arch,normalization", VARIANTS)
+def test_padding_does_not_change_valid_outputs(arch, normalization):
+  tokens = jax.random.randint(jax.random.key(5), (2, 8), 0, 20)
+  padded = jnp.concatenate([tokens, jnp.full((2, 4), 7)], axis=1)
+  mask = jnp.arange(12) < 8
+  mask = jnp.broadcast_to(mask, (2, 12))
+  for output in ("tokens", "first", "classes"):
+    model = SequenceModel(vocab_size=20, max_len=12, d_model=D, num_layers=2, num_heads=H,
+                          arch=arch, normalization=normalization, output=output)
+    params = randomise(model.init(jax.random.key(6), padded), 7)
+    plain = model.apply(params, tokens)
+    with_padding = model.apply(params, padded, mask)
+    if output == "classes":
+      np.testing.assert_allclose(with_padding, plain, atol=1e-4, rtol=1e-4)
+    else:
+      np.testing.assert_allclose(with_padding[:, :8], plain, atol=1e-4, rtol=1e-4)
+      assert (with_padding[:, 8:] < -1e8).all()
+
+
+def count(tree):
+  return sum(x.size for x in jax.tree.leaves(tree))
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+def test_parameter_counts(arch):
+  """Per layer: attention 4(d^2 + d) (+ per-head NAP gain/bias), LayerNorms 2d each, FFN
+  2 d f + f + d (+ 2f for the hidden LayerNorm); pooling has no parameters."""
+  d, layers, heads, vocab, length = 128, 2, 4, 100, 128
+  spec = ARCHITECTURES[arch]
+  f = default_ffn_features(d, spec.mixer)
+  per_layer = 2 * d * f + f + d + 2 * d + 2 * d  # FFN, attention_norm, ffn_norm
+  if spec.normalize:
+    per_layer += 2 * f
+  if spec.mixer == "attention":
+    per_layer += 4 * (d * d + d)
+    per_layer += 2 * d if spec.normalize and spec.normalization != "non" else 0
+    per_layer += 2 * heads if spec.normalization == "nap" else 0
+  expected = vocab * d + length * d + layers * per_layer + d + 1  # embeddings, blocks, head
+  model = SequenceModel(vocab_size=vocab, max_len=length, d_model=d, num_layers=layers,
+                        num_heads=heads, arch=arch)
+  shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, length), jnp.int32))
+  assert count(shapes) == expected
+  assert default_ffn_features(8, "sum") == 49 and default_ffn_features(128, "max") == 769
+
+
+def test_vmap_over_init_and_apply_equals_each_model_alone():
+  model = SequenceModel(vocab_size=20, max_len=8, d_model=D, num_layers=1, num_heads=H,
+                        arch="nap", output="classes")
+  tokens = jax.random.randint(jax.random.key(8), (3, 8), 0, 20)
+  keys = jax.random.split(jax.random.key(9), 4)
+  stacked = jax.jit(jax.vmap(lambda k: model.init(k, tokens)))(keys)
+  assert stacked["params"]["token_embedding"]["embedding"].shape == (4, 20, D)
+  outs = jax.jit(jax.vmap(lambda p: model.apply(p, tokens)))(stacked)
+  for i in range(4):
+    alone = model.apply(jax.tree.map(lambda a: a[i], stacked), tokens)
+    np.testing.assert_allclose(outs[i], alone, atol=1e-5, rtol=1e-5)
+  assert not np.allclose(outs[0], outs[1])
+
+
+def test_dropout_is_active_only_when_not_deterministic():
+  model = SequenceModel(vocab_size=20, max_len=8, d_model=D, num_layers=1, num_heads=H,
+                        dropout_rate=0.5)
+  tokens = jnp.arange(8)[None] % 20
+  params = model.init(jax.random.key(0), tokens)
+  a = model.apply(params, tokens)
+  chex.assert_trees_all_close(a, model.apply(params, tokens))
+  b = model.apply(params, tokens, deterministic=False, rngs={"dropout": jax.random.key(1)})
+  assert not np.allclose(a, b)
+
+
+def test_bad_arguments_name_the_field():
+  with pytest.raises(ValueError, match="arch"):
+    TransformerBlock(arch="gpt")
+  with pytest.raises(ValueError, match="normalization"):
+    TransformerBlock(arch="sum", normalization="dnas")
+  with pytest.raises(ValueError, match="normalization"):
+    TransformerBlock(arch="mte", normalization="entmax")
+  with pytest.raises(ValueError, match="hybrid_init"):
+    TransformerBlock(arch="mte", normalization="hnas", hybrid_init=-0.1)
+  with pytest.raises(ValueError, match="sinkhorn_iters"):
+    TransformerBlock(arch="mte", normalization="sinkhorn", sinkhorn_iters=0)
+  with pytest.raises(ValueError, match="num_heads"):
+    SequenceModel(vocab_size=10, max_len=8, d_model=16, num_heads=3)
+  with pytest.raises(ValueError, match="num_heads"):
+    TransformerBlock(num_heads=3).init(jax.random.key(0), X)
+  with pytest.raises(ValueError, match="output"):
+    SequenceModel(vocab_size=10, max_len=8, output="last")
+  with pytest.raises(ValueError, match="max_len"):
+    model = SequenceModel(vocab_size=10, max_len=4, d_model=16)
+    model.init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))

@@ -1,0 +1,122 @@
+"""MultiHeadAttention: drop-in for flax's attention, extra parameters, errors."""
+import chex
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from normattn_jax import MultiHeadAttention
+from normattn_jax.attention import NORMALIZATIONS, dnas_weights, softmax_weights
+
+KEY = jax.random.key(0)
+X = jax.random.normal(jax.random.key(1), (2, 7, 16))
+Y = jax.random.normal(jax.random.key(2), (2, 5, 16))
+MASK = jax.random.bernoulli(jax.random.key(3), 0.8, (2, 1, 7, 5)).at[..., 0].set(True)
+
+
+def shapes(tree):
+  return jax.tree.map(lambda a: a.shape, tree)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"qkv_features": 8, "out_features": 12},
+                                    {"use_bias": False}])
+def test_softmax_is_a_drop_in_for_flax(kwargs):
+  ours = MultiHeadAttention(num_heads=4, **kwargs)
+  theirs = nn.MultiHeadDotProductAttention(num_heads=4, **kwargs)
+  params_ours = ours.init(KEY, X, Y)
+  params_theirs = theirs.init(KEY, X, Y)
+  assert shapes(params_ours) == shapes(params_theirs)
+  chex.assert_trees_all_close(params_ours, params_theirs)  # same initialisers, same names
+  other = theirs.init(jax.random.key(9), X, Y)
+  for mask in (None, MASK):
+    chex.assert_trees_all_close(ours.apply(other, X, Y, mask=mask),
+                                theirs.apply(other, X, Y, mask=mask), atol=1e-5)
+  chex.assert_trees_all_close(ours.apply(other, X), theirs.apply(other, X), atol=1e-5)
+
+
+def test_dropout_matches_flax():
+  kwargs = dict(num_heads=2, dropout_rate=0.3, deterministic=False)
+  ours, theirs = MultiHeadAttention(**kwargs), nn.MultiHeadDotProductAttention(**kwargs)
+  params = theirs.init({"params": KEY, "dropout": KEY}, X)
+  rngs = {"dropout": jax.random.key(5)}
+  chex.assert_trees_all_close(ours.apply(params, X, rngs=rngs), theirs.apply(params, X, rngs=rngs),
+                              atol=1e-5)
+  deterministic = MultiHeadAttention(num_heads=2, dropout_rate=0.3).apply(params, X,
+                                                                        deterministic=True)
+  assert not np.allclose(ours.apply(params, X, rngs=rngs), deterministic)
+
+
+@pytest.mark.parametrize("normalization", NORMALIZATIONS)
+def test_every_normalization_runs(normalization):
+  layer = MultiHeadAttention(num_heads=2, normalization=normalization)
+  params = layer.init(KEY, X)
+  mask = jnp.tril(jnp.ones((7, 7), bool))
+  out, state = layer.apply(params, X, mask=mask, sow_weights=True, mutable=["intermediates"])
+  assert out.shape == X.shape and jnp.isfinite(out).all()
+  (w,) = state["intermediates"]["attention_weights"]
+  assert w.shape == (2, 2, 7, 7)
+  assert (w[..., ~mask] == 0).all()
+
+
+def test_extra_parameters():
+  hnas = MultiHeadAttention(num_heads=4, normalization="hnas", hybrid_init=0.25).init(KEY, X)
+  np.testing.assert_array_equal(hnas["params"]["hybrid_weight"], [0.25] * 4)
+  nap = MultiHeadAttention(num_heads=4, normalization="nap").init(KEY, X)
+  np.testing.assert_array_equal(nap["params"]["nap_gain"], np.ones(4))
+  np.testing.assert_array_equal(nap["params"]["nap_bias"], np.zeros(4))
+
+
+def test_hybrid_weight_is_kept_in_unit_interval_and_trainable():
+  layer = MultiHeadAttention(num_heads=2, normalization="hnas")
+  params = layer.init(KEY, X)
+  params["params"]["hybrid_weight"] = jnp.array([1.7, -0.4])
+  _, state = layer.apply(params, X, sow_weights=True, mutable=["intermediates"])
+  (w,) = state["intermediates"]["attention_weights"]
+  q = jnp.einsum("...d,dhk->...hk", X, params["params"]["query"]["kernel"]) \
+      + params["params"]["query"]["bias"]
+  k = jnp.einsum("...d,dhk->...hk", X, params["params"]["key"]["kernel"]) \
+      + params["params"]["key"]["bias"]
+  logits = jnp.einsum("bqhd,bkhd->bhqk", q / jnp.sqrt(8.0), k)
+  chex.assert_trees_all_close(w[:, 0], dnas_weights(logits)[:, 0], atol=1e-5)  # u clipped to 1
+  chex.assert_trees_all_close(w[:, 1], softmax_weights(logits)[:, 1], atol=1e-5)  # u clipped to 0
+  grad = jax.grad(lambda p: jnp.sum(layer.apply(p, X) ** 2))(params)
+  assert (grad["params"]["hybrid_weight"] != 0).all()  # it can move back into [0, 1]
+
+
+def test_nap_logits_are_not_scaled_but_others_are():
+  for normalization, scaled in (("nap", False), ("softmax", True), ("non", True)):
+    layer = MultiHeadAttention(num_heads=2, normalization=normalization)
+    assert (layer.scale_logits is None) and ((normalization != "nap") == scaled)
+
+
+def test_head_norm_and_activation_apply_over_concatenated_heads():
+  layer = MultiHeadAttention(num_heads=4, head_norm=True, head_activation=jax.nn.gelu)
+  params = layer.init(KEY, X)
+  assert shapes(params["params"]["head_norm"]) == {"scale": (16,), "bias": (16,)}
+
+
+def test_vmap_over_init_and_apply_and_jit():
+  layer = MultiHeadAttention(num_heads=2, normalization="dnas")
+  keys = jax.random.split(KEY, 3)
+  stacked = jax.vmap(lambda k: layer.init(k, X))(keys)
+  assert stacked["params"]["query"]["kernel"].shape == (3, 16, 2, 8)
+  outs = jax.jit(jax.vmap(lambda p: layer.apply(p, X)))(stacked)
+  for i in range(3):
+    single = jax.tree.map(lambda a: a[i], stacked)
+    chex.assert_trees_all_close(outs[i], layer.apply(single, X), atol=1e-5)
+
+
+def test_bad_arguments_name_the_field():
+  with pytest.raises(ValueError, match="normalization"):
+    MultiHeadAttention(num_heads=2, normalization="sparsemax")
+  with pytest.raises(ValueError, match="hybrid_init"):
+    MultiHeadAttention(num_heads=2, normalization="hnas", hybrid_init=1.5)
+  with pytest.raises(ValueError, match="sinkhorn_iters"):
+    MultiHeadAttention(num_heads=2, normalization="sinkhorn", sinkhorn_iters=0)
+  with pytest.raises(ValueError, match="num_heads"):
+    MultiHeadAttention(num_heads=3, qkv_features=16)
+  with pytest.raises(ValueError, match="num_heads"):
+    MultiHeadAttention(num_heads=3).init(KEY, X)
+  with pytest.raises(ValueError, match="dropout_rate"):
+    MultiHeadAttention(num_heads=2, dropout_rate=1.0)
