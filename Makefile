@@ -14,7 +14,7 @@ $(STAMP): setup.py
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(PY) experiments/demo.py
+	$(PY) experiments/sweep.py --config configs/demo.py --workdir runs/demo
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 -m "not slow" tests

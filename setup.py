@@ -16,6 +16,9 @@ setup(
         "numpy>=1.26",
         "scipy>=1.11",
         "matplotlib>=3.8",
+        "absl-py>=1.4",
+        "tqdm>=4.66",
+        "tensorboardX>=2.6",
     ],
     extras_require={
         "test": ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100"],

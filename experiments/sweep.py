@@ -1,0 +1,33 @@
+"""Train a sweep: python experiments/sweep.py --config configs/<name>.py --workdir runs/<name>
+
+Every config field can be overridden, e.g. --config.model.d_model=64
+--config.archs="('nap','max')". A killed run resumes from its checkpoints when restarted with
+the same command. --distributed calls jax.distributed.initialize() (multi-host, e.g. a TPU pod).
+"""
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from normattn_jax.train.sweep import run_sweep
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a configs/*.py file.",
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for results and checkpoints.")
+_DISTRIBUTED = flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize().")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)  # keep checkpoint chatter out of the progress bar
+  if _DISTRIBUTED.value:
+    import jax
+    jax.distributed.initialize()
+  summary = run_sweep(_CONFIG.value, _WORKDIR.value)
+  for arch, best in sorted(summary["best"].items()):
+    print(f"{arch:>24}: best lr {best['learning_rate']:.2e}  train {best['train_acc']:.1%}  "
+          f"val {best['val_acc']:.1%}")
+  print(f"figures: {_WORKDIR.value}/accuracy.png (and case_accuracy.png, learning_curves.png)")
+
+
+if __name__ == "__main__":
+  app.run(main)

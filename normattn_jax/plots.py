@@ -1,0 +1,126 @@
+"""Figures of a sweep: the NAP paper's RGB pixel plots and learning curves with min-max bands."""
+from __future__ import annotations
+
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from normattn_jax.train.config import STATIC_SWEEPS, static_points  # noqa: E402
+
+
+def sweep_axis(config):
+  """The x-axis of the pixel plots: the swept values, or one column."""
+  if config.sweep.name:
+    return config.sweep.name, [float(v) for v in config.sweep["values"]]
+  return "", [None]
+
+
+def cell_grid(config, summary, arch, metric, stat):
+  """``[learning rates, swept values]`` array of one statistic from ``summary["cells"]``."""
+  name, xs = sweep_axis(config)
+  lrs = [float(lr) for lr in config.learning_rates]
+  grid = np.full((len(lrs), len(xs)), np.nan)
+  for cell in summary["cells"]:
+    if cell["arch"] != arch or metric not in cell["metrics"]:
+      continue
+    x = xs.index(cell["params"][name]) if name else 0
+    value = cell["metrics"][metric][stat]
+    grid[lrs.index(cell["learning_rate"]), x] = np.nan if value is None else value
+  return grid
+
+
+def pixel_image(channels):
+  """Stack three ``[lr, x]`` grids in [0, 1] as an RGB image (NaN -> black)."""
+  return np.clip(np.nan_to_num(np.stack(channels, axis=-1), nan=0.0), 0.0, 1.0)
+
+
+def _pixel_axes(ax, config, image, title, cross=None):
+  name, xs = sweep_axis(config)
+  ax.imshow(image, aspect="auto", interpolation="nearest")
+  if cross is not None:
+    ax.plot(cross[1], cross[0], "x", color="white", markersize=10, markeredgewidth=2)
+  ax.set_title(title, fontsize=9)
+  ax.set_yticks(range(len(config.learning_rates)))
+  ax.set_yticklabels([f"{lr:.1e}" for lr in config.learning_rates], fontsize=6)
+  ax.set_xticks(range(len(xs)))
+  ax.set_xticklabels(["" if x is None else f"{x:g}" for x in xs], fontsize=6)
+  ax.set_xlabel(name.split(".")[-1] if name else "")
+
+
+def accuracy_figure(config, summary, path):
+  """Rows train / val accuracy; per arch R/G/B = min/mean/max over seeds, a cross at the best
+  mean, and the best mean in the title (the paper's Fig. 3 style)."""
+  archs = list(config.archs)
+  rows = [("train_acc", "train"), ("val_acc", "val")]
+  fig, axes = plt.subplots(len(rows), len(archs), figsize=(2.2 * len(archs) + 1, 2.6 * len(rows)),
+                           squeeze=False)
+  for r, (metric, label) in enumerate(rows):
+    for a, arch in enumerate(archs):
+      grids = [cell_grid(config, summary, arch, metric, s) for s in ("min", "mean", "max")]
+      mean = grids[1]
+      cross, title = None, f"{arch} {label}: n/a"
+      if np.isfinite(mean).any():
+        cross = np.unravel_index(np.nanargmax(mean), mean.shape)
+        title = f"{arch} {label}: {np.nanmax(mean):.1%}"
+      _pixel_axes(axes[r, a], config, pixel_image(grids), title, cross)
+    axes[r, 0].set_ylabel("learning rate")
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def case_figure(config, summary, path):
+  """Per arch R/G/B = mean argmin / first / argmax case accuracy, at N and at N/2."""
+  archs = list(config.archs)
+  rows = [("case_acc", f"N={config.task.seq_len}"),
+          ("val_case_acc", f"N={config.task.seq_len // 2}")]
+  fig, axes = plt.subplots(2, len(archs), figsize=(2.2 * len(archs) + 1, 5.2), squeeze=False)
+  for r, (prefix, label) in enumerate(rows):
+    for a, arch in enumerate(archs):
+      grids = [cell_grid(config, summary, arch, f"{prefix}_{c}", "mean")
+               for c in ("argmin", "first", "argmax")]
+      _pixel_axes(axes[r, a], config, pixel_image(grids), f"{arch} cases {label}")
+    axes[r, 0].set_ylabel("learning rate")
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def learning_curves_figure(config, summary, metrics_path, path):
+  """Per arch, at its best learning rate (first swept value): mean curves with min-max bands."""
+  data = np.load(metrics_path)
+  steps = data["eval_steps"]
+  archs = list(config.archs)
+  fig, axes = plt.subplots(1, len(archs), figsize=(2.6 * len(archs), 2.6), squeeze=False,
+                           sharey=True)
+  name, xs = sweep_axis(config)
+  for a, arch in enumerate(archs):
+    ax = axes[0, a]
+    first = static_points(config)[0]
+    prefix = arch if name not in STATIC_SWEEPS else f"{arch}[{name}={first[name]}]"
+    mean = cell_grid(config, summary, arch, "val_acc", "mean")[:, 0]
+    if not np.isfinite(mean).any():
+      continue
+    best = int(np.nanargmax(mean))
+    for metric, colour in (("train_acc", "tab:blue"), ("val_acc", "tab:orange")):
+      curves = data[f"{prefix}/{metric}"][:, best, 0, :]
+      ax.plot(steps, curves.mean(-1), color=colour, label=metric)
+      ax.fill_between(steps, curves.min(-1), curves.max(-1), color=colour, alpha=0.25)
+    ax.set_title(f"{arch}, lr {config.learning_rates[best]:.1e}", fontsize=9)
+    ax.set_xlabel("step")
+  axes[0, 0].set_ylabel("accuracy")
+  axes[0, 0].legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def draw_sweep(config, summary, metrics_path, workdir):
+  accuracy_figure(config, summary, os.path.join(workdir, "accuracy.png"))
+  if config.task.name == "case_distinction":
+    case_figure(config, summary, os.path.join(workdir, "case_accuracy.png"))
+  learning_curves_figure(config, summary, metrics_path, os.path.join(workdir, "learning_curves.png"))

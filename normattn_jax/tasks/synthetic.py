@@ -1,0 +1,85 @@
+"""On-device generators for the NAP paper's synthetic tasks (Richter & Wattenhofer, Section 5).
+
+All are pure functions of a PRNG key, cheap enough to run inside the compiled training step, so
+every step sees a fresh batch (the papers' infinite-data regime).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+ARGMIN_TOKEN = 64  # if it occurs, the label is the position of the smallest token
+FIRST_TOKEN = 50   # else, if it occurs, the label is the first position
+CASES = ("argmin", "first", "argmax")
+
+
+class CaseBatch(NamedTuple):
+  inputs: jax.Array  # [batch, seq_len] int32 tokens
+  labels: jax.Array  # [batch] int32 positions
+  cases: jax.Array   # [batch] int32: 0 argmin, 1 first, 2 argmax
+
+
+def check_case_vocab(vocab_size: int, field: str = "vocab_size") -> None:
+  if vocab_size <= ARGMIN_TOKEN:
+    raise ValueError(f"{field} must exceed {ARGMIN_TOKEN} for the case task (tokens "
+                     f"{ARGMIN_TOKEN} and {FIRST_TOKEN} switch the case), got {vocab_size}")
+
+
+def case_labels(inputs: jax.Array) -> CaseBatch:
+  """argmin if 64 occurs, else position 0 if 50 occurs, else argmax; ties to the first."""
+  has_argmin = jnp.any(inputs == ARGMIN_TOKEN, axis=-1)
+  has_first = jnp.any(inputs == FIRST_TOKEN, axis=-1)
+  labels = jnp.where(has_argmin, jnp.argmin(inputs, axis=-1),
+                     jnp.where(has_first, 0, jnp.argmax(inputs, axis=-1)))
+  cases = jnp.where(has_argmin, 0, jnp.where(has_first, 1, 2))
+  return CaseBatch(inputs, labels.astype(jnp.int32), cases.astype(jnp.int32))
+
+
+def case_distinction(key: jax.Array, batch_size: int, seq_len: int,
+                     vocab_size: int = 100) -> CaseBatch:
+  """Uniform random tokens; at S=100, N=128 the cases occur 72.4% / 20.1% / 7.5% of the time."""
+  check_case_vocab(vocab_size)
+  inputs = jax.random.randint(key, (batch_size, seq_len), 0, vocab_size, jnp.int32)
+  return case_labels(inputs)
+
+
+def _uniform_without(key, shape, vocab_size, excluded):
+  """Uniform tokens over ``range(vocab_size)`` minus the sorted ``excluded`` values."""
+  x = jax.random.randint(key, shape, 0, vocab_size - len(excluded), jnp.int32)
+  for value in sorted(excluded):
+    x = x + (x >= value)
+  return x
+
+
+def balanced_case_set(key: jax.Array, num_per_case: int, seq_len: int,
+                      vocab_size: int = 100) -> CaseBatch:
+  """``num_per_case`` sequences of each case, forced as the paper's code does: argmin sequences
+  get a 64 at a random position; first sequences have no 64 and get a 50; argmax sequences
+  have neither."""
+  check_case_vocab(vocab_size)
+  shape = (num_per_case, seq_len)
+  k_min, k_first, k_max, k_pos1, k_pos2 = jax.random.split(key, 5)
+  rows = jnp.arange(num_per_case)
+  argmin_inputs = jax.random.randint(k_min, shape, 0, vocab_size, jnp.int32)
+  argmin_inputs = argmin_inputs.at[rows, jax.random.randint(k_pos1, (num_per_case,), 0, seq_len)
+                                   ].set(ARGMIN_TOKEN)
+  first_inputs = _uniform_without(k_first, shape, vocab_size, [ARGMIN_TOKEN])
+  first_inputs = first_inputs.at[rows, jax.random.randint(k_pos2, (num_per_case,), 0, seq_len)
+                                 ].set(FIRST_TOKEN)
+  argmax_inputs = _uniform_without(k_max, shape, vocab_size, [FIRST_TOKEN, ARGMIN_TOKEN])
+  return case_labels(jnp.concatenate([argmin_inputs, first_inputs, argmax_inputs]))
+
+
+def mode_finding(key: jax.Array, batch_size: int, seq_len: int,
+                 vocab_size: int = 10) -> tuple[jax.Array, jax.Array]:
+  """Uniform random tokens; the label is the most frequent token, ties to the smallest value."""
+  inputs = jax.random.randint(key, (batch_size, seq_len), 0, vocab_size, jnp.int32)
+  return inputs, mode_labels(inputs, vocab_size)
+
+
+def mode_labels(inputs: jax.Array, vocab_size: int) -> jax.Array:
+  """The most frequent token of each row; argmax picks the smallest value among ties."""
+  counts = jnp.sum(jax.nn.one_hot(inputs, vocab_size, dtype=jnp.int32), axis=-2)
+  return jnp.argmax(counts, axis=-1).astype(jnp.int32)

@@ -1,0 +1,181 @@
+"""The sweep configuration: defaults at the NAP paper's settings, and its validation.
+
+Every experiment config in ``configs/`` starts from ``base_config()``; ``validate`` runs before
+anything compiles and names the offending field.
+"""
+from __future__ import annotations
+
+import numbers
+
+import ml_collections
+
+from normattn_jax.attention.weights import NORMALIZATIONS
+from normattn_jax.blocks import ARCHITECTURES
+from normattn_jax.models.sequence import OUTPUTS
+from normattn_jax.tasks.synthetic import ARGMIN_TOKEN
+
+TASKS = ("case_distinction", "mode_finding")
+PAPER_ARCHS = ("bert", "mte", "nap", "non", "sum", "max")
+PAPER_LEARNING_RATES = tuple(0.3 ** k for k in range(1, 11))
+# Hyper-parameters that keep the shapes of the compiled program: swept inside it (vmap).
+VMAPPED_SWEEPS = ("train.l2",)
+# Hyper-parameters that change shapes or the graph: an outer loop of compiled programs.
+STATIC_SWEEPS = ("model.d_model", "model.num_heads", "model.num_layers", "task.seq_len",
+                 "task.vocab_size", "train.batch_size", "train.dropout")
+SWEEPS = ("",) + VMAPPED_SWEEPS + STATIC_SWEEPS
+
+
+def base_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.archs = PAPER_ARCHS
+  c.normalization = ""          # "" keeps each arch's own; else e.g. "dnas" on attention archs
+  c.learning_rates = PAPER_LEARNING_RATES
+  c.num_seeds = 5
+  c.seed = 0
+  c.sweep = ml_collections.ConfigDict({"name": "", "values": ()})
+
+  c.task = ml_collections.ConfigDict()
+  c.task.name = "case_distinction"
+  c.task.seq_len = 128
+  c.task.vocab_size = 100
+  c.task.output = "tokens"      # tokens | first | classes
+
+  c.model = ml_collections.ConfigDict()
+  c.model.d_model = 128
+  c.model.num_layers = 2
+  c.model.num_heads = 4
+  c.model.positional = True
+  c.model.normalize = ""        # "" = the arch's own; "true"/"false" for the ablation
+  c.model.attention_gelu = ""
+
+  c.train = ml_collections.ConfigDict()
+  c.train.num_steps = 3200
+  c.train.batch_size = 32
+  c.train.eval_every = 100
+  c.train.warmup = "auto"       # auto = BERT only (first 10% of steps); or "true"/"false"
+  c.train.clip = "auto"         # auto = BERT only (per-tensor norm 1.0); or "true"/"false"
+  c.train.l2 = 0.0
+  c.train.dropout = 0.0
+  c.train.checkpoint_every = 4  # in evaluations; 0 disables checkpoints
+
+  c.eval = ml_collections.ConfigDict()
+  c.eval.val_batches = 32
+  c.eval.case_set_size = 1000   # per case, at the training and at the validation length
+  return c
+
+
+def _fail(field, value, why):
+  raise ValueError(f"config.{field}={value!r}: {why}")
+
+
+def _positive_int(config, field):
+  value = _get(config, field)
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+    _fail(field, value, "must be a positive integer")
+
+
+def _get(config, field):
+  node = config
+  for part in field.split("."):
+    node = node[part]
+  return node
+
+
+def _tristate(config, field):
+  if _get(config, field) not in ("", "auto", "true", "false"):
+    _fail(field, _get(config, field), "must be 'auto' (or '') , 'true' or 'false'")
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+  """Raise ``ValueError`` naming the field for any invalid value."""
+  archs = tuple(config.archs)
+  if not archs:
+    _fail("archs", config.archs, "needs at least one architecture")
+  for arch in archs:
+    if arch not in ARCHITECTURES:
+      _fail("archs", config.archs, f"unknown arch {arch!r}; choose from {tuple(ARCHITECTURES)}")
+  if len(set(archs)) != len(archs):
+    _fail("archs", config.archs, "lists an architecture twice")
+  if config.normalization and config.normalization not in NORMALIZATIONS:
+    _fail("normalization", config.normalization, f"choose from {NORMALIZATIONS}")
+  if config.normalization and any(ARCHITECTURES[a].mixer != "attention" for a in archs):
+    _fail("normalization", config.normalization, "applies to attention archs only")
+  lrs = tuple(config.learning_rates)
+  if not lrs or any(not isinstance(lr, numbers.Real) or not lr > 0 for lr in lrs):
+    _fail("learning_rates", config.learning_rates, "must be a non-empty tuple of numbers > 0")
+  for field in ("num_seeds", "task.seq_len", "task.vocab_size", "model.d_model",
+                "model.num_layers", "model.num_heads", "train.num_steps", "train.batch_size",
+                "train.eval_every", "eval.val_batches", "eval.case_set_size"):
+    _positive_int(config, field)
+  if config.train.num_steps % config.train.eval_every:
+    _fail("train.eval_every", config.train.eval_every,
+          f"must divide train.num_steps ({config.train.num_steps})")
+  if isinstance(config.train.checkpoint_every, bool) or config.train.checkpoint_every < 0:
+    _fail("train.checkpoint_every", config.train.checkpoint_every, "must be >= 0")
+  if config.task.name not in TASKS:
+    _fail("task.name", config.task.name, f"choose from {TASKS}")
+  if config.task.output not in OUTPUTS:
+    _fail("task.output", config.task.output, f"choose from {OUTPUTS}")
+  if config.task.name == "mode_finding" and config.task.output != "classes":
+    _fail("task.output", config.task.output, "the mode task predicts a class: use 'classes'")
+  if config.task.name == "case_distinction" and config.task.output == "classes":
+    _fail("task.output", config.task.output, "the case task predicts a position")
+  for field in ("model.normalize", "model.attention_gelu", "train.warmup", "train.clip"):
+    _tristate(config, field)
+  if not 0 <= config.train.dropout < 1:
+    _fail("train.dropout", config.train.dropout, "must lie in [0, 1)")
+  if config.train.l2 < 0:
+    _fail("train.l2", config.train.l2, "must be >= 0")
+  _validate_sweep(config)
+  for values in static_points(config):
+    _validate_point(config, values)
+
+
+def _validate_sweep(config):
+  name, values = config.sweep.name, tuple(config.sweep["values"])
+  if name not in SWEEPS:
+    _fail("sweep.name", name, f"choose from {SWEEPS}")
+  if name and not values:
+    _fail("sweep.values", config.sweep["values"], f"needs values for sweep {name!r}")
+  if not name and values:
+    _fail("sweep.values", config.sweep["values"], "given without a sweep.name")
+  if any(not isinstance(v, numbers.Real) or isinstance(v, bool) for v in values):
+    _fail("sweep.values", config.sweep["values"], "must be numbers")
+  if len(set(values)) != len(values):
+    _fail("sweep.values", config.sweep["values"], "lists a value twice")
+
+
+def static_points(config) -> list[dict]:
+  """One dict per compiled program: ``{sweep.name: value}`` for shape sweeps, else ``[{}]``."""
+  name = config.sweep.name
+  if name in STATIC_SWEEPS:
+    section, key = name.split(".")
+    kind = type(config[section][key])
+    return [{name: kind(v)} for v in config.sweep["values"]]
+  return [{}]
+
+
+def point_config(config: ml_collections.ConfigDict, values: dict) -> ml_collections.ConfigDict:
+  """A copy of ``config`` with the static sweep ``values`` ({"model.d_model": 64}) applied."""
+  c = ml_collections.ConfigDict(config.to_dict())
+  for field, value in values.items():
+    section, key = field.split(".")
+    c[section][key] = type(c[section][key])(value)
+  return c
+
+
+def _validate_point(config, values):
+  c = point_config(config, values)
+  for field in ("task.seq_len", "task.vocab_size", "model.d_model", "model.num_layers",
+                "model.num_heads", "train.batch_size"):
+    _positive_int(c, field)
+  if not 0 <= c.train.dropout < 1:
+    _fail("train.dropout", c.train.dropout, "must lie in [0, 1)")
+  if any(ARCHITECTURES[a].mixer == "attention" for a in c.archs) \
+      and c.model.d_model % c.model.num_heads:
+    _fail("model.num_heads", c.model.num_heads, f"must divide model.d_model ({c.model.d_model})")
+  if c.task.name == "case_distinction":
+    if c.task.vocab_size <= ARGMIN_TOKEN:
+      _fail("task.vocab_size", c.task.vocab_size, f"must exceed {ARGMIN_TOKEN} for the case task")
+    if c.task.seq_len < 2:
+      _fail("task.seq_len", c.task.seq_len, "must be >= 2 (validation uses half the length)")

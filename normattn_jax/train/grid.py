@@ -1,0 +1,224 @@
+"""Many-model training: a grid of models (seeds x learning rates x numeric hyper-parameters) of
+one static configuration as ONE compiled program.
+
+Training is a pure function of (rng, hyper-parameters) (DESIGN principle 2):
+``init(key, hp) -> state`` and ``chunk(state, hp) -> (state, metrics)``, the latter a
+``lax.scan`` over ``eval_every`` steps followed by the evaluation. Both are written for one
+model and ``jax.vmap``-ed over a flattened leading "models" axis, which is sharded over all
+devices. Data are generated on device inside the step, a fresh batch every step.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from normattn_jax.blocks import ARCHITECTURES
+from normattn_jax.models.sequence import SequenceModel
+from normattn_jax.tasks import synthetic
+from normattn_jax.train.optim import make_optimizer
+
+Array = jax.Array
+CASE_METRICS = tuple(f"case_acc_{c}" for c in synthetic.CASES)
+VAL_CASE_METRICS = tuple(f"val_case_acc_{c}" for c in synthetic.CASES)
+
+
+class TrainState(NamedTuple):
+  params: Any
+  opt_state: Any
+  step: Array       # int32
+  key: Array        # raw uint32 key data: data and dropout keys are fold_in(key, step)
+  diverged: Array   # bool: a non-finite loss was seen
+
+
+def _flag(value: str, default: bool) -> bool:
+  return default if value in ("", "auto") else value == "true"
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+  """The static part of a grid: one architecture at one point of the shape sweeps."""
+  arch: str
+  config: ml_collections.ConfigDict
+
+  @property
+  def task(self):
+    return self.config.task
+
+  @property
+  def is_case_task(self) -> bool:
+    return self.task.name == "case_distinction"
+
+  @property
+  def val_len(self) -> int:
+    """The paper validates case tasks at N/2 and the mode task at 2N."""
+    return self.task.seq_len // 2 if self.is_case_task else 2 * self.task.seq_len
+
+  @property
+  def warmup_steps(self) -> int:
+    warm = _flag(self.config.train.warmup, self.arch == "bert")
+    return self.config.train.num_steps // 10 if warm else 0
+
+  @property
+  def clip_norm(self):
+    return 1.0 if _flag(self.config.train.clip, self.arch == "bert") else None
+
+  def model(self) -> SequenceModel:
+    c = self.config
+    positional = c.model.positional and self.is_case_task  # the mode task has none (paper)
+    return SequenceModel(
+        vocab_size=self.task.vocab_size, max_len=max(self.task.seq_len, self.val_len),
+        d_model=c.model.d_model, num_layers=c.model.num_layers, num_heads=c.model.num_heads,
+        arch=self.arch, normalization=c.normalization or None,
+        normalize=None if c.model.normalize in ("", "auto") else c.model.normalize == "true",
+        attention_gelu=(None if c.model.attention_gelu in ("", "auto")
+                        else c.model.attention_gelu == "true"),
+        output=self.task.output, positional=positional, dropout_rate=c.train.dropout)
+
+  def sample(self, key: Array, batch_size: int, seq_len: int):
+    """(inputs, labels) for one batch of the task."""
+    if self.is_case_task:
+      batch = synthetic.case_distinction(key, batch_size, seq_len, self.task.vocab_size)
+      return batch.inputs, batch.labels
+    return synthetic.mode_finding(key, batch_size, seq_len, self.task.vocab_size)
+
+
+TRAIN_STREAM, EVAL_STREAM = 0, 1
+
+
+def _stream(key_data: Array, stream: int) -> Array:
+  """Independent key streams of one model: training batches/dropout, and evaluation batches."""
+  return jax.random.fold_in(jax.random.wrap_key_data(key_data), stream)
+
+
+def l2_penalty(params) -> Array:
+  """Sum of squared kernels (Keras' kernel regulariser: no biases, gains or embeddings)."""
+  leaves = jax.tree_util.tree_leaves_with_path(params)
+  return sum(jnp.sum(jnp.square(x)) for path, x in leaves
+             if getattr(path[-1], "key", None) == "kernel")
+
+
+def make_programs(setup: Setup, case_set_len: int | None = None):
+  """``init(key, hp)`` and ``chunk(state, hp)`` for ONE model; the caller vmaps them."""
+  c = setup.config
+  model = setup.model()
+  num_steps, batch_size = c.train.num_steps, c.train.batch_size
+  n = setup.task.seq_len
+  deterministic = c.train.dropout == 0
+
+  def optimizer(lr):
+    return make_optimizer(lr, num_steps, setup.warmup_steps, setup.clip_norm)
+
+  def init(key: Array, hp: dict) -> TrainState:
+    params = model.init(jax.random.wrap_key_data(key), jnp.zeros((1, n), jnp.int32))
+    opt_state = optimizer(hp["learning_rate"]).init(params)
+    return TrainState(params, opt_state, jnp.zeros((), jnp.int32),
+                      jax.random.key_data(jax.random.fold_in(jax.random.wrap_key_data(key), 1)),
+                      jnp.zeros((), bool))
+
+  def loss_fn(params, inputs, labels, hp, dropout_key):
+    logits = model.apply(params, inputs, deterministic=deterministic,
+                         rngs=None if deterministic else {"dropout": dropout_key})
+    logits = logits.astype(jnp.float32)
+    loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+    acc = jnp.mean(jnp.argmax(logits, -1) == labels)
+    return loss + hp["l2"] * l2_penalty(params), (loss, acc)
+
+  def train_step(state: TrainState, hp: dict):
+    key = jax.random.fold_in(_stream(state.key, TRAIN_STREAM), state.step)
+    data_key, dropout_key = jax.random.split(key)
+    inputs, labels = setup.sample(data_key, batch_size, n)
+    grads, (loss, acc) = jax.grad(loss_fn, has_aux=True)(state.params, inputs, labels, hp,
+                                                          dropout_key)
+    updates, opt_state = optimizer(hp["learning_rate"]).update(grads, state.opt_state,
+                                                                state.params)
+    params = optax.apply_updates(state.params, updates)
+    diverged = state.diverged | ~jnp.isfinite(loss)
+    return TrainState(params, opt_state, state.step + 1, state.key, diverged), (loss, acc)
+
+  def accuracy(params, inputs, labels):
+    return jnp.mean(jnp.argmax(model.apply(params, inputs), -1) == labels)
+
+  def evaluate(state: TrainState, case_sets) -> dict:
+    eval_key = jax.random.fold_in(_stream(state.key, EVAL_STREAM), state.step)
+    keys = jax.random.split(eval_key, c.eval.val_batches)
+    val = jax.lax.map(lambda k: accuracy(state.params, *setup.sample(k, batch_size,
+                                                                     setup.val_len)), keys)
+    metrics = {"val_acc": jnp.mean(val)}
+    if setup.is_case_task:
+      for names, case_set in zip((CASE_METRICS, VAL_CASE_METRICS), case_sets):
+        inputs, labels = case_set  # [3 cases, chunks, chunk_size, (length)]
+        flat = (inputs.reshape((-1,) + inputs.shape[2:]), labels.reshape((-1,) + labels.shape[2:]))
+        per_chunk = jax.lax.map(lambda batch: accuracy(state.params, *batch), flat)
+        metrics.update(zip(names, jnp.mean(per_chunk.reshape(labels.shape[:2]), axis=-1)))
+    return metrics
+
+  def chunk(state: TrainState, hp: dict, case_sets) -> tuple[TrainState, dict]:
+    state, (loss, acc) = jax.lax.scan(lambda s, _: train_step(s, hp), state, None,
+                                      length=c.train.eval_every)
+    metrics = {"train_loss": jnp.mean(loss), "train_acc": jnp.mean(acc),
+               **evaluate(state, case_sets)}
+    metrics["diverged"] = state.diverged
+    # a diverged model has failed: its accuracies are 0, not whatever argmax(NaN) hits
+    return state, {k: (v if k in ("diverged", "train_loss") else jnp.where(state.diverged, 0.0, v))
+                   for k, v in metrics.items()}
+
+  return init, chunk
+
+
+def case_sets_for(setup: Setup, seed: int, chunk_size: int = 250):
+  """The balanced case sets at N and at the validation length, shared by every model,
+  shaped ``[3 cases, chunks, chunk_size, length]`` for a memory-bounded ``lax.map``."""
+  if not setup.is_case_task:
+    return ()
+  c = setup.config
+  per_case = c.eval.case_set_size
+  chunk_size = min(chunk_size, per_case)
+  while per_case % chunk_size:
+    chunk_size -= 1
+  sets = []
+  for i, length in enumerate((setup.task.seq_len, setup.val_len)):
+    key = jax.random.fold_in(jax.random.key(seed), 1000 + i)
+    batch = synthetic.balanced_case_set(key, per_case, length, setup.task.vocab_size)
+    shape = (3, per_case // chunk_size, chunk_size)
+    sets.append((batch.inputs.reshape(shape + (length,)), batch.labels.reshape(shape)))
+  return tuple(sets)
+
+
+def models_sharding() -> NamedSharding:
+  mesh = Mesh(np.asarray(jax.devices()), ("models",))
+  return NamedSharding(mesh, P("models"))
+
+
+def pad_to_devices(x: np.ndarray) -> np.ndarray:
+  """Repeat the last model so the models axis divides evenly over the devices."""
+  extra = -len(x) % jax.device_count()
+  return np.concatenate([x, np.repeat(x[-1:], extra, axis=0)]) if extra else x
+
+
+@dataclasses.dataclass
+class Grid:
+  """The compiled, sharded programs of one static configuration, for ``num_models`` models."""
+  setup: Setup
+  num_models: int
+  init: Callable
+  chunk: Callable
+
+  @classmethod
+  def build(cls, setup: Setup, num_models: int) -> "Grid":
+    init_one, chunk_one = make_programs(setup)
+    case_sets = case_sets_for(setup, setup.config.seed)
+    sharding = models_sharding()
+    init = jax.jit(jax.vmap(init_one), out_shardings=sharding)
+    chunk = jax.jit(jax.vmap(lambda s, hp: chunk_one(s, hp, case_sets)),
+                    out_shardings=(sharding, sharding), donate_argnums=0)
+    return cls(setup, num_models, init, chunk)
+
+  def shard(self, tree):
+    return jax.device_put(jax.tree.map(pad_to_devices, tree), models_sharding())

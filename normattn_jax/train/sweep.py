@@ -1,0 +1,223 @@
+"""Run a whole sweep: for every static point (shape sweeps) and architecture, train the grid of
+models as one compiled program, then write ``summary.json``, ``metrics.npz`` and the figures."""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+from typing import Optional
+
+import jax
+import ml_collections
+import numpy as np
+
+from normattn_jax.train import config as config_lib
+from normattn_jax.train.checkpoint import GridCheckpoints
+from normattn_jax.train.grid import Grid, Setup
+
+ACCURACY_PREFIXES = ("train_acc", "val_acc", "case_acc", "val_case_acc")
+
+
+class Interrupted(Exception):
+  """Raised when ``max_chunks`` ran out: the run resumes from its checkpoints."""
+
+
+def hyperparameter_grid(config: ml_collections.ConfigDict):
+  """The flattened models axis: learning rate x vmapped sweep value x seed (seed innermost)."""
+  lrs = [float(lr) for lr in config.learning_rates]
+  vmapped = config.sweep.name in config_lib.VMAPPED_SWEEPS
+  values = [float(v) for v in config.sweep["values"]] if vmapped else [None]
+  rows = list(itertools.product(range(len(lrs)), range(len(values)), range(config.num_seeds)))
+  hp = {"learning_rate": np.array([lrs[i] for i, _, _ in rows], np.float32),
+        "l2": np.array([values[j] if vmapped and config.sweep.name == "train.l2"
+                        else config.train.l2 for _, j, _ in rows], np.float32)}
+  seeds = np.array([s for _, _, s in rows], np.int32)
+  return hp, seeds, (len(lrs), len(values), config.num_seeds)
+
+
+def model_keys(seed: int, seed_indices: np.ndarray) -> np.ndarray:
+  """Seed s gets the same initialisation and data at every learning rate (paired comparisons)."""
+  base = jax.random.key(seed)
+  return np.stack([np.asarray(jax.random.key_data(jax.random.fold_in(base, int(s))))
+                   for s in seed_indices])
+
+
+def point_label(values: dict) -> str:
+  return ",".join(f"{k}={v}" for k, v in values.items())
+
+
+def _chunk_count(config):
+  return config.train.num_steps // config.train.eval_every
+
+
+def train_point(config, arch, values, workdir, progress=None, max_chunks=None, writer=None):
+  """Train the grid of one arch at one static point; returns metrics ``{name: [evals, models]}``."""
+  point = config_lib.point_config(config, values)
+  setup = Setup(arch, point)
+  hp, seeds, _ = hyperparameter_grid(point)
+  num_models, num_chunks = len(seeds), _chunk_count(point)
+  name = arch + (f"[{point_label(values)}]" if values else "")
+  grid = Grid.build(setup, num_models)
+  hp_dev = grid.shard(hp)
+  state = grid.init(grid.shard(model_keys(point.seed, seeds)), hp_dev)
+  history: dict[str, np.ndarray] = {}
+  done = 0
+  checkpoints = None
+  if point.train.checkpoint_every:
+    checkpoints = GridCheckpoints(os.path.join(workdir, "checkpoints", name))
+    latest = checkpoints.latest()
+    if latest is not None:
+      like = {"state": state, "metrics": _empty_history(grid, hp_dev, state, num_chunks)}
+      restored = checkpoints.restore(latest, like)
+      state = jax.device_put(restored["state"], jax.tree.map(lambda a: a.sharding, state))
+      history = {k: np.asarray(v) for k, v in restored["metrics"].items()}
+      done = latest
+  if progress is not None:
+    progress.update(done * point.train.eval_every * num_models)
+  for index in range(done, num_chunks):
+    if max_chunks is not None and max_chunks[0] <= 0:
+      raise Interrupted(name)
+    state, metrics = grid.chunk(state, hp_dev)
+    metrics = {k: np.asarray(v)[:num_models] for k, v in metrics.items()}
+    for key, value in metrics.items():
+      history.setdefault(key, np.zeros((num_chunks, num_models), value.dtype))[index] = value
+    if writer is not None:
+      writer(name, hp, (index + 1) * point.train.eval_every, metrics)
+    if progress is not None:
+      progress.update(point.train.eval_every * num_models)
+    if max_chunks is not None:
+      max_chunks[0] -= 1
+    last = index + 1 == num_chunks
+    if checkpoints and ((index + 1) % point.train.checkpoint_every == 0 or last):
+      checkpoints.save(index + 1, {"state": state, "metrics": history})
+  if checkpoints:
+    checkpoints.close()
+  return history
+
+
+def _empty_history(grid, hp_dev, state, num_chunks):
+  """The metrics tree of a checkpoint, shaped but empty (the restore target)."""
+  shapes = jax.eval_shape(grid.chunk, state, hp_dev)[1]
+  return {k: np.zeros((num_chunks, grid.num_models), v.dtype) for k, v in shapes.items()}
+
+
+def summarise(config, results) -> dict:
+  """``cells``: one per arch x learning rate x swept value, with {min, mean, max} over seeds of
+  each metric's best value over training (lowest loss, highest accuracy)."""
+  hp, seeds, (n_lr, n_vmapped, n_seeds) = hyperparameter_grid(config)
+  cells = []
+  for (arch, values), history in results.items():
+    for i_lr, i_v in itertools.product(range(n_lr), range(n_vmapped)):
+      rows = np.arange(len(seeds)).reshape(n_lr, n_vmapped, n_seeds)[i_lr, i_v]
+      params = {k: float(v) for k, v in values}
+      if config.sweep.name in config_lib.VMAPPED_SWEEPS:
+        params[config.sweep.name] = float(config.sweep["values"][i_v])
+      metrics = {}
+      for key, curve in history.items():
+        if key == "diverged":
+          continue
+        best = curve[:, rows].min(0) if key == "train_loss" else curve[:, rows].max(0)
+        best = np.where(np.isfinite(best), best, np.nan)
+        metrics[key] = {"min": _num(np.nanmin(best) if np.isfinite(best).any() else np.nan),
+                        "mean": _num(np.mean(best)), "max": _num(np.nanmax(best)
+                                                                 if np.isfinite(best).any()
+                                                                 else np.nan)}
+      cells.append({"arch": arch, "learning_rate": float(config.learning_rates[i_lr]),
+                    "params": params, "metrics": metrics,
+                    "diverged": int(history["diverged"][-1, rows].sum())})
+  return {"cells": cells, "best": _best_per_arch(cells)}
+
+
+def _num(x):
+  x = float(x)
+  return x if np.isfinite(x) else None
+
+
+def _best_per_arch(cells):
+  """Per arch (and swept value), the learning rate with the best mean val/train accuracy."""
+  best = {}
+  for cell in cells:
+    key = cell["arch"] + ("" if not cell["params"] else " " + point_label(cell["params"]))
+    score = (cell["metrics"].get("val_acc", {}).get("mean") or 0.0)
+    if key not in best or score > best[key]["val_acc"]:
+      best[key] = {"learning_rate": cell["learning_rate"], "val_acc": score,
+                   "train_acc": cell["metrics"]["train_acc"]["mean"]}
+  return best
+
+
+def save_metrics(path, config, results) -> None:
+  """``metrics.npz``: per arch and point, curves shaped [evals, learning rates, swept, seeds]."""
+  _, _, shape = hyperparameter_grid(config)
+  arrays = {"learning_rates": np.asarray(config.learning_rates, np.float64),
+            "eval_steps": np.arange(1, _chunk_count(config) + 1) * config.train.eval_every}
+  for (arch, values), history in results.items():
+    prefix = arch + (f"[{point_label(dict(values))}]" if values else "")
+    for key, curve in history.items():
+      arrays[f"{prefix}/{key}"] = curve.reshape((curve.shape[0],) + shape)
+  np.savez_compressed(path, **arrays)
+
+
+def run_sweep(config: ml_collections.ConfigDict, workdir: str, *, max_chunks: Optional[int] = None,
+              show_progress: bool = True, tensorboard: bool = True) -> dict:
+  """Validate, train every (point, arch) grid, write the results; returns the summary."""
+  config_lib.validate(config)
+  os.makedirs(workdir, exist_ok=True)
+  with open(os.path.join(workdir, "config.json"), "w") as f:
+    json.dump(config.to_dict(), f, indent=2, sort_keys=True)
+  points = config_lib.static_points(config)
+  jobs = [(arch, values) for values in points for arch in config.archs]
+  total = sum(config_lib.point_config(config, v).train.num_steps for _, v in jobs) \
+      * len(hyperparameter_grid(config)[1])
+  progress = _progress(total, show_progress)
+  writer = _tensorboard_writer(workdir) if tensorboard else None
+  budget = None if max_chunks is None else [max_chunks]
+  results = {}
+  started = time.perf_counter()
+  try:
+    for arch, values in jobs:
+      results[(arch, tuple(values.items()))] = train_point(
+          config, arch, values, workdir, progress, budget, writer)
+  finally:
+    if progress is not None:
+      progress.close()
+    if writer is not None:
+      writer.close()
+  summary = summarise(config, results)
+  with open(os.path.join(workdir, "summary.json"), "w") as f:
+    json.dump(summary, f, indent=2, sort_keys=True)
+  save_metrics(os.path.join(workdir, "metrics.npz"), config, results)
+  from normattn_jax import plots  # matplotlib only when figures are drawn
+  plots.draw_sweep(config, summary, os.path.join(workdir, "metrics.npz"), workdir)
+  print(f"trained {len(jobs)} grid(s) in {time.perf_counter() - started:.0f} s; "
+        f"results in {workdir}")
+  return summary
+
+
+def _progress(total, show):
+  if not show:
+    return None
+  from tqdm import tqdm
+  return tqdm(total=total, unit="model-step", unit_scale=True, smoothing=0.1)
+
+
+class _Writer:
+  """TensorBoard scalars: per arch and learning rate, the mean over the other models."""
+
+  def __init__(self, workdir):
+    from tensorboardX import SummaryWriter
+    self.summary = SummaryWriter(os.path.join(workdir, "tensorboard"))
+
+  def __call__(self, name, hp, step, metrics):
+    for lr in np.unique(hp["learning_rate"]):
+      rows = hp["learning_rate"] == lr
+      for key in ("train_loss", "train_acc", "val_acc"):
+        self.summary.add_scalar(f"{name}/lr={lr:.3g}/{key}", float(np.mean(metrics[key][rows])),
+                                step)
+
+  def close(self):
+    self.summary.close()
+
+
+def _tensorboard_writer(workdir):
+  return _Writer(workdir)

@@ -1,0 +1,185 @@
+"""The grid engine: validation, determinism, resume, divergence isolation, 8 devices."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from normattn_jax.train import base_config, make_optimizer, validate
+from normattn_jax.train.optim import clip_by_tensor_norm
+from normattn_jax.train.sweep import Interrupted, run_sweep
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tiny_config(**overrides):
+  c = base_config()
+  c.archs = ("nap", "sum")
+  c.learning_rates = (0.001, 0.0003)
+  c.num_seeds = 2
+  c.task.seq_len = 8
+  c.model.d_model = 8
+  c.model.num_heads = 2
+  c.model.num_layers = 1
+  c.train.num_steps = 30
+  c.train.eval_every = 10
+  c.train.batch_size = 4
+  c.train.checkpoint_every = 1
+  c.eval.val_batches = 2
+  c.eval.case_set_size = 4
+  for key, value in overrides.items():
+    section, _, field = key.rpartition(".")
+    (c[section] if section else c)[field] = value
+  return c
+
+
+def run(config, workdir, **kwargs):
+  return run_sweep(config, str(workdir), show_progress=False, tensorboard=False, **kwargs)
+
+
+def read(workdir, name="summary.json"):
+  with open(os.path.join(workdir, name)) as f:
+    return json.load(f)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp("reference")
+  run(tiny_config(), workdir)
+  return workdir
+
+
+def test_outputs(reference):
+  summary = read(reference)
+  assert len(summary["cells"]) == 2 * 2  # archs x learning rates
+  cell = summary["cells"][0]
+  assert set(cell) >= {"arch", "learning_rate", "params", "metrics"}
+  for name in ("train_acc", "val_acc", "case_acc_argmin", "case_acc_first", "case_acc_argmax",
+               "val_case_acc_first"):
+    stats = cell["metrics"][name]
+    assert stats["min"] <= stats["mean"] <= stats["max"]
+  metrics = np.load(os.path.join(reference, "metrics.npz"))
+  assert metrics["nap/val_acc"].shape == (3, 2, 1, 2)  # evals, lrs, swept, seeds
+  for figure in ("accuracy.png", "case_accuracy.png", "learning_curves.png", "config.json"):
+    assert os.path.exists(os.path.join(reference, figure))
+
+
+def test_same_config_same_summary(reference, tmp_path):
+  run(tiny_config(), tmp_path)
+  assert read(tmp_path) == read(reference)
+
+
+def test_killed_run_resumes_to_the_same_numbers(reference, tmp_path):
+  with pytest.raises(Interrupted):
+    run(tiny_config(), tmp_path, max_chunks=4)  # nap done, sum stopped after one evaluation
+  assert not os.path.exists(tmp_path / "summary.json")
+  run(tiny_config(), tmp_path)
+  assert read(tmp_path) == read(reference)
+
+
+def test_a_diverging_model_does_not_disturb_the_others(tmp_path):
+  alone = tiny_config(archs=("mte",), learning_rates=(0.001,), num_seeds=1)
+  together = tiny_config(archs=("mte",), learning_rates=(1e30, 0.001), num_seeds=1)
+  alone.train.checkpoint_every = together.train.checkpoint_every = 0
+  run(alone, tmp_path / "alone")
+  run(together, tmp_path / "together")
+  a = np.load(tmp_path / "alone" / "metrics.npz")
+  t = np.load(tmp_path / "together" / "metrics.npz")
+  assert t["mte/diverged"][-1, 0].all() and not t["mte/diverged"][-1, 1].any()
+  assert (t["mte/val_acc"][:, 0] == 0).all()
+  np.testing.assert_allclose(t["mte/train_loss"][:, 1], a["mte/train_loss"][:, 0], rtol=1e-5)
+  np.testing.assert_allclose(t["mte/val_acc"][:, 1], a["mte/val_acc"][:, 0])
+  cells = read(tmp_path / "together")["cells"]
+  assert [c["diverged"] for c in cells] == [1, 0]
+
+
+def test_vmapped_sweep_and_static_sweep(tmp_path):
+  c = tiny_config(archs=("mte",), num_seeds=1)
+  c.sweep.name, c.sweep["values"] = "train.l2", (0.0, 0.1)
+  summary = run(c, tmp_path / "l2")
+  assert sorted(cell["params"]["train.l2"] for cell in summary["cells"]) == [0, 0, 0.1, 0.1]
+  c = tiny_config(archs=("max",), num_seeds=1, learning_rates=(0.001,))
+  c.sweep.name, c.sweep["values"] = "model.d_model", (4, 8)
+  summary = run(c, tmp_path / "d")
+  assert sorted(cell["params"]["model.d_model"] for cell in summary["cells"]) == [4, 8]
+  assert "max[model.d_model=4]/val_acc" in np.load(tmp_path / "d" / "metrics.npz")
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("archs", ("nap", "gpt"), "config.archs"),
+    ("learning_rates", (), "config.learning_rates"),
+    ("num_seeds", 0, "config.num_seeds"),
+    ("task.name", "sorting", "config.task.name"),
+    ("task.output", "classes", "config.task.output"),
+    ("task.vocab_size", 60, "config.task.vocab_size"),
+    ("model.num_heads", 3, "config.model.num_heads"),
+    ("train.eval_every", 7, "config.train.eval_every"),
+    ("train.dropout", 1.0, "config.train.dropout"),
+    ("sweep.name", "model.width", "config.sweep.name"),
+    ("normalization", "dnas", "config.normalization"),
+])
+def test_invalid_config_fails_before_compiling_and_writes_nothing(field, value, match, tmp_path):
+  config = tiny_config(**{field: value})
+  with pytest.raises(ValueError, match=match):
+    run(config, tmp_path / "run")
+  assert not os.path.exists(tmp_path / "run")
+
+
+def test_static_sweep_values_are_validated():
+  c = tiny_config()
+  c.sweep.name, c.sweep["values"] = "model.d_model", (8, 5)
+  with pytest.raises(ValueError, match="model.num_heads"):
+    validate(c)
+
+
+def test_optimizer_is_adam_with_linear_decay_and_per_model_learning_rate():
+  params = {"w": jnp.arange(3.0), "b": jnp.ones((2, 2))}
+  grads = [jax.tree.map(lambda p, i=i: jnp.sin(p + i), params) for i in range(4)]
+  lr, steps = 0.05, 4
+  ours = make_optimizer(lr, steps)
+  reference = optax.adam(optax.linear_schedule(lr, 0.0, steps), b1=0.9, b2=0.999, eps=1e-7)
+  s1, s2 = ours.init(params), reference.init(params)
+  for g in grads:
+    u1, s1 = ours.update(g, s1, params)
+    u2, s2 = reference.update(g, s2, params)
+    chex.assert_trees_all_close(u1, u2, atol=1e-7)
+  # the learning rate is state, so a vmapped init gives one optimiser per model
+  states = jax.vmap(lambda r: make_optimizer(r, steps).init(params))(jnp.array([0.1, 0.2]))
+  u, _ = jax.vmap(lambda s: make_optimizer(0.0, steps).update(grads[0], s, params))(states)
+  np.testing.assert_allclose(u["w"][1], 2 * u["w"][0], rtol=1e-6)
+
+
+def test_per_tensor_clipping():
+  g = {"a": jnp.array([3.0, 4.0]), "b": jnp.array([0.3, 0.4])}
+  clipped, _ = clip_by_tensor_norm(1.0).update(g, optax.EmptyState())
+  np.testing.assert_allclose(clipped["a"], [0.6, 0.8], rtol=1e-6)
+  np.testing.assert_allclose(clipped["b"], [0.3, 0.4], rtol=1e-6)
+
+
+def test_eight_devices_give_the_same_result_as_one(reference, tmp_path):
+  """Each model's arithmetic is the same whichever device holds it, up to the order of float
+  operations inside XLA's kernels; the learning rates here are ones where Adam does not
+  amplify that rounding into a different trajectory."""
+  script = textwrap.dedent(f"""
+      import sys
+      sys.path.insert(0, {os.path.join(REPO, 'tests')!r})
+      import jax
+      assert jax.device_count() == 8, jax.devices()
+      from test_grid import tiny_config, run
+      run(tiny_config(), {str(tmp_path)!r})
+  """)
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+             JAX_PLATFORMS="cpu")
+  subprocess.run([sys.executable, "-c", script], check=True, env=env, cwd=REPO)
+  one = np.load(os.path.join(reference, "metrics.npz"))
+  eight = np.load(tmp_path / "metrics.npz")
+  assert set(one) == set(eight)
+  for key in one:
+    np.testing.assert_allclose(eight[key], one[key], rtol=1e-5, atol=1e-6, err_msg=key)

@@ -1,0 +1,56 @@
+"""The synthetic tasks: statistics and tie rules."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from normattn_jax.tasks import (balanced_case_set, case_distinction, case_labels, mode_finding,
+                                mode_labels)
+
+
+def test_case_frequencies_match_the_paper():
+  batch = case_distinction(jax.random.key(0), 100_000, 128, 100)
+  freq = np.bincount(np.asarray(batch.cases), minlength=3) / 100_000
+  # closed form: P(64) = 1 - 0.99^128, P(50 and no 64), P(neither) = 0.98^128
+  expected = [1 - 0.99 ** 128, 0.99 ** 128 - 0.98 ** 128, 0.98 ** 128]
+  np.testing.assert_allclose(freq, expected, atol=0.005)
+  np.testing.assert_allclose(expected, [0.724, 0.201, 0.075], atol=0.002)
+  assert batch.inputs.dtype == jnp.int32 and batch.labels.dtype == jnp.int32
+
+
+def test_case_labels_and_ties_go_to_the_first_occurrence():
+  x = jnp.array([
+      [70, 3, 64, 3, 90],    # argmin; the smallest value 3 occurs twice -> position 1
+      [70, 99, 50, 99, 1],   # first (a 50, no 64) -> position 0
+      [70, 99, 12, 99, 1],   # argmax; 99 twice -> position 1
+      [64, 50, 99, 0, 0],    # 64 wins over 50: argmin -> position 3
+  ])
+  batch = case_labels(x)
+  np.testing.assert_array_equal(batch.labels, [1, 0, 1, 3])
+  np.testing.assert_array_equal(batch.cases, [0, 1, 2, 0])
+  np.testing.assert_array_equal(batch.labels, [
+      np.argmin(r) if 64 in r else (0 if 50 in r else np.argmax(r)) for r in np.asarray(x)])
+
+
+def test_mode_ties_go_to_the_smallest_token():
+  x = jnp.array([[3, 1, 3, 1, 2], [0, 4, 4, 2, 2], [5, 5, 5, 1, 1]])
+  np.testing.assert_array_equal(mode_labels(x, 10), [1, 2, 5])
+  inputs, labels = mode_finding(jax.random.key(1), 512, 20, 10)
+  for row, label in zip(np.asarray(inputs), np.asarray(labels)):
+    c = np.bincount(row, minlength=10)
+    assert label == np.flatnonzero(c == c.max())[0]
+
+
+def test_balanced_case_set():
+  batch = balanced_case_set(jax.random.key(2), 300, 64, 100)
+  cases = np.asarray(batch.cases)
+  np.testing.assert_array_equal(np.bincount(cases), [300, 300, 300])
+  np.testing.assert_array_equal(cases, np.repeat([0, 1, 2], 300))  # forced as intended
+  inputs = np.asarray(batch.inputs)
+  assert (inputs[300:] != 64).all() and (inputs[600:] != 50).all()
+  assert inputs.min() >= 0 and inputs.max() < 100
+
+
+def test_vocab_too_small_for_the_case_task():
+  with pytest.raises(ValueError, match="vocab_size"):
+    case_distinction(jax.random.key(0), 2, 8, vocab_size=50)
