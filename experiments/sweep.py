@@ -4,10 +4,15 @@ Every config field can be overridden, e.g. --config.model.d_model=64
 --config.archs="('nap','max')". A killed run resumes from its checkpoints when restarted with
 the same command. --distributed calls jax.distributed.initialize() (multi-host, e.g. a TPU pod).
 """
+import os
+import sys
+
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from normattn_jax.train.sweep import run_sweep
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # configs/
+
+from normattn_jax.train.sweep import run_sweep  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a configs/*.py file.",
                                           lock_config=True)

@@ -58,8 +58,11 @@ class SequenceModel(nn.Module):
   param_dtype: Any = jnp.float32
 
   def __post_init__(self):
-    for name in ("vocab_size", "max_len", "d_model", "num_layers"):
+    for name in ("vocab_size", "max_len", "d_model"):
       _check_positive_int(name, getattr(self, name))
+    if isinstance(self.num_layers, bool) or not isinstance(self.num_layers, (int, np.integer)) \
+        or self.num_layers < 0:
+      raise ValueError(f"num_layers must be an integer >= 0, got {self.num_layers!r}")
     spec = resolve_architecture(self.arch, self.normalization, self.normalize,
                                 self.attention_gelu)
     check_block_fields(num_heads=self.num_heads, ffn_features=self.ffn_features,

@@ -21,7 +21,10 @@ PAPER_LEARNING_RATES = tuple(0.3 ** k for k in range(1, 11))
 VMAPPED_SWEEPS = ("train.l2",)
 # Hyper-parameters that change shapes or the graph: an outer loop of compiled programs.
 STATIC_SWEEPS = ("model.d_model", "model.num_heads", "model.num_layers", "task.seq_len",
-                 "task.vocab_size", "train.batch_size", "train.dropout")
+                 "task.vocab_size", "train.batch_size", "train.dropout", "ablation")
+# Table 1 of the NAP paper: BERT, - warm up, - grad. clip, + normalize, + GELU (= MTE).
+ABLATION_STAGES = ("BERT", "- warm up", "- grad. clip", "+ normalize", "+ GELU")
+STEPS_SCALES = ("", "inverse", "proportional")
 SWEEPS = ("",) + VMAPPED_SWEEPS + STATIC_SWEEPS
 
 
@@ -32,7 +35,11 @@ def base_config() -> ml_collections.ConfigDict:
   c.learning_rates = PAPER_LEARNING_RATES
   c.num_seeds = 5
   c.seed = 0
-  c.sweep = ml_collections.ConfigDict({"name": "", "values": ()})
+  # sweep.steps_scale: "inverse" keeps the examples seen constant over a batch-size sweep
+  # (steps x reference / value), "proportional" the examples per class over a vocabulary sweep
+  # (steps x value / reference); evaluations scale along, so every point has as many.
+  c.sweep = ml_collections.ConfigDict(
+      {"name": "", "values": (), "steps_scale": "", "steps_reference": 1})
 
   c.task = ml_collections.ConfigDict()
   c.task.name = "case_distinction"
@@ -74,6 +81,16 @@ def _positive_int(config, field):
     _fail(field, value, "must be a positive integer")
 
 
+def _non_negative_int(config, field):
+  value = _get(config, field)
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+    _fail(field, value, "must be an integer >= 0")
+
+
+def point_label(values: dict) -> str:
+  return ",".join(f"{k}={v}" for k, v in values.items())
+
+
 def _get(config, field):
   node = config
   for part in field.split("."):
@@ -104,9 +121,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if not lrs or any(not isinstance(lr, numbers.Real) or not lr > 0 for lr in lrs):
     _fail("learning_rates", config.learning_rates, "must be a non-empty tuple of numbers > 0")
   for field in ("num_seeds", "task.seq_len", "task.vocab_size", "model.d_model",
-                "model.num_layers", "model.num_heads", "train.num_steps", "train.batch_size",
+                "model.num_heads", "train.num_steps", "train.batch_size",
                 "train.eval_every", "eval.val_batches", "eval.case_set_size"):
     _positive_int(config, field)
+  _non_negative_int(config, "model.num_layers")
   if config.train.num_steps % config.train.eval_every:
     _fail("train.eval_every", config.train.eval_every,
           f"must divide train.num_steps ({config.train.num_steps})")
@@ -143,11 +161,20 @@ def _validate_sweep(config):
     _fail("sweep.values", config.sweep["values"], "must be numbers")
   if len(set(values)) != len(values):
     _fail("sweep.values", config.sweep["values"], "lists a value twice")
+  if name == "ablation" and any(v not in range(len(ABLATION_STAGES)) for v in values):
+    _fail("sweep.values", config.sweep["values"],
+          f"ablation stages are 0..{len(ABLATION_STAGES) - 1}: {ABLATION_STAGES}")
+  if config.sweep.steps_scale not in STEPS_SCALES:
+    _fail("sweep.steps_scale", config.sweep.steps_scale, f"choose from {STEPS_SCALES}")
+  if config.sweep.steps_scale and not config.sweep.steps_reference > 0:
+    _fail("sweep.steps_reference", config.sweep.steps_reference, "must be > 0")
 
 
 def static_points(config) -> list[dict]:
   """One dict per compiled program: ``{sweep.name: value}`` for shape sweeps, else ``[{}]``."""
   name = config.sweep.name
+  if name == "ablation":
+    return [{name: int(v)} for v in config.sweep["values"]]
   if name in STATIC_SWEEPS:
     section, key = name.split(".")
     kind = type(config[section][key])
@@ -159,16 +186,36 @@ def point_config(config: ml_collections.ConfigDict, values: dict) -> ml_collecti
   """A copy of ``config`` with the static sweep ``values`` ({"model.d_model": 64}) applied."""
   c = ml_collections.ConfigDict(config.to_dict())
   for field, value in values.items():
+    if field == "ablation":
+      _apply_ablation(c, int(value))
+      continue
     section, key = field.split(".")
     c[section][key] = type(c[section][key])(value)
+    if config.sweep.steps_scale:
+      ratio = value / config.sweep.steps_reference
+      factor = 1 / ratio if config.sweep.steps_scale == "inverse" else ratio
+      c.train.num_steps = int(round(config.train.num_steps * factor))
+      c.train.eval_every = int(round(config.train.eval_every * factor))
   return c
+
+
+def _apply_ablation(c, stage: int) -> None:
+  """Stage k of Table 1 applies the first k modifications that lead from BERT to MTE."""
+  c.train.warmup = "false" if stage >= 1 else "true"
+  c.train.clip = "false" if stage >= 2 else "true"
+  c.model.normalize = "true" if stage >= 3 else "false"
+  c.model.attention_gelu = "true" if stage >= 4 else "false"
 
 
 def _validate_point(config, values):
   c = point_config(config, values)
-  for field in ("task.seq_len", "task.vocab_size", "model.d_model", "model.num_layers",
-                "model.num_heads", "train.batch_size"):
+  for field in ("task.seq_len", "task.vocab_size", "model.d_model", "model.num_heads",
+                "train.batch_size", "train.num_steps", "train.eval_every"):
     _positive_int(c, field)
+  _non_negative_int(c, "model.num_layers")
+  if c.train.num_steps % c.train.eval_every:
+    _fail("train.eval_every", c.train.eval_every,
+          f"must divide train.num_steps ({c.train.num_steps}) at {point_label(values)}")
   if not 0 <= c.train.dropout < 1:
     _fail("train.dropout", c.train.dropout, "must lie in [0, 1)")
   if any(ARCHITECTURES[a].mixer == "attention" for a in c.archs) \

@@ -104,8 +104,15 @@ def l2_penalty(params) -> Array:
              if getattr(path[-1], "key", None) == "kernel")
 
 
-def make_programs(setup: Setup, case_set_len: int | None = None):
-  """``init(key, hp)`` and ``chunk(state, hp)`` for ONE model; the caller vmaps them."""
+class Programs(NamedTuple):
+  """The pure functions of ONE model; the caller vmaps and jits them."""
+  init: Callable        # (key_data, hp) -> TrainState
+  train_step: Callable  # (state, hp) -> (state, (loss, accuracy))
+  chunk: Callable       # (state, hp, case_sets) -> (state, metrics): eval_every steps + evaluation
+
+
+def make_programs(setup: Setup) -> Programs:
+  """The training and evaluation functions of one model of ``setup``."""
   c = setup.config
   model = setup.model()
   num_steps, batch_size = c.train.num_steps, c.train.batch_size
@@ -169,7 +176,7 @@ def make_programs(setup: Setup, case_set_len: int | None = None):
     return state, {k: (v if k in ("diverged", "train_loss") else jnp.where(state.diverged, 0.0, v))
                    for k, v in metrics.items()}
 
-  return init, chunk
+  return Programs(init, train_step, chunk)
 
 
 def case_sets_for(setup: Setup, seed: int, chunk_size: int = 250):
@@ -212,7 +219,7 @@ class Grid:
 
   @classmethod
   def build(cls, setup: Setup, num_models: int) -> "Grid":
-    init_one, chunk_one = make_programs(setup)
+    init_one, _, chunk_one = make_programs(setup)
     case_sets = case_sets_for(setup, setup.config.seed)
     sharding = models_sharding()
     init = jax.jit(jax.vmap(init_one), out_shardings=sharding)

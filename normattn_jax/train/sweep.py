@@ -43,10 +43,6 @@ def model_keys(seed: int, seed_indices: np.ndarray) -> np.ndarray:
                    for s in seed_indices])
 
 
-def point_label(values: dict) -> str:
-  return ",".join(f"{k}={v}" for k, v in values.items())
-
-
 def _chunk_count(config):
   return config.train.num_steps // config.train.eval_every
 
@@ -57,7 +53,7 @@ def train_point(config, arch, values, workdir, progress=None, max_chunks=None, w
   setup = Setup(arch, point)
   hp, seeds, _ = hyperparameter_grid(point)
   num_models, num_chunks = len(seeds), _chunk_count(point)
-  name = arch + (f"[{point_label(values)}]" if values else "")
+  name = arch + (f"[{config_lib.point_label(values)}]" if values else "")
   grid = Grid.build(setup, num_models)
   hp_dev = grid.shard(hp)
   state = grid.init(grid.shard(model_keys(point.seed, seeds)), hp_dev)
@@ -138,7 +134,7 @@ def _best_per_arch(cells):
   """Per arch (and swept value), the learning rate with the best mean val/train accuracy."""
   best = {}
   for cell in cells:
-    key = cell["arch"] + ("" if not cell["params"] else " " + point_label(cell["params"]))
+    key = cell["arch"] + ("" if not cell["params"] else " " + config_lib.point_label(cell["params"]))
     score = (cell["metrics"].get("val_acc", {}).get("mean") or 0.0)
     if key not in best or score > best[key]["val_acc"]:
       best[key] = {"learning_rate": cell["learning_rate"], "val_acc": score,
@@ -152,7 +148,7 @@ def save_metrics(path, config, results) -> None:
   arrays = {"learning_rates": np.asarray(config.learning_rates, np.float64),
             "eval_steps": np.arange(1, _chunk_count(config) + 1) * config.train.eval_every}
   for (arch, values), history in results.items():
-    prefix = arch + (f"[{point_label(dict(values))}]" if values else "")
+    prefix = arch + (f"[{config_lib.point_label(dict(values))}]" if values else "")
     for key, curve in history.items():
       arrays[f"{prefix}/{key}"] = curve.reshape((curve.shape[0],) + shape)
   np.savez_compressed(path, **arrays)

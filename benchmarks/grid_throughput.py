@@ -1,0 +1,115 @@
+"""Grid-engine throughput: M models in one compiled program vs the same models one after another.
+
+Measured side by side in one run (variants interleaved, medians of repeats): model-steps/s and
+achieved GFLOP/s against a matmul peak measured in the same run, for M = 1, 10, 50 at d = 32
+(N = 32) and at the NAP paper's defaults (d = N = 128, L = 2, H = 4, batch 32). FLOPs come from
+XLA's cost analysis of the compiled step. The architecture is MTE.
+
+  python benchmarks/grid_throughput.py [--repeats 3] [--steps 4] [--models 1,10,50]
+
+The last two lines: peak_fraction_at_defaults=<model FLOP/s / matmul peak, best M>
+and speedup_at_50=<one program / one after another, d = 32>.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from normattn_jax.train.config import base_config
+from normattn_jax.train.grid import Setup, make_programs
+
+
+def matmul_peak_gflops(size=2048, repeats=5) -> float:
+  a = jax.random.normal(jax.random.key(0), (size, size), jnp.float32)
+  f = jax.jit(lambda x: x @ x)
+  f(a).block_until_ready()
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    f(a).block_until_ready()
+    times.append(time.perf_counter() - start)
+  return 2 * size ** 3 / min(times) / 1e9
+
+
+def setup_for(d_model, seq_len):
+  c = base_config()
+  c.model.d_model, c.task.seq_len = d_model, seq_len
+  return Setup("mte", c)
+
+
+def build(setup, num_models, steps):
+  """A jitted program running ``steps`` training steps of ``num_models`` models."""
+  programs = make_programs(setup)
+
+  def run(state, hp):
+    return jax.lax.scan(lambda s, _: programs.train_step(s, hp), state, None, length=steps)[0]
+
+  keys = np.stack([np.asarray(jax.random.key_data(jax.random.key(i))) for i in range(num_models)])
+  hp = {"learning_rate": jnp.full((num_models,), 1e-3), "l2": jnp.zeros((num_models,))}
+  state = jax.jit(jax.vmap(programs.init))(keys, hp)
+  compiled = jax.jit(jax.vmap(run)).lower(state, hp).compile()
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  flops_per_model_step = float(cost["flops"]) / (num_models * steps)
+  return compiled, state, hp, flops_per_model_step
+
+
+def timed(fn):
+  start = time.perf_counter()
+  jax.block_until_ready(fn())
+  return time.perf_counter() - start
+
+
+def measure(d_model, seq_len, model_counts, steps, repeats, peak):
+  setup = setup_for(d_model, seq_len)
+  single, s1, hp1, flops = build(setup, 1, steps)
+  programs = {m: build(setup, m, steps) for m in model_counts if m > 1}
+  variants = {}
+  for m in model_counts:
+    if m > 1:
+      compiled, state, hp, _ = programs[m]
+      variants[f"one program, M={m}"] = (m, lambda c=compiled, s=state, h=hp: c(s, h))
+    variants[f"one after another, M={m}"] = (
+        m, lambda m=m: [single(s1, hp1) for _ in range(m)])
+  for _, fn in variants.values():  # warm up
+    timed(fn)
+  samples = {name: [] for name in variants}
+  for _ in range(repeats):
+    for name, (m, fn) in variants.items():
+      samples[name].append(m * steps / timed(fn))
+  print(f"\nd={d_model}, N={seq_len}: {flops / 1e9:.2f} GFLOP per model-step "
+        f"(XLA cost analysis); matmul peak {peak:.0f} GFLOP/s")
+  print(f"{'variant':>28} {'model-steps/s':>14} {'GFLOP/s':>9} {'of peak':>8}")
+  rates = {}
+  for name, values in samples.items():
+    rate = statistics.median(values)
+    rates[name] = rate
+    print(f"{name:>28} {rate:14.1f} {rate * flops / 1e9:9.1f} {rate * flops / 1e9 / peak:8.1%}")
+  return rates, flops
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--steps", type=int, default=4, help="training steps per timed call")
+  parser.add_argument("--models", default="1,10,50")
+  args = parser.parse_args()
+  counts = [int(m) for m in args.models.split(",")]
+  print(f"devices: {jax.devices()}")
+  peak = matmul_peak_gflops()
+  small, _ = measure(32, 32, counts, args.steps, args.repeats, peak)
+  paper, flops = measure(128, 128, counts, args.steps, args.repeats, peak)
+  largest = max(counts)
+  best = max(rate for name, rate in paper.items() if name.startswith("one program")
+             or name == "one after another, M=1")
+  print(f"\npeak_fraction_at_defaults={best * flops / 1e9 / peak:.3f}")
+  print(f"speedup_at_{largest}={small[f'one program, M={largest}'] / small[f'one after another, M={largest}']:.2f}")
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,69 @@
+"""Every experiment config is valid as shipped and overridable from the command line."""
+import glob
+import os
+import subprocess
+import sys
+
+import pytest
+
+from configs import regularization
+from normattn_jax.train.config import point_config, static_points, validate
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIGS = sorted(p for p in glob.glob(os.path.join(REPO, "configs", "*.py"))
+                 if not p.endswith(("__init__.py", "regularization.py")))
+
+
+def load(path):
+  import importlib.util
+  spec = importlib.util.spec_from_file_location("config", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=os.path.basename)
+def test_config_is_valid(path):
+  validate(load(path))
+
+
+@pytest.mark.parametrize("task", regularization.TASKS)
+@pytest.mark.parametrize("kind", sorted(regularization.KINDS))
+def test_regularization_configs(task, kind):
+  validate(regularization.get_config(f"{task},{kind}"))
+
+
+def test_paper_scale_defaults():
+  c = load(os.path.join(REPO, "configs", "case_distinction.py"))
+  assert c.archs == ("bert", "mte", "nap", "non", "sum", "max")
+  assert len(c.learning_rates) == 10 and abs(c.learning_rates[0] - 0.3) < 1e-12
+  assert (c.model.d_model, c.model.num_layers, c.model.num_heads, c.task.seq_len) == (128, 2, 4, 128)
+  assert (c.train.num_steps, c.train.batch_size, c.num_seeds) == (3200, 32, 5)
+
+
+def test_step_scaling_keeps_examples_constant():
+  c = load(os.path.join(REPO, "configs", "fig13_case_lr_x_batch.py"))
+  for values in static_points(c):
+    p = point_config(c, values)
+    assert p.train.num_steps * p.train.batch_size == 3200 * 32
+    assert p.train.num_steps // p.train.eval_every == 32
+  c = load(os.path.join(REPO, "configs", "fig16_mode_lr_x_vocab.py"))
+  assert [point_config(c, v).train.num_steps for v in static_points(c)][:3] == [800, 1600, 3200]
+
+
+def test_ablation_stages():
+  c = load(os.path.join(REPO, "configs", "table1_ablation.py"))
+  stages = [point_config(c, v) for v in static_points(c)]
+  assert [(s.train.warmup, s.train.clip, s.model.normalize, s.model.attention_gelu)
+          for s in (stages[0], stages[4])] == [("true", "true", "false", "false"),
+                                               ("false", "false", "true", "true")]
+
+
+def test_command_line_rejects_a_bad_override_before_compiling(tmp_path):
+  result = subprocess.run(
+      [sys.executable, os.path.join(REPO, "experiments", "sweep.py"),
+       "--config", os.path.join(REPO, "configs", "demo.py"), "--workdir", str(tmp_path / "w"),
+       "--config.archs=('nap','gpt')"], capture_output=True, text=True, cwd=REPO)
+  assert result.returncode != 0
+  assert "config.archs" in result.stderr
+  assert not os.path.exists(tmp_path / "w")
