@@ -23,7 +23,7 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 def main(argv):
   del argv
-  logging.set_verbosity(logging.WARNING)  # keep checkpoint chatter out of the progress bar
+  logging.set_verbosity(logging.ERROR)  # keep checkpoint chatter out of the progress bar
   if _DISTRIBUTED.value:
     import jax
     jax.distributed.initialize()

@@ -91,29 +91,36 @@ def case_figure(config, summary, path):
 
 
 def learning_curves_figure(config, summary, metrics_path, path):
-  """Per arch, at its best learning rate (first swept value): mean curves with min-max bands."""
+  """Per arch, at its best learning rate (first swept value): mean curves over seeds with
+  min-max bands; for the case task a second row of case accuracies (the paper's Fig. 10-12)."""
   data = np.load(metrics_path)
   steps = data["eval_steps"]
   archs = list(config.archs)
-  fig, axes = plt.subplots(1, len(archs), figsize=(2.6 * len(archs), 2.6), squeeze=False,
-                           sharey=True)
-  name, xs = sweep_axis(config)
+  rows = [(("train_acc", "tab:blue"), ("val_acc", "tab:orange"))]
+  if config.task.name == "case_distinction":
+    rows.append(tuple((f"case_acc_{c}", colour) for c, colour in
+                      (("argmin", "tab:red"), ("first", "tab:green"), ("argmax", "tab:blue"))))
+  fig, axes = plt.subplots(len(rows), len(archs), figsize=(2.6 * len(archs), 2.6 * len(rows)),
+                           squeeze=False, sharey=True)
+  name = config.sweep.name
+  first = static_points(config)[0]
   for a, arch in enumerate(archs):
-    ax = axes[0, a]
-    first = static_points(config)[0]
     prefix = arch if name not in STATIC_SWEEPS else f"{arch}[{name}={first[name]}]"
     mean = cell_grid(config, summary, arch, "val_acc", "mean")[:, 0]
     if not np.isfinite(mean).any():
       continue
     best = int(np.nanargmax(mean))
-    for metric, colour in (("train_acc", "tab:blue"), ("val_acc", "tab:orange")):
-      curves = data[f"{prefix}/{metric}"][:, best, 0, :]
-      ax.plot(steps, curves.mean(-1), color=colour, label=metric)
-      ax.fill_between(steps, curves.min(-1), curves.max(-1), color=colour, alpha=0.25)
-    ax.set_title(f"{arch}, lr {config.learning_rates[best]:.1e}", fontsize=9)
-    ax.set_xlabel("step")
-  axes[0, 0].set_ylabel("accuracy")
-  axes[0, 0].legend(fontsize=7)
+    for r, curves_of_row in enumerate(rows):
+      ax = axes[r, a]
+      for metric, colour in curves_of_row:
+        curves = data[f"{prefix}/{metric}"][:, best, 0, :]
+        ax.plot(steps, curves.mean(-1), color=colour, label=metric)
+        ax.fill_between(steps, curves.min(-1), curves.max(-1), color=colour, alpha=0.25)
+      ax.set_xlabel("step")
+    axes[0, a].set_title(f"{arch}, lr {config.learning_rates[best]:.1e}", fontsize=9)
+  for r in range(len(rows)):
+    axes[r, 0].set_ylabel("accuracy")
+    axes[r, 0].legend(fontsize=6)
   fig.tight_layout()
   fig.savefig(path, dpi=120)
   plt.close(fig)

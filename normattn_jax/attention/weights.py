@@ -79,7 +79,18 @@ def softmax_weights(logits: Array, mask: Optional[Array] = None) -> Array:
   """UNAS: softmax over the keys of each query (Vaswani et al.)."""
   mask = _check_mask(logits, mask)
   x = logits.astype(_compute_dtype(logits.dtype))
-  return jnp.exp(log_normalize(x, mask, axis=-1)).astype(logits.dtype)
+  return _softmax(x, mask).astype(logits.dtype)
+
+
+def _softmax(x: Array, mask: Optional[Array]) -> Array:
+  """Max-shifted softmax over the last axis with one exp per entry; empty rows give zeros."""
+  if mask is not None:
+    x = jnp.where(mask, x, -jnp.inf)
+  shift = jax.lax.stop_gradient(jnp.max(x, axis=-1, keepdims=True))
+  shift = jnp.where(jnp.isfinite(shift), shift, 0.0)
+  e = jnp.exp(x - shift)
+  total = jnp.sum(e, axis=-1, keepdims=True)
+  return e / jnp.where(total > 0, total, 1.0)
 
 
 def _sinkhorn_log(x: Array, num_iters: int, mask: Optional[Array]) -> Array:
@@ -119,7 +130,7 @@ def hnas_weights(logits: Array, u, mask: Optional[Array] = None) -> Array:
   dtype = _compute_dtype(logits.dtype)
   x = logits.astype(dtype)
   u = u.astype(dtype)
-  unas = jnp.exp(log_normalize(x, mask, axis=-1))
+  unas = _softmax(x, mask)
   dnas = jnp.exp(_sinkhorn_log(x, 1, mask))
   return (u * dnas + (1 - u) * unas).astype(logits.dtype)
 

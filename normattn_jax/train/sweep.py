@@ -47,6 +47,14 @@ def _chunk_count(config):
   return config.train.num_steps // config.train.eval_every
 
 
+def to_host(x: jax.Array) -> np.ndarray:
+  """The whole models axis as numpy, also when it is sharded over several hosts."""
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+  return np.asarray(x)
+
+
 def train_point(config, arch, values, workdir, progress=None, max_chunks=None, writer=None):
   """Train the grid of one arch at one static point; returns metrics ``{name: [evals, models]}``."""
   point = config_lib.point_config(config, values)
@@ -75,7 +83,7 @@ def train_point(config, arch, values, workdir, progress=None, max_chunks=None, w
     if max_chunks is not None and max_chunks[0] <= 0:
       raise Interrupted(name)
     state, metrics = grid.chunk(state, hp_dev)
-    metrics = {k: np.asarray(v)[:num_models] for k, v in metrics.items()}
+    metrics = {k: to_host(v)[:num_models] for k, v in metrics.items()}
     for key, value in metrics.items():
       history.setdefault(key, np.zeros((num_chunks, num_models), value.dtype))[index] = value
     if writer is not None:
@@ -158,15 +166,17 @@ def run_sweep(config: ml_collections.ConfigDict, workdir: str, *, max_chunks: Op
               show_progress: bool = True, tensorboard: bool = True) -> dict:
   """Validate, train every (point, arch) grid, write the results; returns the summary."""
   config_lib.validate(config)
+  chief = jax.process_index() == 0  # on several hosts, one writes the files
   os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, "config.json"), "w") as f:
-    json.dump(config.to_dict(), f, indent=2, sort_keys=True)
+  if chief:
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+      json.dump(config.to_dict(), f, indent=2, sort_keys=True)
   points = config_lib.static_points(config)
   jobs = [(arch, values) for values in points for arch in config.archs]
   total = sum(config_lib.point_config(config, v).train.num_steps for _, v in jobs) \
       * len(hyperparameter_grid(config)[1])
-  progress = _progress(total, show_progress)
-  writer = _tensorboard_writer(workdir) if tensorboard else None
+  progress = _progress(total, show_progress and chief)
+  writer = _Writer(workdir) if tensorboard and chief else None
   budget = None if max_chunks is None else [max_chunks]
   results = {}
   started = time.perf_counter()
@@ -180,6 +190,8 @@ def run_sweep(config: ml_collections.ConfigDict, workdir: str, *, max_chunks: Op
     if writer is not None:
       writer.close()
   summary = summarise(config, results)
+  if not chief:
+    return summary
   with open(os.path.join(workdir, "summary.json"), "w") as f:
     json.dump(summary, f, indent=2, sort_keys=True)
   save_metrics(os.path.join(workdir, "metrics.npz"), config, results)
@@ -214,6 +226,3 @@ class _Writer:
   def close(self):
     self.summary.close()
 
-
-def _tensorboard_writer(workdir):
-  return _Writer(workdir)
