@@ -6,10 +6,11 @@ import os
 import matplotlib
 
 matplotlib.use("Agg")
+import matplotlib.patheffects as path_effects  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from normattn_jax.train.config import STATIC_SWEEPS, static_points  # noqa: E402
+from normattn_jax.train.config import STATIC_SWEEPS, point_label, static_points  # noqa: E402
 
 
 def sweep_axis(config):
@@ -42,7 +43,8 @@ def _pixel_axes(ax, config, image, title, cross=None):
   name, xs = sweep_axis(config)
   ax.imshow(image, aspect="auto", interpolation="nearest")
   if cross is not None:
-    ax.plot(cross[1], cross[0], "x", color="white", markersize=10, markeredgewidth=2)
+    ax.plot(cross[1], cross[0], "x", color="black", markersize=9, markeredgewidth=2,
+            path_effects=[path_effects.withStroke(linewidth=4, foreground="white")])
   ax.set_title(title, fontsize=9)
   ax.set_yticks(range(len(config.learning_rates)))
   ax.set_yticklabels([f"{lr:.1e}" for lr in config.learning_rates], fontsize=6)
@@ -105,7 +107,7 @@ def learning_curves_figure(config, summary, metrics_path, path):
   name = config.sweep.name
   first = static_points(config)[0]
   for a, arch in enumerate(archs):
-    prefix = arch if name not in STATIC_SWEEPS else f"{arch}[{name}={first[name]}]"
+    prefix = arch if name not in STATIC_SWEEPS else f"{arch}[{point_label(first)}]"
     mean = cell_grid(config, summary, arch, "val_acc", "mean")[:, 0]
     if not np.isfinite(mean).any():
       continue
@@ -131,3 +133,23 @@ def draw_sweep(config, summary, metrics_path, workdir):
   if config.task.name == "case_distinction":
     case_figure(config, summary, os.path.join(workdir, "case_accuracy.png"))
   learning_curves_figure(config, summary, metrics_path, os.path.join(workdir, "learning_curves.png"))
+
+
+def redraw(workdir):
+  """Draw a finished run's figures again from its ``config.json`` and ``summary.json``."""
+  import json
+  import ml_collections
+  with open(os.path.join(workdir, "config.json")) as f:
+    config = ml_collections.ConfigDict(json.load(f))
+  for field in ("archs", "learning_rates"):
+    config[field] = tuple(config[field])
+  config.sweep["values"] = tuple(config.sweep["values"])
+  with open(os.path.join(workdir, "summary.json")) as f:
+    summary = json.load(f)
+  draw_sweep(config, summary, os.path.join(workdir, "metrics.npz"), workdir)
+
+
+if __name__ == "__main__":
+  import sys
+  for directory in sys.argv[1:]:
+    redraw(directory)

@@ -88,7 +88,7 @@ def _non_negative_int(config, field):
 
 
 def point_label(values: dict) -> str:
-  return ",".join(f"{k}={v}" for k, v in values.items())
+  return ",".join(f"{k}={v:g}" for k, v in values.items())
 
 
 def _get(config, field):
