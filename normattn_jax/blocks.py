@@ -99,13 +99,6 @@ def pool(x: Array, mixer: str, mask: Optional[Array]) -> Array:
   return jnp.broadcast_to(pooled, x.shape)
 
 
-def attention_mask(mask: Optional[Array]) -> Optional[Array]:
-  """Padding mask ``[..., N]`` -> attention mask ``[..., 1, N, N]`` (both ends valid)."""
-  if mask is None:
-    return None
-  return (mask[..., None, :, None] & mask[..., None, None, :])
-
-
 def check_block_fields(*, num_heads: int, ffn_features: Optional[int], dropout_rate: float,
                        layer_norm_epsilon: float) -> None:
   if isinstance(num_heads, bool) or not isinstance(num_heads, (int, np.integer)) \
@@ -137,6 +130,7 @@ class TransformerBlock(nn.Module):
   kernel_init: Callable = nn.initializers.truncated_normal(0.02)
   hybrid_init: float = 0.5
   sinkhorn_iters: int = 3
+  attention_implementation: str = "auto"
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
 
@@ -147,7 +141,8 @@ class TransformerBlock(nn.Module):
                        dropout_rate=self.dropout_rate, layer_norm_epsilon=self.layer_norm_epsilon)
     if spec.mixer == "attention":
       check_attention_fields(normalization=spec.normalization, hybrid_init=self.hybrid_init,
-                             sinkhorn_iters=self.sinkhorn_iters, dropout_rate=self.dropout_rate)
+                             sinkhorn_iters=self.sinkhorn_iters, dropout_rate=self.dropout_rate,
+                             implementation=self.attention_implementation)
     super().__post_init__()
 
   @property
@@ -178,7 +173,8 @@ class TransformerBlock(nn.Module):
           head_norm_epsilon=self.layer_norm_epsilon,
           head_activation=_gelu if spec.attention_gelu else None,
           dtype=self.dtype, param_dtype=self.param_dtype, name="attention",
-      )(x, mask=attention_mask(mask), deterministic=deterministic)
+          implementation=self.attention_implementation,
+      )(x, query_mask=mask, key_mask=mask, deterministic=deterministic)
     else:
       h = pool(x, spec.mixer, mask)
 

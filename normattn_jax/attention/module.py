@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from normattn_jax.attention import fast as fast_lib
 from normattn_jax.attention import weights as weights_lib
 from normattn_jax.norms import LayerNorm
 
@@ -50,8 +51,63 @@ def compute_weights(logits: Array, normalization: str, mask: Optional[Array], *,
   raise ValueError(f"normalization must be one of {weights_lib.NORMALIZATIONS}, got {normalization!r}")
 
 
+IMPLEMENTATIONS = ("auto", "quadratic", "fast")
+
+
+def compute_fast(q: Array, k: Array, v: Array, normalization: str, *, query_mask, key_mask,
+                 causal: bool, hybrid_weight=None, nap_gain=None, nap_bias=None,
+                 sinkhorn_iters: int = 3, block_size: int = fast_lib.DEFAULT_BLOCK) -> Array:
+  """The exact fast path of ``fast.py`` on ``[..., h, n, d]`` arrays (no N x N weights)."""
+  per_head = lambda p: p.reshape(p.shape + (1, 1))
+  masks = dict(query_mask=query_mask, key_mask=key_mask, causal=causal)
+  blocked = dict(masks, block_size=block_size)
+  if normalization == "softmax":
+    return fast_lib.softmax_attention(q, k, v, **blocked)
+  if normalization == "dnas":
+    return fast_lib.dnas_attention(q, k, v, **blocked)
+  if normalization == "hnas":
+    return fast_lib.hnas_attention(q, k, v, per_head(hybrid_weight), **blocked)
+  if normalization == "sinkhorn":
+    return fast_lib.sinkhorn_attention(q, k, v, sinkhorn_iters, **blocked)
+  if normalization == "nap":
+    return fast_lib.nap_attention(q, k, v, per_head(nap_gain), per_head(nap_bias), **masks)
+  return fast_lib.non_attention(q, k, v, **masks)
+
+
+def fast_is_faster(normalization: str, q_len: int, k_len: int, head_dim: int,
+                   causal: bool) -> bool:
+  """``implementation="auto"``'s rule (measured in benchmarks/attention_scaling.py): linear
+  NAP/NON once the sequence is longer than twice the head width (eight times when causal:
+  prefix sums cost memory); blockwise DNAS/HNAS/Sinkhorn from a million logits per head on.
+  Softmax stays quadratic, exactly as flax computes it."""
+  if normalization in ("nap", "non"):
+    return k_len >= (8 if causal else 2) * head_dim
+  if normalization in ("dnas", "hnas", "sinkhorn"):
+    return q_len * k_len >= 1 << 20
+  return False
+
+
+def structured_mask(mask, query_mask, key_mask, causal, q_len, k_len):
+  """One dense boolean mask from a dense ``mask`` and the structured ones (None if none)."""
+  parts = [] if mask is None else [mask]
+  if query_mask is not None:
+    parts.append(query_mask[..., None, :, None])
+  if key_mask is not None:
+    parts.append(key_mask[..., None, None, :])
+  if causal:
+    parts.append(jnp.tril(jnp.ones((q_len, k_len), bool)))
+  if not parts:
+    return None
+  out = parts[0]
+  for part in parts[1:]:
+    out = out & part
+  return out
+
+
 def check_attention_fields(*, normalization: str, hybrid_init: float, sinkhorn_iters: int,
-                           dropout_rate: float) -> None:
+                           dropout_rate: float, implementation: str = "auto") -> None:
+  if implementation not in IMPLEMENTATIONS:
+    raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
   if normalization not in weights_lib.NORMALIZATIONS:
     raise ValueError(
         f"normalization must be one of {weights_lib.NORMALIZATIONS}, got {normalization!r}")
@@ -75,6 +131,11 @@ class MultiHeadAttention(nn.Module):
       normalisation makes the scale moot (as in the NAP paper's code).
     head_norm / head_norm_epsilon / head_activation: optional LayerNorm and activation on the
       concatenated head outputs before the output projection (the MTE/NAP attention sub-module).
+    implementation: "quadratic" forms the weights; "fast" uses the exact paths of ``fast.py``
+      (linear-time NAP/NON, O(N)-memory DNAS/HNAS/Sinkhorn), which never form them, so they
+      take structured masks (``query_mask``, ``key_mask``, ``causal``), no dense ``mask``, no
+      attention dropout and no ``sow_weights``; "auto" (default) takes the fast path where it
+      is allowed and ``fast_is_faster``. Same params either way.
   NAP adds a scalar ``nap_gain`` (init 1) and ``nap_bias`` (init 0) per head; HNAS adds
   ``hybrid_weight`` per head.
   """
@@ -99,6 +160,8 @@ class MultiHeadAttention(nn.Module):
   head_norm: bool = False
   head_norm_epsilon: float = 1e-6
   head_activation: Optional[Callable[[Array], Array]] = None
+  implementation: str = "auto"
+  block_size: int = fast_lib.DEFAULT_BLOCK
 
   def __post_init__(self):
     if not isinstance(self.num_heads, (int, np.integer)) or self.num_heads < 1:
@@ -107,17 +170,24 @@ class MultiHeadAttention(nn.Module):
       raise ValueError(f"num_heads ({self.num_heads}) must divide qkv_features "
                        f"({self.qkv_features})")
     check_attention_fields(normalization=self.normalization, hybrid_init=self.hybrid_init,
-                           sinkhorn_iters=self.sinkhorn_iters, dropout_rate=self.dropout_rate)
+                           sinkhorn_iters=self.sinkhorn_iters, dropout_rate=self.dropout_rate,
+                           implementation=self.implementation)
+    if isinstance(self.block_size, bool) or not isinstance(self.block_size, (int, np.integer)) \
+        or self.block_size < 1:
+      raise ValueError(f"block_size must be a positive integer, got {self.block_size!r}")
     super().__post_init__()
 
   @nn.compact
   def __call__(self, inputs_q: Array, inputs_k: Optional[Array] = None,
                inputs_v: Optional[Array] = None, *, mask: Optional[Array] = None,
                deterministic: Optional[bool] = None, dropout_rng: Optional[Array] = None,
-               sow_weights: bool = False) -> Array:
+               sow_weights: bool = False, query_mask: Optional[Array] = None,
+               key_mask: Optional[Array] = None, causal: bool = False) -> Array:
     """Attend from ``inputs_q [..., q, features]`` to ``inputs_k``/``inputs_v`` (default: self).
 
-    ``mask`` is boolean, broadcastable to ``[..., num_heads, q, k]``, True = attend.
+    ``mask`` is boolean, broadcastable to ``[..., num_heads, q, k]``, True = attend. The
+    structured masks ``query_mask [..., q]``, ``key_mask [..., k]`` (True = valid) and ``causal``
+    combine with it and also work on the fast path.
     """
     if inputs_k is None:
       if inputs_v is not None:
@@ -142,15 +212,26 @@ class MultiHeadAttention(nn.Module):
     scale = self.scale_logits if self.scale_logits is not None else self.normalization != "nap"
     if scale:
       query = query / jnp.sqrt(head_dim).astype(query.dtype)
-    logits = jnp.einsum("...qhd,...khd->...hqk", query, key, precision=self.precision)
 
+    dropout_active = self.dropout_rate > 0.0 and not nn.merge_param(
+        "deterministic", self.deterministic, deterministic)
+    if self._fast(mask, sow_weights, dropout_active, query.shape[-3], key.shape[-3], head_dim,
+                  causal):
+      to_heads = lambda x: jnp.swapaxes(x, -2, -3)  # [..., n, h, d] -> [..., h, n, d]
+      heads = to_heads(compute_fast(
+          to_heads(query), to_heads(key), to_heads(value), self.normalization,
+          query_mask=query_mask, key_mask=key_mask, causal=causal, **self._extra_params(),
+          sinkhorn_iters=self.sinkhorn_iters, block_size=self.block_size))
+      return self._output(heads.astype(value.dtype), features)
+
+    mask = structured_mask(mask, query_mask, key_mask, causal, query.shape[-3], key.shape[-3])
+    logits = jnp.einsum("...qhd,...khd->...hqk", query, key, precision=self.precision)
     weights = compute_weights(logits, self.normalization, mask, **self._extra_params(),
                               sinkhorn_iters=self.sinkhorn_iters)
     if sow_weights:
       self.sow("intermediates", "attention_weights", weights)
 
-    if self.dropout_rate > 0.0 and not nn.merge_param(
-        "deterministic", self.deterministic, deterministic):
+    if dropout_active:
       if dropout_rng is None:
         dropout_rng = self.make_rng("dropout")
       keep_prob = 1.0 - self.dropout_rate
@@ -161,6 +242,24 @@ class MultiHeadAttention(nn.Module):
       weights = weights * (keep / keep_prob).astype(weights.dtype)
 
     heads = jnp.einsum("...hqk,...khd->...qhd", weights, value, precision=self.precision)
+    return self._output(heads, features)
+
+  def _fast(self, mask, sow_weights, dropout_active, q_len, k_len, head_dim, causal) -> bool:
+    """Whether this call takes the fast path (see ``implementation``)."""
+    if self.implementation == "quadratic":
+      return False
+    blockers = [name for name, present in (("a dense mask", mask is not None),
+                                           ("sow_weights", sow_weights),
+                                           ("attention dropout", dropout_active)) if present]
+    if self.implementation == "fast":
+      if blockers:
+        raise ValueError(f"implementation='fast' never forms the weights, so it cannot take "
+                         f"{', '.join(blockers)}; pass query_mask/key_mask/causal or use "
+                         f"implementation='quadratic'")
+      return True
+    return not blockers and fast_is_faster(self.normalization, q_len, k_len, head_dim, causal)
+
+  def _output(self, heads: Array, features: int) -> Array:
     heads = self._head_transform(heads)
     return nn.DenseGeneral(
         features=features, axis=(-2, -1), kernel_init=self.out_kernel_init or self.kernel_init,

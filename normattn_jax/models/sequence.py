@@ -54,6 +54,7 @@ class SequenceModel(nn.Module):
   init_std: float = 0.02
   hybrid_init: float = 0.5
   sinkhorn_iters: int = 3
+  attention_implementation: str = "auto"
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
 
@@ -71,7 +72,8 @@ class SequenceModel(nn.Module):
       if self.d_model % self.num_heads:
         raise ValueError(f"num_heads ({self.num_heads}) must divide d_model ({self.d_model})")
       check_attention_fields(normalization=spec.normalization, hybrid_init=self.hybrid_init,
-                             sinkhorn_iters=self.sinkhorn_iters, dropout_rate=self.dropout_rate)
+                             sinkhorn_iters=self.sinkhorn_iters, dropout_rate=self.dropout_rate,
+                             implementation=self.attention_implementation)
     if self.output not in OUTPUTS:
       raise ValueError(f"output must be one of {OUTPUTS}, got {self.output!r}")
     if self.num_classes is not None:
@@ -100,7 +102,8 @@ class SequenceModel(nn.Module):
           normalize=self.normalize, attention_gelu=self.attention_gelu,
           ffn_features=self.ffn_features, dropout_rate=self.dropout_rate,
           layer_norm_epsilon=self.layer_norm_epsilon, kernel_init=init,
-          hybrid_init=self.hybrid_init, sinkhorn_iters=self.sinkhorn_iters, dtype=self.dtype,
+          hybrid_init=self.hybrid_init, sinkhorn_iters=self.sinkhorn_iters,
+          attention_implementation=self.attention_implementation, dtype=self.dtype,
           param_dtype=self.param_dtype, name=f"block_{layer}")(x, mask, deterministic)
     return self._head(x, mask, init)
 

@@ -1,0 +1,313 @@
+"""Exact fast attention paths that never form the N x N weight matrix.
+
+Two identities make the new normalisations cheaper than their definitions:
+
+* **NAP and NON are linear in N.** With l_ij = q_i . k_j, the sums over keys factor through
+  d x d statistics of the keys: mean_i = q_i . mean(k), var_i = q_i^T Cov(k) q_i and
+  sum_j (l_ij - mean_i) v_j = q_i^T sum_j (k_j - mean(k)) v_j^T. Time O(N d^2), extra memory
+  O(d^2) per head (O(N d^2) for causal masks, whose sums become prefix sums).
+* **DNAS and Sinkhorn are softmax attention with a per-key bias.** After t Sinkhorn iterations
+  log pi_ij = l_ij - a_j - b_i; the row offset b cancels in the final row normalisation, so the
+  output is softmax_j(l_ij - a_j) V. The offsets come from blockwise log-sum-exp passes, each
+  O(block x N) memory; DNAS is one iteration. HNAS mixes a DNAS and a softmax output.
+
+All functions take ``q [..., h, n_q, d]``, ``k [..., h, n_k, d]``, ``v [..., h, n_k, e]`` (the
+logits are ``q . k``: scale ``q`` beforehand) and structured masks: ``query_mask [..., n_q]``,
+``key_mask [..., n_k]`` (True = valid) and ``causal``. They equal the quadratic weight functions
+of ``weights.py`` applied with ``mask = query_mask_i & key_mask_j & (j <= i if causal)``, to float
+rounding, values and gradients; rows without a valid key give 0.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+
+from normattn_jax.attention.weights import NAP_EPSILON
+
+Array = jax.Array
+DEFAULT_BLOCK = 256
+
+
+# ----- masks -----
+
+def _mask_shape_check(name: str, mask: Optional[Array], lead: tuple, length: int) -> None:
+  if mask is None:
+    return
+  if mask.dtype != jnp.bool_:
+    raise TypeError(f"{name} must be boolean (True = valid), got dtype {mask.dtype}")
+  if mask.shape[-1] != length:
+    raise ValueError(f"{name} of shape {mask.shape} must end in the sequence length {length}")
+
+
+def _check(q, k, v, query_mask, key_mask, causal):
+  if q.ndim < 3 or k.ndim != q.ndim or v.ndim != q.ndim:
+    raise ValueError(f"q, k, v must share their rank (>= 3), got {q.shape}, {k.shape}, {v.shape}")
+  if k.shape[-1] != q.shape[-1] or v.shape[-2] != k.shape[-2]:
+    raise ValueError(f"incompatible shapes q {q.shape}, k {k.shape}, v {v.shape}")
+  if causal and q.shape[-2] != k.shape[-2]:
+    raise ValueError(f"causal attention needs as many queries as keys, got "
+                     f"{q.shape[-2]} and {k.shape[-2]}")
+  _mask_shape_check("query_mask", query_mask, q.shape[:-3], q.shape[-2])
+  _mask_shape_check("key_mask", key_mask, k.shape[:-3], k.shape[-2])
+
+
+def _valid(mask: Optional[Array], length: int, dtype) -> Array:
+  """``[..., 1, length]`` validity (1/0) broadcastable over heads."""
+  if mask is None:
+    return jnp.ones((1, length), dtype)
+  return mask[..., None, :].astype(dtype)
+
+
+def _block_mask(query_mask, key_mask, causal, rows: Array, n_k: int):
+  """The element mask of a block of query rows ``rows [block]`` against all keys:
+  ``[..., 1, block, n_k]`` (broadcastable over heads), or None if everything is valid."""
+  mask = None
+  if query_mask is not None:
+    mask = query_mask[..., None, :, None]
+  if key_mask is not None:
+    km = key_mask[..., None, None, :]
+    mask = km if mask is None else mask & km
+  if causal:
+    cm = rows[:, None] >= jnp.arange(n_k)[None, :]
+    mask = cm if mask is None else mask & cm
+  return mask
+
+
+def _query_blocks(q: Array, block: int):
+  """Pad the query axis to a multiple of ``block``; returns (padded q, number of blocks)."""
+  n_q = q.shape[-2]
+  block = min(block, n_q)
+  pad = -n_q % block
+  if pad:
+    q = jnp.pad(q, [(0, 0)] * (q.ndim - 2) + [(0, pad), (0, 0)])
+  return q, (n_q + pad) // block, block
+
+
+def _padded_query_mask(query_mask: Optional[Array], n_q: int, padded: int, lead: tuple):
+  if padded == n_q and query_mask is None:
+    return None
+  if query_mask is None:
+    query_mask = jnp.ones(lead + (n_q,), bool)
+  return jnp.pad(query_mask, [(0, 0)] * (query_mask.ndim - 1) + [(0, padded - n_q)])
+
+
+def _split(x: Array, axis: int, num: int) -> Array:
+  """Move ``num`` equal blocks of ``axis`` to a new leading axis (for ``lax.map``)."""
+  axis = axis % x.ndim
+  shape = x.shape[:axis] + (num, x.shape[axis] // num) + x.shape[axis + 1:]
+  return jnp.moveaxis(x.reshape(shape), axis, 0)
+
+
+def _unsplit(x: Array, axis: int) -> Array:
+  axis = axis % (x.ndim - 1)
+  x = jnp.moveaxis(x, 0, axis)
+  return x.reshape(x.shape[:axis] + (x.shape[axis] * x.shape[axis + 1],) + x.shape[axis + 2:])
+
+
+def _safe_lse(x: Array, axis: int) -> Array:
+  """log-sum-exp that is 0 (not -inf, not NaN) where every entry is -inf."""
+  shift = jax.lax.stop_gradient(jnp.max(x, axis=axis, keepdims=True))
+  shift = jnp.where(jnp.isfinite(shift), shift, 0.0)
+  total = jnp.sum(jnp.exp(x - shift), axis=axis, keepdims=True)
+  out = jnp.log(jnp.where(total > 0, total, 1.0)) + shift
+  return jnp.squeeze(out, axis)
+
+
+# ----- the bias passes (Sinkhorn offsets), blockwise over queries -----
+
+class _Blocks:
+  """Query blocks of one attention call, shared by the passes below."""
+
+  def __init__(self, q, query_mask, key_mask, causal, block):
+    self.n_q, self.n_k = q.shape[-2], None
+    qp, self.num, self.size = _query_blocks(q, block)
+    self.q = _split(qp, -2, self.num)                       # [num, ..., h, size, d]
+    qm = _padded_query_mask(query_mask, self.n_q, qp.shape[-2], q.shape[:-3])
+    self.query_mask = None if qm is None else _split(qm, -1, self.num)
+    self.rows = jnp.arange(qp.shape[-2]).reshape(self.num, self.size)
+    self.key_mask, self.causal = key_mask, causal
+
+  def map(self, fn, k, *per_block):
+    """``lax.map`` of ``fn(q_block, mask_block, *per_block_args)`` over the query blocks, with
+    rematerialisation so that the backward pass keeps O(block x N) memory too."""
+    n_k = k.shape[-2]
+
+    @jax.checkpoint
+    def body(args):
+      qb, qmb, rows, *rest = args
+      mask = _block_mask(qmb, self.key_mask, self.causal, rows, n_k)
+      return fn(qb, mask, *rest)
+
+    qm = self.query_mask if self.query_mask is not None else jnp.zeros((self.num,), bool)
+    return jax.lax.map(lambda a: body((a[0], None if self.query_mask is None else a[1], a[2],
+                                       *a[3:])),
+                       (self.q, qm, self.rows) + per_block)
+
+
+def _logits(qb, k, mask):
+  l = jnp.einsum("...qd,...kd->...qk", qb, k)
+  return l if mask is None else jnp.where(mask, l, -jnp.inf)
+
+
+def _column_offsets(blocks: _Blocks, k: Array, row_offsets: Optional[Array]) -> Array:
+  """a_j = logsumexp_i (l_ij - b_i) over the valid queries i: a sum over query blocks."""
+  def partial(qb, mask, *rest):
+    l = _logits(qb, k, mask)
+    if rest:
+      l = l - rest[0][..., None]
+    shift = jax.lax.stop_gradient(jnp.max(l, axis=-2))        # -inf where a block has no entry
+    safe = jnp.where(jnp.isfinite(shift), shift, 0.0)
+    return shift, jnp.sum(jnp.exp(l - safe[..., None, :]), axis=-2)
+
+  extra = () if row_offsets is None else (_split(row_offsets, -1, blocks.num),)
+  shifts, totals = blocks.map(partial, k, *extra)            # [num, ..., h, n_k]
+  top = jnp.max(shifts, axis=0)
+  top = jnp.where(jnp.isfinite(top), top, 0.0)
+  total = jnp.sum(totals * jnp.exp(shifts - top), axis=0)
+  return jnp.log(jnp.where(total > 0, total, 1.0)) + top
+
+
+def _row_offsets(blocks: _Blocks, k: Array, column_offsets: Array) -> Array:
+  """b_i = logsumexp_j (l_ij - a_j) over the valid keys j, per query block."""
+  def rows(qb, mask):
+    return _safe_lse(_logits(qb, k, mask) - column_offsets[..., None, :], axis=-1)
+  return _unsplit(blocks.map(rows, k), -1)[..., :blocks.n_q]
+
+
+def _biased_softmax_attention(blocks: _Blocks, k, v, key_bias: Optional[Array]) -> Array:
+  """softmax_j(l_ij - key_bias_j) V per query block; rows without a valid key give 0."""
+  def attend(qb, mask):
+    l = _logits(qb, k, mask)
+    if key_bias is not None:
+      l = l - key_bias[..., None, :]
+    shift = jax.lax.stop_gradient(jnp.max(l, axis=-1, keepdims=True))
+    shift = jnp.where(jnp.isfinite(shift), shift, 0.0)
+    e = jnp.exp(l - shift)
+    total = jnp.sum(e, axis=-1, keepdims=True)
+    return jnp.einsum("...qk,...ke->...qe", e / jnp.where(total > 0, total, 1.0), v)
+  return _unsplit(blocks.map(attend, k), -2)[..., :blocks.n_q, :]
+
+
+def _prepare(q, k, v, query_mask, key_mask, causal):
+  _check(q, k, v, query_mask, key_mask, causal)
+  dtype = jnp.promote_types(q.dtype, jnp.float32)
+  return q.astype(dtype), k.astype(dtype), v.astype(dtype), q.dtype
+
+
+def softmax_attention(q, k, v, *, query_mask=None, key_mask=None, causal=False,
+                      block_size: int = DEFAULT_BLOCK) -> Array:
+  """Softmax (UNAS) attention in query blocks: O(block x N) memory."""
+  q, k, v, out_dtype = _prepare(q, k, v, query_mask, key_mask, causal)
+  blocks = _Blocks(q, query_mask, key_mask, causal, block_size)
+  return _biased_softmax_attention(blocks, k, v, None).astype(out_dtype)
+
+
+def sinkhorn_attention(q, k, v, num_iters: int, *, query_mask=None, key_mask=None,
+                       causal=False, block_size: int = DEFAULT_BLOCK) -> Array:
+  """``num_iters`` Sinkhorn iterations as key biases: 2 num_iters - 1 blockwise passes."""
+  if isinstance(num_iters, bool) or not isinstance(num_iters, int) or num_iters < 1:
+    raise ValueError(f"num_iters must be an integer >= 1, got {num_iters!r}")
+  q, k, v, out_dtype = _prepare(q, k, v, query_mask, key_mask, causal)
+  blocks = _Blocks(q, query_mask, key_mask, causal, block_size)
+  a = _column_offsets(blocks, k, None)
+  for _ in range(num_iters - 1):
+    b = _row_offsets(blocks, k, a)
+    b = jnp.pad(b, [(0, 0)] * (b.ndim - 1) + [(0, blocks.num * blocks.size - blocks.n_q)])
+    a = _column_offsets(blocks, k, b)
+  return _biased_softmax_attention(blocks, k, v, a).astype(out_dtype)
+
+
+def dnas_attention(q, k, v, *, query_mask=None, key_mask=None, causal=False,
+                   block_size: int = DEFAULT_BLOCK) -> Array:
+  """DNAS: softmax attention with the key bias c_j = logsumexp_i l_ij (one column pass)."""
+  return sinkhorn_attention(q, k, v, 1, query_mask=query_mask, key_mask=key_mask,
+                            causal=causal, block_size=block_size)
+
+
+def hnas_attention(q, k, v, u, *, query_mask=None, key_mask=None, causal=False,
+                   block_size: int = DEFAULT_BLOCK) -> Array:
+  """HNAS: ``u * DNAS-out + (1 - u) * softmax-out``; ``u`` broadcasts to ``[..., h, 1, 1]``."""
+  kwargs = dict(query_mask=query_mask, key_mask=key_mask, causal=causal, block_size=block_size)
+  u = jnp.asarray(u, jnp.promote_types(q.dtype, jnp.float32))
+  out = u * dnas_attention(q, k, v, **kwargs) + (1 - u) * softmax_attention(q, k, v, **kwargs)
+  return out.astype(q.dtype)
+
+
+# ----- linear-time NAP and NON -----
+
+def _key_statistics(q, k, v, key_mask, causal):
+  """Sums over the valid keys (prefix sums if causal) of the keys centred at their mean.
+
+  Returns (count [..., h, n_q or 1, 1], sum_k, sum_kk, sum_kv, sum_v) with the key axis reduced
+  (or cumulated). Centring at the global mean of the valid keys is exact (l - mean is invariant
+  to shifting all keys) and keeps the variance free of cancellation.
+  """
+  w = _valid(key_mask, k.shape[-2], k.dtype)[..., None]         # [..., 1, n_k, 1]
+  count_all = jnp.sum(w, axis=-2, keepdims=True)
+  centre = jnp.sum(w * k, axis=-2, keepdims=True) / jnp.maximum(count_all, 1.0)
+  kc = (k - centre) * w
+  vw = v * w
+  if not causal:  # no query axis: one d x d statistic per head
+    return (count_all, jnp.sum(kc, axis=-2, keepdims=True),
+            jnp.einsum("...kd,...ke->...de", kc, kc),
+            jnp.einsum("...kd,...ke->...de", kc, vw),
+            jnp.sum(vw, axis=-2, keepdims=True))
+  cum = functools.partial(jnp.cumsum, axis=-3)
+  return (jnp.cumsum(jnp.broadcast_to(w, k.shape[:-1] + (1,)), axis=-2), jnp.cumsum(kc, axis=-2),
+          cum(kc[..., :, None] * kc[..., None, :]), cum(kc[..., :, None] * vw[..., None, :]),
+          jnp.cumsum(vw, axis=-2))
+
+
+def _contract(q, stat, causal, rhs_last: bool):
+  """q_i^T S (per query i; S has a query axis only if causal) and, if ``rhs_last``, q^T S q."""
+  if causal:
+    out = jnp.einsum("...qd,...qde->...qe", q, stat)
+    return jnp.sum(out * q, axis=-1, keepdims=True) if rhs_last else out
+  out = jnp.einsum("...qd,...de->...qe", q, stat)
+  return jnp.sum(out * q, axis=-1, keepdims=True) if rhs_last else out
+
+
+def nap_attention(q, k, v, gain=1.0, bias=0.0, *, query_mask=None, key_mask=None,
+                  causal=False, eps: float = NAP_EPSILON) -> Array:
+  """NAP in O(N d^2): o_i = g (q_i^T S_kv - mean_i S_v) / (std_i + eps) + b S_v."""
+  q, k, v, out_dtype = _prepare(q, k, v, query_mask, key_mask, causal)
+  count, s_k, s_kk, s_kv, s_v = _key_statistics(q, k, v, key_mask, causal)
+  n = jnp.maximum(count, 1.0)
+  m = s_k / n                                                   # mean of the centred keys
+  mean = jnp.sum(q * m, axis=-1, keepdims=True)                 # q_i . m, the logits' mean shift
+  second = _contract(q, s_kk, causal, rhs_last=True) / n       # q_i^T (S_kk / n) q_i
+  single = count <= 1  # one key: its centred logit is exactly 0, not a rounding residue
+  var = jnp.where(single, 0.0, jnp.maximum(second - mean * mean, 0.0))
+  positive = var > 0
+  std = jnp.where(positive, jnp.sqrt(jnp.where(positive, var, 1.0)), 0.0)
+  weighted = jnp.where(single, 0.0, _contract(q, s_kv, causal, rhs_last=False) - mean * s_v)
+  gain = jnp.asarray(gain, q.dtype)
+  bias = jnp.asarray(bias, q.dtype)
+  out = gain * weighted / (std + eps) + bias * s_v
+  return _finish(out, count, query_mask).astype(out_dtype)
+
+
+def non_attention(q, k, v, *, query_mask=None, key_mask=None, causal=False) -> Array:
+  """NON in O(N d^2): o_i = q_i^T sum_j k_j v_j^T / sqrt(n_i)."""
+  q, k, v, out_dtype = _prepare(q, k, v, query_mask, key_mask, causal)
+  w = _valid(key_mask, k.shape[-2], k.dtype)[..., None]
+  kw = k * w
+  if causal:
+    count = jnp.cumsum(jnp.broadcast_to(w, k.shape[:-1] + (1,)), axis=-2)
+    s_kv = jnp.cumsum(kw[..., :, None] * v[..., None, :], axis=-3)
+  else:
+    count = jnp.sum(w, axis=-2, keepdims=True)
+    s_kv = jnp.einsum("...kd,...ke->...de", kw, v)
+  out = _contract(q, s_kv, causal, rhs_last=False) / jnp.sqrt(jnp.maximum(count, 1.0))
+  return _finish(out, count, query_mask).astype(out_dtype)
+
+
+def _finish(out, count, query_mask):
+  """Zero the rows of padding queries and of queries without a valid key."""
+  keep = count > 0
+  if query_mask is not None:
+    keep = keep & query_mask[..., None, :, None]
+  return jnp.where(keep, out, 0.0)
