@@ -239,26 +239,43 @@ def hnas_attention(q, k, v, u, *, query_mask=None, key_mask=None, causal=False,
 # ----- linear-time NAP and NON -----
 
 def _key_statistics(q, k, v, key_mask, causal):
-  """Sums over the valid keys (prefix sums if causal) of the keys centred at their mean.
+  """Sums over the valid keys of each query (prefix sums if causal), centred at their mean.
 
-  Returns (count [..., h, n_q or 1, 1], sum_k, sum_kk, sum_kv, sum_v) with the key axis reduced
-  (or cumulated). Centring at the global mean of the valid keys is exact (l - mean is invariant
-  to shifting all keys) and keeps the variance free of cancellation.
+  Returns (count, sum_kk, sum_kv, sum_v): count [..., n_q or 1, 1]; without a causal mask
+  the d x d statistics have no query axis. The keys are centred at the mean of the keys each
+  query sees (exact: l - mean is invariant to shifting all keys), which keeps the variance free
+  of cancellation; for causal masks the prefix moments are merged pairwise (Chan et al.'s
+  parallel update) by an associative scan, so every prefix is centred at its own mean.
   """
   w = _valid(key_mask, k.shape[-2], k.dtype)[..., None]         # [..., 1, n_k, 1]
-  count_all = jnp.sum(w, axis=-2, keepdims=True)
-  centre = jnp.sum(w * k, axis=-2, keepdims=True) / jnp.maximum(count_all, 1.0)
+  if causal:
+    return _prefix_moments(k, v, jnp.broadcast_to(w, k.shape[:-1] + (1,)))
+  count = jnp.sum(w, axis=-2, keepdims=True)
+  centre = jnp.sum(w * k, axis=-2, keepdims=True) / jnp.maximum(count, 1.0)
   kc = (k - centre) * w
   vw = v * w
-  if not causal:  # no query axis: one d x d statistic per head
-    return (count_all, jnp.sum(kc, axis=-2, keepdims=True),
-            jnp.einsum("...kd,...ke->...de", kc, kc),
-            jnp.einsum("...kd,...ke->...de", kc, vw),
-            jnp.sum(vw, axis=-2, keepdims=True))
-  cum = functools.partial(jnp.cumsum, axis=-3)
-  return (jnp.cumsum(jnp.broadcast_to(w, k.shape[:-1] + (1,)), axis=-2), jnp.cumsum(kc, axis=-2),
-          cum(kc[..., :, None] * kc[..., None, :]), cum(kc[..., :, None] * vw[..., None, :]),
-          jnp.cumsum(vw, axis=-2))
+  return (count, jnp.einsum("...kd,...ke->...de", kc, kc),
+          jnp.einsum("...kd,...ke->...de", kc, vw), jnp.sum(vw, axis=-2, keepdims=True))
+
+
+def _prefix_moments(k, v, w):
+  """Per prefix: count, sum (k - m)(k - m)^T, sum (k - m) v^T and sum v over valid keys."""
+  def merge(a, b):
+    n_a, mk_a, mv_a, kk_a, kv_a = a
+    n_b, mk_b, mv_b, kk_b, kv_b = b
+    n = n_a + n_b
+    frac = n_b / jnp.maximum(n, 1.0)
+    dk, dv = mk_b - mk_a, mv_b - mv_a
+    cross = (n_a * frac)[..., None]                              # n_a n_b / n
+    return (n, mk_a + dk * frac, mv_a + dv * frac,
+            kk_a + kk_b + cross * dk[..., :, None] * dk[..., None, :],
+            kv_a + kv_b + cross * dk[..., :, None] * dv[..., None, :])
+
+  zeros_kk = jnp.zeros(k.shape + (k.shape[-1],), k.dtype)
+  zeros_kv = jnp.zeros(k.shape + (v.shape[-1],), k.dtype)
+  n, _, mean_v, kk, kv = jax.lax.associative_scan(
+      merge, (w, k * w, v * w, zeros_kk, zeros_kv), axis=-2)
+  return n, kk, kv, mean_v * n
 
 
 def _contract(q, stat, causal, rhs_last: bool):
@@ -272,18 +289,15 @@ def _contract(q, stat, causal, rhs_last: bool):
 
 def nap_attention(q, k, v, gain=1.0, bias=0.0, *, query_mask=None, key_mask=None,
                   causal=False, eps: float = NAP_EPSILON) -> Array:
-  """NAP in O(N d^2): o_i = g (q_i^T S_kv - mean_i S_v) / (std_i + eps) + b S_v."""
+  """NAP in O(N d^2): o_i = g q_i^T C_kv / (std_i + eps) + b S_v, with C_kv = sum (k_j - m) v_j^T
+  and std_i^2 = q_i^T Cov(k) q_i over the keys query i sees."""
   q, k, v, out_dtype = _prepare(q, k, v, query_mask, key_mask, causal)
-  count, s_k, s_kk, s_kv, s_v = _key_statistics(q, k, v, key_mask, causal)
-  n = jnp.maximum(count, 1.0)
-  m = s_k / n                                                   # mean of the centred keys
-  mean = jnp.sum(q * m, axis=-1, keepdims=True)                 # q_i . m, the logits' mean shift
-  second = _contract(q, s_kk, causal, rhs_last=True) / n       # q_i^T (S_kk / n) q_i
+  count, s_kk, s_kv, s_v = _key_statistics(q, k, v, key_mask, causal)
   single = count <= 1  # one key: its centred logit is exactly 0, not a rounding residue
-  var = jnp.where(single, 0.0, jnp.maximum(second - mean * mean, 0.0))
+  var = jnp.where(single, 0.0, _contract(q, s_kk, causal, rhs_last=True) / jnp.maximum(count, 1.0))
   positive = var > 0
   std = jnp.where(positive, jnp.sqrt(jnp.where(positive, var, 1.0)), 0.0)
-  weighted = jnp.where(single, 0.0, _contract(q, s_kv, causal, rhs_last=False) - mean * s_v)
+  weighted = jnp.where(single, 0.0, _contract(q, s_kv, causal, rhs_last=False))
   gain = jnp.asarray(gain, q.dtype)
   bias = jnp.asarray(bias, q.dtype)
   out = gain * weighted / (std + eps) + bias * s_v

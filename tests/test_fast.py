@@ -1,0 +1,136 @@
+"""The fast paths equal the quadratic definitions: values, gradients, masks, bf16."""
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from normattn_jax import MultiHeadAttention
+from normattn_jax.attention import fast
+from normattn_jax.attention import weights as W
+
+B, H, D, E = 2, 2, 8, 5
+
+
+def inputs(n, seed=0, scale=1.0):
+  ks = jax.random.split(jax.random.key(seed), 5)
+  q = scale * jax.random.normal(ks[0], (B, H, n, D))
+  k = jax.random.normal(ks[1], (B, H, n, D))
+  v = jax.random.normal(ks[2], (B, H, n, E))
+  qm = jax.random.bernoulli(ks[3], 0.8, (B, n)).at[:, 0].set(True)
+  km = jax.random.bernoulli(ks[4], 0.8, (B, n)).at[:, 0].set(True)
+  return q, k, v, qm, km
+
+
+def dense_mask(n, qm, km, causal):
+  m = jnp.ones((B, 1, n, n), bool)
+  if qm is not None:
+    m = m & qm[:, None, :, None] & km[:, None, None, :]
+  if causal:
+    m = m & jnp.tril(jnp.ones((n, n), bool))
+  return m
+
+
+PAIRS = {
+    "softmax": (lambda q, k, v, **m: fast.softmax_attention(q, k, v, block_size=8, **m),
+                lambda l, m: W.softmax_weights(l, m)),
+    "dnas": (lambda q, k, v, **m: fast.dnas_attention(q, k, v, block_size=8, **m),
+             lambda l, m: W.dnas_weights(l, m)),
+    "hnas": (lambda q, k, v, **m: fast.hnas_attention(q, k, v, 0.3, block_size=8, **m),
+             lambda l, m: W.hnas_weights(l, 0.3, m)),
+    "sinkhorn": (lambda q, k, v, **m: fast.sinkhorn_attention(q, k, v, 3, block_size=16, **m),
+                 lambda l, m: W.sinkhorn_weights(l, 3, m)),
+    "nap": (lambda q, k, v, **m: fast.nap_attention(q, k, v, 1.3, 0.2, **m),
+            lambda l, m: W.nap_weights(l, 1.3, 0.2, m)),
+    "non": (lambda q, k, v, **m: fast.non_attention(q, k, v, **m),
+            lambda l, m: W.non_weights(l, m)),
+}
+
+
+def quadratic(weight_fn, q, k, v, mask):
+  return jnp.einsum("...qk,...ke->...qe", weight_fn(jnp.einsum("...qd,...kd->...qk", q, k), mask),
+                    v)
+
+
+@pytest.mark.parametrize("name", sorted(PAIRS))
+@pytest.mark.parametrize("n", [5, 21])
+@pytest.mark.parametrize("masked,causal", [(False, False), (True, False), (True, True)])
+def test_values_and_gradients_equal_the_quadratic_path(name, n, masked, causal):
+  fast_fn, weight_fn = PAIRS[name]
+  q, k, v, qm, km = inputs(n, seed=n)
+  masks = dict(query_mask=qm if masked else None, key_mask=km if masked else None, causal=causal)
+  mask = dense_mask(n, masks["query_mask"], masks["key_mask"], causal)
+  tol = 1e-4 if name == "nap" else 1e-5
+  np.testing.assert_allclose(fast_fn(q, k, v, **masks), quadratic(weight_fn, q, k, v, mask),
+                             atol=tol, rtol=tol)
+  probe = jax.random.normal(jax.random.key(7), (B, H, n, E))
+  loss_fast = lambda *a: jnp.sum(fast_fn(*a, **masks) * probe)
+  loss_ref = lambda *a: jnp.sum(quadratic(weight_fn, *a, mask) * probe)
+  # NAP divides by (std + eps): where a row's logits nearly agree, rounding is amplified, so
+  # gradients are compared relative to their largest entry
+  for got, want in zip(jax.grad(loss_fast, (0, 1, 2))(q, k, v),
+                       jax.grad(loss_ref, (0, 1, 2))(q, k, v)):
+    np.testing.assert_allclose(got, want, atol=5 * tol * float(jnp.max(jnp.abs(want))), rtol=0)
+
+
+@pytest.mark.parametrize("name", ["dnas", "sinkhorn", "nap", "non"])
+def test_bf16_and_large_logits(name):
+  fast_fn, weight_fn = PAIRS[name]
+  q, k, v, qm, km = inputs(16, seed=3)
+  low = fast_fn(q.astype(jnp.bfloat16), k.astype(jnp.bfloat16), v.astype(jnp.bfloat16),
+                query_mask=qm, key_mask=km)
+  assert low.dtype == jnp.bfloat16 and jnp.isfinite(low.astype(jnp.float32)).all()
+  ref = fast_fn(*(x.astype(jnp.bfloat16).astype(jnp.float32) for x in (q, k, v)),
+                query_mask=qm, key_mask=km)
+  np.testing.assert_allclose(low.astype(jnp.float32), ref, atol=5e-2, rtol=5e-2)
+  q_big = 300.0 * q  # logits in the thousands
+  out = fast_fn(q_big, k, v, query_mask=qm, key_mask=km)
+  assert jnp.isfinite(out).all()
+  if name in ("dnas", "sinkhorn"):
+    mask = dense_mask(16, qm, km, False)
+    np.testing.assert_allclose(out, quadratic(weight_fn, q_big, k, v, mask), atol=1e-3)
+
+
+def test_rows_without_a_valid_key_are_zero():
+  q, k, v, qm, km = inputs(6)
+  km = km.at[1].set(False)
+  for name, (fast_fn, _) in PAIRS.items():
+    out = fast_fn(q, k, v, query_mask=qm, key_mask=km)
+    assert (out[1] == 0).all() and jnp.isfinite(out).all(), name
+    assert (out[0][:, ~qm[0]] == 0).all(), name
+
+
+@pytest.mark.parametrize("normalization", ["softmax", "dnas", "hnas", "sinkhorn", "nap", "non"])
+def test_module_paths_agree_with_the_same_params(normalization):
+  x = jax.random.normal(jax.random.key(1), (2, 12, 16))
+  pad = jnp.arange(12)[None] < jnp.array([[12], [9]])
+  quad = MultiHeadAttention(num_heads=2, normalization=normalization, implementation="quadratic")
+  quick = MultiHeadAttention(num_heads=2, normalization=normalization, implementation="fast",
+                             block_size=4)
+  params = quad.init(jax.random.key(2), x)
+  for causal in (False, True):
+    kwargs = dict(query_mask=pad, key_mask=pad, causal=causal)
+    chex.assert_trees_all_close(quick.apply(params, x, **kwargs), quad.apply(params, x, **kwargs),
+                                atol=1e-4)
+
+
+def test_auto_rule_and_errors():
+  assert fast.DEFAULT_BLOCK > 0
+  from normattn_jax.attention.module import fast_is_faster
+  assert fast_is_faster("nap", 128, 128, 32, False) and not fast_is_faster("nap", 32, 32, 32, False)
+  assert fast_is_faster("dnas", 1024, 1024, 64, False)
+  assert not fast_is_faster("softmax", 8192, 8192, 64, False)
+  x = jnp.ones((1, 4, 8))
+  layer = MultiHeadAttention(num_heads=2, normalization="nap", implementation="fast")
+  params = layer.init(jax.random.key(0), x)
+  with pytest.raises(ValueError, match="dense mask"):
+    layer.apply(params, x, mask=jnp.ones((4, 4), bool))
+  with pytest.raises(ValueError, match="sow_weights"):
+    layer.apply(params, x, sow_weights=True, mutable=["intermediates"])
+  with pytest.raises(ValueError, match="implementation"):
+    MultiHeadAttention(num_heads=2, implementation="flash")
+  with pytest.raises(ValueError, match="causal"):
+    fast.dnas_attention(jnp.ones((1, 3, 2)), jnp.ones((1, 4, 2)), jnp.ones((1, 4, 2)),
+                        causal=True)
+  with pytest.raises(ValueError, match="num_iters"):
+    fast.sinkhorn_attention(jnp.ones((1, 3, 2)), jnp.ones((1, 3, 2)), jnp.ones((1, 3, 2)), 0)
