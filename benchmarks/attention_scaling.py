@@ -1,0 +1,125 @@
+"""Quadratic vs fast attention for every normalisation, side by side in one run.
+
+For N = 128 .. 8192 (batch 1, 8 heads, d_h = 64): the time (median of repeats, variants
+interleaved) and the peak scratch memory (XLA's compiled memory analysis: temporaries plus
+outputs) of the forward pass and of forward + backward, for the quadratic path (weight matrix,
+``weights.py``) and the fast path (``fast.py``). Plain softmax attention (quadratic) is the time
+reference for DNAS. A variant whose scratch memory exceeds --max_gib is compiled (for its memory)
+but not run.
+
+  python benchmarks/attention_scaling.py [--max_n 8192] [--repeats 3]
+
+The last two lines: nap_speedup_at_4096=<quadratic / fast, forward+backward> and
+dnas_memory_ratio_at_4096=<quadratic / fast peak memory, forward+backward>.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+
+from normattn_jax.attention import fast
+from normattn_jax.attention import weights as W
+
+HEADS, HEAD_DIM = 8, 64
+QUADRATIC = {
+    "softmax": W.softmax_weights,
+    "dnas": W.dnas_weights,
+    "hnas": lambda l: W.hnas_weights(l, 0.5),
+    "sinkhorn": lambda l: W.sinkhorn_weights(l, 3),
+    "nap": W.nap_weights,
+    "non": W.non_weights,
+}
+FAST = {
+    "softmax": fast.softmax_attention,
+    "dnas": fast.dnas_attention,
+    "hnas": lambda q, k, v: fast.hnas_attention(q, k, v, 0.5),
+    "sinkhorn": lambda q, k, v: fast.sinkhorn_attention(q, k, v, 3),
+    "nap": fast.nap_attention,
+    "non": fast.non_attention,
+}
+
+
+def quadratic(name):
+  def attend(q, k, v):
+    logits = jnp.einsum("...qd,...kd->...qk", q, k)
+    return jnp.einsum("...qk,...ke->...qe", QUADRATIC[name](logits), v)
+  return attend
+
+
+def programs(fn, args):
+  """Compiled forward and forward+backward programs with their scratch memory in bytes."""
+  forward = jax.jit(fn)
+  both = jax.jit(jax.value_and_grad(lambda q, k, v: jnp.sum(fn(q, k, v) ** 2), argnums=(0, 1, 2)))
+  out = {}
+  for mode, f in (("fwd", forward), ("fwd+bwd", both)):
+    compiled = f.lower(*args).compile()
+    mem = compiled.memory_analysis()
+    out[mode] = (compiled, mem.temp_size_in_bytes + mem.output_size_in_bytes)
+  return out
+
+
+def timed(compiled, args):
+  start = time.perf_counter()
+  jax.block_until_ready(compiled(*args))
+  return time.perf_counter() - start
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--max_n", type=int, default=8192)
+  parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--max_gib", type=float, default=6.0)
+  parser.add_argument("--normalizations", default=",".join(QUADRATIC))
+  args = parser.parse_args()
+  names = args.normalizations.split(",")
+  lengths = [n for n in (128, 256, 512, 1024, 2048, 4096, 8192) if n <= args.max_n]
+  print(f"devices: {jax.devices()}; batch 1, {HEADS} heads, d_h = {HEAD_DIM}")
+  print(f"{'norm':>8} {'N':>5} {'mode':>7} {'quad ms':>9} {'fast ms':>9} {'speedup':>8} "
+        f"{'quad MiB':>9} {'fast MiB':>9} {'mem ratio':>9} {'fast/softmax':>12}")
+  results = {}
+  for n in lengths:
+    keys = jax.random.split(jax.random.key(n), 3)
+    qkv = tuple(jax.random.normal(key, (1, HEADS, n, HEAD_DIM)) / HEAD_DIM ** 0.25
+                for key in keys)
+    compiled = {(name, path): programs(fn(name) if path == "quadratic" else FAST[name], qkv)
+                for name in names for path, fn in (("quadratic", quadratic), ("fast", None))}
+    if ("softmax", "quadratic") not in compiled:
+      compiled[("softmax", "quadratic")] = programs(quadratic("softmax"), qkv)
+    runnable = {key: {mode: c for mode, (c, mem) in modes.items()
+                      if mem <= args.max_gib * 2 ** 30}
+                for key, modes in compiled.items()}
+    samples = {(key, mode): [] for key, modes in runnable.items() for mode in modes}
+    for key, modes in runnable.items():  # warm up
+      for c in modes.values():
+        timed(c, qkv)
+    for _ in range(args.repeats):
+      for key, modes in runnable.items():
+        for mode, c in modes.items():
+          samples[(key, mode)].append(timed(c, qkv))
+    median = {k: statistics.median(v) for k, v in samples.items()}
+    for name in names:
+      for mode in ("fwd", "fwd+bwd"):
+        tq = median.get(((name, "quadratic"), mode))
+        tf = median.get(((name, "fast"), mode))
+        ts = median.get((("softmax", "quadratic"), mode))
+        mq = compiled[(name, "quadratic")][mode][1]
+        mf = compiled[(name, "fast")][mode][1]
+        results[(name, n, mode)] = (tq, tf, mq, mf, ts)
+        fmt = lambda t: f"{t * 1e3:9.1f}" if t is not None else f"{'(skip)':>9}"
+        ratio = f"{tq / tf:8.2f}" if tq and tf else f"{'-':>8}"
+        vs_softmax = f"{tf / ts:12.2f}" if tf and ts else f"{'-':>12}"
+        print(f"{name:>8} {n:5d} {mode:>7} {fmt(tq)} {fmt(tf)} {ratio} {mq / 2**20:9.1f} "
+              f"{mf / 2**20:9.1f} {mq / mf:9.1f} {vs_softmax}", flush=True)
+  if 4096 in lengths and "nap" in names and "dnas" in names:
+    tq, tf, *_ = results[("nap", 4096, "fwd+bwd")]
+    print(f"nap_speedup_at_4096={tq / tf:.2f}" if tq and tf else "nap_speedup_at_4096=nan")
+    _, _, mq, mf, _ = results[("dnas", 4096, "fwd+bwd")]
+    print(f"dnas_memory_ratio_at_4096={mq / mf:.2f}")
+
+
+if __name__ == "__main__":
+  main()
