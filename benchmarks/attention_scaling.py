@@ -7,7 +7,7 @@ outputs) of the forward pass and of forward + backward, for the quadratic path (
 reference for DNAS. A variant whose scratch memory exceeds --max_gib is compiled (for its memory)
 but not run.
 
-  python benchmarks/attention_scaling.py [--max_n 8192] [--repeats 3]
+  python benchmarks/attention_scaling.py [--max_n 8192] [--repeats 3] [--time_max_n 4096]
 
 The last two lines: nap_speedup_at_4096=<quadratic / fast, forward+backward> and
 dnas_memory_ratio_at_4096=<quadratic / fast peak memory, forward+backward>.
@@ -73,6 +73,8 @@ def main():
   parser.add_argument("--max_n", type=int, default=8192)
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--max_gib", type=float, default=6.0)
+  parser.add_argument("--time_max_n", type=int, default=8192,
+                      help="longer sequences get their memory measured, not their time")
   parser.add_argument("--normalizations", default=",".join(QUADRATIC))
   args = parser.parse_args()
   names = args.normalizations.split(",")
@@ -90,7 +92,7 @@ def main():
     if ("softmax", "quadratic") not in compiled:
       compiled[("softmax", "quadratic")] = programs(quadratic("softmax"), qkv)
     runnable = {key: {mode: c for mode, (c, mem) in modes.items()
-                      if mem <= args.max_gib * 2 ** 30}
+                      if mem <= args.max_gib * 2 ** 30 and n <= args.time_max_n}
                 for key, modes in compiled.items()}
     samples = {(key, mode): [] for key, modes in runnable.items() for mode in modes}
     for key, modes in runnable.items():  # warm up

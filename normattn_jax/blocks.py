@@ -99,6 +99,22 @@ def pool(x: Array, mixer: str, mask: Optional[Array]) -> Array:
   return jnp.broadcast_to(pooled, x.shape)
 
 
+def check_layer_fields(module, d_model: Optional[int] = None) -> Architecture:
+  """Validate the fields a block and a model share; returns the resolved architecture."""
+  spec = resolve_architecture(module.arch, module.normalization, module.normalize,
+                              module.attention_gelu)
+  check_block_fields(num_heads=module.num_heads, ffn_features=module.ffn_features,
+                     dropout_rate=module.dropout_rate,
+                     layer_norm_epsilon=module.layer_norm_epsilon)
+  if spec.mixer == "attention":
+    if d_model is not None and d_model % module.num_heads:
+      raise ValueError(f"num_heads ({module.num_heads}) must divide d_model ({d_model})")
+    check_attention_fields(normalization=spec.normalization, hybrid_init=module.hybrid_init,
+                           sinkhorn_iters=module.sinkhorn_iters, dropout_rate=module.dropout_rate,
+                           implementation=module.attention_implementation)
+  return spec
+
+
 def check_block_fields(*, num_heads: int, ffn_features: Optional[int], dropout_rate: float,
                        layer_norm_epsilon: float) -> None:
   if isinstance(num_heads, bool) or not isinstance(num_heads, (int, np.integer)) \
@@ -135,14 +151,7 @@ class TransformerBlock(nn.Module):
   param_dtype: Any = jnp.float32
 
   def __post_init__(self):
-    spec = resolve_architecture(self.arch, self.normalization, self.normalize,
-                                self.attention_gelu)
-    check_block_fields(num_heads=self.num_heads, ffn_features=self.ffn_features,
-                       dropout_rate=self.dropout_rate, layer_norm_epsilon=self.layer_norm_epsilon)
-    if spec.mixer == "attention":
-      check_attention_fields(normalization=spec.normalization, hybrid_init=self.hybrid_init,
-                             sinkhorn_iters=self.sinkhorn_iters, dropout_rate=self.dropout_rate,
-                             implementation=self.attention_implementation)
+    check_layer_fields(self)
     super().__post_init__()
 
   @property

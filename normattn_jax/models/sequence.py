@@ -13,8 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from normattn_jax.attention.module import check_attention_fields
-from normattn_jax.blocks import TransformerBlock, check_block_fields, resolve_architecture
+from normattn_jax.blocks import TransformerBlock, check_layer_fields
 
 Array = jax.Array
 
@@ -64,16 +63,7 @@ class SequenceModel(nn.Module):
     if isinstance(self.num_layers, bool) or not isinstance(self.num_layers, (int, np.integer)) \
         or self.num_layers < 0:
       raise ValueError(f"num_layers must be an integer >= 0, got {self.num_layers!r}")
-    spec = resolve_architecture(self.arch, self.normalization, self.normalize,
-                                self.attention_gelu)
-    check_block_fields(num_heads=self.num_heads, ffn_features=self.ffn_features,
-                       dropout_rate=self.dropout_rate, layer_norm_epsilon=self.layer_norm_epsilon)
-    if spec.mixer == "attention":
-      if self.d_model % self.num_heads:
-        raise ValueError(f"num_heads ({self.num_heads}) must divide d_model ({self.d_model})")
-      check_attention_fields(normalization=spec.normalization, hybrid_init=self.hybrid_init,
-                             sinkhorn_iters=self.sinkhorn_iters, dropout_rate=self.dropout_rate,
-                             implementation=self.attention_implementation)
+    check_layer_fields(self, self.d_model)
     if self.output not in OUTPUTS:
       raise ValueError(f"output must be one of {OUTPUTS}, got {self.output!r}")
     if self.num_classes is not None:

@@ -120,14 +120,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
   lrs = tuple(config.learning_rates)
   if not lrs or any(not isinstance(lr, numbers.Real) or not lr > 0 for lr in lrs):
     _fail("learning_rates", config.learning_rates, "must be a non-empty tuple of numbers > 0")
-  for field in ("num_seeds", "task.seq_len", "task.vocab_size", "model.d_model",
-                "model.num_heads", "train.num_steps", "train.batch_size",
-                "train.eval_every", "eval.val_batches", "eval.case_set_size"):
+  for field in ("num_seeds", "eval.val_batches", "eval.case_set_size"):
     _positive_int(config, field)
-  _non_negative_int(config, "model.num_layers")
-  if config.train.num_steps % config.train.eval_every:
-    _fail("train.eval_every", config.train.eval_every,
-          f"must divide train.num_steps ({config.train.num_steps})")
+  _validate_shapes(config, "")  # the base values; every swept point again below
   if isinstance(config.train.checkpoint_every, bool) or config.train.checkpoint_every < 0:
     _fail("train.checkpoint_every", config.train.checkpoint_every, "must be >= 0")
   if config.task.name not in TASKS:
@@ -140,8 +135,6 @@ def validate(config: ml_collections.ConfigDict) -> None:
     _fail("task.output", config.task.output, "the case task predicts a position")
   for field in ("model.normalize", "model.attention_gelu", "train.warmup", "train.clip"):
     _tristate(config, field)
-  if not 0 <= config.train.dropout < 1:
-    _fail("train.dropout", config.train.dropout, "must lie in [0, 1)")
   if config.train.l2 < 0:
     _fail("train.l2", config.train.l2, "must be >= 0")
   _validate_sweep(config)
@@ -209,15 +202,7 @@ def _apply_ablation(c, stage: int) -> None:
 
 def _validate_point(config, values):
   c = point_config(config, values)
-  for field in ("task.seq_len", "task.vocab_size", "model.d_model", "model.num_heads",
-                "train.batch_size", "train.num_steps", "train.eval_every"):
-    _positive_int(c, field)
-  _non_negative_int(c, "model.num_layers")
-  if c.train.num_steps % c.train.eval_every:
-    _fail("train.eval_every", c.train.eval_every,
-          f"must divide train.num_steps ({c.train.num_steps}) at {point_label(values)}")
-  if not 0 <= c.train.dropout < 1:
-    _fail("train.dropout", c.train.dropout, "must lie in [0, 1)")
+  _validate_shapes(c, f" at {point_label(values)}")
   if any(ARCHITECTURES[a].mixer == "attention" for a in c.archs) \
       and c.model.d_model % c.model.num_heads:
     _fail("model.num_heads", c.model.num_heads, f"must divide model.d_model ({c.model.d_model})")
@@ -226,3 +211,16 @@ def _validate_point(config, values):
       _fail("task.vocab_size", c.task.vocab_size, f"must exceed {ARGMIN_TOKEN} for the case task")
     if c.task.seq_len < 2:
       _fail("task.seq_len", c.task.seq_len, "must be >= 2 (validation uses half the length)")
+
+
+def _validate_shapes(c, where: str) -> None:
+  """The fields a static sweep may change; ``where`` names the swept point, if any."""
+  for field in ("task.seq_len", "task.vocab_size", "model.d_model", "model.num_heads",
+                "train.batch_size", "train.num_steps", "train.eval_every"):
+    _positive_int(c, field)
+  _non_negative_int(c, "model.num_layers")
+  if c.train.num_steps % c.train.eval_every:
+    _fail("train.eval_every", c.train.eval_every,
+          f"must divide train.num_steps ({c.train.num_steps}){where}")
+  if not 0 <= c.train.dropout < 1:
+    _fail("train.dropout", c.train.dropout, "must lie in [0, 1)")
