@@ -118,7 +118,8 @@ def test_auto_rule_and_errors():
   assert fast.DEFAULT_BLOCK > 0
   from normattn_jax.attention.module import fast_is_faster
   assert fast_is_faster("nap", 128, 128, 32, False) and not fast_is_faster("nap", 32, 32, 32, False)
-  assert fast_is_faster("dnas", 1024, 1024, 64, False)
+  assert not fast_is_faster("dnas", 1024, 1024, 64, False, num_logits=8 * 1024 * 1024)
+  assert fast_is_faster("dnas", 8192, 8192, 64, False, num_logits=8 * 8192 * 8192)
   assert not fast_is_faster("softmax", 8192, 8192, 64, False)
   x = jnp.ones((1, 4, 8))
   layer = MultiHeadAttention(num_heads=2, normalization="nap", implementation="fast")

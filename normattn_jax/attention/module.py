@@ -74,16 +74,21 @@ def compute_fast(q: Array, k: Array, v: Array, normalization: str, *, query_mask
   return fast_lib.non_attention(q, k, v, **masks)
 
 
-def fast_is_faster(normalization: str, q_len: int, k_len: int, head_dim: int,
-                   causal: bool) -> bool:
-  """``implementation="auto"``'s rule (measured in benchmarks/attention_scaling.py): linear
-  NAP/NON once the sequence is longer than twice the head width (eight times when causal:
-  prefix sums cost memory); blockwise DNAS/HNAS/Sinkhorn from a million logits per head on.
-  Softmax stays quadratic, exactly as flax computes it."""
+QUADRATIC_LOGITS_LIMIT = 1 << 28  # 1 GiB of float32 logits
+
+
+def fast_is_faster(normalization: str, q_len: int, k_len: int, head_dim: int, causal: bool,
+                   num_logits: int = 0) -> bool:
+  """``implementation="auto"``'s rule, from benchmarks/attention_scaling.py (BENCHMARKS.md):
+  linear NAP/NON once the sequence is longer than twice the head width (eight times when causal:
+  prefix moments cost memory), where they are several times faster; blockwise DNAS/HNAS/Sinkhorn
+  recompute logits and are slower than the quadratic path on a CPU, so only once the N x N
+  logits of the call (``num_logits`` in all) would pass 1 GiB. Softmax stays quadratic, exactly
+  as flax computes it."""
   if normalization in ("nap", "non"):
     return k_len >= (8 if causal else 2) * head_dim
   if normalization in ("dnas", "hnas", "sinkhorn"):
-    return q_len * k_len >= 1 << 20
+    return max(num_logits, q_len * k_len) >= QUADRATIC_LOGITS_LIMIT
   return False
 
 
@@ -135,7 +140,7 @@ class MultiHeadAttention(nn.Module):
       (linear-time NAP/NON, O(N)-memory DNAS/HNAS/Sinkhorn), which never form them, so they
       take structured masks (``query_mask``, ``key_mask``, ``causal``), no dense ``mask``, no
       attention dropout and no ``sow_weights``; "auto" (default) takes the fast path where it
-      is allowed and ``fast_is_faster``. Same params either way.
+      is allowed and ``fast_is_faster`` says it pays. Same params either way.
   NAP adds a scalar ``nap_gain`` (init 1) and ``nap_bias`` (init 0) per head; HNAS adds
   ``hybrid_weight`` per head.
   """
@@ -215,8 +220,9 @@ class MultiHeadAttention(nn.Module):
 
     dropout_active = self.dropout_rate > 0.0 and not nn.merge_param(
         "deterministic", self.deterministic, deterministic)
+    num_logits = int(np.prod(query.shape[:-1])) * key.shape[-3]
     if self._fast(mask, sow_weights, dropout_active, query.shape[-3], key.shape[-3], head_dim,
-                  causal):
+                  causal, num_logits):
       to_heads = lambda x: jnp.swapaxes(x, -2, -3)  # [..., n, h, d] -> [..., h, n, d]
       heads = to_heads(compute_fast(
           to_heads(query), to_heads(key), to_heads(value), self.normalization,
@@ -244,7 +250,8 @@ class MultiHeadAttention(nn.Module):
     heads = jnp.einsum("...hqk,...khd->...qhd", weights, value, precision=self.precision)
     return self._output(heads, features)
 
-  def _fast(self, mask, sow_weights, dropout_active, q_len, k_len, head_dim, causal) -> bool:
+  def _fast(self, mask, sow_weights, dropout_active, q_len, k_len, head_dim, causal,
+            num_logits) -> bool:
     """Whether this call takes the fast path (see ``implementation``)."""
     if self.implementation == "quadratic":
       return False
@@ -257,7 +264,8 @@ class MultiHeadAttention(nn.Module):
                          f"{', '.join(blockers)}; pass query_mask/key_mask/causal or use "
                          f"implementation='quadratic'")
       return True
-    return not blockers and fast_is_faster(self.normalization, q_len, k_len, head_dim, causal)
+    return not blockers and fast_is_faster(self.normalization, q_len, k_len, head_dim, causal,
+                                           num_logits)
 
   def _output(self, heads: Array, features: int) -> Array:
     heads = self._head_transform(heads)
