@@ -19,7 +19,6 @@ rounding, values and gradients; rows without a valid key give 0.
 """
 from __future__ import annotations
 
-import functools
 from typing import Optional
 
 import jax
@@ -33,7 +32,7 @@ DEFAULT_BLOCK = 256
 
 # ----- masks -----
 
-def _mask_shape_check(name: str, mask: Optional[Array], lead: tuple, length: int) -> None:
+def _mask_shape_check(name: str, mask, length: int) -> None:
   if mask is None:
     return
   if mask.dtype != jnp.bool_:
@@ -50,8 +49,8 @@ def _check(q, k, v, query_mask, key_mask, causal):
   if causal and q.shape[-2] != k.shape[-2]:
     raise ValueError(f"causal attention needs as many queries as keys, got "
                      f"{q.shape[-2]} and {k.shape[-2]}")
-  _mask_shape_check("query_mask", query_mask, q.shape[:-3], q.shape[-2])
-  _mask_shape_check("key_mask", key_mask, k.shape[:-3], k.shape[-2])
+  _mask_shape_check("query_mask", query_mask, q.shape[-2])
+  _mask_shape_check("key_mask", key_mask, k.shape[-2])
 
 
 def _valid(mask: Optional[Array], length: int, dtype) -> Array:
@@ -122,7 +121,7 @@ class _Blocks:
   """Query blocks of one attention call, shared by the passes below."""
 
   def __init__(self, q, query_mask, key_mask, causal, block):
-    self.n_q, self.n_k = q.shape[-2], None
+    self.n_q = q.shape[-2]
     qp, self.num, self.size = _query_blocks(q, block)
     self.q = _split(qp, -2, self.num)                       # [num, ..., h, size, d]
     qm = _padded_query_mask(query_mask, self.n_q, qp.shape[-2], q.shape[:-3])

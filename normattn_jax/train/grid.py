@@ -19,7 +19,6 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from normattn_jax.blocks import ARCHITECTURES
 from normattn_jax.models.sequence import SequenceModel
 from normattn_jax.tasks import synthetic
 from normattn_jax.train.optim import make_optimizer
