@@ -112,6 +112,15 @@ def test_vmapped_sweep_and_static_sweep(tmp_path):
   assert "max[model.d_model=4]/val_acc" in np.load(tmp_path / "d" / "metrics.npz")
 
 
+def test_majority_task_trains_with_a_class_per_token(tmp_path):
+  c = tiny_config(archs=("mte",), num_seeds=1, learning_rates=(0.01,))
+  c.task.name, c.task.output, c.task.vocab_size, c.task.min_margin = "majority", "token_classes", 5, 2
+  c.model.positional = False
+  summary = run(c, tmp_path)
+  acc = summary["cells"][0]["metrics"]["val_acc"]["mean"]
+  assert 0.0 <= acc <= 1.0 and "case_acc_first" not in summary["cells"][0]["metrics"]
+
+
 @pytest.mark.parametrize("field,value,match", [
     ("archs", ("nap", "gpt"), "config.archs"),
     ("learning_rates", (), "config.learning_rates"),

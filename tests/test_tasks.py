@@ -4,8 +4,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from normattn_jax.tasks import (balanced_case_set, case_distinction, case_labels, mode_finding,
-                                mode_labels)
+from normattn_jax.tasks import (balanced_case_set, case_distinction, case_labels, majority,
+                                mode_finding, mode_labels)
 
 
 def test_case_frequencies_match_the_paper():
@@ -54,3 +54,22 @@ def test_balanced_case_set():
 def test_vocab_too_small_for_the_case_task():
   with pytest.raises(ValueError, match="vocab_size"):
     case_distinction(jax.random.key(0), 2, 8, vocab_size=50)
+
+
+@pytest.mark.parametrize("margin", [0, 6])
+def test_majority_labels_every_position_with_the_leading_type(margin):
+  inputs, labels = majority(jax.random.key(3), 500, 50, 20, min_margin=margin)
+  assert inputs.shape == labels.shape == (500, 50)
+  inputs, labels = np.asarray(inputs), np.asarray(labels)
+  counts = np.stack([np.bincount(row, minlength=20) for row in inputs])
+  top = np.sort(counts, axis=1)
+  assert (labels == labels[:, :1]).all()
+  np.testing.assert_array_equal(labels[:, 0], np.argmax(counts, axis=1))
+  assert (top[:, -1] - top[:, -2]).min() >= margin
+  if margin == 0:  # untouched uniform data: some rows are close races
+    assert (top[:, -1] - top[:, -2]).min() <= 1
+
+
+def test_majority_margin_is_checked():
+  with pytest.raises(ValueError, match="min_margin"):
+    majority(jax.random.key(0), 2, 5, min_margin=6)

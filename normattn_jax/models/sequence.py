@@ -17,7 +17,7 @@ from normattn_jax.blocks import TransformerBlock, check_layer_fields
 
 Array = jax.Array
 
-OUTPUTS = ("tokens", "first", "classes")
+OUTPUTS = ("tokens", "first", "classes", "token_classes")
 MASKED_LOGIT = -1e9  # logit of a padding position: far below any real one, finite in bf16
 
 
@@ -32,7 +32,8 @@ class SequenceModel(nn.Module):
   Output heads (``output``):
     "tokens":  one logit per token, ``[batch, N]`` (softmax over the sequence picks a position);
     "first":   the first token projected to ``max_len`` logits, sliced to ``[batch, N]``;
-    "classes": the first token projected to ``num_classes`` logits, ``[batch, num_classes]``.
+    "classes": the first token projected to ``num_classes`` logits, ``[batch, num_classes]``;
+    "token_classes": every token projected to ``num_classes`` logits, ``[batch, N, num_classes]``.
   Padding positions (``mask`` False) get the logit -1e9 in the two position heads.
   """
   vocab_size: int
@@ -102,6 +103,8 @@ class SequenceModel(nn.Module):
                                       param_dtype=self.param_dtype, name="head")
     if self.output == "classes":
       return dense(self.num_classes or self.vocab_size)(x[..., 0, :])
+    if self.output == "token_classes":
+      return dense(self.num_classes or self.vocab_size)(x)
     if self.output == "tokens":
       logits = dense(1)(x)[..., 0]
     else:

@@ -83,3 +83,26 @@ def mode_labels(inputs: jax.Array, vocab_size: int) -> jax.Array:
   """The most frequent token of each row; argmax picks the smallest value among ties."""
   counts = jnp.sum(jax.nn.one_hot(inputs, vocab_size, dtype=jnp.int32), axis=-2)
   return jnp.argmax(counts, axis=-1).astype(jnp.int32)
+
+
+def majority(key: jax.Array, batch_size: int, seq_len: int, num_classes: int = 20,
+             min_margin: int = 0) -> tuple[jax.Array, jax.Array]:
+  """The majority task of Brody et al.: uniform tokens of ``num_classes`` types; the label of
+  every position is the most frequent type. With ``min_margin`` > 0 the majority type leads the
+  runner-up by at least that many tokens (the paper uses 6): random positions of other types are
+  turned into the majority type until it does. Returns (inputs, labels), both [batch, seq_len]."""
+  if not 0 <= min_margin <= seq_len:
+    raise ValueError(f"min_margin must lie in [0, seq_len={seq_len}], got {min_margin}")
+  k_tokens, k_order = jax.random.split(key)
+  inputs = jax.random.randint(k_tokens, (batch_size, seq_len), 0, num_classes, jnp.int32)
+  counts = jnp.sum(jax.nn.one_hot(inputs, num_classes, dtype=jnp.int32), axis=-2)
+  top = jnp.argmax(counts, axis=-1)
+  ranked = jnp.sort(counts, axis=-1)
+  lead = ranked[:, -1] - ranked[:, -2] if num_classes > 1 else ranked[:, -1]
+  needed = jnp.maximum(min_margin - lead, 0)              # each change raises the lead by >= 1
+  is_top = inputs == top[:, None]
+  order = jnp.argsort(jnp.where(is_top, jnp.inf, jax.random.uniform(k_order, inputs.shape)), -1)
+  rank = jnp.argsort(order, axis=-1)                      # random rank among the other tokens
+  inputs = jnp.where(rank < needed[:, None], top[:, None], inputs).astype(jnp.int32)
+  labels = mode_labels(inputs, num_classes)
+  return inputs, jnp.broadcast_to(labels[:, None], inputs.shape)

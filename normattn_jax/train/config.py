@@ -14,7 +14,7 @@ from normattn_jax.blocks import ARCHITECTURES
 from normattn_jax.models.sequence import OUTPUTS
 from normattn_jax.tasks.synthetic import ARGMIN_TOKEN
 
-TASKS = ("case_distinction", "mode_finding")
+TASKS = ("case_distinction", "mode_finding", "majority")
 PAPER_ARCHS = ("bert", "mte", "nap", "non", "sum", "max")
 PAPER_LEARNING_RATES = tuple(0.3 ** k for k in range(1, 11))
 # Hyper-parameters that keep the shapes of the compiled program: swept inside it (vmap).
@@ -45,7 +45,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.task.name = "case_distinction"
   c.task.seq_len = 128
   c.task.vocab_size = 100
-  c.task.output = "tokens"      # tokens | first | classes
+  c.task.output = "tokens"      # tokens | first | classes | token_classes
+  c.task.min_margin = 0         # majority task: the majority type's least lead
 
   c.model = ml_collections.ConfigDict()
   c.model.d_model = 128
@@ -129,10 +130,13 @@ def validate(config: ml_collections.ConfigDict) -> None:
     _fail("task.name", config.task.name, f"choose from {TASKS}")
   if config.task.output not in OUTPUTS:
     _fail("task.output", config.task.output, f"choose from {OUTPUTS}")
-  if config.task.name == "mode_finding" and config.task.output != "classes":
-    _fail("task.output", config.task.output, "the mode task predicts a class: use 'classes'")
-  if config.task.name == "case_distinction" and config.task.output == "classes":
-    _fail("task.output", config.task.output, "the case task predicts a position")
+  expected = {"mode_finding": ("classes",), "majority": ("token_classes",),
+              "case_distinction": ("tokens", "first")}[config.task.name]
+  if config.task.output not in expected:
+    _fail("task.output", config.task.output, f"the {config.task.name} task needs one of {expected}")
+  if isinstance(config.task.min_margin, bool) or config.task.min_margin < 0 \
+      or config.task.min_margin > config.task.seq_len:
+    _fail("task.min_margin", config.task.min_margin, "must lie in [0, task.seq_len]")
   for field in ("model.normalize", "model.attention_gelu", "train.warmup", "train.clip"):
     _tristate(config, field)
   if config.train.l2 < 0:

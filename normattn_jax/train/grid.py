@@ -56,7 +56,9 @@ class Setup:
 
   @property
   def val_len(self) -> int:
-    """The paper validates case tasks at N/2 and the mode task at 2N."""
+    """The NAP paper validates case tasks at N/2 and the mode task at 2N; majority stays at N."""
+    if self.task.name == "majority":
+      return self.task.seq_len
     return self.task.seq_len // 2 if self.is_case_task else 2 * self.task.seq_len
 
   @property
@@ -70,7 +72,7 @@ class Setup:
 
   def model(self) -> SequenceModel:
     c = self.config
-    positional = c.model.positional and self.is_case_task  # the mode task has none (paper)
+    positional = c.model.positional and self.is_case_task  # counting tasks have none (paper)
     return SequenceModel(
         vocab_size=self.task.vocab_size, max_len=max(self.task.seq_len, self.val_len),
         d_model=c.model.d_model, num_layers=c.model.num_layers, num_heads=c.model.num_heads,
@@ -85,6 +87,9 @@ class Setup:
     if self.is_case_task:
       batch = synthetic.case_distinction(key, batch_size, seq_len, self.task.vocab_size)
       return batch.inputs, batch.labels
+    if self.task.name == "majority":
+      return synthetic.majority(key, batch_size, seq_len, self.task.vocab_size,
+                                self.task.min_margin)
     return synthetic.mode_finding(key, batch_size, seq_len, self.task.vocab_size)
 
 
