@@ -1,0 +1,66 @@
+"""Mode collapse under attention (Ding et al., Appendix E): self-attention with Q = K = V = I and
+Gaussian weights pi_ij ~ N(x_i | x_j, I) pulls points together; UNAS (Eq. 3) merges an unbalanced
+pair of clusters within a few steps, DNAS (Eq. 7-8) keeps them apart.
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+from scipy.cluster.hierarchy import fcluster, linkage
+
+from normattn_jax.attention.weights import dnas_weights, softmax_weights
+
+UPDATES = {"unas": softmax_weights, "dnas": dnas_weights}
+
+
+def two_gaussians(n0: int = 500, n1: int = 50, center0=(1.8, 0.7), center1=(-1.0, -1.0),
+                  variance: float = 0.1, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+  """The paper's toy data: (points [n0 + n1, 2], cluster label per point)."""
+  rng = np.random.default_rng(seed)
+  points = np.vstack([rng.normal(center0, np.sqrt(variance), (n0, 2)),
+                      rng.normal(center1, np.sqrt(variance), (n1, 2))])
+  return points, np.r_[np.zeros(n0, int), np.ones(n1, int)]
+
+
+def attention_step(points: np.ndarray, scheme: str) -> np.ndarray:
+  """x_i <- sum_j pi_ij x_j with logits -|x_i - x_j|^2 / 2, normalised by UNAS or DNAS."""
+  x = jnp.asarray(points, jnp.float32)
+  logits = -0.5 * jnp.sum((x[:, None, :] - x[None, :, :]) ** 2, axis=-1)
+  return np.asarray(UPDATES[scheme](logits) @ x)
+
+
+def trajectory(points: np.ndarray, scheme: str, steps: int = 4) -> list[np.ndarray]:
+  """The point cloud before and after each of ``steps`` attention updates."""
+  clouds = [np.asarray(points)]
+  for _ in range(steps):
+    clouds.append(attention_step(clouds[-1], scheme))
+  return clouds
+
+
+def count_clusters(points: np.ndarray, gap: float = 0.5, min_fraction: float = 0.02) -> int:
+  """Modes left: single-linkage components (members within ``gap`` of each other) holding at
+  least ``min_fraction`` of the points, so that a stray sample is not counted as a mode."""
+  if len(points) < 2:
+    return len(points)
+  labels = fcluster(linkage(points, method="single"), t=gap, criterion="distance")
+  return int((np.bincount(labels) >= min_fraction * len(points)).sum())
+
+
+def center_distance_unas(r, a):
+  """Eq. 13: distance of the two 1-D cluster centres (at +-a, mass ratio r = N0/N1) after UNAS."""
+  r, s = np.asarray(r, float), np.exp(-2.0 * np.asarray(a, float) ** 2)
+  return 2 * r * (1 - s ** 2) * a / ((1 + r * s) * (r + s))
+
+
+def center_distance_dnas(r, a):
+  """Eq. 14: the same after DNAS, with q = (r + s) / (r s + 1)."""
+  r, s = np.asarray(r, float), np.exp(-2.0 * np.asarray(a, float) ** 2)
+  q = (r + s) / (r * s + 1)
+  return 2 * q * r * (1 - s ** 2) * a / ((q + r * s) * (r + s * q))
+
+
+def simulated_center_distance(n0: int, n1: int, a: float, scheme: str) -> float:
+  """One update of two point masses (n0 copies of +a, n1 of -a) in 1-D: Eq. 13/14's setting."""
+  points = np.r_[np.full(n0, a), np.full(n1, -a)][:, None]
+  moved = attention_step(points, scheme)[:, 0]
+  return float(moved[0] - moved[-1])

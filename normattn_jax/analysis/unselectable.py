@@ -1,0 +1,87 @@
+"""Unselectable keys (Brody et al., Section 3): a key that no query can give the strictly highest
+dot product, because it lies inside the convex hull of the other keys, can never be attended to
+the most. LayerNorm's scaling puts every key on a sphere, where none is unselectable.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy.optimize import linprog
+
+TOLERANCE = 1e-9  # a key is selectable if some unit-box query beats every other key by more
+
+
+def _selectable_by_lp(points: np.ndarray, i: int, tol: float) -> bool:
+  """max t s.t. q . (x_i - x_j) >= t for all j != i, q in [-1, 1]^d (HiGHS); selectable iff t > tol.
+
+  The box bounds the problem; its optimum is the Chebyshev-style margin of the best query."""
+  diffs = np.delete(points, i, axis=0) - points[i]            # rows x_j - x_i
+  n, d = diffs.shape
+  if n == 0:
+    return True
+  # variables (q, t): minimise -t subject to (x_j - x_i) . q + t <= 0
+  a_ub = np.hstack([diffs, np.ones((n, 1))])
+  bounds = [(-1.0, 1.0)] * d + [(None, None)]
+  result = linprog(np.r_[np.zeros(d), -1.0], A_ub=a_ub, b_ub=np.zeros(n), bounds=bounds,
+                   method="highs")
+  if result.status != 0:
+    raise RuntimeError(f"linprog failed for point {i}: {result.message}")
+  return -result.fun > tol * max(1.0, float(np.abs(diffs).max()))
+
+
+def _obviously_selectable(points: np.ndarray, directions: int, seed: int) -> np.ndarray:
+  """A cheap first pass: the strict argmax of the points along random directions and along each
+  point's own direction from the centroid is selectable."""
+  rng = np.random.default_rng(seed)
+  queries = np.vstack([rng.standard_normal((directions, points.shape[1])),
+                       points - points.mean(axis=0)])
+  scores = queries @ points.T                                   # [queries, points]
+  order = np.argsort(scores, axis=1)
+  best, second = order[:, -1], order[:, -2] if points.shape[0] > 1 else order[:, -1]
+  rows = np.arange(len(queries))
+  strict = scores[rows, best] - scores[rows, second] > 1e-6 * (1 + np.abs(scores).max())
+  found = np.zeros(points.shape[0], bool)
+  found[best[strict]] = True
+  return found
+
+
+def unselectable(points, tol: float = TOLERANCE, directions: int = 64, seed: int = 0,
+                 stop_at_first: bool = False) -> np.ndarray:
+  """Bool array [n]: True where no query direction gives that point the strictly highest dot
+  product among ``points [n, d]`` (it lies in the convex hull of the others). Exact, up to
+  ``tol``, through one LP per point not settled by the first pass. ``stop_at_first`` returns as
+  soon as one unselectable point is found (the rest are then reported selectable)."""
+  points = np.asarray(points, np.float64)
+  if points.ndim != 2 or points.shape[0] < 1:
+    raise ValueError(f"points must have shape [n >= 1, d], got {points.shape}")
+  if not np.isfinite(points).all():
+    raise ValueError("points must be finite")
+  result = np.zeros(points.shape[0], bool)
+  if points.shape[0] == 1:
+    return result
+  settled = _obviously_selectable(points, directions, seed)
+  for i in np.flatnonzero(~settled):
+    if not _selectable_by_lp(points, i, tol):
+      result[i] = True
+      if stop_at_first:
+        break
+  return result
+
+
+def layer_norm(points: np.ndarray, eps: float = 0.0) -> np.ndarray:
+  """LayerNorm without gain and bias: projection onto 1^perp, then scaling to norm sqrt(d)."""
+  centred = points - points.mean(axis=-1, keepdims=True)
+  return centred / np.sqrt(np.mean(centred ** 2, axis=-1, keepdims=True) + eps)
+
+
+def fraction_with_unselectable(d: int, n: int, runs: int, with_layer_norm: bool,
+                               seed: int = 0) -> float:
+  """Fig. 1c/1d: the fraction of ``runs`` draws of ``n`` standard-normal vectors in ``d`` dims
+  (LayerNorm'd or not) with at least one unselectable vector."""
+  rng = np.random.default_rng([seed, d, n, int(with_layer_norm)])
+  hits = 0
+  for _ in range(runs):
+    points = rng.standard_normal((n, d))
+    if with_layer_norm:
+      points = layer_norm(points)
+    hits += bool(unselectable(points, stop_at_first=True).any())
+  return hits / runs

@@ -1,0 +1,29 @@
+"""Mode collapse: Eq. 13/14 against the simulated update, and the 2-D toy's outcome."""
+import numpy as np
+import pytest
+
+from normattn_jax.analysis import mode_collapse as mc
+
+
+@pytest.mark.parametrize("a", [0.3, 0.8, 1.2])
+@pytest.mark.parametrize("n0,n1", [(10, 10), (30, 5), (4, 40)])
+def test_analytic_center_distances_match_the_simulated_update(a, n0, n1):
+  r = n0 / n1
+  np.testing.assert_allclose(mc.simulated_center_distance(n0, n1, a, "unas"),
+                             mc.center_distance_unas(r, a), rtol=1e-4)
+  np.testing.assert_allclose(mc.simulated_center_distance(n0, n1, a, "dnas"),
+                             mc.center_distance_dnas(r, a), rtol=1e-4)
+
+
+def test_dnas_distance_upper_bounds_unas_and_they_meet_at_balance():
+  r = np.geomspace(0.05, 20, 50)
+  for a in (0.5, 1.0, 1.5):
+    assert (mc.center_distance_dnas(r, a) >= mc.center_distance_unas(r, a) - 1e-12).all()
+    np.testing.assert_allclose(mc.center_distance_dnas(1.0, a), mc.center_distance_unas(1.0, a))
+
+
+def test_unbalanced_toy_unas_collapses_dnas_keeps_two_clusters():
+  points, _ = mc.two_gaussians(n0=200, n1=20)
+  assert mc.count_clusters(points) == 2
+  assert mc.count_clusters(mc.trajectory(points, "unas")[-1]) == 1
+  assert mc.count_clusters(mc.trajectory(points, "dnas")[-1]) == 2
