@@ -1,0 +1,65 @@
+"""Two small geometric views of the normalisations.
+
+* ``sinkhorn_residuals`` (Ding et al., Section 3.2): how far rows and columns of the Sinkhorn
+  weights are from summing to 1 after each iteration; one iteration is DNAS.
+* ``pooled_output_scale`` (Richter & Wattenhofer, Fig. 1, Appendix B): at initialisation, the
+  standard deviation and mean norm of a pooled output against the sequence length N; softmax
+  attention shrinks like mean pooling, so longer sequences carry less context.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from normattn_jax.attention.weights import sinkhorn_weights, softmax_weights
+
+POOLINGS = ("softmax attention", "mean", "sum", "max", "normalised sum")
+
+
+def sinkhorn_residuals(logits: jax.Array, max_iters: int) -> dict:
+  """Per iteration 1..max_iters: the largest |row sum - 1| and |column sum - 1|."""
+  rows, cols = [], []
+  for iters in range(1, max_iters + 1):
+    w = sinkhorn_weights(logits, iters)
+    rows.append(float(jnp.max(jnp.abs(w.sum(-1) - 1))))
+    cols.append(float(jnp.max(jnp.abs(w.sum(-2) - 1))))
+  return {"row": rows, "column": cols}
+
+
+def pool(values: jax.Array, queries: jax.Array, keys: jax.Array, method: str) -> jax.Array:
+  """One pooled output per position of ``values [sequences, N, d]`` (broadcast for reductions)."""
+  if method == "softmax attention":
+    logits = jnp.einsum("bqd,bkd->bqk", queries, keys) / jnp.sqrt(queries.shape[-1])
+    return softmax_weights(logits) @ values
+  if method == "mean":
+    return jnp.mean(values, axis=1, keepdims=True)
+  if method == "sum":
+    return jnp.sum(values, axis=1, keepdims=True)
+  if method == "max":
+    return jnp.max(values, axis=1, keepdims=True)
+  if method == "normalised sum":  # normalised over the vector dimension
+    s = jnp.sum(values, axis=1, keepdims=True)
+    return (s - s.mean(-1, keepdims=True)) / s.std(-1, keepdims=True)
+  raise ValueError(f"method must be one of {POOLINGS}, got {method!r}")
+
+
+def pooled_output_scale(length: int, head_dim: int = 128, total: int = 16384,
+                        seed: int = 0) -> dict:
+  """Std over all output values and mean output norm, per pooling, for ``total`` standard-normal
+  value/key/query vectors split into sequences of ``length`` (the paper: 16,384, d_h = 128)."""
+  sequences = max(total // length, 1)
+  kq, kk, kv = jax.random.split(jax.random.key(seed), 3)
+  shape = (sequences, length, head_dim)
+  q, k, v = (jax.random.normal(key, shape) for key in (kq, kk, kv))
+  stats = {}
+  for method in POOLINGS:
+    out = pool(v, q, k, method)
+    stats[method] = {"std": float(jnp.std(out)),
+                     "norm": float(jnp.mean(jnp.linalg.norm(out, axis=-1)))}
+  return stats
+
+
+def scaling_exponent(lengths, values) -> float:
+  """Slope of log(value) against log(N): -0.5 for mean pooling, +0.5 for sum."""
+  return float(np.polyfit(np.log(lengths), np.log(values), 1)[0])

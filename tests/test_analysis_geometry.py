@@ -1,0 +1,26 @@
+"""Sinkhorn residuals and the sequence-length dependence of pooled outputs."""
+import jax
+import numpy as np
+
+from normattn_jax.analysis.geometry import (pooled_output_scale, scaling_exponent,
+                                            sinkhorn_residuals)
+from normattn_jax.attention import dnas_weights
+
+
+def test_sinkhorn_residuals_shrink_and_start_at_dnas():
+  logits = 2.0 * jax.random.normal(jax.random.key(0), (12, 12))
+  res = sinkhorn_residuals(logits, 20)
+  assert max(res["row"]) < 1e-5  # every iteration ends with a row normalisation
+  assert res["column"][-1] < 1e-3 * res["column"][0]
+  dnas = dnas_weights(logits)
+  np.testing.assert_allclose(res["column"][0], float(np.max(np.abs(dnas.sum(0) - 1))), rtol=1e-5)
+
+
+def test_softmax_attention_shrinks_like_mean_pooling():
+  lengths = [1, 4, 16, 64, 256]
+  stats = [pooled_output_scale(n, head_dim=32, total=2048) for n in lengths]
+  slope = {m: scaling_exponent(lengths, [s[m]["std"] for s in stats])
+           for m in ("softmax attention", "mean", "sum", "normalised sum")}
+  assert abs(slope["mean"] + 0.5) < 0.05 and abs(slope["sum"] - 0.5) < 0.05
+  assert abs(slope["normalised sum"]) < 0.05
+  assert -0.6 < slope["softmax attention"] < -0.3  # like mean, not like sum
