@@ -75,7 +75,7 @@ class SequenceModel(nn.Module):
 
   @nn.compact
   def __call__(self, tokens: Array, mask: Optional[Array] = None,
-               deterministic: bool = True) -> Array:
+               deterministic: bool = True, sow_weights: bool = False) -> Array:
     seq_len = tokens.shape[-1]
     if seq_len > self.max_len:
       raise ValueError(f"sequence length {seq_len} exceeds max_len ({self.max_len})")
@@ -95,7 +95,8 @@ class SequenceModel(nn.Module):
           layer_norm_epsilon=self.layer_norm_epsilon, kernel_init=init,
           hybrid_init=self.hybrid_init, sinkhorn_iters=self.sinkhorn_iters,
           attention_implementation=self.attention_implementation, dtype=self.dtype,
-          param_dtype=self.param_dtype, name=f"block_{layer}")(x, mask, deterministic)
+          param_dtype=self.param_dtype, name=f"block_{layer}")(x, mask, deterministic,
+                                                               sow_weights)
     return self._head(x, mask, init)
 
   def _head(self, x: Array, mask: Optional[Array], init) -> Array:

@@ -1,0 +1,30 @@
+"""Explaining away: per-key weight sums of a model's layers."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from normattn_jax import SequenceModel
+from normattn_jax.analysis import explaining_away as ea
+from normattn_jax.attention import softmax_weights
+
+
+def test_weight_sums_of_every_layer_and_the_dnas_bound():
+  tokens = jax.random.randint(jax.random.key(0), (3, 10), 0, 100)
+  for normalization, bounded in (("dnas", True), ("softmax", False)):
+    model = SequenceModel(vocab_size=100, max_len=10, d_model=16, num_layers=2, num_heads=2,
+                          normalization=normalization)
+    params = model.init(jax.random.key(1), tokens)
+    params = jax.tree.map(lambda p: 20 * p, params)  # peaky logits
+    weights = ea.attention_weights(model, params, tokens)
+    assert len(weights) == 2 and weights[0].shape == (3, 2, 10, 10)
+    sums = ea.key_weight_sums(weights[1])
+    assert sums.shape == (3, 2, 10)
+    if bounded:
+      assert sums.min() >= 1 / 10 - 1e-6
+
+
+def test_explained_away_fraction():
+  logits = jnp.zeros((4, 4)).at[:, 0].set(40.0)  # every query looks at key 0 only
+  sums = ea.key_weight_sums(softmax_weights(logits))
+  np.testing.assert_allclose(sums[0], 4.0, rtol=1e-6)
+  assert ea.explained_away_fraction(sums) == 0.75
