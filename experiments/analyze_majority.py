@@ -37,7 +37,7 @@ def main():
   args = parser.parse_args()
   os.makedirs(args.workdir, exist_ok=True)
   results = {name: train_majority(kind, num_seeds=args.num_seeds, batch_size=args.batch_size,
-                                  steps=args.steps, eval_every=args.eval_every)
+                                  steps=args.steps, eval_every=args.eval_every, verbose=True)
              for name, kind in VARIANTS.items()}
   fig, axes = plt.subplots(1, 3, figsize=(14, 3.6))
   summary = {"args": vars(args)}

@@ -39,6 +39,10 @@ class MajorityLayer(nn.Module):
 def query_angle(params, tokens, attention_norm: str, d_model: int = 8) -> float:
   """Mean angle (degrees) between the effective queries norm(x) W_Q W_K^T / sqrt(d) and the
   all-ones line: 0 means the queries only read the component along the ones vector."""
+  return float(_query_angle(params, tokens, attention_norm, d_model))
+
+
+def _query_angle(params, tokens, attention_norm: str, d_model: int = 8) -> jax.Array:
   p = params["params"]
   x = jnp.take(p["embedding"]["embedding"], tokens, axis=0)
   ln = p["attention_norm"]
@@ -47,13 +51,14 @@ def query_angle(params, tokens, attention_norm: str, d_model: int = 8) -> float:
   w_k = p["attention"]["key"]["kernel"].reshape(d_model, -1)
   q = h @ w_q @ w_k.T / np.sqrt(d_model)
   cos = jnp.abs(q.sum(-1)) / (jnp.linalg.norm(q, axis=-1) * np.sqrt(d_model) + 1e-12)
-  return float(jnp.degrees(jnp.arccos(jnp.clip(cos, 0.0, 1.0))).mean())
+  return jnp.degrees(jnp.arccos(jnp.clip(cos, 0.0, 1.0))).mean()
 
 
 def train_majority(attention_norm: str, num_seeds: int = 10, train_size: int = 80_000,
                    test_size: int = 20_000, batch_size: int = 6000, steps: int = 1000,
                    eval_every: int = 50, learning_rate: float = 1e-3, seq_len: int = 50,
-                   num_classes: int = 20, min_margin: int = 6, seed: int = 0) -> dict:
+                   num_classes: int = 20, min_margin: int = 6, seed: int = 0,
+                   verbose: bool = False) -> dict:
   """Train ``num_seeds`` models on one fixed data set (the paper's 80K / 20K split); returns
   curves [evals, seeds] of training loss, test accuracy and query angle."""
   model = MajorityLayer(num_classes=num_classes, attention_norm=attention_norm)
@@ -84,14 +89,16 @@ def train_majority(attention_norm: str, num_seeds: int = 10, train_size: int = 8
   seeds = jax.random.split(jax.random.key(seed + 1), num_seeds)
   carry = jax.jit(jax.vmap(init))(seeds)
   run_chunk = jax.jit(jax.vmap(chunk))
+  angles = jax.jit(jax.vmap(lambda p: _query_angle(p, x_test[:500], attention_norm)))
   curves = {"train_loss": [], "test_acc": [], "query_angle": []}
   for i in range(steps // eval_every):
     keys = jax.vmap(lambda k: jax.random.fold_in(k, i))(seeds)
     carry, (loss, acc) = run_chunk(carry, keys)
     curves["train_loss"].append(np.asarray(loss))
     curves["test_acc"].append(np.asarray(acc))
-    curves["query_angle"].append([
-        query_angle(jax.tree.map(lambda a: a[s], carry[0]), x_test[:500], attention_norm)
-        for s in range(num_seeds)])
+    curves["query_angle"].append(np.asarray(angles(carry[0])))
+    if verbose:
+      print(f"{attention_norm}: step {(i + 1) * eval_every}, loss {float(loss.mean()):.3f}, "
+            f"test accuracy {float(acc.mean()):.3f}", flush=True)
   return {k: np.asarray(v) for k, v in curves.items()} | {
       "steps": np.arange(1, steps // eval_every + 1) * eval_every}
