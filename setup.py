@@ -19,6 +19,9 @@ setup(
         "absl-py>=1.4",
         "tqdm>=4.66",
         "tensorboardX>=2.6",
+        "safetensors>=0.4",
+        "tokenizers>=0.15",
+        "wordfreq>=3.0",
     ],
     extras_require={
         "test": ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100"],

