@@ -22,6 +22,10 @@ setup(
         "safetensors>=0.4",
         "tokenizers>=0.15",
         "wordfreq>=3.0",
+        "tensorflow-datasets>=4.9.7",
+        "array-record>=0.5",
+        "importlib-resources>=6",
+        "sentencepiece>=0.2",
     ],
     extras_require={
         "test": ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100"],

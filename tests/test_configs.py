@@ -8,10 +8,13 @@ import pytest
 
 from configs import regularization
 from normattn_jax.train.config import point_config, static_points, validate
+from normattn_jax.train.pretrain import validate_pretrain_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ALBERT_CONFIGS = sorted(glob.glob(os.path.join(REPO, "configs", "albert_*.py")))
 CONFIGS = sorted(p for p in glob.glob(os.path.join(REPO, "configs", "*.py"))
-                 if not p.endswith(("__init__.py", "regularization.py")))
+                 if not p.endswith(("__init__.py", "regularization.py"))
+                 and p not in ALBERT_CONFIGS)
 
 
 def load(path):
@@ -25,6 +28,21 @@ def load(path):
 @pytest.mark.parametrize("path", CONFIGS, ids=os.path.basename)
 def test_config_is_valid(path):
   validate(load(path))
+
+
+@pytest.mark.parametrize("path", ALBERT_CONFIGS, ids=os.path.basename)
+def test_pretraining_config_is_valid(path):
+  validate_pretrain_config(load(path))
+
+
+def test_dnas_paper_pretraining_settings():
+  c = load(os.path.join(REPO, "configs", "albert_large_dnas_paper.py"))
+  assert (c.model.num_hidden_layers, c.model.hidden_size, c.model.num_attention_heads,
+          c.model.embedding_size) == (24, 1024, 16, 128)
+  assert (c.train.batch_size, c.train.learning_rate, c.train.num_steps,
+          c.train.warmup_steps) == (4096, 0.00176, 125000, 3125)
+  assert (c.data.corpus, c.data.vocab_size, c.data.max_seq_length,
+          c.data.max_predictions_per_seq) == ("wikipedia", 30000, 512, 20)
 
 
 @pytest.mark.parametrize("task", regularization.TASKS)

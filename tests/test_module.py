@@ -84,6 +84,21 @@ def test_hybrid_weight_is_kept_in_unit_interval_and_trainable():
   assert (grad["params"]["hybrid_weight"] != 0).all()  # it can move back into [0, 1]
 
 
+def test_hybrid_weight_from_the_caller_replaces_the_parameter():
+  own = MultiHeadAttention(num_heads=4, normalization="hnas", hybrid_init=0.3)
+  params = own.init(KEY, X)["params"]
+  u = jnp.array([0.3, 0.3, 0.3, 0.3])
+  shared = {k: v for k, v in params.items() if k != "hybrid_weight"}
+  supplied = own.apply({"params": shared}, X, hybrid_weight=u)
+  chex.assert_trees_all_close(supplied, own.apply({"params": params}, X), atol=1e-6)
+  other = own.apply({"params": shared}, X, hybrid_weight=jnp.array([1.0, 0.0, 1.0, 0.0]))
+  assert not np.allclose(other, supplied)
+  with pytest.raises(ValueError, match="hybrid_weight must have shape"):
+    own.apply({"params": shared}, X, hybrid_weight=jnp.ones(3))
+  with pytest.raises(ValueError, match="hybrid_weight is HNAS's u"):
+    MultiHeadAttention(num_heads=4).init(KEY, X, hybrid_weight=u)
+
+
 def test_nap_logits_are_not_scaled_but_others_are():
   for normalization, scaled in (("nap", False), ("softmax", True), ("non", True)):
     layer = MultiHeadAttention(num_heads=2, normalization=normalization)

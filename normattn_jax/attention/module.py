@@ -187,13 +187,21 @@ class MultiHeadAttention(nn.Module):
                inputs_v: Optional[Array] = None, *, mask: Optional[Array] = None,
                deterministic: Optional[bool] = None, dropout_rng: Optional[Array] = None,
                sow_weights: bool = False, query_mask: Optional[Array] = None,
-               key_mask: Optional[Array] = None, causal: bool = False) -> Array:
+               key_mask: Optional[Array] = None, causal: bool = False,
+               hybrid_weight: Optional[Array] = None) -> Array:
     """Attend from ``inputs_q [..., q, features]`` to ``inputs_k``/``inputs_v`` (default: self).
 
     ``mask`` is boolean, broadcastable to ``[..., num_heads, q, k]``, True = attend. The
     structured masks ``query_mask [..., q]``, ``key_mask [..., k]`` (True = valid) and ``causal``
-    combine with it and also work on the fast path.
+    combine with it and also work on the fast path. ``hybrid_weight [num_heads]`` supplies HNAS's
+    u from the caller instead of this module's parameter (a model whose layers share all other
+    parameters keeps one u per layer, as ALBERT with HNAS does).
     """
+    if hybrid_weight is not None and self.normalization != "hnas":
+      raise ValueError(f"hybrid_weight is HNAS's u, but normalization={self.normalization!r}")
+    if hybrid_weight is not None and jnp.shape(hybrid_weight) != (self.num_heads,):
+      raise ValueError(f"hybrid_weight must have shape ({self.num_heads},) (one u per head), "
+                       f"got {jnp.shape(hybrid_weight)}")
     if inputs_k is None:
       if inputs_v is not None:
         raise ValueError("inputs_k cannot be None if inputs_v is given")
@@ -218,6 +226,7 @@ class MultiHeadAttention(nn.Module):
     if scale:
       query = query / jnp.sqrt(head_dim).astype(query.dtype)
 
+    extra = self._extra_params(hybrid_weight)
     dropout_active = self.dropout_rate > 0.0 and not nn.merge_param(
         "deterministic", self.deterministic, deterministic)
     num_logits = int(np.prod(query.shape[:-1])) * key.shape[-3]
@@ -226,13 +235,13 @@ class MultiHeadAttention(nn.Module):
       to_heads = lambda x: jnp.swapaxes(x, -2, -3)  # [..., n, h, d] -> [..., h, n, d]
       heads = to_heads(compute_fast(
           to_heads(query), to_heads(key), to_heads(value), self.normalization,
-          query_mask=query_mask, key_mask=key_mask, causal=causal, **self._extra_params(),
+          query_mask=query_mask, key_mask=key_mask, causal=causal, **extra,
           sinkhorn_iters=self.sinkhorn_iters, block_size=self.block_size))
       return self._output(heads.astype(value.dtype), features)
 
     mask = structured_mask(mask, query_mask, key_mask, causal, query.shape[-3], key.shape[-3])
     logits = jnp.einsum("...qhd,...khd->...hqk", query, key, precision=self.precision)
-    weights = compute_weights(logits, self.normalization, mask, **self._extra_params(),
+    weights = compute_weights(logits, self.normalization, mask, **extra,
                               sinkhorn_iters=self.sinkhorn_iters)
     if sow_weights:
       self.sow("intermediates", "attention_weights", weights)
@@ -274,10 +283,11 @@ class MultiHeadAttention(nn.Module):
         bias_init=self.out_bias_init or self.bias_init, use_bias=self.use_bias, dtype=self.dtype,
         param_dtype=self.param_dtype, precision=self.precision, name="out")(heads)
 
-  def _extra_params(self) -> dict:
+  def _extra_params(self, hybrid_weight: Optional[Array] = None) -> dict:
     if self.normalization == "hnas":
-      u = self.param("hybrid_weight", nn.initializers.constant(self.hybrid_init),
-                     (self.num_heads,), self.param_dtype)
+      u = hybrid_weight if hybrid_weight is not None else self.param(
+          "hybrid_weight", nn.initializers.constant(self.hybrid_init), (self.num_heads,),
+          self.param_dtype)
       return {"hybrid_weight": straight_through_clip(u)}
     if self.normalization == "nap":
       return {"nap_gain": self.param("nap_gain", nn.initializers.ones, (self.num_heads,),

@@ -27,6 +27,7 @@ import pathlib
 from typing import Any, Optional, Sequence, Union
 
 import flax.linen as nn
+from flax.linen.linear import default_embed_init
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -85,18 +86,24 @@ class BertConfig:
 
 
 class BertEmbeddings(nn.Module):
-  """Word + absolute position + token-type embeddings, then LayerNorm (and dropout)."""
+  """Word + absolute position + token-type embeddings, then LayerNorm (and dropout).
+
+  ``features`` (default: the hidden size) is the embedding width; ALBERT's factorised
+  embeddings are narrower than its layers."""
   config: BertConfig
   dropout_rate: float = 0.0
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
+  features: Optional[int] = None
+  embedding_init: Any = default_embed_init
 
   @nn.compact
   def __call__(self, input_ids: Array, token_type_ids: Array, position_ids: Array,
                deterministic: bool = True) -> Array:
     c = self.config
-    embed = lambda num, name: nn.Embed(num, c.hidden_size, dtype=self.dtype,
-                                       param_dtype=self.param_dtype, name=name)
+    embed = lambda num, name: nn.Embed(num, self.features or c.hidden_size, dtype=self.dtype,
+                                       param_dtype=self.param_dtype,
+                                       embedding_init=self.embedding_init, name=name)
     x = (embed(c.vocab_size, "word_embeddings")(input_ids)
          + embed(c.max_position_embeddings, "position_embeddings")(position_ids)
          + embed(c.type_vocab_size, "token_type_embeddings")(token_type_ids))
@@ -105,26 +112,38 @@ class BertEmbeddings(nn.Module):
 
 
 class BertLayer(nn.Module):
-  """One post-LN BERT layer; names as ``TransformerBlock`` (see the module docstring)."""
+  """One post-LN BERT layer; names as ``TransformerBlock`` (see the module docstring).
+
+  ``normalization`` (and ``hybrid_init``, ``sinkhorn_iters``) choose the attention's weights
+  (pretrained BERTs: softmax); ``hybrid_weight`` at call time supplies HNAS's u per head."""
   config: BertConfig
   dropout_rate: float = 0.0
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
+  normalization: str = "softmax"
+  hybrid_init: float = 0.5
+  sinkhorn_iters: int = 3
+  attention_implementation: str = "quadratic"
+  kernel_init: Any = nn.initializers.lecun_normal()
 
   @nn.compact
   def __call__(self, x: Array, key_mask: Optional[Array], deterministic: bool = True,
-               sow_weights: bool = False) -> Array:
+               sow_weights: bool = False, hybrid_weight: Optional[Array] = None) -> Array:
     c = self.config
     norm = lambda name: LayerNorm(epsilon=c.layer_norm_eps, param_dtype=self.param_dtype,
                                   name=name)
     dense = lambda features, name: nn.Dense(features, dtype=self.dtype,
+                                            kernel_init=self.kernel_init,
                                             param_dtype=self.param_dtype, name=name)
     dropout = lambda y: nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
     h = MultiHeadAttention(
-        num_heads=c.num_attention_heads, normalization="softmax", implementation="quadratic",
+        num_heads=c.num_attention_heads, normalization=self.normalization,
+        hybrid_init=self.hybrid_init, sinkhorn_iters=self.sinkhorn_iters,
+        implementation=self.attention_implementation, kernel_init=self.kernel_init,
         dropout_rate=self.dropout_rate, broadcast_dropout=False, dtype=self.dtype,
         param_dtype=self.param_dtype, name="attention",
-    )(x, key_mask=key_mask, deterministic=deterministic, sow_weights=sow_weights)
+    )(x, key_mask=key_mask, deterministic=deterministic, sow_weights=sow_weights,
+      hybrid_weight=hybrid_weight)
     p = norm("attention_norm")(x + dropout(h))
     f = dense(c.hidden_size, "ffn_out")(ACTIVATIONS[c.hidden_act](
         dense(c.intermediate_size, "ffn_in")(p)))

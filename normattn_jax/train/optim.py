@@ -45,3 +45,63 @@ def make_optimizer(learning_rate, num_steps: int, warmup_steps: int = 0,
       optax.inject_hyperparams(optax.scale)(step_size=-jnp.asarray(learning_rate, jnp.float32)),
   ]
   return optax.chain(*parts)
+
+
+# ----- ALBERT's LAMB (google-research/albert: optimization.py, lamb_optimizer.py) -----
+
+def albert_schedule(peak: float, num_steps: int, warmup_steps: int) -> optax.Schedule:
+  """ALBERT's learning rate: ``peak * (1 - step / num_steps)`` (polynomial decay, power 1,
+  to 0), replaced by ``peak * step / warmup_steps`` during the warm-up (so the decay has
+  already begun when the warm-up ends, as in ALBERT)."""
+  def schedule(step):
+    step = jnp.asarray(step, jnp.float32)
+    decayed = peak * (1.0 - jnp.minimum(step, num_steps) / num_steps)
+    if warmup_steps <= 0:
+      return decayed
+    return jnp.where(step < warmup_steps, peak * step / warmup_steps, decayed)
+  return schedule
+
+
+def scale_by_adam_without_bias_correction(b1: float = 0.9, b2: float = 0.999,
+                                          eps: float = 1e-6) -> optax.GradientTransformation:
+  """``m / (sqrt(v) + eps)`` with ALBERT's raw moments: its LAMB never bias-corrects them
+  (optax's ``scale_by_adam`` and ``lamb`` do)."""
+  def init(params):
+    zeros = lambda: jax.tree.map(jnp.zeros_like, params)
+    return optax.ScaleByAdamState(count=jnp.zeros([], jnp.int32), mu=zeros(), nu=zeros())
+
+  def update(updates, state, params=None):
+    del params
+    mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.mu, updates)
+    nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * jnp.square(g), state.nu, updates)
+    updates = jax.tree.map(lambda m, v: m / (jnp.sqrt(v) + eps), mu, nu)
+    return updates, optax.ScaleByAdamState(count=state.count + 1, mu=mu, nu=nu)
+  return optax.GradientTransformation(init, update)
+
+
+def lamb_adapted(params) -> dict:
+  """Which parameters take weight decay and the trust ratio: ALBERT excludes every name that
+  matches "LayerNorm", "layer_norm" or "bias"; here every parameter of a LayerNorm module (a
+  name ending in "norm"), every bias, and HNAS's hybrid weights (a mixing coefficient in [0, 1]
+  that decay would pull towards softmax)."""
+  def adapted(path, _):
+    names = [str(getattr(key, "key", key)) for key in path]
+    return not (any(name.endswith("norm") for name in names[:-1]) or "bias" in names[-1]
+                or names[-1].startswith("hybrid_weight"))
+  return jax.tree_util.tree_map_with_path(adapted, params)
+
+
+def albert_lamb(learning_rate: float, num_steps: int, warmup_steps: int,
+                weight_decay: float = 0.01, clip_norm: float = 1.0, b1: float = 0.9,
+                b2: float = 0.999, eps: float = 1e-6) -> optax.GradientTransformation:
+  """ALBERT's optimiser: global-norm clipping, Adam moments without bias correction, decoupled
+  weight decay and the layer-wise trust ratio ``|w| / |update|`` (1 where either norm is 0),
+  both skipped for LayerNorm parameters, biases and hybrid weights (``lamb_adapted``), then
+  ``albert_schedule``."""
+  return optax.chain(
+      optax.clip_by_global_norm(clip_norm),
+      scale_by_adam_without_bias_correction(b1, b2, eps),
+      optax.add_decayed_weights(weight_decay, lamb_adapted),
+      optax.masked(optax.scale_by_trust_ratio(), lamb_adapted),
+      optax.scale_by_learning_rate(albert_schedule(learning_rate, num_steps, warmup_steps)),
+  )

@@ -1,0 +1,92 @@
+"""Pre-training throughput of ALBERT with UNAS (softmax), DNAS and HNAS attention.
+
+Times the compiled train step of ``normattn_jax.train.pretrain.Trainer`` (forward, backward,
+ALBERT's LAMB) on random batches of the config's shape, the schemes interleaved round by round,
+and prints the median tokens/s of each and its ratio to softmax:
+
+  python benchmarks/pretrain_throughput.py [--config configs/albert_tiny.py] [--rounds 5]
+      [--steps 5] [--dtype float32|bfloat16]
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import jax
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from normattn_jax.train.pretrain import Trainer, validate_pretrain_config  # noqa: E402
+
+
+def load_config(path):
+  import importlib.util
+  spec = importlib.util.spec_from_file_location("config", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
+
+
+def random_batch(c, rng):
+  b, s, p = c.train.batch_size, c.data.max_seq_length, c.data.max_predictions_per_seq
+  return {"input_ids": rng.integers(5, c.data.vocab_size, (b, s)).astype(np.int32),
+          "input_mask": np.ones((b, s), np.int32),
+          "segment_ids": (np.arange(s) >= s // 2).astype(np.int32)[None].repeat(b, 0),
+          "masked_lm_positions": rng.integers(1, s, (b, p)).astype(np.int32),
+          "masked_lm_ids": rng.integers(5, c.data.vocab_size, (b, p)).astype(np.int32),
+          "masked_lm_weights": np.ones((b, p), np.float32),
+          "sentence_order_label": rng.integers(0, 2, b).astype(np.int32)}
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--config", default="configs/albert_tiny.py")
+  parser.add_argument("--attentions", default="softmax,dnas,hnas")
+  parser.add_argument("--rounds", type=int, default=5)
+  parser.add_argument("--steps", type=int, default=5, help="train steps per timed round")
+  parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+  parser.add_argument("--batch_size", type=int, default=0, help="0 keeps the config's")
+  args = parser.parse_args()
+  base = load_config(args.config)
+  base.model.dtype = args.dtype
+  if args.batch_size:
+    base.train.batch_size = args.batch_size
+  names = args.attentions.split(",")
+  tokens = base.train.batch_size * base.data.max_seq_length
+  rng = np.random.default_rng(0)
+  runs = {}
+  for name in names:
+    c = base.copy_and_resolve_references()
+    c.model.attention = name
+    validate_pretrain_config(c)
+    trainer = Trainer(c, c.data.vocab_size)
+    sharded = lambda b, t=trainer: {k: jax.device_put(v, t.batch_sharding) for k, v in b.items()}
+    batch = sharded(random_batch(c, rng))
+    state = trainer.init(jax.random.key(0), batch)
+    state, metrics = trainer.train_step(state, batch, jax.random.key(1))  # compile
+    jax.block_until_ready(metrics["loss"])
+    runs[name] = [trainer, state, batch]
+  times = {name: [] for name in names}
+  for _ in range(args.rounds):
+    for name in names:
+      trainer, state, batch = runs[name]
+      began = time.perf_counter()
+      for i in range(args.steps):
+        state, metrics = trainer.train_step(state, batch, jax.random.key(i))
+      jax.block_until_ready(metrics["loss"])
+      times[name].append((time.perf_counter() - began) / args.steps)
+      runs[name][1] = state
+  print(f"devices: {jax.devices()}; config {args.config}, dtype {args.dtype}, batch "
+        f"{base.train.batch_size} x {base.data.max_seq_length} tokens, "
+        f"{base.model.num_hidden_layers} layers, hidden {base.model.hidden_size}")
+  reference = statistics.median(times[names[0]])
+  print(f"{'attention':>10} {'ms/step':>9} {'tokens/s':>10} {'time / ' + names[0]:>16}")
+  for name in names:
+    median = statistics.median(times[name])
+    print(f"{name:>10} {median * 1e3:9.1f} {tokens / median:10.0f} {median / reference:16.2f}")
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,187 @@
+"""ALBERT (Lan et al. 2020) in flax.linen with any attention normalisation: the DNAS paper's
+pre-training platform.
+
+    e = LN(word + position + token type)      width E (factorised embedding)
+    x = e W + b                               E -> H
+    x = layer_{g(l)}(x),  l = 0 .. L-1        g(l) = floor(l G / L): G groups of
+                                              ``inner_group_num`` post-LN ``BertLayer``s, shared
+    pooled = tanh(x_0 W_p + b_p)
+
+as google-research/albert's ``modeling.py``: tanh GELU ("gelu_new"), truncated-normal(0.02)
+kernels and embeddings, LayerNorm eps 1e-12. The attention is the project's
+``MultiHeadAttention`` with ``attention="softmax"|"dnas"|"hnas"|"sinkhorn"|"nap"|"non"``; with
+HNAS every layer application keeps its own u per head (``hybrid_weights [L * inner, heads]``)
+while all other parameters are shared, so the per-layer u of the DNAS paper's Fig. 4 exists.
+
+``AlbertForPretraining`` adds the MLM head (dense E + activation + LN, logits through the tied
+word embeddings plus a bias, on the gathered masked positions) and the SOP head (dense 2 on the
+pooled output); ``pretraining_loss`` is ALBERT's loss: the weighted mean MLM cross-entropy plus
+the mean SOP cross-entropy.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from normattn_jax.attention import weights as weights_lib
+from normattn_jax.models.bert import ACTIVATIONS, BertConfig, BertEmbeddings, BertLayer
+from normattn_jax.norms import LayerNorm
+
+Array = jax.Array
+INIT = nn.initializers.truncated_normal(0.02)  # TF1's truncated_normal_initializer(0.02)
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+@dataclasses.dataclass(frozen=True)
+class AlbertConfig(BertConfig):
+  """ALBERT's ``albert_config.json`` fields plus the attention normalisation."""
+  vocab_size: int = 30000
+  embedding_size: int = 128
+  hidden_act: str = "gelu_new"
+  num_hidden_groups: int = 1
+  inner_group_num: int = 1
+  attention: str = "softmax"
+  hybrid_init: float = 0.5
+  sinkhorn_iters: int = 3
+
+  def __post_init__(self):
+    super().__post_init__()
+    for name in ("embedding_size", "num_hidden_groups", "inner_group_num", "sinkhorn_iters"):
+      value = getattr(self, name)
+      if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if self.num_hidden_groups > self.num_hidden_layers:
+      raise ValueError(f"num_hidden_groups ({self.num_hidden_groups}) must not exceed "
+                       f"num_hidden_layers ({self.num_hidden_layers})")
+    if self.attention not in weights_lib.NORMALIZATIONS:
+      raise ValueError(f"attention must be one of {weights_lib.NORMALIZATIONS}, "
+                       f"got {self.attention!r}")
+    if not 0.0 <= self.hybrid_init <= 1.0:
+      raise ValueError(f"hybrid_init (HNAS's u) must lie in [0, 1], got {self.hybrid_init!r}")
+
+  @property
+  def num_layer_applications(self) -> int:
+    return self.num_hidden_layers * self.inner_group_num
+
+  def group_of_layer(self, layer: int) -> int:
+    return layer * self.num_hidden_groups // self.num_hidden_layers
+
+
+class AlbertModel(nn.Module):
+  """``input_ids [B, N]`` -> ``{"last_hidden_state", "pooler_output", "hidden_states"?}``.
+
+  ``attention_mask`` (1 = token, 0 = padding) masks the keys; ``dtype=jnp.bfloat16`` computes
+  in bf16 with float32 parameters and float32 LayerNorm statistics."""
+  config: AlbertConfig
+  dropout_rate: float = 0.0
+  dtype: Optional[Any] = None
+  param_dtype: Any = jnp.float32
+  attention_implementation: str = "auto"
+
+  def setup(self):
+    c = self.config
+    self.embeddings = BertEmbeddings(c, self.dropout_rate, self.dtype, self.param_dtype,
+                                     features=c.embedding_size, embedding_init=INIT)
+    self.embedding_projection = nn.Dense(c.hidden_size, dtype=self.dtype, kernel_init=INIT,
+                                         param_dtype=self.param_dtype)
+    self.groups = [[BertLayer(c, self.dropout_rate, self.dtype, self.param_dtype,
+                              normalization=c.attention, hybrid_init=c.hybrid_init,
+                              sinkhorn_iters=c.sinkhorn_iters, kernel_init=INIT,
+                              attention_implementation=self.attention_implementation,
+                              name=f"group_{g}_inner_{i}")
+                    for i in range(c.inner_group_num)] for g in range(c.num_hidden_groups)]
+    if c.attention == "hnas":
+      self.hybrid_weights = self.param(
+          "hybrid_weights", nn.initializers.constant(c.hybrid_init),
+          (c.num_layer_applications, c.num_attention_heads), self.param_dtype)
+    self.pooler = nn.Dense(c.hidden_size, dtype=self.dtype, kernel_init=INIT,
+                           param_dtype=self.param_dtype)
+
+  def __call__(self, input_ids: Array, attention_mask: Optional[Array] = None,
+               token_type_ids: Optional[Array] = None, *, deterministic: bool = True,
+               output_hidden_states: bool = False, sow_weights: bool = False) -> dict:
+    c = self.config
+    seq_len = input_ids.shape[-1]
+    if seq_len > c.max_position_embeddings:
+      raise ValueError(f"input_ids has {seq_len} positions, more than max_position_embeddings "
+                       f"({c.max_position_embeddings})")
+    if token_type_ids is None:
+      token_type_ids = jnp.zeros_like(input_ids)
+    positions = jnp.broadcast_to(jnp.arange(seq_len), input_ids.shape)
+    key_mask = None if attention_mask is None else jnp.asarray(attention_mask).astype(bool)
+    x = self.embedding_projection(
+        self.embeddings(input_ids, token_type_ids, positions, deterministic))
+    hidden = [x]
+    for layer in range(c.num_hidden_layers):
+      for inner, block in enumerate(self.groups[c.group_of_layer(layer)]):
+        u = (self.hybrid_weights[layer * c.inner_group_num + inner]
+             if c.attention == "hnas" else None)
+        x = block(x, key_mask, deterministic, sow_weights, hybrid_weight=u)
+      hidden.append(x)
+    out = {"last_hidden_state": x, "pooler_output": jnp.tanh(self.pooler(x[..., 0, :]))}
+    if output_hidden_states:
+      out["hidden_states"] = tuple(hidden)
+    return out
+
+  def word_embeddings(self) -> Array:
+    """The ``[vocab, E]`` table, for the tied MLM output layer."""
+    return self.embeddings.variables["params"]["word_embeddings"]["embedding"]
+
+
+class AlbertForPretraining(nn.Module):
+  """ALBERT with its MLM and SOP heads. ``__call__(batch)`` takes the example arrays
+  (``input_ids``, ``input_mask``, ``segment_ids``, ``masked_lm_positions``) and returns float32
+  ``mlm_logits [B, P, vocab]``, ``sop_logits [B, 2]`` and, with HNAS, ``hybrid_weights``."""
+  config: AlbertConfig
+  dropout_rate: float = 0.0
+  dtype: Optional[Any] = None
+  attention_implementation: str = "auto"
+
+  def setup(self):
+    c = self.config
+    self.albert = AlbertModel(c, self.dropout_rate, self.dtype,
+                              attention_implementation=self.attention_implementation)
+    self.mlm_transform = nn.Dense(c.embedding_size, dtype=self.dtype, kernel_init=INIT)
+    self.mlm_norm = LayerNorm(epsilon=c.layer_norm_eps)
+    self.mlm_bias = self.param("mlm_bias", nn.initializers.zeros, (c.vocab_size,))
+    self.sop = nn.Dense(2, kernel_init=INIT)
+
+  def __call__(self, batch: dict, *, deterministic: bool = True) -> dict:
+    out = self.albert(batch["input_ids"], batch["input_mask"], batch["segment_ids"],
+                      deterministic=deterministic)
+    positions = batch["masked_lm_positions"]
+    gathered = jnp.take_along_axis(out["last_hidden_state"], positions[..., None], axis=-2)
+    h = self.mlm_norm(ACTIVATIONS[self.config.hidden_act](self.mlm_transform(gathered)))
+    table = self.albert.word_embeddings()
+    mlm_logits = jnp.einsum("bpe,ve->bpv", h.astype(jnp.float32), table.astype(jnp.float32))
+    result = {"mlm_logits": mlm_logits + self.mlm_bias,
+              "sop_logits": self.sop(out["pooler_output"].astype(jnp.float32))}
+    if self.config.attention == "hnas":
+      result["hybrid_weights"] = jnp.clip(self.albert.hybrid_weights, 0.0, 1.0)
+    return result
+
+
+def pretraining_loss(outputs: dict, batch: dict) -> tuple[Array, dict]:
+  """ALBERT's loss: sum_p w_p CE_p / (sum_p w_p + 1e-5) for the MLM plus the mean SOP
+  cross-entropy; also the accuracies (weighted over real masked positions)."""
+  mlm_logp = jax.nn.log_softmax(outputs["mlm_logits"])
+  ids = batch["masked_lm_ids"]
+  w = batch["masked_lm_weights"].astype(jnp.float32)
+  mlm_nll = -jnp.take_along_axis(mlm_logp, ids[..., None], axis=-1)[..., 0]
+  mlm_loss = jnp.sum(w * mlm_nll) / (jnp.sum(w) + 1e-5)
+  sop_logp = jax.nn.log_softmax(outputs["sop_logits"])
+  labels = batch["sentence_order_label"]
+  sop_loss = -jnp.mean(jnp.take_along_axis(sop_logp, labels[:, None], axis=-1))
+  mlm_correct = (jnp.argmax(mlm_logp, -1) == ids).astype(jnp.float32)
+  metrics = {
+      "loss": mlm_loss + sop_loss, "mlm_loss": mlm_loss, "sop_loss": sop_loss,
+      "mlm_accuracy": jnp.sum(w * mlm_correct) / jnp.maximum(jnp.sum(w), 1.0),
+      "sop_accuracy": jnp.mean((jnp.argmax(sop_logp, -1) == labels).astype(jnp.float32)),
+      "mlm_weight": jnp.sum(w),
+  }
+  return mlm_loss + sop_loss, metrics

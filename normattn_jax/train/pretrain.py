@@ -1,0 +1,379 @@
+"""ALBERT-style pre-training (MLM + SOP) with any attention normalisation, data-parallel over
+every device of every host.
+
+``run_pretraining(config, workdir)``: prepares the data (``normattn_jax.data``), trains
+``AlbertForPretraining`` with ALBERT's LAMB (``train.optim.albert_lamb``), evaluates on the
+held-out split, and writes ``config.json``, ``history.jsonl`` (train and eval metrics),
+TensorBoard scalars, orbax checkpoints and ``summary.json``. The batch of step t is a pure
+function of (seed, t) and dropout keys are ``fold_in(seed, t)``, so a killed run restarted with
+the same command resumes from its newest checkpoint and ends with the same numbers.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Optional
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from normattn_jax.attention.module import IMPLEMENTATIONS
+from normattn_jax.attention.weights import NORMALIZATIONS
+from normattn_jax.models.albert import DTYPES, AlbertConfig, AlbertForPretraining, \
+    pretraining_loss
+from normattn_jax.models.bert import ACTIVATIONS
+from normattn_jax.train.checkpoint import GridCheckpoints
+from normattn_jax.train.optim import albert_lamb, albert_schedule
+
+CORPORA = ("shakespeare", "files", "wikipedia")
+EVAL_SUMS = ("mlm_correct", "mlm_weight", "mlm_nll", "sop_correct", "sop_nll", "examples")
+
+
+class Interrupted(Exception):
+  """Raised when ``max_steps`` ran out: the run resumes from its checkpoints."""
+
+
+def base_pretrain_config() -> ml_collections.ConfigDict:
+  """The DNAS paper's ALBERT settings (24 layers, hidden 1024, 16 heads, batch 4096, lr 0.00176,
+  125k steps, 3125 warm-up steps); ``configs/albert_*.py`` shrink it."""
+  c = ml_collections.ConfigDict()
+  c.model = ml_collections.ConfigDict(dict(
+      embedding_size=128, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+      intermediate_size=4096, num_hidden_groups=1, inner_group_num=1, hidden_act="gelu_new",
+      max_position_embeddings=512, type_vocab_size=2, layer_norm_eps=1e-12,
+      attention="softmax", hybrid_init=0.5, sinkhorn_iters=3, dropout=0.0, dtype="float32",
+      attention_implementation="auto"))
+  c.data = ml_collections.ConfigDict(dict(
+      corpus="shakespeare", files=(), cache_dir="", wikipedia_config="20231101.en", vocab_size=30000,
+      max_seq_length=512, masked_lm_prob=0.15, max_predictions_per_seq=20, ngram=3,
+      short_seq_prob=0.1, dupe_factor=10, validation_fraction=0.05, seed=12345))
+  c.train = ml_collections.ConfigDict(dict(
+      batch_size=4096, num_steps=125000, learning_rate=0.00176, warmup_steps=3125,
+      weight_decay=0.01, clip_norm=1.0, seed=0, log_every=100, eval_every=5000,
+      eval_batches=16, eval_batch_size=0, checkpoint_every=5000))
+  return c
+
+
+def _fail(field, value, why):
+  raise ValueError(f"config.{field}={value!r}: {why}")
+
+
+def validate_pretrain_config(c: ml_collections.ConfigDict) -> None:
+  """Check every field before anything is built; errors name the field and the value."""
+  def positive_int(field, value, allow_zero=False):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+        or value < (0 if allow_zero else 1):
+      _fail(field, value, "must be a " + ("non-negative" if allow_zero else "positive")
+            + " integer")
+  for name in ("embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+               "intermediate_size", "num_hidden_groups", "inner_group_num",
+               "max_position_embeddings", "type_vocab_size", "sinkhorn_iters"):
+    positive_int(f"model.{name}", c.model[name])
+  if c.model.hidden_size % c.model.num_attention_heads:
+    _fail("model.num_attention_heads", c.model.num_attention_heads,
+          f"must divide model.hidden_size ({c.model.hidden_size})")
+  if c.model.num_hidden_groups > c.model.num_hidden_layers:
+    _fail("model.num_hidden_groups", c.model.num_hidden_groups,
+          f"must not exceed model.num_hidden_layers ({c.model.num_hidden_layers})")
+  choices = {"model.hidden_act": (c.model.hidden_act, tuple(ACTIVATIONS)),
+             "model.attention": (c.model.attention, NORMALIZATIONS),
+             "model.dtype": (c.model.dtype, tuple(DTYPES)),
+             "model.attention_implementation": (c.model.attention_implementation,
+                                                IMPLEMENTATIONS),
+             "data.corpus": (c.data.corpus, CORPORA)}
+  for field, (value, allowed) in choices.items():
+    if value not in allowed:
+      _fail(field, value, f"must be one of {allowed}")
+  if not 0.0 <= c.model.hybrid_init <= 1.0:
+    _fail("model.hybrid_init", c.model.hybrid_init, "must lie in [0, 1]")
+  if not 0.0 <= c.model.dropout < 1.0:
+    _fail("model.dropout", c.model.dropout, "must lie in [0, 1)")
+  if not c.model.layer_norm_eps > 0:
+    _fail("model.layer_norm_eps", c.model.layer_norm_eps, "must be > 0")
+  if c.data.corpus == "files":
+    if not c.data.files:
+      _fail("data.files", c.data.files, "must list text files when data.corpus='files'")
+    missing = [f for f in c.data.files if not os.path.isfile(f)]
+    if missing:
+      _fail("data.files", tuple(c.data.files), f"no such file(s): {missing}")
+  for name in ("vocab_size", "max_seq_length", "max_predictions_per_seq", "ngram",
+               "dupe_factor"):
+    positive_int(f"data.{name}", c.data[name])
+  if c.data.max_seq_length > c.model.max_position_embeddings:
+    _fail("data.max_seq_length", c.data.max_seq_length,
+          f"must not exceed model.max_position_embeddings ({c.model.max_position_embeddings})")
+  for name in ("masked_lm_prob", "short_seq_prob"):
+    if not 0.0 <= c.data[name] <= 1.0:
+      _fail(f"data.{name}", c.data[name], "must lie in [0, 1]")
+  if not 0.0 < c.data.validation_fraction < 1.0:
+    _fail("data.validation_fraction", c.data.validation_fraction, "must lie in (0, 1)")
+  for name in ("batch_size", "num_steps", "log_every", "eval_every", "eval_batches"):
+    positive_int(f"train.{name}", c.train[name])
+  for name in ("warmup_steps", "checkpoint_every", "eval_batch_size"):
+    positive_int(f"train.{name}", c.train[name], allow_zero=True)
+  if c.train.warmup_steps >= c.train.num_steps:
+    _fail("train.warmup_steps", c.train.warmup_steps,
+          f"must be below train.num_steps ({c.train.num_steps})")
+  for name in ("learning_rate", "clip_norm"):
+    if not c.train[name] > 0:
+      _fail(f"train.{name}", c.train[name], "must be > 0")
+  if not c.train.weight_decay >= 0:
+    _fail("train.weight_decay", c.train.weight_decay, "must be >= 0")
+  devices = jax.device_count()
+  for name in ("batch_size", "eval_batch_size"):
+    if c.train[name] % devices:
+      _fail(f"train.{name}", c.train[name],
+            f"must be divisible by the number of devices ({devices})")
+
+
+def model_config(c: ml_collections.ConfigDict, vocab_size: int) -> AlbertConfig:
+  m = c.model
+  return AlbertConfig(
+      vocab_size=vocab_size, embedding_size=m.embedding_size, hidden_size=m.hidden_size,
+      num_hidden_layers=m.num_hidden_layers, num_attention_heads=m.num_attention_heads,
+      intermediate_size=m.intermediate_size, num_hidden_groups=m.num_hidden_groups,
+      inner_group_num=m.inner_group_num, hidden_act=m.hidden_act,
+      max_position_embeddings=m.max_position_embeddings, type_vocab_size=m.type_vocab_size,
+      layer_norm_eps=m.layer_norm_eps, attention=m.attention, hybrid_init=m.hybrid_init,
+      sinkhorn_iters=m.sinkhorn_iters)
+
+
+def build_model(c: ml_collections.ConfigDict, vocab_size: int) -> AlbertForPretraining:
+  return AlbertForPretraining(model_config(c, vocab_size), dropout_rate=c.model.dropout,
+                              dtype=DTYPES[c.model.dtype],
+                              attention_implementation=c.model.attention_implementation)
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: jax.Array
+  params: dict
+  opt_state: optax.OptState
+
+
+class Trainer:
+  """The compiled pieces of a run: ``init``, ``train_step``, ``eval_step`` (all jitted, the
+  batch sharded over the "data" axis of a mesh of every device, the state replicated)."""
+
+  def __init__(self, c: ml_collections.ConfigDict, vocab_size: int):
+    self.config = c
+    self.model = build_model(c, vocab_size)
+    self.optimizer = albert_lamb(c.train.learning_rate, c.train.num_steps,
+                                 c.train.warmup_steps, c.train.weight_decay, c.train.clip_norm)
+    self.mesh = Mesh(np.array(jax.devices()), ("data",))
+    self.replicated = NamedSharding(self.mesh, P())
+    self.batch_sharding = NamedSharding(self.mesh, P("data"))
+    self.init = jax.jit(self._init, out_shardings=self.replicated)
+    self.train_step = jax.jit(self._train_step, donate_argnums=0)
+    self.eval_step = jax.jit(self._eval_step)
+
+  def _init(self, key, batch):
+    params = self.model.init(key, batch)["params"]
+    return TrainState(jnp.zeros([], jnp.int32), params, self.optimizer.init(params))
+
+  def _train_step(self, state: TrainState, batch, dropout_key):
+    def loss_fn(params):
+      outputs = self.model.apply({"params": params}, batch,
+                                 deterministic=self.config.model.dropout == 0,
+                                 rngs={"dropout": dropout_key})
+      loss, metrics = pretraining_loss(outputs, batch)
+      return loss, (metrics, outputs.get("hybrid_weights"))
+    (_, (metrics, hybrid)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    metrics["grad_norm"] = optax.global_norm(grads)
+    if hybrid is not None:
+      metrics["hybrid_weights"] = jnp.mean(hybrid, axis=-1)  # per layer, mean over heads
+    return TrainState(state.step + 1, params, opt_state), metrics
+
+  def _eval_step(self, params, batch):
+    outputs = self.model.apply({"params": params}, batch)
+    w = batch["masked_lm_weights"].astype(jnp.float32)
+    mlm_logp = jax.nn.log_softmax(outputs["mlm_logits"])
+    ids, labels = batch["masked_lm_ids"], batch["sentence_order_label"]
+    sop_logp = jax.nn.log_softmax(outputs["sop_logits"])
+    return {
+        "mlm_correct": jnp.sum(w * (jnp.argmax(mlm_logp, -1) == ids)),
+        "mlm_weight": jnp.sum(w),
+        "mlm_nll": -jnp.sum(w * jnp.take_along_axis(mlm_logp, ids[..., None], -1)[..., 0]),
+        "sop_correct": jnp.sum(jnp.argmax(sop_logp, -1) == labels).astype(jnp.float32),
+        "sop_nll": -jnp.sum(jnp.take_along_axis(sop_logp, labels[:, None], -1)),
+        "examples": jnp.asarray(labels.shape[0], jnp.float32),
+    }
+
+  def global_batch(self, data, step: int, batch_size: int, seed: int) -> dict:
+    """The batch of ``step`` as arrays sharded over the mesh (each host feeds its slice)."""
+    local = data.batch(step, batch_size, seed=seed, process_index=jax.process_index(),
+                       process_count=jax.process_count())
+    return {k: jax.make_array_from_process_local_data(self.batch_sharding, v)
+            for k, v in local.items()}
+
+  def evaluate(self, params, data, step: int) -> dict:
+    """Held-out MLM / SOP accuracy and losses over ``eval_batches`` fixed batches."""
+    c = self.config.train
+    size = c.eval_batch_size or c.batch_size
+    batches = min(c.eval_batches, max(1, data.num_examples // size))
+    sums = {k: 0.0 for k in EVAL_SUMS}
+    for i in range(batches):
+      out = self.eval_step(params, self.global_batch(data, i, size, seed=0))
+      for k in EVAL_SUMS:
+        sums[k] += float(out[k])
+    return {"mlm_accuracy": sums["mlm_correct"] / max(sums["mlm_weight"], 1.0),
+            "mlm_loss": sums["mlm_nll"] / max(sums["mlm_weight"], 1.0),
+            "sop_accuracy": sums["sop_correct"] / sums["examples"],
+            "sop_loss": sums["sop_nll"] / sums["examples"],
+            "examples": int(sums["examples"]), "step": step}
+
+
+def load_data(c: ml_collections.ConfigDict, workdir: str):
+  """``(vocab, {"train", "validation"})`` of the configured corpus, cached under
+  ``data.cache_dir`` (default: the workdir; runs that share it share their data)."""
+  from normattn_jax import data as data_lib
+
+  d = c.data
+  workdir = d.cache_dir or workdir
+  settings = dict(vocab_size=d.vocab_size, max_seq_length=d.max_seq_length,
+                  masked_lm_prob=d.masked_lm_prob,
+                  max_predictions_per_seq=d.max_predictions_per_seq, ngram=d.ngram,
+                  short_seq_prob=d.short_seq_prob, dupe_factor=d.dupe_factor,
+                  validation_fraction=d.validation_fraction, seed=d.seed)
+  if d.corpus == "wikipedia":
+    return data_lib.prepare_wikipedia_pretraining_data(
+        workdir, wikipedia_config=d.wikipedia_config, **settings)
+  files = (data_lib.shakespeare_texts(os.path.join(workdir, "corpus"))
+           if d.corpus == "shakespeare" else [str(f) for f in d.files])
+  return data_lib.prepare_pretraining_data(files, workdir, **settings)
+
+
+def _to_python(tree):
+  return jax.tree.map(lambda a: np.asarray(a).tolist(), tree)
+
+
+def _read_history(path: str, upto: int) -> list:
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    rows = [json.loads(line) for line in f if line.strip()]
+  return [row for row in rows if row["step"] <= upto]
+
+
+def run_pretraining(c: ml_collections.ConfigDict, workdir: str, *,
+                    max_steps: Optional[int] = None, show_progress: bool = True,
+                    tensorboard: bool = True) -> dict:
+  """Train (or resume) and return the summary; ``max_steps`` stops after that many steps of
+  this call by raising ``Interrupted`` (a simulated kill, for tests)."""
+  validate_pretrain_config(c)
+  chief = jax.process_index() == 0
+  os.makedirs(workdir, exist_ok=True)
+  vocab, splits = load_data(c, workdir)
+  train_data, val_data = splits["train"], splits["validation"]
+  trainer = Trainer(c, vocab.size)
+  t = c.train
+  if chief:
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+      f.write(c.to_json(indent=2))
+
+  key = jax.random.key(t.seed)
+  state = trainer.init(jax.random.fold_in(key, 0),
+                       trainer.global_batch(train_data, 0, t.batch_size, t.seed))
+  checkpoints = GridCheckpoints(os.path.join(workdir, "checkpoints")) \
+      if t.checkpoint_every else None
+  start = 0
+  if checkpoints is not None and checkpoints.latest() is not None:
+    start = checkpoints.latest()
+    state = jax.device_put(checkpoints.restore(start, {"state": state})["state"],
+                           trainer.replicated)
+  history_path = os.path.join(workdir, "history.jsonl")
+  history = _read_history(history_path, start)
+  if chief:
+    with open(history_path, "w") as f:
+      f.writelines(json.dumps(row) + "\n" for row in history)
+  writer = None
+  if tensorboard and chief:
+    from tensorboardX import SummaryWriter
+    writer = SummaryWriter(os.path.join(workdir, "tensorboard"))
+  bar = None
+  if show_progress and chief:
+    from tqdm import tqdm
+    bar = tqdm(total=t.num_steps, initial=start, unit="step", smoothing=0.1)
+
+  def record(row):
+    history.append(row)
+    if chief:
+      with open(history_path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+    if writer is not None:
+      for name, value in row.items():
+        if isinstance(value, (int, float)) and name not in ("step",):
+          writer.add_scalar(f"{row['split']}/{name}", value, row["step"])
+        elif isinstance(value, list):  # hybrid weights, one scalar per layer
+          for layer, v in enumerate(value):
+            writer.add_scalar(f"{row['split']}/{name}/layer_{layer}", v, row["step"])
+
+  lr_at = albert_schedule(t.learning_rate, t.num_steps, t.warmup_steps)
+  tokens_per_step = t.batch_size * c.data.max_seq_length
+  timed_steps, timed_seconds = 0, 0.0
+  try:
+    for step in range(start, t.num_steps):
+      if max_steps is not None and step - start >= max_steps:
+        raise Interrupted(f"stopped after {max_steps} steps at step {step}")
+      batch = trainer.global_batch(train_data, step, t.batch_size, t.seed)
+      began = time.perf_counter()
+      state, metrics = trainer.train_step(state, batch, jax.random.fold_in(key, step + 1))
+      done = step + 1
+      if done % t.log_every == 0 or done == t.num_steps:
+        metrics = _to_python(metrics)
+        if step > start:  # the first step of a call compiles
+          timed_steps, timed_seconds = timed_steps + 1, timed_seconds + time.perf_counter() - began
+        record(dict(metrics, split="train", step=done, learning_rate=float(lr_at(step))))
+        if bar is not None:
+          bar.set_postfix(loss=f"{metrics['loss']:.3f}", mlm=f"{metrics['mlm_accuracy']:.3f}",
+                          sop=f"{metrics['sop_accuracy']:.3f}")
+      elif step > start:
+        jax.block_until_ready(metrics["loss"])
+        timed_steps, timed_seconds = timed_steps + 1, timed_seconds + time.perf_counter() - began
+      if done % t.eval_every == 0 or done == t.num_steps:
+        record(dict(trainer.evaluate(state.params, val_data, done), split="validation"))
+      if checkpoints is not None and (done % t.checkpoint_every == 0 or done == t.num_steps):
+        checkpoints.save(done, {"state": state})
+      if bar is not None:
+        bar.update(1)
+  finally:
+    if bar is not None:
+      bar.close()
+    if writer is not None:
+      writer.close()
+    if checkpoints is not None:
+      checkpoints.close()
+
+  final = [row for row in history if row["split"] == "validation"][-1]
+  last_train = [row for row in history if row["split"] == "train"][-1]
+  summary = {
+      "attention": c.model.attention,
+      "steps": t.num_steps,
+      "mlm_accuracy": final["mlm_accuracy"], "sop_accuracy": final["sop_accuracy"],
+      "mlm_loss": final["mlm_loss"], "sop_loss": final["sop_loss"],
+      "eval_examples": final["examples"],
+      "train_mlm_accuracy": last_train["mlm_accuracy"],
+      "train_sop_accuracy": last_train["sop_accuracy"],
+      "num_params": int(sum(np.size(p) for p in jax.tree.leaves(state.params))),
+      "vocab_size": vocab.size,
+      "train_examples": train_data.num_examples, "validation_examples": val_data.num_examples,
+      "tokens_per_second": (tokens_per_step * timed_steps / timed_seconds
+                            if timed_seconds else None),
+      "devices": jax.device_count(), "device_kind": jax.devices()[0].device_kind,
+  }
+  if c.model.attention == "hnas":
+    u = np.clip(np.asarray(state.params["albert"]["hybrid_weights"]), 0.0, 1.0)
+    summary["hybrid_weights"] = np.mean(u, axis=-1).tolist()  # per layer, mean over heads
+    summary["hybrid_weights_per_head"] = u.tolist()
+  if chief:
+    with open(os.path.join(workdir, "summary.json"), "w") as f:
+      json.dump(summary, f, indent=2)
+  return summary

@@ -1,0 +1,137 @@
+"""The pre-training run: config validation, resume equality, summary and files."""
+import json
+import os
+import types
+
+import jax
+import numpy as np
+import pytest
+
+from normattn_jax.train import pretrain
+from normattn_jax.train.pretrain import Interrupted, base_pretrain_config, run_pretraining, \
+    validate_pretrain_config
+
+VOCAB, SEQ, PRED = 40, 16, 3
+
+
+class RandomExamples:
+  """Fixed random examples with ``PretrainingData``'s batch contract (pure in step)."""
+
+  def __init__(self, num_examples, seed):
+    rng = np.random.default_rng(seed)
+    self.arrays = {
+        "input_ids": rng.integers(5, VOCAB, (num_examples, SEQ)).astype(np.int32),
+        "input_mask": np.ones((num_examples, SEQ), np.int32),
+        "segment_ids": (np.arange(SEQ) >= SEQ // 2).astype(np.int32)[None].repeat(
+            num_examples, 0),
+        "masked_lm_positions": rng.integers(1, SEQ, (num_examples, PRED)).astype(np.int32),
+        "masked_lm_ids": rng.integers(5, VOCAB, (num_examples, PRED)).astype(np.int32),
+        "masked_lm_weights": np.ones((num_examples, PRED), np.float32),
+        "sentence_order_label": rng.integers(0, 2, num_examples).astype(np.int32),
+    }
+    self.num_examples = num_examples
+
+  def batch(self, step, batch_size, *, seed, process_index=0, process_count=1):
+    rows = np.random.default_rng([seed, step]).choice(self.num_examples, batch_size, False)
+    share = batch_size // process_count
+    rows = rows[process_index * share:(process_index + 1) * share]
+    return {k: v[rows] for k, v in self.arrays.items()}
+
+
+def tiny_config(attention="softmax"):
+  c = base_pretrain_config()
+  c.model.update(embedding_size=8, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                 intermediate_size=32, max_position_embeddings=SEQ, attention=attention)
+  c.data.update(vocab_size=VOCAB, max_seq_length=SEQ)
+  c.train.update(batch_size=4, num_steps=6, learning_rate=0.01, warmup_steps=2, log_every=1,
+                 eval_every=3, eval_batches=2, checkpoint_every=2)
+  return c
+
+
+@pytest.fixture
+def random_data(monkeypatch):
+  splits = {"train": RandomExamples(64, 0), "validation": RandomExamples(16, 1)}
+  monkeypatch.setattr(pretrain, "load_data",
+                      lambda c, workdir: (types.SimpleNamespace(size=VOCAB), splits))
+
+
+def read_history(workdir):
+  with open(os.path.join(workdir, "history.jsonl")) as f:
+    return [json.loads(line) for line in f]
+
+
+def test_resumed_run_equals_uninterrupted(tmp_path, random_data):
+  config = tiny_config("hnas")
+  whole = run_pretraining(config, str(tmp_path / "whole"), show_progress=False)
+  resumed_dir = str(tmp_path / "resumed")
+  with pytest.raises(Interrupted):
+    run_pretraining(config, resumed_dir, max_steps=3, show_progress=False)  # last save: step 2
+  resumed = run_pretraining(config, resumed_dir, show_progress=False)
+  for key in ("mlm_accuracy", "sop_accuracy", "mlm_loss", "sop_loss", "hybrid_weights"):
+    np.testing.assert_allclose(resumed[key], whole[key], rtol=1e-6, err_msg=key)
+  assert read_history(resumed_dir) == read_history(str(tmp_path / "whole"))
+  assert [r["step"] for r in read_history(resumed_dir) if r["split"] == "validation"] == [3, 6]
+
+
+def test_summary_and_files(tmp_path, random_data):
+  summary = run_pretraining(tiny_config("hnas"), str(tmp_path), show_progress=False)
+  for name in ("config.json", "summary.json", "history.jsonl", "tensorboard", "checkpoints"):
+    assert os.path.exists(tmp_path / name), name
+  assert 0 <= summary["mlm_accuracy"] <= 1 and 0 <= summary["sop_accuracy"] <= 1
+  assert len(summary["hybrid_weights"]) == 2
+  assert np.asarray(summary["hybrid_weights_per_head"]).shape == (2, 2)
+  assert summary["eval_examples"] == 8
+  train_rows = [r for r in read_history(str(tmp_path)) if r["split"] == "train"]
+  assert [r["step"] for r in train_rows] == list(range(1, 7))
+  assert train_rows[0]["learning_rate"] == 0.0  # ALBERT's warm-up starts at 0
+  assert all(np.isfinite(r["loss"]) for r in train_rows)
+
+
+def test_training_lowers_the_loss_on_a_fixed_batch(tmp_path, monkeypatch):
+  one = RandomExamples(4, 0)  # four examples, seen every step: MLM must memorise them
+  monkeypatch.setattr(pretrain, "load_data", lambda c, workdir: (
+      types.SimpleNamespace(size=VOCAB), {"train": one, "validation": one}))
+  config = tiny_config()
+  config.train.update(num_steps=60, eval_every=60, checkpoint_every=0, learning_rate=0.1)
+  summary = run_pretraining(config, str(tmp_path), show_progress=False, tensorboard=False)
+  rows = [r for r in read_history(str(tmp_path)) if r["split"] == "train"]
+  assert rows[-1]["mlm_loss"] < 0.5 * rows[0]["mlm_loss"]
+  assert summary["mlm_accuracy"] > 0.25  # chance: 1 / 40
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("model.attention", "cosine", "model.attention"),
+    ("model.num_attention_heads", 3, "model.num_attention_heads"),
+    ("model.dtype", "float16", "model.dtype"),
+    ("data.corpus", "books", "data.corpus"),
+    ("data.max_seq_length", 32, "data.max_seq_length"),
+    ("data.masked_lm_prob", 1.5, "data.masked_lm_prob"),
+    ("train.warmup_steps", 6, "train.warmup_steps"),
+    ("train.batch_size", 0, "train.batch_size"),
+    ("train.learning_rate", 0.0, "train.learning_rate"),
+])
+def test_bad_config_names_the_field_before_anything_is_written(tmp_path, field, value, match):
+  config = tiny_config()
+  section, name = field.split(".")
+  config[section][name] = value
+  with pytest.raises(ValueError, match=match):
+    validate_pretrain_config(config)
+  with pytest.raises(ValueError, match=match):
+    run_pretraining(config, str(tmp_path / "run"), show_progress=False)
+  assert not os.path.exists(tmp_path / "run")
+
+
+def test_files_corpus_needs_existing_files():
+  config = tiny_config()
+  config.data.corpus = "files"
+  with pytest.raises(ValueError, match="data.files"):
+    validate_pretrain_config(config)
+  config.data.files = ("/no/such/file.txt",)
+  with pytest.raises(ValueError, match="no such file"):
+    validate_pretrain_config(config)
+
+
+def test_batch_is_sharded_over_devices(random_data):
+  trainer = pretrain.Trainer(tiny_config(), VOCAB)
+  batch = trainer.global_batch(RandomExamples(8, 0), 0, 4, seed=0)
+  assert batch["input_ids"].sharding.spec == jax.sharding.PartitionSpec("data")
