@@ -38,7 +38,7 @@ def test_pretraining_config_is_valid(path):
 def test_dnas_paper_pretraining_settings():
   c = load(os.path.join(REPO, "configs", "albert_large_dnas_paper.py"))
   assert (c.model.num_hidden_layers, c.model.hidden_size, c.model.num_attention_heads,
-          c.model.embedding_size) == (24, 1024, 16, 128)
+          c.model.embedding_size) == (24, 1024, 16, 1024)
   assert (c.train.batch_size, c.train.learning_rate, c.train.num_steps,
           c.train.warmup_steps) == (4096, 0.00176, 125000, 3125)
   assert (c.data.corpus, c.data.vocab_size, c.data.max_seq_length,

@@ -40,8 +40,9 @@ class Interrupted(Exception):
 
 
 def base_pretrain_config() -> ml_collections.ConfigDict:
-  """The DNAS paper's ALBERT settings (24 layers, hidden 1024, 16 heads, batch 4096, lr 0.00176,
-  125k steps, 3125 warm-up steps); ``configs/albert_*.py`` shrink it."""
+  """ALBERT-large (24 layers, hidden 1024, 16 heads, E = 128) with the DNAS paper's training
+  settings (batch 4096, LAMB lr 0.00176, 125k steps, 3125 warm-up steps); ``configs/albert_*.py``
+  start from it."""
   c = ml_collections.ConfigDict()
   c.model = ml_collections.ConfigDict(dict(
       embedding_size=128, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
