@@ -133,23 +133,3 @@ def draw_sweep(config, summary, metrics_path, workdir):
   if config.task.name == "case_distinction":
     case_figure(config, summary, os.path.join(workdir, "case_accuracy.png"))
   learning_curves_figure(config, summary, metrics_path, os.path.join(workdir, "learning_curves.png"))
-
-
-def redraw(workdir):
-  """Draw a finished run's figures again from its ``config.json`` and ``summary.json``."""
-  import json
-  import ml_collections
-  with open(os.path.join(workdir, "config.json")) as f:
-    config = ml_collections.ConfigDict(json.load(f))
-  for field in ("archs", "learning_rates"):
-    config[field] = tuple(config[field])
-  config.sweep["values"] = tuple(config.sweep["values"])
-  with open(os.path.join(workdir, "summary.json")) as f:
-    summary = json.load(f)
-  draw_sweep(config, summary, os.path.join(workdir, "metrics.npz"), workdir)
-
-
-if __name__ == "__main__":
-  import sys
-  for directory in sys.argv[1:]:
-    redraw(directory)

@@ -13,8 +13,8 @@ import optax
 import pytest
 
 from normattn_jax.train import base_config, make_optimizer, validate
-from normattn_jax.train.optim import clip_by_tensor_norm
-from normattn_jax.train.sweep import Interrupted, run_sweep
+from normattn_jax.train.optim import clip_by_tensor_norm, schedule_shape
+from normattn_jax.train.sweep import Interrupted, resummarise, run_sweep, summarise
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -69,6 +69,32 @@ def test_outputs(reference):
   assert metrics["nap/val_acc"].shape == (3, 2, 1, 2)  # evals, lrs, swept, seeds
   for figure in ("accuracy.png", "case_accuracy.png", "learning_curves.png", "config.json"):
     assert os.path.exists(os.path.join(reference, figure))
+
+
+def test_seeds_are_averaged_before_the_best_over_training_is_taken():
+  """The paper's pixel values: two seeds that peak at different evaluations average 0.5, not 1."""
+  c = tiny_config(archs=("nap",), learning_rates=(0.001, 0.0003))
+  curve = lambda *evals: np.array(evals, np.float32)  # [evals, lr x seed]
+  history = {"train_acc": curve([1.0, 0.0, 0.2, 0.2], [0.0, 1.0, 0.4, 0.4]),
+             "val_acc": curve([0.3, 0.3, 0.9, 0.1], [0.3, 0.3, 0.1, 0.9]),
+             "train_loss": curve([2.0, 1.0, 1.0, 1.0], [1.0, 2.0, 1.0, 1.0]),
+             "diverged": np.zeros((2, 4), bool)}
+  summary = summarise(c, {("nap", ()): history})
+  first, second = summary["cells"]
+  assert first["metrics"]["train_acc"] == {"min": 0.0, "mean": 0.5, "max": 1.0}
+  assert first["metrics"]["train_loss"]["mean"] == 1.5
+  assert second["metrics"]["val_acc"]["mean"] == pytest.approx(0.5)
+  # train and validation are each at their best learning rate, as the paper's tables
+  assert summary["best"]["nap"] == {"train_acc": 0.5, "train_learning_rate": 0.001,
+                                    "val_acc": pytest.approx(0.5), "val_learning_rate": 0.0003,
+                                    "learning_rate": 0.0003}
+
+
+def test_resummarise_rebuilds_the_summary_from_the_saved_curves(reference, tmp_path):
+  for name in ("config.json", "metrics.npz"):
+    (tmp_path / name).write_bytes((reference / name).read_bytes())
+  assert resummarise(str(tmp_path)) == read(reference)
+  assert os.path.exists(tmp_path / "summary.json") and os.path.exists(tmp_path / "accuracy.png")
 
 
 def test_same_config_same_summary(reference, tmp_path):
@@ -163,6 +189,13 @@ def test_optimizer_is_adam_with_linear_decay_and_per_model_learning_rate():
   states = jax.vmap(lambda r: make_optimizer(r, steps).init(params))(jnp.array([0.1, 0.2]))
   u, _ = jax.vmap(lambda s: make_optimizer(0.0, steps).update(grads[0], s, params))(states)
   np.testing.assert_allclose(u["w"][1], 2 * u["w"][0], rtol=1e-6)
+
+
+def test_bert_warmup_hands_over_to_a_decay_that_began_at_step_0():
+  """The NAP code's BERT schedule (from the BERT code): 0 -> 1 over the warm-up, then 1 - t/T."""
+  shape = schedule_shape(num_steps=100, warmup_steps=10)
+  np.testing.assert_allclose([float(shape(t)) for t in (0, 5, 9, 10, 50, 100)],
+                             [0.0, 0.5, 0.9, 0.9, 0.5, 0.0], rtol=1e-6)
 
 
 def test_per_tensor_clipping():

@@ -26,12 +26,10 @@ def clip_by_tensor_norm(max_norm: float) -> optax.GradientTransformation:
 
 
 def schedule_shape(num_steps: int, warmup_steps: int = 0) -> optax.Schedule:
-  """Peak-1 schedule: linear warm-up over ``warmup_steps``, then linear decay to 0 at the end."""
-  decay = optax.linear_schedule(1.0, 0.0, max(num_steps - warmup_steps, 1))
-  if warmup_steps <= 0:
-    return decay
-  warmup = optax.linear_schedule(0.0, 1.0, warmup_steps)
-  return optax.join_schedules([warmup, decay], [warmup_steps])
+  """Peak-1 schedule: linear decay to 0 at the end, replaced by a linear warm-up over
+  ``warmup_steps`` (the BERT code's shape, which the NAP code copies for BERT: the decay has
+  already begun when the warm-up ends)."""
+  return albert_schedule(1.0, num_steps, warmup_steps)
 
 
 def make_optimizer(learning_rate, num_steps: int, warmup_steps: int = 0,

@@ -107,8 +107,9 @@ def _empty_history(grid, hp_dev, state, num_chunks):
 
 
 def summarise(config, results) -> dict:
-  """``cells``: one per arch x learning rate x swept value, with {min, mean, max} over seeds of
-  each metric's best value over training (lowest loss, highest accuracy)."""
+  """``cells``: one per arch x learning rate x swept value, with the paper's pixel values for each
+  metric: its min, mean and max over seeds at every evaluation, each then at its best over
+  training (lowest loss, highest accuracy; Section 5.1: "the max over the course of training")."""
   hp, seeds, (n_lr, n_vmapped, n_seeds) = hyperparameter_grid(config)
   cells = []
   for (arch, values), history in results.items():
@@ -117,20 +118,22 @@ def summarise(config, results) -> dict:
       params = {k: float(v) for k, v in values}
       if config.sweep.name in config_lib.VMAPPED_SWEEPS:
         params[config.sweep.name] = float(config.sweep["values"][i_v])
-      metrics = {}
-      for key, curve in history.items():
-        if key == "diverged":
-          continue
-        best = curve[:, rows].min(0) if key == "train_loss" else curve[:, rows].max(0)
-        best = np.where(np.isfinite(best), best, np.nan)
-        metrics[key] = {"min": _num(np.nanmin(best) if np.isfinite(best).any() else np.nan),
-                        "mean": _num(np.mean(best)), "max": _num(np.nanmax(best)
-                                                                 if np.isfinite(best).any()
-                                                                 else np.nan)}
+      metrics = {key: _best_over_training(curve[:, rows], lower_is_better=key == "train_loss")
+                 for key, curve in history.items() if key != "diverged"}
       cells.append({"arch": arch, "learning_rate": float(config.learning_rates[i_lr]),
                     "params": params, "metrics": metrics,
                     "diverged": int(history["diverged"][-1, rows].sum())})
   return {"cells": cells, "best": _best_per_arch(cells)}
+
+
+def _best_over_training(curve, lower_is_better):
+  """{min, mean, max} over the seeds of ``curve [evals, seeds]``, each at its best evaluation."""
+  best = np.nanmin if lower_is_better else np.nanmax
+  out = {}
+  for name, over_seeds in (("min", np.min), ("mean", np.mean), ("max", np.max)):
+    per_eval = over_seeds(curve, axis=1)
+    out[name] = _num(best(per_eval)) if np.isfinite(per_eval).any() else None
+  return out
 
 
 def _num(x):
@@ -139,14 +142,22 @@ def _num(x):
 
 
 def _best_per_arch(cells):
-  """Per arch (and swept value), the learning rate with the best mean val/train accuracy."""
+  """Per arch (and swept value), the paper's table entries: the best mean training and the best
+  mean validation accuracy over the learning rates, each with its own learning rate.
+  ``learning_rate`` is the validation pick (the figures' cross), or the training one without
+  validation."""
   best = {}
   for cell in cells:
     key = cell["arch"] + ("" if not cell["params"] else " " + config_lib.point_label(cell["params"]))
-    score = (cell["metrics"].get("val_acc", {}).get("mean") or 0.0)
-    if key not in best or score > best[key]["val_acc"]:
-      best[key] = {"learning_rate": cell["learning_rate"], "val_acc": score,
-                   "train_acc": cell["metrics"]["train_acc"]["mean"]}
+    entry = best.setdefault(key, {"train_acc": -1.0, "val_acc": -1.0})
+    for split in ("train", "val"):
+      score = cell["metrics"].get(f"{split}_acc", {}).get("mean")
+      if score is not None and score > entry[f"{split}_acc"]:
+        entry[f"{split}_acc"], entry[f"{split}_learning_rate"] = score, cell["learning_rate"]
+  for entry in best.values():
+    if entry["val_acc"] < 0:
+      entry["val_acc"] = None
+    entry["learning_rate"] = entry.get("val_learning_rate", entry.get("train_learning_rate"))
   return best
 
 
@@ -160,6 +171,30 @@ def save_metrics(path, config, results) -> None:
     for key, curve in history.items():
       arrays[f"{prefix}/{key}"] = curve.reshape((curve.shape[0],) + shape)
   np.savez_compressed(path, **arrays)
+
+
+def resummarise(workdir: str) -> dict:
+  """Score a finished run again from its ``config.json`` and ``metrics.npz``, no training:
+  rewrites ``summary.json`` and the figures (after a change in how results are scored)."""
+  with open(os.path.join(workdir, "config.json")) as f:
+    config = ml_collections.ConfigDict(json.load(f))
+  for field in ("archs", "learning_rates"):
+    config[field] = tuple(config[field])
+  config.sweep["values"] = tuple(config.sweep["values"])
+  data = np.load(os.path.join(workdir, "metrics.npz"))
+  results = {}
+  for values in config_lib.static_points(config):
+    for arch in config.archs:
+      prefix = arch + (f"[{config_lib.point_label(values)}]" if values else "")
+      results[(arch, tuple(values.items()))] = {
+          name[len(prefix) + 1:]: data[name].reshape(data[name].shape[0], -1)
+          for name in data.files if name.startswith(prefix + "/")}
+  summary = summarise(config, results)
+  with open(os.path.join(workdir, "summary.json"), "w") as f:
+    json.dump(summary, f, indent=2, sort_keys=True)
+  from normattn_jax import plots  # matplotlib only when figures are drawn
+  plots.draw_sweep(config, summary, os.path.join(workdir, "metrics.npz"), workdir)
+  return summary
 
 
 def run_sweep(config: ml_collections.ConfigDict, workdir: str, *, max_chunks: Optional[int] = None,
