@@ -29,7 +29,8 @@ def main(argv):
     jax.distributed.initialize()
   summary = run_sweep(_CONFIG.value, _WORKDIR.value)
   for arch, best in sorted(summary["best"].items()):
-    val = "n/a" if best["val_acc"] is None else f"{best['val_acc']:.1%} (lr {best['learning_rate']:.2e})"
+    val = ("n/a" if best["val_acc"] is None
+           else f"{best['val_acc']:.1%} (lr {best['learning_rate']:.2e})")
     print(f"{arch:>24}: best mean train {best['train_acc']:.1%} (lr "
           f"{best['train_learning_rate']:.2e})  val {val}")
   print(f"figures: {_WORKDIR.value}/accuracy.png (and case_accuracy.png, learning_curves.png)")
