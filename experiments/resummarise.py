@@ -8,12 +8,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from normattn_jax.train.sweep import resummarise  # noqa: E402
+from normattn_jax.train.sweep import best_lines, resummarise  # noqa: E402
 
 if __name__ == "__main__":
   if len(sys.argv) < 2:
     sys.exit(__doc__.strip())
   for workdir in sys.argv[1:]:
-    for arch, best in sorted(resummarise(workdir)["best"].items()):
-      val = "n/a" if best["val_acc"] is None else f"{best['val_acc']:.1%}"
-      print(f"{workdir}: {arch}: train {best['train_acc']:.1%}  val {val}")
+    print(workdir)
+    print("\n".join(best_lines(resummarise(workdir))))

@@ -12,7 +12,7 @@ from ml_collections import config_flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # configs/
 
-from normattn_jax.train.sweep import run_sweep  # noqa: E402
+from normattn_jax.train.sweep import best_lines, run_sweep  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a configs/*.py file.",
                                           lock_config=True)
@@ -28,11 +28,7 @@ def main(argv):
     import jax
     jax.distributed.initialize()
   summary = run_sweep(_CONFIG.value, _WORKDIR.value)
-  for arch, best in sorted(summary["best"].items()):
-    val = ("n/a" if best["val_acc"] is None
-           else f"{best['val_acc']:.1%} (lr {best['learning_rate']:.2e})")
-    print(f"{arch:>24}: best mean train {best['train_acc']:.1%} (lr "
-          f"{best['train_learning_rate']:.2e})  val {val}")
+  print("\n".join(best_lines(summary)))
   print(f"figures: {_WORKDIR.value}/accuracy.png (and case_accuracy.png, learning_curves.png)")
 
 

@@ -190,11 +190,27 @@ def resummarise(workdir: str) -> dict:
           name[len(prefix) + 1:]: data[name].reshape(data[name].shape[0], -1)
           for name in data.files if name.startswith(prefix + "/")}
   summary = summarise(config, results)
+  write_summary(workdir, config, summary)
+  return summary
+
+
+def write_summary(workdir, config, summary) -> None:
+  """``summary.json`` and the figures, drawn from it and the run's ``metrics.npz``."""
   with open(os.path.join(workdir, "summary.json"), "w") as f:
     json.dump(summary, f, indent=2, sort_keys=True)
   from normattn_jax import plots  # matplotlib only when figures are drawn
   plots.draw_sweep(config, summary, os.path.join(workdir, "metrics.npz"), workdir)
-  return summary
+
+
+def best_lines(summary) -> list[str]:
+  """One line per arch (and swept value): its best mean train and validation accuracy."""
+  lines = []
+  for arch, best in sorted(summary["best"].items()):
+    val = ("n/a" if best["val_acc"] is None
+           else f"{best['val_acc']:.1%} (lr {best['learning_rate']:.2e})")
+    lines.append(f"{arch:>24}: best mean train {best['train_acc']:.1%} (lr "
+                 f"{best['train_learning_rate']:.2e})  val {val}")
+  return lines
 
 
 def run_sweep(config: ml_collections.ConfigDict, workdir: str, *, max_chunks: Optional[int] = None,
@@ -227,11 +243,8 @@ def run_sweep(config: ml_collections.ConfigDict, workdir: str, *, max_chunks: Op
   summary = summarise(config, results)
   if not chief:
     return summary
-  with open(os.path.join(workdir, "summary.json"), "w") as f:
-    json.dump(summary, f, indent=2, sort_keys=True)
   save_metrics(os.path.join(workdir, "metrics.npz"), config, results)
-  from normattn_jax import plots  # matplotlib only when figures are drawn
-  plots.draw_sweep(config, summary, os.path.join(workdir, "metrics.npz"), workdir)
+  write_summary(workdir, config, summary)
   print(f"trained {len(jobs)} grid(s) in {time.perf_counter() - started:.0f} s; "
         f"results in {workdir}")
   return summary
