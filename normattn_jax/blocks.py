@@ -179,6 +179,7 @@ class TransformerBlock(nn.Module):
       h = MultiHeadAttention(
           num_heads=self.num_heads, normalization=spec.normalization,
           kernel_init=self.kernel_init, dropout_rate=self.dropout_rate,
+          broadcast_dropout=False,  # a mask per example and head, as Keras' Dropout in the NAP code
           hybrid_init=self.hybrid_init, sinkhorn_iters=self.sinkhorn_iters,
           head_norm=spec.normalize and spec.normalization != "non",
           head_norm_epsilon=self.layer_norm_epsilon,

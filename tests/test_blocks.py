@@ -175,6 +175,18 @@ def test_dropout_is_active_only_when_not_deterministic():
   assert not np.allclose(a, b)
 
 
+
+def test_attention_dropout_masks_each_example_and_head():
+  """The NAP code drops attention weights with Keras' Dropout: one mask per element, so two equal
+  examples get different attention outputs (a mask shared by the batch would give equal ones)."""
+  block = TransformerBlock(arch="bert", num_heads=H, dropout_rate=0.5)
+  x = jnp.broadcast_to(X[:1], X.shape)
+  params = block.init(jax.random.key(0), x)
+  _, state = block.apply(params, x, deterministic=False, rngs={"dropout": jax.random.key(1)},
+                         capture_intermediates=True)
+  (attention,) = state["intermediates"]["attention"]["__call__"]
+  assert not np.allclose(attention[0], attention[1])
+
 def test_bad_arguments_name_the_field():
   with pytest.raises(ValueError, match="arch"):
     TransformerBlock(arch="gpt")
