@@ -14,7 +14,8 @@ import pytest
 
 from normattn_jax.train import base_config, make_optimizer, validate
 from normattn_jax.train.optim import clip_by_tensor_norm, schedule_shape
-from normattn_jax.train.sweep import Interrupted, resummarise, run_sweep, summarise
+from normattn_jax.train.sweep import (Interrupted, regularization_table, resummarise, run_sweep,
+                                     summarise)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -89,6 +90,24 @@ def test_seeds_are_averaged_before_the_best_over_training_is_taken():
                                     "val_acc": pytest.approx(0.5), "val_learning_rate": 0.0003,
                                     "learning_rate": 0.0003}
 
+
+
+def test_regularization_table_takes_the_best_nonzero_value_of_each_regularizer():
+  best = lambda train, val: {"train_acc": train, "val_acc": val}
+  l2 = {"best": {"max train.l2=0": best(0.5, None), "nap train.l2=0": best(0.90, 0.80),
+                 "nap train.l2=0.0001": best(0.95, 0.70), "nap train.l2=0.01": best(0.85, 0.75)}}
+  dropout = {"best": {"nap train.dropout=0.0625": best(0.60, 0.81),
+                      "nap train.dropout=0.25": best(0.70, 0.50)}}
+  assert regularization_table([l2, dropout]).splitlines() == [
+      "| | nap | max |", "|---|---|---|",
+      "| train, unregularised | 90.0 | 50.0 |",
+      "| train, with dropout | 70.0 (0.25) | - |",
+      "| train, with L2 | 95.0 (0.0001) | - |",
+      "| validation, unregularised | 80.0 | - |",
+      "| validation, with dropout | 81.0 (0.0625) | - |",
+      "| validation, with L2 | 75.0 (0.01) | - |"]
+  with pytest.raises(ValueError, match="model.d_model"):
+    regularization_table([{"best": {"nap model.d_model=32": best(0.9, 0.8)}}])
 
 def test_resummarise_rebuilds_the_summary_from_the_saved_curves(reference, tmp_path):
   for name in ("config.json", "metrics.npz"):

@@ -213,6 +213,41 @@ def best_lines(summary) -> list[str]:
   return lines
 
 
+
+REGULARIZERS = {"train.dropout": "with dropout", "train.l2": "with L2"}
+
+
+def regularization_table(summaries) -> str:
+  """The NAP paper's Tables 2-4 as markdown, from regularisation sweeps (summaries whose
+  ``sweep.name`` is ``train.dropout`` or ``train.l2``): per arch, the best mean train and validation
+  accuracy unregularised (a swept value of 0) and with each regulariser (its best nonzero value,
+  named in brackets, where the paper gives the value's rank)."""
+  table: dict = {}  # (split, row) -> arch -> text
+  archs: list = []
+  for summary in summaries:
+    for key, best in summary["best"].items():
+      arch, _, point = key.partition(" ")
+      name, _, value = point.partition("=")
+      if name not in REGULARIZERS:
+        raise ValueError(f"{key!r} is no point of a regularisation sweep {tuple(REGULARIZERS)}")
+      archs += [arch] if arch not in archs else []
+      row = "unregularised" if float(value) == 0 else REGULARIZERS[name]
+      for split in ("train", "val"):
+        score = best[f"{split}_acc"]
+        cell = table.setdefault((split, row), {})
+        if score is not None and (arch not in cell or score > cell[arch][0]):
+          cell[arch] = (score, "" if row == "unregularised" else f" ({float(value):g})")
+  order = list(config_lib.PAPER_ARCHS)
+  archs.sort(key=lambda a: order.index(a) if a in order else len(order))  # the paper's columns
+  lines = ["| | " + " | ".join(archs) + " |", "|---" * (len(archs) + 1) + "|"]
+  for split, label in (("train", "train"), ("val", "validation")):
+    for row in ("unregularised", *REGULARIZERS.values()):
+      cells = table.get((split, row), {})
+      if cells:
+        lines.append(f"| {label}, {row} | " + " | ".join(
+            f"{100 * cells[a][0]:.1f}{cells[a][1]}" if a in cells else "-" for a in archs) + " |")
+  return "\n".join(lines)
+
 def run_sweep(config: ml_collections.ConfigDict, workdir: str, *, max_chunks: Optional[int] = None,
               show_progress: bool = True, tensorboard: bool = True) -> dict:
   """Validate, train every (point, arch) grid, write the results; returns the summary."""
