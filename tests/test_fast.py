@@ -53,7 +53,7 @@ def quadratic(weight_fn, q, k, v, mask):
 
 
 @pytest.mark.parametrize("name", sorted(PAIRS))
-@pytest.mark.parametrize("n", [5, pytest.param(21, marks=pytest.mark.slow)])  # 21: several blocks
+@pytest.mark.parametrize("n", [5, 21])
 @pytest.mark.parametrize("masked,causal", [(False, False), (True, False), (True, True)])
 def test_values_and_gradients_equal_the_quadratic_path(name, n, masked, causal):
   fast_fn, weight_fn = PAIRS[name]
