@@ -213,7 +213,6 @@ def best_lines(summary) -> list[str]:
   return lines
 
 
-
 REGULARIZERS = {"train.dropout": "with dropout", "train.l2": "with L2"}
 
 
@@ -222,7 +221,7 @@ def regularization_table(summaries) -> str:
   ``sweep.name`` is ``train.dropout`` or ``train.l2``): per arch, the best mean train and validation
   accuracy unregularised (a swept value of 0) and with each regulariser (its best nonzero value,
   named in brackets, where the paper gives the value's rank)."""
-  table: dict = {}  # (split, row) -> arch -> text
+  table: dict = {}  # (split, row) -> arch -> (best score, the value that gave it)
   archs: list = []
   for summary in summaries:
     for key, best in summary["best"].items():
@@ -247,6 +246,7 @@ def regularization_table(summaries) -> str:
         lines.append(f"| {label}, {row} | " + " | ".join(
             f"{100 * cells[a][0]:.1f}{cells[a][1]}" if a in cells else "-" for a in archs) + " |")
   return "\n".join(lines)
+
 
 def run_sweep(config: ml_collections.ConfigDict, workdir: str, *, max_chunks: Optional[int] = None,
               show_progress: bool = True, tensorboard: bool = True) -> dict:
