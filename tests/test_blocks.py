@@ -175,7 +175,6 @@ def test_dropout_is_active_only_when_not_deterministic():
   assert not np.allclose(a, b)
 
 
-
 def test_attention_dropout_masks_each_example_and_head():
   """The NAP code drops attention weights with Keras' Dropout: one mask per element, so two equal
   examples get different attention outputs (a mask shared by the batch would give equal ones)."""
@@ -186,6 +185,7 @@ def test_attention_dropout_masks_each_example_and_head():
                          capture_intermediates=True)
   (attention,) = state["intermediates"]["attention"]["__call__"]
   assert not np.allclose(attention[0], attention[1])
+
 
 def test_bad_arguments_name_the_field():
   with pytest.raises(ValueError, match="arch"):

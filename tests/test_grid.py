@@ -91,7 +91,6 @@ def test_seeds_are_averaged_before_the_best_over_training_is_taken():
                                     "learning_rate": 0.0003}
 
 
-
 def test_regularization_table_takes_the_best_nonzero_value_of_each_regularizer():
   best = lambda train, val: {"train_acc": train, "val_acc": val}
   l2 = {"best": {"max train.l2=0": best(0.5, None), "nap train.l2=0": best(0.90, 0.80),
@@ -108,6 +107,7 @@ def test_regularization_table_takes_the_best_nonzero_value_of_each_regularizer()
       "| validation, with L2 | 75.0 (0.01) | - |"]
   with pytest.raises(ValueError, match="model.d_model"):
     regularization_table([{"best": {"nap model.d_model=32": best(0.9, 0.8)}}])
+
 
 def test_resummarise_rebuilds_the_summary_from_the_saved_curves(reference, tmp_path):
   for name in ("config.json", "metrics.npz"):

@@ -222,22 +222,22 @@ def regularization_table(summaries) -> str:
   accuracy unregularised (a swept value of 0) and with each regulariser (its best nonzero value,
   named in brackets, where the paper gives the value's rank)."""
   table: dict = {}  # (split, row) -> arch -> (best score, the value that gave it)
-  archs: list = []
+  archs: set = set()
   for summary in summaries:
     for key, best in summary["best"].items():
       arch, _, point = key.partition(" ")
       name, _, value = point.partition("=")
       if name not in REGULARIZERS:
         raise ValueError(f"{key!r} is no point of a regularisation sweep {tuple(REGULARIZERS)}")
-      archs += [arch] if arch not in archs else []
+      archs.add(arch)
       row = "unregularised" if float(value) == 0 else REGULARIZERS[name]
       for split in ("train", "val"):
         score = best[f"{split}_acc"]
         cell = table.setdefault((split, row), {})
         if score is not None and (arch not in cell or score > cell[arch][0]):
           cell[arch] = (score, "" if row == "unregularised" else f" ({float(value):g})")
-  order = list(config_lib.PAPER_ARCHS)
-  archs.sort(key=lambda a: order.index(a) if a in order else len(order))  # the paper's columns
+  order = list(config_lib.PAPER_ARCHS)  # the paper's columns first
+  archs = sorted(archs, key=lambda a: (order.index(a) if a in order else len(order), a))
   lines = ["| | " + " | ".join(archs) + " |", "|---" * (len(archs) + 1) + "|"]
   for split, label in (("train", "train"), ("val", "validation")):
     for row in ("unregularised", *REGULARIZERS.values()):
