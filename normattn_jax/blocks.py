@@ -162,8 +162,10 @@ class TransformerBlock(nn.Module):
   @nn.compact
   def __call__(self, x: Array, mask: Optional[Array] = None, deterministic: bool = True,
                sow_weights: bool = False) -> Array:
-    """``mask [..., N]`` marks valid (True) and padding (False) positions; ``sow_weights`` stores
-    the attention weights in the 'intermediates' collection."""
+    """``mask [..., N]`` marks valid (True) and padding (False) positions: the attention's
+    ``padding_mask`` (padded queries and keys both masked) or the positions the pooling skips,
+    so padding never changes the valid outputs; ``sow_weights`` stores the attention weights in
+    the 'intermediates' collection."""
     spec = self.spec
     d_model = x.shape[-1]
     norm = lambda name: LayerNorm(epsilon=self.layer_norm_epsilon, param_dtype=self.param_dtype,
@@ -186,7 +188,7 @@ class TransformerBlock(nn.Module):
           head_activation=_gelu if spec.attention_gelu else None,
           dtype=self.dtype, param_dtype=self.param_dtype, name="attention",
           implementation=self.attention_implementation,
-      )(x, query_mask=mask, key_mask=mask, deterministic=deterministic, sow_weights=sow_weights)
+      )(x, padding_mask=mask, deterministic=deterministic, sow_weights=sow_weights)
     else:
       h = pool(x, spec.mixer, mask)
 

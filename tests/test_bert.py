@@ -54,11 +54,15 @@ def test_hidden_states_match_transformers(minilm, reference):
   hidden = np.stack([np.asarray(h) for h in out["hidden_states"]])
   assert hidden.shape == (7,) + reference["input_ids"].shape + (384,)
   np.testing.assert_array_equal(hidden[-1], np.asarray(out["last_hidden_state"]))
+  # Real tokens only: padded queries are masked here, not in transformers (their states differ).
+  real = reference["attention_mask"].astype(bool)
+  assert np.isfinite(hidden).all()
   stride = int(reference["feature_stride"])
-  np.testing.assert_allclose(hidden[..., ::stride], reference["hidden_strided"], atol=1e-4,
-                             rtol=1e-4)
+  np.testing.assert_allclose(hidden[..., ::stride][:, real], reference["hidden_strided"][:, real],
+                             atol=1e-4, rtol=1e-4)
   projected = hidden.astype(np.float64) @ reference["projections"].astype(np.float64)
-  np.testing.assert_allclose(projected, reference["hidden_projected"], atol=1e-4, rtol=1e-4)
+  np.testing.assert_allclose(projected[:, real], reference["hidden_projected"][:, real],
+                             atol=1e-4, rtol=1e-4)
   assert out["pooler_output"].shape == (3, 384)
 
 
@@ -145,8 +149,9 @@ def test_from_pretrained_matches_numpy_reference(tmp_path, prefix):
   plain = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
   expected = numpy_bert(plain, config, ids, mask, types)
   assert len(out["hidden_states"]) == 3
+  real = mask.astype(bool)  # the reference masks only the keys: padded states differ
   for got, want in zip(out["hidden_states"], expected):
-    np.testing.assert_allclose(np.asarray(got), want, atol=2e-5)
+    np.testing.assert_allclose(np.asarray(got)[real], want[real], atol=2e-5)
 
 
 def test_padding_does_not_change_valid_positions(minilm):
@@ -169,8 +174,9 @@ def test_sow_weights_are_softmax_rows(minilm):
                          mutable=["intermediates"])
   w = state["intermediates"]["layer_3"]["attention"]["attention_weights"][0]
   chex.assert_shape(w, (1, 12, 5, 5))
-  np.testing.assert_allclose(np.asarray(w.sum(-1)), 1.0, atol=1e-6)
+  np.testing.assert_allclose(np.asarray(w[..., :4, :].sum(-1)), 1.0, atol=1e-6)
   assert float(jnp.max(w[..., 4])) == 0.0  # the padding key
+  assert float(jnp.max(w[..., 4, :])) == 0.0  # and the padding query
 
 
 def test_bad_inputs_name_the_argument(tmp_path, minilm):
@@ -193,3 +199,19 @@ def test_bad_inputs_name_the_argument(tmp_path, minilm):
     bert.tokenize(bert.load_tokenizer(path), ["x"], max_length=1)
   with pytest.raises(ValueError, match="texts"):
     bert.tokenize(bert.load_tokenizer(path), "not a list")
+
+
+@pytest.mark.parametrize("edit, match", [
+    ({"num_hidden_layers": 4}, r"32 tensor\(s\) the model does not use:\n"
+                               r"  encoder.layer.4.attention.output.LayerNorm.bias\n"),
+    ({"hidden_size": 256, "num_attention_heads": 8},
+     r"tensor\(s\) of another shape:\n"
+     r"  embeddings.LayerNorm.bias: expected \(256,\), found \(384,\)\n"),
+])
+def test_a_checkpoint_unlike_its_config_names_the_tensors(tmp_path, edit, match):
+  source = bert.bundled_minilm_path()
+  config = json.loads((source / "config.json").read_text())
+  (tmp_path / "config.json").write_text(json.dumps({**config, **edit}))
+  (tmp_path / "model.safetensors").symlink_to(source / "model.safetensors")
+  with pytest.raises(ValueError, match=match):
+    bert.from_pretrained(tmp_path)

@@ -135,3 +135,33 @@ def test_bad_arguments_name_the_field():
     MultiHeadAttention(num_heads=3).init(KEY, X)
   with pytest.raises(ValueError, match="dropout_rate"):
     MultiHeadAttention(num_heads=2, dropout_rate=1.0)
+
+
+@pytest.mark.parametrize("normalization", ["nap", "dnas"])
+def test_causal_with_unequal_lengths_is_the_same_on_both_paths(normalization):
+  """``causal`` aligns the sequences at their ends on both paths (query i sees the keys
+  j <= i + k - q), so ``implementation="auto"`` gives one answer whichever path it picks."""
+  quad = MultiHeadAttention(num_heads=2, normalization=normalization, implementation="quadratic")
+  quick = MultiHeadAttention(num_heads=2, normalization=normalization, implementation="fast",
+                             block_size=4)
+  causal = lambda layer: jax.jit(lambda *a: layer.apply(params, *a, causal=True))
+  params = quad.init(KEY, X, Y)
+  for queries, keys in ((Y, X), (X, Y)):
+    want = causal(quad)(queries, keys)
+    chex.assert_trees_all_close(causal(quick)(queries, keys), want, atol=1e-4)
+  assert (want[:, :2] == 0).all()  # 7 queries, 5 keys: the first two see no key (zero out bias)
+  if normalization == "nap":  # auto takes the fast path from 8 * head_dim = 64 keys
+    long = jax.random.normal(jax.random.key(4), (2, 64, 16))
+    auto = MultiHeadAttention(num_heads=2, normalization="nap")
+    chex.assert_trees_all_close(causal(auto)(Y, long), causal(quad)(Y, long), atol=1e-4)
+
+
+@pytest.mark.parametrize("implementation", ["quadratic", "fast"])
+def test_empty_sequences_name_the_shape(implementation):
+  layer = MultiHeadAttention(num_heads=2, normalization="nap", implementation=implementation)
+  empty = jnp.zeros((2, 0, 16))
+  shape = r"shape \(2, 2, (0, \d+|\d+, 0)\)"  # [batch, heads, q or k, k or d]
+  with pytest.raises(ValueError, match=shape):
+    layer.init(KEY, empty, X)
+  with pytest.raises(ValueError, match=shape):
+    layer.init(KEY, X, empty)

@@ -180,6 +180,25 @@ def test_tfds_dataset_round_trip_and_fingerprint(tmp_path):
   assert sum(len(v) for v in grown.values()) == 11  # a new config, not the stale build
 
 
+def test_a_corpus_too_small_for_a_split_says_what_to_change(tmp_path):
+  files = write_corpus(str(tmp_path), files=1, lines=20)  # 4 documents, none held out
+  with pytest.raises(ValueError, match=r"'validation' split would have no document: .*play_0.txt"
+                     r".* make 4 document\(s\) of lines_per_document=5 .*0 of them held out.*"
+                     r"add text, lower lines_per_document or raise validation_fraction"):
+    text_file_sources(files, str(tmp_path / "tfds"), lines_per_document=5,
+                      validation_fraction=0.2)
+  with open(files[0], "a") as f:
+    f.write("".join(f"line {i}.\n" for i in range(5)))  # a fifth document, held out
+  sources = text_file_sources(files, str(tmp_path / "tfds"), lines_per_document=5,
+                              validation_fraction=0.2)
+  assert (len(sources["train"]), len(sources["validation"])) == (4, 1)
+  with pytest.raises(ValueError, match=r"'validation' split has 1 document\(s\), ALBERT's "
+                                       r"examples need 2: add text"):
+    prepare_pretraining_data(files, str(tmp_path), vocab_size=40, max_seq_length=48,
+                             max_predictions_per_seq=8, dupe_factor=1, validation_fraction=0.2,
+                             lines_per_document=5, log=lambda *_: None)
+
+
 def test_vocab_has_albert_special_ids_and_cache_is_reused(prepared):
   folder, files, vocab, _ = prepared
   assert [vocab.processor.id_to_piece(i) for i in range(5)] == \

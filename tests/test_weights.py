@@ -1,4 +1,6 @@
 """Each weight function against its paper's definition and theorems."""
+import re
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -73,8 +75,8 @@ def test_against_definitions(masked):
   np.testing.assert_allclose(sinkhorn_weights(l, 5, mask), ref_sinkhorn(ln, mn, 5), atol=1e-5)
   np.testing.assert_allclose(nap_weights(l, 1.5, -0.3, mask), ref_nap(ln, mn, 1.5, -0.3, 1e-3),
                              atol=1e-5)
-  np.testing.assert_allclose(nap_weights(l, mask=mask, eps=0.0), ref_nap(ln, mn, 1.0, 0.0, 0.0),
-                             atol=1e-5)
+  np.testing.assert_allclose(nap_weights(l, mask=mask, eps=1e-12),
+                             ref_nap(ln, mn, 1.0, 0.0, 1e-12), atol=1e-5)
   np.testing.assert_allclose(non_weights(l, mask), ref_non(ln, mn), atol=1e-6)
   u = 0.3
   np.testing.assert_allclose(hnas_weights(l, u, mask),
@@ -151,7 +153,7 @@ def test_nap_represents_xor():
     for x2 in (0, 1):
       x = jnp.array([x1, x2], jnp.float32)
       logits = jnp.array([3 * x1 + 1, 2 * x2], jnp.float32)
-      exact = nap_weights(logits[None], eps=0.0)[0] @ x
+      exact = nap_weights(logits[None], eps=1e-12)[0] @ x  # eps > 0, below float32 rounding
       assert float(exact) == float(x1 != x2)
       smoothed = nap_weights(logits[None])[0] @ x  # the default epsilon barely moves it
       assert abs(float(smoothed) - float(x1 != x2)) < 2e-3
@@ -159,7 +161,7 @@ def test_nap_represents_xor():
 
 def test_nap_and_non_are_length_independent_at_init():
   """NAP weights have zero mean and unit std per query; NON's l/sqrt(n) keeps o's scale."""
-  w = nap_weights(random_logits(7, (4, 100)), eps=0.0)
+  w = nap_weights(random_logits(7, (4, 100)), eps=1e-12)
   np.testing.assert_allclose(w.mean(-1), 0.0, atol=1e-5)
   np.testing.assert_allclose(w.std(-1), 1.0, atol=1e-5)
 
@@ -192,6 +194,42 @@ def test_huge_logits_and_bf16(name):
   assert jnp.isfinite(low.astype(jnp.float32)).all()
   ref = fn(l.astype(jnp.bfloat16).astype(jnp.float32), mask=m)
   np.testing.assert_allclose(low.astype(jnp.float32), ref, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("scale", [1e19, 1e30, 1e37])
+def test_nap_is_exact_for_any_finite_logits(scale):
+  """NAP equals its float64 definition at any scale: the squares of huge centred logits and the
+  mean of logits near the float32 maximum must not overflow."""
+  shape = (2, 5, 7)
+  l = random_logits(12, shape, scale=1.0) * scale
+  m = random_mask(12, shape).at[0, 1].set(False)
+  ref = ref_nap(np.asarray(l, np.float64), np.asarray(m), 1.5, 0.2, 1e-3)
+  np.testing.assert_allclose(nap_weights(l, 1.5, 0.2, m), ref, atol=1e-5)
+  assert jnp.isfinite(jax.grad(lambda x: jnp.sum(nap_weights(x, mask=m) ** 3))(l)).all()
+  top = jnp.array([[3.3e38, 3.3e38, -3.3e38], [3.3e38] * 3, [-1e38, 2e38, 3e38]])
+  ref = ref_nap(np.asarray(top, np.float64), np.ones(top.shape, bool), 1.0, 0.5, 1e-3)
+  np.testing.assert_allclose(nap_weights(top, bias=0.5), ref, atol=1e-6)
+  assert (nap_weights(top, bias=0.5)[1] == 0.5).all()  # equal logits: exactly the bias
+
+
+def test_nap_eps_must_be_positive():
+  for eps in (0.0, -1e-3, float("nan")):
+    with pytest.raises(ValueError, match=f"eps must be > 0.*{eps}"):
+      nap_weights(jnp.ones((2, 3)), eps=eps)
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_integer_logits_are_refused(name):
+  """Integer logits would give integer (truncated to 0) weights."""
+  with pytest.raises(TypeError, match="floating point, got dtype int32"):
+    ALL[name](jnp.arange(6, dtype=jnp.int32).reshape(2, 3))
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_empty_query_or_key_axes_are_refused(name):
+  for shape in ((2, 0, 3), (2, 3, 0)):
+    with pytest.raises(ValueError, match=re.escape(f"got shape {shape}")):
+      ALL[name](jnp.zeros(shape))
 
 
 def test_nap_gradient_is_finite_for_constant_rows():

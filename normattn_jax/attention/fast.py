@@ -11,11 +11,14 @@ Two identities make the new normalisations cheaper than their definitions:
   output is softmax_j(l_ij - a_j) V. The offsets come from blockwise log-sum-exp passes, each
   O(block x N) memory; DNAS is one iteration. HNAS mixes a DNAS and a softmax output.
 
-All functions take ``q [..., h, n_q, d]``, ``k [..., h, n_k, d]``, ``v [..., h, n_k, e]`` (the
-logits are ``q . k``: scale ``q`` beforehand) and structured masks: ``query_mask [..., n_q]``,
-``key_mask [..., n_k]`` (True = valid) and ``causal``. They equal the quadratic weight functions
-of ``weights.py`` applied with ``mask = query_mask_i & key_mask_j & (j <= i if causal)``, to float
-rounding, values and gradients; rows without a valid key give 0.
+All functions take floating-point ``q [..., h, n_q, d]``, ``k [..., h, n_k, d]``,
+``v [..., h, n_k, e]`` (n_q, n_k >= 1; the logits are ``q . k``: scale ``q`` beforehand) and
+structured masks: ``query_mask [..., n_q]``, ``key_mask [..., n_k]`` (True = valid) and
+``causal``. Causal attention aligns the sequences at their ends (queries continuing a key
+cache): query i sees the keys j <= i + n_k - n_q, so with n_q > n_k the first n_q - n_k queries
+see none. They equal the quadratic weight functions of ``weights.py`` applied with
+``mask = query_mask_i & key_mask_j & (j <= i + n_k - n_q if causal)``, to float rounding, values
+and gradients; rows without a valid key give 0.
 """
 from __future__ import annotations
 
@@ -24,7 +27,8 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from normattn_jax.attention.weights import NAP_EPSILON
+from normattn_jax.attention.weights import (NAP_EPSILON, check_nap_eps, power_of_two,
+                                            power_of_two_exponent)
 
 Array = jax.Array
 DEFAULT_BLOCK = 256
@@ -42,13 +46,16 @@ def _mask_shape_check(name: str, mask, length: int) -> None:
 
 
 def _check(q, k, v, query_mask, key_mask, causal):
+  for name, x in (("q", q), ("k", k)):
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+      raise TypeError(f"{name} must be floating point, got dtype {x.dtype}")
   if q.ndim < 3 or k.ndim != q.ndim or v.ndim != q.ndim:
     raise ValueError(f"q, k, v must share their rank (>= 3), got {q.shape}, {k.shape}, {v.shape}")
   if k.shape[-1] != q.shape[-1] or v.shape[-2] != k.shape[-2]:
     raise ValueError(f"incompatible shapes q {q.shape}, k {k.shape}, v {v.shape}")
-  if causal and q.shape[-2] != k.shape[-2]:
-    raise ValueError(f"causal attention needs as many queries as keys, got "
-                     f"{q.shape[-2]} and {k.shape[-2]}")
+  if q.shape[-2] == 0 or k.shape[-2] == 0:
+    raise ValueError(f"need at least one query and one key, got q of shape {q.shape} and k of "
+                     f"shape {k.shape}")
   _mask_shape_check("query_mask", query_mask, q.shape[-2])
   _mask_shape_check("key_mask", key_mask, k.shape[-2])
 
@@ -60,7 +67,7 @@ def _valid(mask: Optional[Array], length: int, dtype) -> Array:
   return mask[..., None, :].astype(dtype)
 
 
-def _block_mask(query_mask, key_mask, causal, rows: Array, n_k: int):
+def _block_mask(query_mask, key_mask, causal, rows: Array, n_q: int, n_k: int):
   """The element mask of a block of query rows ``rows [block]`` against all keys:
   ``[..., 1, block, n_k]`` (broadcastable over heads), or None if everything is valid."""
   mask = None
@@ -70,7 +77,7 @@ def _block_mask(query_mask, key_mask, causal, rows: Array, n_k: int):
     km = key_mask[..., None, None, :]
     mask = km if mask is None else mask & km
   if causal:
-    cm = rows[:, None] >= jnp.arange(n_k)[None, :]
+    cm = rows[:, None] + (n_k - n_q) >= jnp.arange(n_k)[None, :]
     mask = cm if mask is None else mask & cm
   return mask
 
@@ -137,7 +144,7 @@ class _Blocks:
     @jax.checkpoint
     def body(args):
       qb, qmb, rows, *rest = args
-      mask = _block_mask(qmb, self.key_mask, self.causal, rows, n_k)
+      mask = _block_mask(qmb, self.key_mask, self.causal, rows, self.n_q, n_k)
       return fn(qb, mask, *rest)
 
     qm = self.query_mask if self.query_mask is not None else jnp.zeros((self.num,), bool)
@@ -237,6 +244,17 @@ def hnas_attention(q, k, v, u, *, query_mask=None, key_mask=None, causal=False,
 
 # ----- linear-time NAP and NON -----
 
+def _for_queries(prefix: Array, n_q: int, axis: int) -> Array:
+  """Statistics per key prefix -> per query: query i sees the prefix ending at key
+  i + n_k - n_q, or none (zeros) where that index is negative."""
+  n_k = prefix.shape[axis]
+  if n_k >= n_q:
+    return jax.lax.slice_in_dim(prefix, n_k - n_q, n_k, axis=axis)
+  pad = [(0, 0)] * prefix.ndim
+  pad[axis % prefix.ndim] = (n_q - n_k, 0)
+  return jnp.pad(prefix, pad)
+
+
 def _key_statistics(q, k, v, key_mask, causal):
   """Sums over the valid keys of each query (prefix sums if causal), centred at their mean.
 
@@ -248,9 +266,15 @@ def _key_statistics(q, k, v, key_mask, causal):
   """
   w = _valid(key_mask, k.shape[-2], k.dtype)[..., None]         # [..., 1, n_k, 1]
   if causal:
-    return _prefix_moments(k, v, jnp.broadcast_to(w, k.shape[:-1] + (1,)))
+    n, kk, kv, s_v = _prefix_moments(k, v, jnp.broadcast_to(w, k.shape[:-1] + (1,)))
+    n_q = q.shape[-2]
+    return (_for_queries(n, n_q, -2), _for_queries(kk, n_q, -3), _for_queries(kv, n_q, -3),
+            _for_queries(s_v, n_q, -2))
   count = jnp.sum(w, axis=-2, keepdims=True)
-  centre = jnp.sum(w * k, axis=-2, keepdims=True) / jnp.maximum(count, 1.0)
+  # shifted to the largest valid key first, so that equal keys centre to exactly 0
+  ref = jax.lax.stop_gradient(jnp.max(jnp.where(w > 0, k, -jnp.inf), axis=-2, keepdims=True))
+  k = (k - jnp.where(jnp.isfinite(ref), ref, 0.0)) * w
+  centre = jnp.sum(k, axis=-2, keepdims=True) / jnp.maximum(count, 1.0)
   kc = (k - centre) * w
   vw = v * w
   return (count, jnp.einsum("...kd,...ke->...de", kc, kc),
@@ -289,8 +313,20 @@ def _contract(q, stat, causal, rhs_last: bool):
 def nap_attention(q, k, v, gain=1.0, bias=0.0, *, query_mask=None, key_mask=None,
                   causal=False, eps: float = NAP_EPSILON) -> Array:
   """NAP in O(N d^2): o_i = g q_i^T C_kv / (std_i + eps) + b S_v, with C_kv = sum (k_j - m) v_j^T
-  and std_i^2 = q_i^T Cov(k) q_i over the keys query i sees."""
+  and std_i^2 = q_i^T Cov(k) q_i over the keys query i sees; eps > 0.
+
+  As in ``nap_weights``, the logits are first divided by a power of two: q_i by 2**a_i just above
+  its largest |entry|, the keys of each head by one 2**c, eps by 2**(a_i + c). The ratio is the
+  same number (the scaling is exact), and the moments cannot overflow for any finite q, k.
+  """
+  check_nap_eps(eps)
   q, k, v, out_dtype = _prepare(q, k, v, query_mask, key_mask, causal)
+  k = jnp.where(_valid(key_mask, k.shape[-2], k.dtype)[..., None] > 0, k, 0.0)  # not in the scale
+  e_q = power_of_two_exponent(jnp.max(jnp.abs(q), axis=-1, keepdims=True))
+  e_k = power_of_two_exponent(jnp.max(jnp.abs(k), axis=(-2, -1), keepdims=True))
+  q = q * power_of_two(-e_q, q.dtype)
+  k = k * power_of_two(-e_k, k.dtype)
+  eps = eps * power_of_two(-e_q, q.dtype) * power_of_two(-e_k, q.dtype)  # may underflow to 0
   count, s_kk, s_kv, s_v = _key_statistics(q, k, v, key_mask, causal)
   single = count <= 1  # one key: its centred logit is exactly 0, not a rounding residue
   var = jnp.where(single, 0.0, _contract(q, s_kk, causal, rhs_last=True) / jnp.maximum(count, 1.0))
@@ -299,7 +335,8 @@ def nap_attention(q, k, v, gain=1.0, bias=0.0, *, query_mask=None, key_mask=None
   weighted = jnp.where(single, 0.0, _contract(q, s_kv, causal, rhs_last=False))
   gain = jnp.asarray(gain, q.dtype)
   bias = jnp.asarray(bias, q.dtype)
-  out = gain * weighted / (std + eps) + bias * s_v
+  den = std + eps  # 0 only for equal logits whose scaled eps underflowed
+  out = jnp.where(den > 0, gain * weighted / jnp.where(den > 0, den, 1.0), 0.0) + bias * s_v
   return _finish(out, count, query_mask).astype(out_dtype)
 
 
@@ -309,8 +346,9 @@ def non_attention(q, k, v, *, query_mask=None, key_mask=None, causal=False) -> A
   w = _valid(key_mask, k.shape[-2], k.dtype)[..., None]
   kw = k * w
   if causal:
-    count = jnp.cumsum(jnp.broadcast_to(w, k.shape[:-1] + (1,)), axis=-2)
-    s_kv = jnp.cumsum(kw[..., :, None] * v[..., None, :], axis=-3)
+    n_q = q.shape[-2]
+    count = _for_queries(jnp.cumsum(jnp.broadcast_to(w, k.shape[:-1] + (1,)), axis=-2), n_q, -2)
+    s_kv = _for_queries(jnp.cumsum(kw[..., :, None] * v[..., None, :], axis=-3), n_q, -3)
   else:
     count = jnp.sum(w, axis=-2, keepdims=True)
     s_kv = jnp.einsum("...kd,...ke->...de", kw, v)

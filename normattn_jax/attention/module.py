@@ -93,20 +93,40 @@ def fast_is_faster(normalization: str, q_len: int, k_len: int, head_dim: int, ca
 
 
 def structured_mask(mask, query_mask, key_mask, causal, q_len, k_len):
-  """One dense boolean mask from a dense ``mask`` and the structured ones (None if none)."""
+  """One dense boolean mask from a dense ``mask`` and the structured ones (None if none).
+
+  ``causal`` aligns the sequences at their ends, as the fast paths do (queries continuing a key
+  cache): query i attends the keys j <= i + k_len - q_len.
+  """
   parts = [] if mask is None else [mask]
   if query_mask is not None:
     parts.append(query_mask[..., None, :, None])
   if key_mask is not None:
     parts.append(key_mask[..., None, None, :])
   if causal:
-    parts.append(jnp.tril(jnp.ones((q_len, k_len), bool)))
+    parts.append(jnp.tril(jnp.ones((q_len, k_len), bool), k_len - q_len))
   if not parts:
     return None
   out = parts[0]
   for part in parts[1:]:
     out = out & part
   return out
+
+
+def padding_masks(padding_mask, query_mask, key_mask, length: int):
+  """``padding_mask [..., n]`` as both the query and the key mask (and-ed with any given).
+
+  Masking the keys alone is not enough: DNAS, HNAS and Sinkhorn normalise each key's column
+  over the queries, so a padded query would change the weights of the real ones."""
+  padding_mask = jnp.asarray(padding_mask)
+  if padding_mask.dtype != jnp.bool_:
+    raise TypeError(f"padding_mask must be boolean (True = real token), got dtype "
+                    f"{padding_mask.dtype}")
+  if padding_mask.ndim < 1 or padding_mask.shape[-1] != length:
+    raise ValueError(f"padding_mask of shape {padding_mask.shape} must end in the sequence "
+                     f"length {length}")
+  both = lambda m: padding_mask if m is None else jnp.asarray(m) & padding_mask
+  return both(query_mask), both(key_mask)
 
 
 def check_attention_fields(*, normalization: str, hybrid_init: float, sinkhorn_iters: int,
@@ -138,9 +158,9 @@ class MultiHeadAttention(nn.Module):
       concatenated head outputs before the output projection (the MTE/NAP attention sub-module).
     implementation: "quadratic" forms the weights; "fast" uses the exact paths of ``fast.py``
       (linear-time NAP/NON, O(N)-memory DNAS/HNAS/Sinkhorn), which never form them, so they
-      take structured masks (``query_mask``, ``key_mask``, ``causal``), no dense ``mask``, no
-      attention dropout and no ``sow_weights``; "auto" (default) takes the fast path where it
-      is allowed and ``fast_is_faster`` says it pays. Same params either way.
+      take structured masks (``padding_mask``, ``query_mask``, ``key_mask``, ``causal``), no
+      dense ``mask``, no attention dropout and no ``sow_weights``; "auto" (default) takes the
+      fast path where it is allowed and ``fast_is_faster`` says it pays. Same params either way.
   NAP adds a scalar ``nap_gain`` (init 1) and ``nap_bias`` (init 0) per head; HNAS adds
   ``hybrid_weight`` per head.
   """
@@ -188,20 +208,33 @@ class MultiHeadAttention(nn.Module):
                deterministic: Optional[bool] = None, dropout_rng: Optional[Array] = None,
                sow_weights: bool = False, query_mask: Optional[Array] = None,
                key_mask: Optional[Array] = None, causal: bool = False,
-               hybrid_weight: Optional[Array] = None) -> Array:
+               hybrid_weight: Optional[Array] = None,
+               padding_mask: Optional[Array] = None) -> Array:
     """Attend from ``inputs_q [..., q, features]`` to ``inputs_k``/``inputs_v`` (default: self).
 
     ``mask`` is boolean, broadcastable to ``[..., num_heads, q, k]``, True = attend. The
     structured masks ``query_mask [..., q]``, ``key_mask [..., k]`` (True = valid) and ``causal``
-    combine with it and also work on the fast path. ``hybrid_weight [num_heads]`` supplies HNAS's
-    u from the caller instead of this module's parameter (a model whose layers share all other
-    parameters keeps one u per layer, as ALBERT with HNAS does).
+    (aligned at the ends: query i sees the keys j <= i + k - q) combine with it and also work on
+    the fast path. ``padding_mask [..., n]`` (True = real
+    token) is the one for padded self-attention: it masks the queries and the keys alike, as
+    DNAS, HNAS and Sinkhorn need (they also normalise over the queries, so a key mask alone lets
+    padding change the real outputs). Cross-attention (``inputs_k``/``inputs_v`` not
+    ``inputs_q``) has two paddings, so there it is an error: pass ``query_mask`` and
+    ``key_mask``. ``hybrid_weight [num_heads]`` supplies HNAS's u from the caller instead of
+    this module's parameter (a model whose layers share all other parameters keeps one u per
+    layer, as ALBERT with HNAS does).
     """
     if hybrid_weight is not None and self.normalization != "hnas":
       raise ValueError(f"hybrid_weight is HNAS's u, but normalization={self.normalization!r}")
     if hybrid_weight is not None and jnp.shape(hybrid_weight) != (self.num_heads,):
       raise ValueError(f"hybrid_weight must have shape ({self.num_heads},) (one u per head), "
                        f"got {jnp.shape(hybrid_weight)}")
+    if padding_mask is not None:
+      if any(x is not None and x is not inputs_q for x in (inputs_k, inputs_v)):
+        raise ValueError("padding_mask is for self-attention (it masks queries and keys alike); "
+                         "for cross-attention pass query_mask and key_mask")
+      query_mask, key_mask = padding_masks(padding_mask, query_mask, key_mask,
+                                           inputs_q.shape[-2])
     if inputs_k is None:
       if inputs_v is not None:
         raise ValueError("inputs_k cannot be None if inputs_v is given")
@@ -270,8 +303,8 @@ class MultiHeadAttention(nn.Module):
     if self.implementation == "fast":
       if blockers:
         raise ValueError(f"implementation='fast' never forms the weights, so it cannot take "
-                         f"{', '.join(blockers)}; pass query_mask/key_mask/causal or use "
-                         f"implementation='quadratic'")
+                         f"{', '.join(blockers)}; pass padding_mask/query_mask/key_mask/causal "
+                         f"or use implementation='quadratic'")
       return True
     return not blockers and fast_is_faster(self.normalization, q_len, k_len, head_dim, causal,
                                            num_logits)

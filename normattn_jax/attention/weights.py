@@ -1,9 +1,10 @@
 """Attention weight functions: one pure function per normalisation, ``logits -> weights``.
 
-Every function takes ``logits`` of shape ``[..., q, k]`` and an optional boolean ``mask``
-broadcastable to it (True = attend). It returns weights of the logits' shape and dtype that are
-exactly 0 at masked positions and never NaN, also for fully masked rows, huge logits or bf16
-input: the arithmetic runs in float32 (at least) and the result is cast back.
+Every function takes floating-point ``logits`` of shape ``[..., q, k]`` (q, k >= 1) and an
+optional boolean ``mask`` broadcastable to it (True = attend). It returns weights of the logits'
+shape and dtype that are exactly 0 at masked positions and never NaN, also for fully masked rows,
+huge logits or bf16 input: the arithmetic runs in float32 (at least) and the result is cast back.
+Integer logits are refused: the weights would be truncated to integers.
 """
 from __future__ import annotations
 
@@ -20,6 +21,15 @@ NAP_EPSILON = 1e-3  # added to the standard deviation, as the NAP paper's code r
 
 def _compute_dtype(dtype) -> jnp.dtype:
   return jnp.promote_types(dtype, jnp.float32)
+
+
+def _check_logits(logits) -> Array:
+  logits = jnp.asarray(logits)
+  if not jnp.issubdtype(logits.dtype, jnp.floating):
+    raise TypeError(f"logits must be floating point, got dtype {logits.dtype}")
+  if logits.ndim < 2 or 0 in logits.shape[-2:]:
+    raise ValueError(f"logits must have shape [..., q, k] with q, k >= 1, got shape {logits.shape}")
+  return logits
 
 
 def _check_mask(logits: Array, mask: Optional[Array]) -> Optional[Array]:
@@ -54,6 +64,28 @@ def _check_broadcast_param(name: str, value, logits: Array):
   return value
 
 
+def power_of_two_exponent(magnitude: Array) -> Array:
+  """The integer e with ``magnitude < 2**e``, clipped so that ``2**-e`` and ``eps * 2**-e`` stay
+  finite and ``2**-e`` is a normal number (subnormals may be flushed to zero)."""
+  info = jnp.finfo(magnitude.dtype)
+  _, e = jnp.frexp(jax.lax.stop_gradient(magnitude))
+  return jnp.clip(e, -(info.maxexp // 2), info.maxexp - 2)
+
+
+def power_of_two(e: Array, dtype) -> Array:
+  """``2**e`` for integers e in the normal range of ``dtype``, written into the exponent bits:
+  multiplying by it is exact, so rescaling commutes with rounding."""
+  info = jnp.finfo(dtype)
+  ints = jnp.int64 if info.bits == 64 else jnp.int32
+  bits = (e.astype(ints) + (info.maxexp - 1)) << info.nmant
+  return jax.lax.bitcast_convert_type(bits, dtype)
+
+
+def check_nap_eps(eps) -> None:
+  if not eps > 0:
+    raise ValueError(f"eps must be > 0 (a constant row has std 0), got {eps!r}")
+
+
 def _is_concrete(x) -> bool:
   return not isinstance(x, jax.core.Tracer)
 
@@ -77,6 +109,7 @@ def log_normalize(x: Array, mask: Optional[Array], axis: int) -> Array:
 
 def softmax_weights(logits: Array, mask: Optional[Array] = None) -> Array:
   """UNAS: softmax over the keys of each query (Vaswani et al.)."""
+  logits = _check_logits(logits)
   mask = _check_mask(logits, mask)
   x = logits.astype(_compute_dtype(logits.dtype))
   return _softmax(x, mask).astype(logits.dtype)
@@ -116,6 +149,7 @@ def sinkhorn_weights(logits: Array, num_iters: int, mask: Optional[Array] = None
   """
   if isinstance(num_iters, bool) or not isinstance(num_iters, (int, np.integer)) or num_iters < 1:
     raise ValueError(f"num_iters must be an integer >= 1, got {num_iters!r}")
+  logits = _check_logits(logits)
   mask = _check_mask(logits, mask)
   x = logits.astype(_compute_dtype(logits.dtype))
   return jnp.exp(_sinkhorn_log(x, int(num_iters), mask)).astype(logits.dtype)
@@ -123,6 +157,7 @@ def sinkhorn_weights(logits: Array, num_iters: int, mask: Optional[Array] = None
 
 def hnas_weights(logits: Array, u, mask: Optional[Array] = None) -> Array:
   """HNAS (Eq. 12): ``u * DNAS + (1 - u) * UNAS`` with ``u`` in [0, 1] per head."""
+  logits = _check_logits(logits)
   u = _check_broadcast_param("u", u, logits)
   if _is_concrete(u) and not bool(jnp.all((u >= 0) & (u <= 1))):
     raise ValueError(f"u must lie in [0, 1], got {np.asarray(u).tolist()}")
@@ -143,18 +178,30 @@ def _valid_count(logits: Array, mask: Optional[Array], dtype) -> Array:
 
 def nap_weights(logits: Array, gain=1.0, bias=0.0, mask: Optional[Array] = None,
                 eps: float = NAP_EPSILON) -> Array:
-  """NAP (Richter & Wattenhofer, Eq. 1): ``gain * (l - mean) / (std + eps) + bias``.
+  """NAP (Richter & Wattenhofer, Eq. 1): ``gain * (l - mean) / (std + eps) + bias``, eps > 0.
 
   Mean and population standard deviation are taken over the valid keys of each query, so the
   weights are independent of the sequence length and can be negative (no probability cage).
+  Each row is first divided by a power of two s just above its largest |l|, and
+  ``(l/s - mean/s) / (std/s + eps/s)`` is computed instead: the same number, since scaling by a
+  power of two is exact, but the mean and the squares cannot overflow for any finite logits.
+  The row's largest logit is subtracted before the mean is taken, so equal logits centre to
+  exactly 0 (not to a rounding residue, which eps/s would no longer damp at huge scales).
   """
+  logits = _check_logits(logits)
   gain = _check_broadcast_param("gain", gain, logits)
   bias = _check_broadcast_param("bias", bias, logits)
-  if eps < 0:
-    raise ValueError(f"eps must be >= 0, got {eps!r}")
+  check_nap_eps(eps)
   mask = _check_mask(logits, mask)
   dtype = _compute_dtype(logits.dtype)
   x = logits.astype(dtype)
+  if mask is not None:
+    x = jnp.where(mask, x, 0.0)
+  e = power_of_two_exponent(jnp.max(jnp.abs(x), axis=-1, keepdims=True))
+  x = x * power_of_two(-e, dtype)
+  ref = jax.lax.stop_gradient(jnp.max(x if mask is None else jnp.where(mask, x, -jnp.inf),
+                                      axis=-1, keepdims=True))
+  x = x - jnp.where(jnp.isfinite(ref), ref, 0.0)  # |x| <= 8: no overflow
   if mask is not None:
     x = jnp.where(mask, x, 0.0)
   count = jnp.maximum(_valid_count(logits, mask, dtype), 1.0)
@@ -165,7 +212,11 @@ def nap_weights(logits: Array, gain=1.0, bias=0.0, mask: Optional[Array] = None,
   var = jnp.sum(centred * centred, axis=-1, keepdims=True) / count
   positive = var > 0  # keeps the gradient of sqrt finite where all logits are equal
   std = jnp.where(positive, jnp.sqrt(jnp.where(positive, var, 1.0)), 0.0)
-  out = gain.astype(dtype) * centred / (std + eps) + bias.astype(dtype)
+  # eps/s may underflow to 0 for logits near the float maximum; then std = 0 only if the row
+  # is constant, whose centred logits are 0
+  den = std + eps * power_of_two(-e, dtype)
+  out = jnp.where(den > 0, gain.astype(dtype) * centred / jnp.where(den > 0, den, 1.0), 0.0)
+  out = out + bias.astype(dtype)
   if mask is not None:
     out = jnp.where(mask, out, 0.0)
   return out.astype(logits.dtype)
@@ -173,6 +224,7 @@ def nap_weights(logits: Array, gain=1.0, bias=0.0, mask: Optional[Array] = None,
 
 def non_weights(logits: Array, mask: Optional[Array] = None) -> Array:
   """NON: the logits themselves, scaled by ``1/sqrt(n)`` for n valid keys (no normalisation)."""
+  logits = _check_logits(logits)
   mask = _check_mask(logits, mask)
   dtype = _compute_dtype(logits.dtype)
   x = logits.astype(dtype)

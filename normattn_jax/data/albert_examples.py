@@ -249,6 +249,11 @@ def _prepare(sources: dict, cache: str, *, vocab_size: int, log, **settings):
     if split not in documents:
       documents[split] = [tfds_text._text(example["text"]).split("\n")
                           for example in sources[split]]
+      if len(documents[split]) < 2:  # a one-sentence chunk pairs with another document
+        raise ValueError(
+            f"the {split!r} split has {len(documents[split])} document(s), ALBERT's examples "
+            f"need 2: add text, change validation_fraction or, for local text files, lower "
+            f"lines_per_document")
     return documents[split]
 
   if os.path.exists(model_path):

@@ -45,6 +45,27 @@ def file_documents(path: str, lines_per_document: int):
         lines[start:start + lines_per_document])
 
 
+def _check_splits(files: Sequence[str], lines_per_document: int,
+                  validation_fraction: float) -> None:
+  """An empty split raises here, naming the files and what to change, rather than as TFDS's
+  "No examples were yielded" in the middle of the build."""
+  counts = dict.fromkeys(SPLITS, 0)
+  for path in files:
+    for doc_id, _ in file_documents(path, lines_per_document):
+      counts[split_of(doc_id, validation_fraction)] += 1
+  if not sum(counts.values()):
+    raise ValueError(f"the text files {list(files)} hold no non-empty line; add text")
+  empty = [split for split in SPLITS if not counts[split]]
+  if empty:
+    fraction = "raise" if empty == ["validation"] else "lower"
+    raise ValueError(
+        f"the {empty[0]!r} split would have no document: the text files {list(files)} make "
+        f"{sum(counts.values())} document(s) of lines_per_document={lines_per_document} "
+        f"non-empty lines, {counts['validation']} of them held out for validation "
+        f"(validation_fraction={validation_fraction}); add text, lower lines_per_document "
+        f"or {fraction} validation_fraction")
+
+
 class TextFiles(tfds.core.GeneratorBasedBuilder):
   """Local text files as a TFDS dataset of documents ``{"id", "text"}``."""
   VERSION = tfds.core.Version("1.0.0")
@@ -74,6 +95,7 @@ class TextFiles(tfds.core.GeneratorBasedBuilder):
 
   def _split_generators(self, dl_manager):
     del dl_manager
+    _check_splits(self._files, self._lines_per_document, self._validation_fraction)
     return {split: self._generate_examples(split) for split in SPLITS}
 
   def _generate_examples(self, split):

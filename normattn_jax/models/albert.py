@@ -75,8 +75,10 @@ class AlbertConfig(BertConfig):
 class AlbertModel(nn.Module):
   """``input_ids [B, N]`` -> ``{"last_hidden_state", "pooler_output", "hidden_states"?}``.
 
-  ``attention_mask`` (1 = token, 0 = padding) masks the keys; ``dtype=jnp.bfloat16`` computes
-  in bf16 with float32 parameters and float32 LayerNorm statistics."""
+  ``attention_mask`` (1 = token, 0 = padding) masks padded queries and keys (the column
+  normalisation of DNAS, HNAS and Sinkhorn must not see padded queries either);
+  ``dtype=jnp.bfloat16`` computes in bf16 with float32 parameters and float32 LayerNorm
+  statistics."""
   config: AlbertConfig
   dropout_rate: float = 0.0
   dtype: Optional[Any] = None
@@ -113,7 +115,7 @@ class AlbertModel(nn.Module):
     if token_type_ids is None:
       token_type_ids = jnp.zeros_like(input_ids)
     positions = jnp.broadcast_to(jnp.arange(seq_len), input_ids.shape)
-    key_mask = None if attention_mask is None else jnp.asarray(attention_mask).astype(bool)
+    padding_mask = None if attention_mask is None else jnp.asarray(attention_mask).astype(bool)
     x = self.embedding_projection(
         self.embeddings(input_ids, token_type_ids, positions, deterministic))
     hidden = [x]
@@ -121,7 +123,7 @@ class AlbertModel(nn.Module):
       for inner, block in enumerate(self.groups[c.group_of_layer(layer)]):
         u = (self.hybrid_weights[layer * c.inner_group_num + inner]
              if c.attention == "hnas" else None)
-        x = block(x, key_mask, deterministic, sow_weights, hybrid_weight=u)
+        x = block(x, padding_mask, deterministic, sow_weights, hybrid_weight=u)
       hidden.append(x)
     out = {"last_hidden_state": x, "pooler_output": jnp.tanh(self.pooler(x[..., 0, :]))}
     if output_hidden_states:

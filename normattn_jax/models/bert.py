@@ -26,6 +26,7 @@ import os
 import pathlib
 from typing import Any, Optional, Sequence, Union
 
+from flax import traverse_util
 import flax.linen as nn
 from flax.linen.linear import default_embed_init
 import jax
@@ -115,7 +116,9 @@ class BertLayer(nn.Module):
   """One post-LN BERT layer; names as ``TransformerBlock`` (see the module docstring).
 
   ``normalization`` (and ``hybrid_init``, ``sinkhorn_iters``) choose the attention's weights
-  (pretrained BERTs: softmax); ``hybrid_weight`` at call time supplies HNAS's u per head."""
+  (pretrained BERTs: softmax); ``padding_mask [..., N]`` (True = token) masks padded queries
+  and keys alike, so padding never changes the real positions' outputs, whatever the
+  normalisation; ``hybrid_weight`` at call time supplies HNAS's u per head."""
   config: BertConfig
   dropout_rate: float = 0.0
   dtype: Optional[Any] = None
@@ -127,7 +130,7 @@ class BertLayer(nn.Module):
   kernel_init: Any = nn.initializers.lecun_normal()
 
   @nn.compact
-  def __call__(self, x: Array, key_mask: Optional[Array], deterministic: bool = True,
+  def __call__(self, x: Array, padding_mask: Optional[Array] = None, deterministic: bool = True,
                sow_weights: bool = False, hybrid_weight: Optional[Array] = None) -> Array:
     c = self.config
     norm = lambda name: LayerNorm(epsilon=c.layer_norm_eps, param_dtype=self.param_dtype,
@@ -142,7 +145,7 @@ class BertLayer(nn.Module):
         implementation=self.attention_implementation, kernel_init=self.kernel_init,
         dropout_rate=self.dropout_rate, broadcast_dropout=False, dtype=self.dtype,
         param_dtype=self.param_dtype, name="attention",
-    )(x, key_mask=key_mask, deterministic=deterministic, sow_weights=sow_weights,
+    )(x, padding_mask=padding_mask, deterministic=deterministic, sow_weights=sow_weights,
       hybrid_weight=hybrid_weight)
     p = norm("attention_norm")(x + dropout(h))
     f = dense(c.hidden_size, "ffn_out")(ACTIVATIONS[c.hidden_act](
@@ -153,8 +156,10 @@ class BertLayer(nn.Module):
 class BertModel(nn.Module):
   """``input_ids [batch, N]`` -> ``{"last_hidden_state", "hidden_states"?, "pooler_output"?}``.
 
-  ``attention_mask`` (1 = token, 0 = padding; default all ones) masks the keys, as
-  ``transformers`` does, so padding positions still get (meaningless) hidden states.
+  ``attention_mask`` (1 = token, 0 = padding; default all ones) masks padded keys, as
+  ``transformers`` does, and padded queries, so that no normalisation lets padding change the
+  real positions; the real positions match ``transformers``, the padding positions get
+  meaningless hidden states (other than ``transformers``' ones) and all-zero attention rows.
   ``hidden_states`` (with ``output_hidden_states=True``) is a tuple of the embedding output and
   every layer's output. ``sow_weights=True`` stores each layer's attention weights in the
   'intermediates' collection. ``add_pooler`` adds BERT's tanh pooler on the first token.
@@ -179,13 +184,13 @@ class BertModel(nn.Module):
       token_type_ids = jnp.zeros_like(input_ids)
     if position_ids is None:
       position_ids = jnp.broadcast_to(jnp.arange(seq_len), input_ids.shape)
-    key_mask = None if attention_mask is None else jnp.asarray(attention_mask).astype(bool)
+    padding_mask = None if attention_mask is None else jnp.asarray(attention_mask).astype(bool)
     x = BertEmbeddings(c, self.dropout_rate, self.dtype, self.param_dtype, name="embeddings")(
         input_ids, token_type_ids, position_ids, deterministic)
     hidden = [x]
     for layer in range(c.num_hidden_layers):
       x = BertLayer(c, self.dropout_rate, self.dtype, self.param_dtype, name=f"layer_{layer}")(
-          x, key_mask, deterministic, sow_weights)
+          x, padding_mask, deterministic, sow_weights)
       hidden.append(x)
     out = {"last_hidden_state": x}
     if output_hidden_states:
@@ -234,62 +239,94 @@ def load_config(path: PathLike) -> BertConfig:
   return BertConfig.from_dict(config)
 
 
-def _linear(tensors: dict, name: str) -> tuple[np.ndarray, np.ndarray]:
-  return tensors[f"{name}.weight"].T, tensors[f"{name}.bias"]
+# Buffers of transformers' BertEmbeddings in some checkpoints: not parameters.
+_BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
+_LAYER_MODULES = {"attention_norm": "attention.output.LayerNorm", "ffn_in": "intermediate.dense",
+                  "ffn_out": "output.dense", "ffn_norm": "output.LayerNorm"}
+_ATTENTION_MODULES = {"query": "attention.self.query", "key": "attention.self.key",
+                      "value": "attention.self.value", "out": "attention.output.dense"}
+_LISTED = 10  # names an error lists before it counts the rest
 
 
-def _layer_norm(tensors: dict, name: str) -> dict:
-  # Old TF-converted checkpoints call the LayerNorm parameters gamma and beta.
-  scale = tensors.get(f"{name}.weight", tensors.get(f"{name}.gamma"))
-  bias = tensors.get(f"{name}.bias", tensors.get(f"{name}.beta"))
-  if scale is None or bias is None:
-    raise KeyError(f"{name}.weight")
-  return {"scale": scale, "bias": bias}
+def _checkpoint_names(path: tuple) -> tuple[str, ...]:
+  """The HuggingFace names of a ``BertModel`` parameter: the usual one, then the gamma and beta
+  of old TF-converted LayerNorms."""
+  *modules, leaf = path
+  if modules[0] == "embeddings":
+    module = "embeddings." + ("LayerNorm" if modules[1] == "layer_norm" else modules[1])
+  elif modules[0] == "pooler":
+    module = "pooler.dense"
+  else:
+    table = _ATTENTION_MODULES if modules[1] == "attention" else _LAYER_MODULES
+    if modules[-1] not in table:
+      raise ValueError(f"the BertModel parameter {'/'.join(path)} has no HuggingFace name")
+    module = f"encoder.layer.{modules[0][len('layer_'):]}.{table[modules[-1]]}"
+  if module.endswith("LayerNorm"):
+    return (f"{module}.weight", f"{module}.gamma") if leaf == "scale" else \
+        (f"{module}.bias", f"{module}.beta")
+  return (f"{module}.{'bias' if leaf == 'bias' else 'weight'}",)
+
+
+def _torch_shape(path: tuple, shape: tuple) -> tuple:
+  """A parameter's shape in the checkpoint: torch Linear weights [out, in], vectors flat."""
+  if path[-1] == "kernel":
+    inputs = 2 if path[-2] == "out" else 1  # the attention's output reads [heads, head_dim]
+    return (int(np.prod(shape[inputs:])), int(np.prod(shape[:inputs])))
+  return tuple(shape) if path[-1] == "embedding" else (int(np.prod(shape)),)
+
+
+def _listing(lines: list) -> str:
+  more = f"\n  ... and {len(lines) - _LISTED} more" if len(lines) > _LISTED else ""
+  return "".join(f"\n  {line}" for line in lines[:_LISTED]) + more
 
 
 def convert_state_dict(tensors: dict, config: BertConfig) -> tuple[dict, bool]:
   """HuggingFace ``BertModel`` tensors (torch layout) -> (flax params of ``BertModel``,
   whether a pooler is present). A ``bert.`` prefix and pre-training heads (``cls.``) are
-  accepted; missing tensors raise a KeyError naming them."""
+  accepted. Every tensor is checked against the shapes of the model ``config`` describes
+  before any is converted: a missing one raises a KeyError naming it, a mis-shaped or unused
+  one a ValueError naming it (a wrong config would otherwise load silently or fail in a
+  reshape)."""
   if any(key.startswith("bert.") for key in tensors):
     tensors = {key[len("bert."):]: value for key, value in tensors.items()
                if key.startswith("bert.")}
   c = config
-  heads, head_dim = c.num_attention_heads, c.hidden_size // c.num_attention_heads
-  try:
-    emb = "embeddings"
-    params = {"embeddings": {
-        "word_embeddings": {"embedding": tensors[f"{emb}.word_embeddings.weight"]},
-        "position_embeddings": {"embedding": tensors[f"{emb}.position_embeddings.weight"]},
-        "token_type_embeddings": {"embedding": tensors[f"{emb}.token_type_embeddings.weight"]},
-        "layer_norm": _layer_norm(tensors, f"{emb}.LayerNorm"),
-    }}
-    for layer in range(c.num_hidden_layers):
-      prefix = f"encoder.layer.{layer}"
-      attention = {}
-      for name in ("query", "key", "value"):
-        kernel, bias = _linear(tensors, f"{prefix}.attention.self.{name}")
-        attention[name] = {"kernel": kernel.reshape(c.hidden_size, heads, head_dim),
-                           "bias": bias.reshape(heads, head_dim)}
-      kernel, bias = _linear(tensors, f"{prefix}.attention.output.dense")
-      attention["out"] = {"kernel": kernel.reshape(heads, head_dim, c.hidden_size), "bias": bias}
-      ffn_in = _linear(tensors, f"{prefix}.intermediate.dense")
-      ffn_out = _linear(tensors, f"{prefix}.output.dense")
-      params[f"layer_{layer}"] = {
-          "attention": attention,
-          "attention_norm": _layer_norm(tensors, f"{prefix}.attention.output.LayerNorm"),
-          "ffn_in": {"kernel": ffn_in[0], "bias": ffn_in[1]},
-          "ffn_out": {"kernel": ffn_out[0], "bias": ffn_out[1]},
-          "ffn_norm": _layer_norm(tensors, f"{prefix}.output.LayerNorm"),
-      }
-  except KeyError as err:
-    raise KeyError(f"the checkpoint has no tensor {err.args[0]!r} that a BertModel with "
-                   f"{c.num_hidden_layers} layers needs") from None
   has_pooler = "pooler.dense.weight" in tensors
-  if has_pooler:
-    kernel, bias = _linear(tensors, "pooler.dense")
-    params["pooler"] = {"kernel": kernel, "bias": bias}
-  return params, has_pooler
+  model = BertModel(c, add_pooler=has_pooler)
+  leaves = traverse_util.flatten_dict(jax.eval_shape(
+      lambda: model.init(jax.random.PRNGKey(0), jnp.zeros((1, 1), jnp.int32)))["params"])
+  names, wrong = {}, []
+  for path, leaf in leaves.items():
+    candidates = _checkpoint_names(path)
+    name = next((n for n in candidates if n in tensors), None)
+    if name is None:
+      raise KeyError(f"the checkpoint has no tensor {candidates[0]!r} that a BertModel with "
+                     f"{c.num_hidden_layers} layers needs")
+    names[path] = name
+    expected, found = _torch_shape(path, leaf.shape), tuple(np.shape(tensors[name]))
+    if found != expected:
+      wrong.append(f"{name}: expected {expected}, found {found}")
+  used = set(names.values())
+  unused = sorted(key for key in tensors
+                  if key not in used and key not in _BUFFERS and not key.startswith("cls."))
+  if wrong or unused:
+    settings = ", ".join(f"{field}={getattr(c, field)}" for field in (
+        "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+        "vocab_size", "max_position_embeddings", "type_vocab_size"))
+    raise ValueError(
+        f"the checkpoint does not match its config ({settings}):"
+        + (f"\n{len(wrong)} tensor(s) of another shape:{_listing(wrong)}" if wrong else "")
+        + (f"\n{len(unused)} tensor(s) the model does not use:{_listing(unused)}"
+           if unused else ""))
+  params = {path: _to_flax(path, tensors[name], leaves[path].shape)
+            for path, name in names.items()}
+  return traverse_util.unflatten_dict(params), has_pooler
+
+
+def _to_flax(path: tuple, tensor, shape: tuple) -> np.ndarray:
+  """A checkpoint tensor in the layout of its flax parameter (Linear weights transposed)."""
+  tensor = np.asarray(tensor)
+  return (tensor.T if path[-1] == "kernel" else tensor).reshape(shape)
 
 
 def from_pretrained(path: PathLike, *, dtype: Optional[Any] = None,

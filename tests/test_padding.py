@@ -1,0 +1,209 @@
+"""Appending padding never changes the real positions: outputs and gradients, for every model,
+normalisation and attention path.
+
+The attention is made sharp first (query and key kernels scaled up): near-uniform weights at
+initialisation make a padded query's share of DNAS's column normalisation almost constant, which
+would hide exactly the leak these tests are for.
+"""
+import functools
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from normattn_jax.attention.module import MultiHeadAttention
+from normattn_jax.attention.weights import NORMALIZATIONS
+from normattn_jax.models.albert import AlbertConfig, AlbertModel
+from normattn_jax.models.bert import BertConfig, BertModel
+from normattn_jax.models.sequence import SequenceModel
+
+N, PAD, D, H, VOCAB = 8, 4, 16, 4, 20
+IMPLEMENTATIONS = ("quadratic", "fast")
+SHARPEN = 20.0
+# The checks run in milliseconds; XLA's optimisation passes would take seconds per program.
+QUICK = dict(compiler_options={"xla_backend_optimization_level": 0,
+                               "xla_llvm_disable_expensive_passes": True})
+
+
+def sharpen(params, factor=SHARPEN, kernels=("query", "key")):
+  """The params with the kernels of the modules named ``kernels`` multiplied by ``factor``."""
+  def scale(path, x):
+    names = [getattr(k, "key", None) for k in path]
+    return x * factor if names[-1] == "kernel" and names[-2] in kernels else x
+  return jax.tree_util.tree_map_with_path(scale, params)
+
+
+def init(model, key, tokens):
+  return jax.jit(model.init, **QUICK)(key, tokens)  # eager init dispatches op by op: slower
+
+
+def inputs(seed=0):
+  """Real tokens ``[2, N]``, the same with PAD random (not pad-id) tokens appended, the mask."""
+  rng = np.random.default_rng(seed)
+  real = rng.integers(1, VOCAB, (2, N)).astype(np.int32)
+  padded = np.concatenate([real, rng.integers(1, VOCAB, (2, PAD)).astype(np.int32)], axis=1)
+  mask = np.broadcast_to(np.arange(N + PAD) < N, padded.shape)
+  return jnp.asarray(real), jnp.asarray(padded), jnp.asarray(mask)
+
+
+def check_padding_invariance(apply, params, seed=0):
+  """``apply(params, tokens, mask) -> [2, n, ...]``: the real positions' outputs and the
+  gradient of a loss on them agree with and without the padding."""
+  real, padded, mask = inputs(seed)
+
+  def loss(p, tokens, m):
+    out = apply(p, tokens, m)[:, :N]
+    w = jax.random.normal(jax.random.key(seed), out.shape, out.dtype)
+    return jnp.sum(w * out), out
+
+  grad = jax.value_and_grad(loss, has_aux=True)
+  both = jax.jit(lambda p: (grad(p, real, None), grad(p, padded, mask)), **QUICK)
+  ((_, plain), plain_grad), ((_, padded_out), padded_grad) = both(params)
+  assert_close(padded_out, plain, "outputs")
+  for (path, got), want in zip(jax.tree_util.tree_leaves_with_path(padded_grad),
+                               jax.tree_util.tree_leaves(plain_grad)):
+    assert_close(got, want, "gradient " + jax.tree_util.keystr(path))
+
+
+def assert_close(got, want, what, tol=1e-4):
+  """Equal to ``tol`` of the largest magnitude: sharp attention amplifies float rounding."""
+  got, want = np.asarray(got), np.asarray(want)
+  error = float(np.max(np.abs(got - want), initial=0.0))
+  assert error <= tol * (1.0 + float(np.max(np.abs(want), initial=0.0))), \
+      f"{what} differ by {error:.3g} (largest magnitude {np.max(np.abs(want), initial=0.0):.3g})"
+
+
+# Every normalisation on the post-LN layout, the presets of the other attention archs, and a
+# column-normalising one on the MTE layout (whose head LayerNorm sees the padded rows' zeros).
+SEQUENCE_CASES = ([("bert", norm) for norm in NORMALIZATIONS]
+                  + [("mte", None), ("mte", "dnas"), ("nap", None), ("non", None)])
+
+
+def sequence_model(arch, normalization, implementation):
+  return SequenceModel(vocab_size=VOCAB, max_len=N + PAD, d_model=D, num_layers=1, num_heads=H,
+                       arch=arch, normalization=normalization, output="token_classes",
+                       num_classes=3, init_std=0.3,  # 0.02 would leave near-zero activations
+                       attention_implementation=implementation)
+
+
+@functools.lru_cache(maxsize=None)
+def sharp_sequence_params(arch, normalization):
+  """Shared by both implementations (same params)."""
+  model = sequence_model(arch, normalization, "quadratic")
+  return sharpen(init(model, jax.random.key(1), inputs()[1]))
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@pytest.mark.parametrize("arch,normalization", SEQUENCE_CASES)
+def test_sequence_model(arch, normalization, implementation):
+  model = sequence_model(arch, normalization, implementation)
+  check_padding_invariance(lambda p, t, m: model.apply(p, t, m),
+                           sharp_sequence_params(arch, normalization))
+
+
+@pytest.mark.parametrize("arch", ["sum", "max"])
+def test_sequence_model_pooling(arch):
+  model = sequence_model(arch, None, "auto")
+  params = init(model, jax.random.key(1), inputs()[1])
+  check_padding_invariance(lambda p, t, m: model.apply(p, t, m), params)
+
+
+@functools.lru_cache(maxsize=None)
+def sharp_albert_params(normalization):
+  """ALBERT's 0.02 kernels leave the layers tiny inputs and a tiny attention output next to the
+  residual: scale them to unit size (as in a trained model) before sharpening the attention."""
+  params = init(albert(normalization, "quadratic"), jax.random.key(2), inputs()[1])
+  params = sharpen(params, 30.0, ("embedding_projection",))
+  return sharpen(sharpen(params, 10.0, ("value", "out")))
+
+
+def albert(normalization, implementation):
+  config = AlbertConfig(vocab_size=VOCAB, embedding_size=8, hidden_size=D, num_hidden_layers=2,
+                        num_attention_heads=H, intermediate_size=24,
+                        max_position_embeddings=N + PAD, attention=normalization)
+  return AlbertModel(config, attention_implementation=implementation)
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@pytest.mark.parametrize("normalization", NORMALIZATIONS)
+def test_albert_model(normalization, implementation):
+  model = albert(normalization, implementation)
+  params = sharp_albert_params(normalization)
+  check_padding_invariance(
+      lambda p, t, m: model.apply(p, t, m)["last_hidden_state"], params)
+
+
+def bert_model():
+  config = BertConfig(vocab_size=VOCAB, hidden_size=D, num_hidden_layers=2,
+                      num_attention_heads=H, intermediate_size=24,
+                      max_position_embeddings=N + PAD)
+  model = BertModel(config, add_pooler=True)
+  return model, sharpen(init(model, jax.random.key(3), inputs()[1]), 3.0)  # lecun: unit scale
+
+
+def test_bert_model():
+  model, params = bert_model()
+  check_padding_invariance(lambda p, t, m: model.apply(
+      p, t, None if m is None else m.astype(jnp.int32))["last_hidden_state"], params)
+
+
+def mean_row_max(model, params, layer_path):
+  _, padded, mask = inputs()
+  apply = functools.partial(model.apply, sow_weights=True, mutable=["intermediates"])
+  _, state = jax.jit(apply, **QUICK)(params, padded, mask)
+  node = state["intermediates"]
+  for name in layer_path:
+    node = node[name]
+  w = node["attention_weights"][0]  # [2, heads, n, n]
+  return float(jnp.mean(jnp.max(w[:, :, :N], axis=-1)))
+
+
+def test_sharpened_attention_is_far_from_uniform():
+  """The tests above only bite if the weights are far from uniform (1 / N = 0.125)."""
+  seq = sequence_model("bert", "softmax", "quadratic")
+  params = sharp_sequence_params("bert", "softmax")
+  assert mean_row_max(seq, params, ("block_0", "attention")) > 0.5
+  alb = albert("softmax", "quadratic")
+  params = sharp_albert_params("softmax")
+  assert mean_row_max(alb, params, ("group_0_inner_0", "attention")) > 0.5
+  bert, params = bert_model()
+  assert mean_row_max(bert, params, ("layer_0", "attention")) > 0.5
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_padding_mask_masks_queries_and_keys(implementation):
+  x = jax.random.normal(jax.random.key(4), (2, N + PAD, D))
+  mask = inputs()[2]
+  layer = MultiHeadAttention(num_heads=H, normalization="dnas", implementation=implementation)
+  params = sharpen(init(layer, jax.random.key(5), x), 5.0)
+  fewer = mask & (jnp.arange(N + PAD) != 2)
+
+  @functools.partial(jax.jit, **QUICK)
+  def outputs(params, x):
+    apply = functools.partial(layer.apply, params, x)
+    return (apply(padding_mask=mask), apply(x, padding_mask=mask),
+            apply(query_mask=mask, key_mask=mask),
+            apply(padding_mask=mask, key_mask=fewer),  # and-ed with the other masks
+            apply(query_mask=mask, key_mask=fewer))
+
+  padded, self_given, both, combined, combined_by_hand = outputs(params, x)
+  chex.assert_trees_all_close(padded, both)
+  chex.assert_trees_all_close(self_given, both)
+  chex.assert_trees_all_close(combined, combined_by_hand)
+  chex.assert_trees_all_close(jax.jit(layer.apply, **QUICK)(params, x[:, :N]), padded[:, :N],
+                              atol=1e-5, rtol=1e-5)
+
+
+def test_padding_mask_errors():
+  x = jnp.ones((2, N, D))
+  layer = MultiHeadAttention(num_heads=H, normalization="dnas")
+  params = init(layer, jax.random.key(0), x)
+  mask = jnp.ones((2, N), bool)
+  with pytest.raises(ValueError, match="cross-attention"):
+    layer.apply(params, x, jnp.ones((2, N, D)), padding_mask=mask)
+  with pytest.raises(TypeError, match="padding_mask must be boolean"):
+    layer.apply(params, x, padding_mask=mask.astype(jnp.int32))
+  with pytest.raises(ValueError, match="padding_mask of shape"):
+    layer.apply(params, x, padding_mask=jnp.ones((2, N + 1), bool))
