@@ -7,7 +7,9 @@
 Writes WORKDIR/<attention>/ (each run's files, as experiments/pretrain.py), comparison.json
 (held-out MLM / SOP accuracy per scheme, HNAS's u per layer), hybrid_weights.png (Fig. 4: u per
 layer, mean and per head) and curves.png (held-out accuracies during training). Runs share
-their data (WORKDIR/data) and resume from their checkpoints.
+their data (WORKDIR/data) and resume from their checkpoints. Every run's workdir is checked
+before any trains: one of another config is refused (exit code 2) unless --afresh moves each
+run's workdir aside.
 """
 import json
 import os
@@ -24,7 +26,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from normattn_jax.train.pretrain import run_pretraining  # noqa: E402
+from normattn_jax.train.checkpoint import WorkdirError, check_workdir  # noqa: E402
+from normattn_jax.train.pretrain import run_pretraining, throughput  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/albert_tiny.py",
                                           "Path to a configs/albert_*.py file.",
@@ -32,6 +35,8 @@ _CONFIG = config_flags.DEFINE_config_file("config", "configs/albert_tiny.py",
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the runs and the comparison.")
 _ATTENTIONS = flags.DEFINE_list("attentions", ["softmax", "dnas", "hnas"],
                                 "Attention normalisations to compare.")
+_AFRESH = flags.DEFINE_bool("afresh", False, "Move each run's existing workdir aside (to "
+                            "WORKDIR/<attention>.replaced-<UTC time>) and start anew.")
 flags.mark_flags_as_required(["workdir"])
 
 
@@ -82,17 +87,26 @@ def main(argv):
   if not config.data.cache_dir:
     config.data.cache_dir = workdir
   results = {}
-  for attention in _ATTENTIONS.value:
-    config.model.attention = attention
-    print(f"--- {attention}", flush=True)
-    results[attention] = run_pretraining(config, os.path.join(workdir, attention))
+  try:
+    if not _AFRESH.value:  # refuse before any run trains
+      for attention in _ATTENTIONS.value:
+        config.model.attention = attention
+        check_workdir(os.path.join(workdir, attention), config, "pretraining")
+    for attention in _ATTENTIONS.value:
+      config.model.attention = attention
+      print(f"--- {attention}", flush=True)
+      results[attention] = run_pretraining(config, os.path.join(workdir, attention),
+                                           afresh=_AFRESH.value)
+  except WorkdirError as err:
+    print(f"error: {err}", file=sys.stderr)
+    sys.exit(2)
   with open(os.path.join(workdir, "comparison.json"), "w") as f:
     json.dump(results, f, indent=2)
   curves_figure(workdir, _ATTENTIONS.value, os.path.join(workdir, "curves.png"))
   print(f"{'attention':>10} {'MLM acc':>8} {'SOP acc':>8} {'tokens/s':>9}")
   for attention, s in results.items():
     print(f"{attention:>10} {100 * s['mlm_accuracy']:8.2f} {100 * s['sop_accuracy']:8.2f} "
-          f"{s['tokens_per_second']:9.0f}")
+          f"{throughput(s):>9}")
   if "hnas" in results:
     u = np.asarray(results["hnas"]["hybrid_weights_per_head"])
     hybrid_figure(u, os.path.join(workdir, "hybrid_weights.png"))

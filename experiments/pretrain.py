@@ -2,7 +2,8 @@
 --workdir runs/albert_tiny
 
 Every config field can be overridden, e.g. --config.model.attention=dnas. A killed run resumes
-from its newest checkpoint when restarted with the same command. --distributed calls
+from its newest checkpoint when restarted with the same command; a workdir of another config is
+refused (exit code 2) unless --afresh moves it aside. --distributed calls
 jax.distributed.initialize() (multi-host, e.g. a TPU pod); the batch is sharded over all devices.
 """
 import os
@@ -13,13 +14,16 @@ from ml_collections import config_flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # configs/
 
-from normattn_jax.train.pretrain import run_pretraining  # noqa: E402
+from normattn_jax.train.checkpoint import WorkdirError  # noqa: E402
+from normattn_jax.train.pretrain import run_pretraining, throughput  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/albert_tiny.py",
                                           "Path to a configs/albert_*.py file.",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for results and checkpoints.")
 _DISTRIBUTED = flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize().")
+_AFRESH = flags.DEFINE_bool("afresh", False, "Move an existing workdir aside (to "
+                            "WORKDIR.replaced-<UTC time>) and start anew.")
 flags.mark_flags_as_required(["workdir"])
 
 
@@ -29,11 +33,14 @@ def main(argv):
   if _DISTRIBUTED.value:
     import jax
     jax.distributed.initialize()
-  summary = run_pretraining(_CONFIG.value, _WORKDIR.value)
+  try:
+    summary = run_pretraining(_CONFIG.value, _WORKDIR.value, afresh=_AFRESH.value)
+  except WorkdirError as err:
+    print(f"error: {err}", file=sys.stderr)
+    sys.exit(2)
   print(f"{summary['attention']}: held-out MLM accuracy {summary['mlm_accuracy']:.1%}, "
         f"SOP accuracy {summary['sop_accuracy']:.1%}, "
-        f"{summary['tokens_per_second']:.0f} tokens/s on {summary['devices']} "
-        f"{summary['device_kind']}")
+        f"{throughput(summary)} tokens/s on {summary['devices']} {summary['device_kind']}")
   if "hybrid_weights" in summary:
     print("HNAS u per layer (mean over heads): "
           + ", ".join(f"{u:.3f}" for u in summary["hybrid_weights"]))

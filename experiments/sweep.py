@@ -2,7 +2,8 @@
 
 Every config field can be overridden, e.g. --config.model.d_model=64
 --config.archs="('nap','max')". A killed run resumes from its checkpoints when restarted with
-the same command. --distributed calls jax.distributed.initialize() (multi-host, e.g. a TPU pod).
+the same command; a workdir of another config is refused (exit code 2) unless --afresh moves it
+aside. --distributed calls jax.distributed.initialize() (multi-host, e.g. a TPU pod).
 """
 import os
 import sys
@@ -12,12 +13,15 @@ from ml_collections import config_flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # configs/
 
+from normattn_jax.train.checkpoint import WorkdirError  # noqa: E402
 from normattn_jax.train.sweep import best_lines, run_sweep  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a configs/*.py file.",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for results and checkpoints.")
 _DISTRIBUTED = flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize().")
+_AFRESH = flags.DEFINE_bool("afresh", False, "Move an existing workdir aside (to "
+                            "WORKDIR.replaced-<UTC time>) and start anew.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -27,7 +31,11 @@ def main(argv):
   if _DISTRIBUTED.value:
     import jax
     jax.distributed.initialize()
-  summary = run_sweep(_CONFIG.value, _WORKDIR.value)
+  try:
+    summary = run_sweep(_CONFIG.value, _WORKDIR.value, afresh=_AFRESH.value)
+  except WorkdirError as err:
+    print(f"error: {err}", file=sys.stderr)
+    sys.exit(2)
   print("\n".join(best_lines(summary)))
   print(f"figures: {_WORKDIR.value}/accuracy.png (and case_accuracy.png, learning_curves.png)")
 

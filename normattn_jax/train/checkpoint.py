@@ -1,23 +1,163 @@
-"""Orbax checkpoints of a grid's stacked state and its metrics so far.
+"""Workdirs and the orbax checkpoints in them.
 
-A killed run restarted with the same command restores the newest checkpoint and, because data
-and dropout keys are functions of (model key, step), ends with the same numbers.
+A workdir belongs to the config that started it (its ``config.json``): ``open_workdir`` resumes
+it with an equal config, refuses another one before anything in it is written, or moves it aside
+to start afresh when asked. A killed run restarted with the same command restores the newest
+checkpoint that restores and, because data and dropout keys are functions of (model key, step),
+ends with the same numbers.
 """
 from __future__ import annotations
 
+import datetime
+import json
 import os
+import warnings
+from typing import Optional
 
 import jax
+import ml_collections
 import orbax.checkpoint as ocp
+
+# The fields a workdir may be resumed (or rerun) with changed, per kind of run: they change only
+# what is logged along the way, how often checkpoints are saved or where data is cached, never the
+# results. Every other field changes the results. A sweep's ``train.eval_every`` is not among them:
+# its summary is the best over the evaluations; pre-training evaluates at the end whatever it is.
+MAY_DIFFER = {
+    "sweep": ("train.checkpoint_every",),
+    "pretraining": ("train.log_every", "train.eval_every", "train.checkpoint_every",
+                    "data.cache_dir"),
+}
+_SHOWN = 8  # differing fields named in an error, the rest counted
+
+
+class WorkdirError(ValueError):
+  """A workdir that cannot serve this run; the message names it, says why and what to do."""
+
+
+class DamagedCheckpointWarning(UserWarning):
+  """A checkpoint that does not restore was skipped for an older one."""
+
+
+class _Absent:
+  def __repr__(self):
+    return "(absent)"
+
+
+ABSENT = _Absent()
+
+
+def config_json(config: ml_collections.ConfigDict) -> dict:
+  """The config as ``config.json`` stores it (tuples as lists)."""
+  return json.loads(config.to_json())
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict:
+  flat = {}
+  for key, value in tree.items():
+    if isinstance(value, dict) and value:
+      flat.update(_flatten(value, f"{prefix}{key}."))
+    else:
+      flat[prefix + key] = value
+  return flat
+
+
+def config_differences(stored: dict, new: dict, may_differ=()) -> list[tuple[str, object, object]]:
+  """``(field, stored value, new value)`` for each dotted field that differs, those in
+  ``may_differ`` aside; a field only one side has is ``ABSENT`` on the other."""
+  old, now = _flatten(stored), _flatten(new)
+  return [(field, old.get(field, ABSENT), now.get(field, ABSENT))
+          for field in sorted(old.keys() | now.keys())
+          if field not in may_differ and old.get(field, ABSENT) != now.get(field, ABSENT)]
+
+
+def _show(value) -> str:
+  return repr(value) if value is ABSENT else json.dumps(value)
+
+
+def check_workdir(workdir: str, config: ml_collections.ConfigDict, kind: str) -> None:
+  """Raise ``WorkdirError`` unless ``workdir`` is new or holds a run of this config (up to the
+  fields ``MAY_DIFFER[kind]``); it reads, never writes."""
+  path = os.path.join(workdir, "config.json")
+  if not os.path.exists(path):
+    return
+  afresh = "start afresh (--afresh, afresh=True) to move it aside"
+  try:
+    with open(path) as f:
+      stored = json.load(f)
+  except (OSError, ValueError) as err:
+    raise WorkdirError(f"workdir {workdir}: cannot read its config.json ({err}); "
+                       f"use another workdir or {afresh}") from None
+  differences = config_differences(stored, config_json(config), MAY_DIFFER[kind])
+  if differences:
+    named = "; ".join(f"{field} was {_show(old)}, now {_show(new)}"
+                      for field, old, new in differences[:_SHOWN])
+    more = f"; and {len(differences) - _SHOWN} more" if len(differences) > _SHOWN else ""
+    raise WorkdirError(f"workdir {workdir} holds a run of another config: {named}{more}. Rerun "
+                       f"with its config, use another workdir, or {afresh}")
+
+
+def move_aside(workdir: str) -> Optional[str]:
+  """Rename a non-empty ``workdir`` to ``<workdir>.replaced-<UTC time>`` (nothing is deleted);
+  returns the new path, or None when there was nothing to move."""
+  if not os.path.isdir(workdir) or not os.listdir(workdir):
+    return None
+  stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+  base = f"{os.path.normpath(workdir)}.replaced-{stamp}"
+  target, count = base, 1
+  while os.path.exists(target):
+    count += 1
+    target = f"{base}-{count}"
+  os.rename(workdir, target)
+  return target
+
+
+def write_json(path: str, tree, **dump_args) -> None:
+  """Write whole or not at all: a killed write leaves the old file (or none)."""
+  partial = path + ".partial"
+  with open(partial, "w") as f:
+    json.dump(tree, f, **dump_args)
+  os.replace(partial, path)
+
+
+def open_workdir(workdir: str, config: ml_collections.ConfigDict, kind: str, *,
+                 afresh: bool = False) -> Optional[dict]:
+  """Make ``workdir`` this run's before anything in it is written: check it (``check_workdir``)
+  or, with ``afresh``, move it aside; then store ``config.json`` if it has none. Returns the
+  stored summary when the workdir holds this config's finished run (``summary.json`` is written
+  last), so that a rerun leaves it as it is; else None."""
+  chief = jax.process_index() == 0  # on several hosts, one moves and writes
+  if afresh:
+    moved = move_aside(workdir) if chief else None
+    if moved:
+      print(f"moved the old workdir aside to {moved}")
+  else:
+    check_workdir(workdir, config, kind)
+  os.makedirs(workdir, exist_ok=True)
+  path = os.path.join(workdir, "config.json")
+  if chief and not os.path.exists(path):
+    write_json(path, config_json(config), indent=2, sort_keys=True)
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils
+    multihost_utils.sync_global_devices("normattn_jax open_workdir")
+  summary = os.path.join(workdir, "summary.json")
+  if not os.path.exists(summary):
+    return None
+  print(f"{workdir} holds this config's finished run: its results stay as they are")
+  with open(summary) as f:
+    return json.load(f)
 
 
 class GridCheckpoints:
   """Save / restore ``{"state": stacked TrainState, "metrics": {...}}`` keyed by evaluations done."""
 
   def __init__(self, directory: str, max_to_keep: int = 2):
-    self.manager = ocp.CheckpointManager(
-        os.path.abspath(directory), options=ocp.CheckpointManagerOptions(
-            max_to_keep=max_to_keep, create=True))
+    self.directory = os.path.abspath(directory)
+    self.options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
+    self.manager = ocp.CheckpointManager(self.directory, options=self.options)
+
+  def _reopen(self) -> None:
+    self.manager.close()
+    self.manager = ocp.CheckpointManager(self.directory, options=self.options)
 
   def latest(self):
     return self.manager.latest_step()
@@ -29,6 +169,31 @@ class GridCheckpoints:
   def restore(self, evals_done: int, like):
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
     return self.manager.restore(evals_done, args=ocp.args.StandardRestore(abstract))
+
+  def restore_newest(self, like):
+    """``(step, tree)`` of the newest checkpoint that restores, ``(None, None)`` without any.
+    Newer ones that do not (a truncated file, an empty step folder) are skipped with a warning
+    and deleted, so that the resumed run saves those steps again. None restoring is an error."""
+    damaged, reasons = [], []
+    for step in sorted(self.manager.all_steps(), reverse=True):
+      try:
+        tree = self.restore(step, like)
+      except Exception as err:  # orbax and tensorstore raise many kinds
+        reasons.append(f"{type(err).__name__}: "
+                       + (str(err).strip().splitlines() or [""])[0][:200])
+        warnings.warn(f"skipped checkpoint {os.path.join(self.directory, str(step))}: it does not "
+                      f"restore ({reasons[-1]})", DamagedCheckpointWarning, stacklevel=2)
+        damaged.append(step)
+        self._reopen()  # a manager whose restore failed fails on the older steps too
+        continue
+      for newer in damaged:
+        self.manager.delete(newer)
+      return step, tree
+    if damaged:
+      raise WorkdirError(f"no checkpoint in {self.directory} restores (steps {sorted(damaged)}; "
+                         f"the newest: {reasons[0]}); move the workdir aside or start afresh "
+                         "(--afresh, afresh=True)")
+    return None, None
 
   def close(self) -> None:
     self.manager.close()

@@ -6,7 +6,8 @@ every device of every host.
 held-out split, and writes ``config.json``, ``history.jsonl`` (train and eval metrics),
 TensorBoard scalars, orbax checkpoints and ``summary.json``. The batch of step t is a pure
 function of (seed, t) and dropout keys are ``fold_in(seed, t)``, so a killed run restarted with
-the same command resumes from its newest checkpoint and ends with the same numbers.
+the same command resumes from its newest checkpoint and ends with the same numbers; the workdir
+belongs to its config (``checkpoint.open_workdir``).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from normattn_jax.attention.weights import NORMALIZATIONS
 from normattn_jax.models.albert import DTYPES, AlbertConfig, AlbertForPretraining, \
     pretraining_loss
 from normattn_jax.models.bert import ACTIVATIONS
-from normattn_jax.train.checkpoint import GridCheckpoints
+from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, write_json
 from normattn_jax.train.optim import albert_lamb, albert_schedule
 
 CORPORA = ("shakespeare", "files", "wikipedia")
@@ -252,6 +253,12 @@ def load_data(c: ml_collections.ConfigDict, workdir: str):
   return data_lib.prepare_pretraining_data(files, workdir, **settings)
 
 
+def throughput(summary: dict) -> str:
+  """Tokens/s for printing: "n/a" when no step was timed (a call that only compiled one)."""
+  rate = summary.get("tokens_per_second")
+  return "n/a" if rate is None else f"{rate:.0f}"
+
+
 def _to_python(tree):
   return jax.tree.map(lambda a: np.asarray(a).tolist(), tree)
 
@@ -266,19 +273,20 @@ def _read_history(path: str, upto: int) -> list:
 
 def run_pretraining(c: ml_collections.ConfigDict, workdir: str, *,
                     max_steps: Optional[int] = None, show_progress: bool = True,
-                    tensorboard: bool = True) -> dict:
+                    tensorboard: bool = True, afresh: bool = False) -> dict:
   """Train (or resume) and return the summary; ``max_steps`` stops after that many steps of
-  this call by raising ``Interrupted`` (a simulated kill, for tests)."""
+  this call by raising ``Interrupted`` (a simulated kill, for tests). A finished run's summary
+  is returned untouched; a workdir of another config is refused (``WorkdirError``) unless
+  ``afresh`` moves it aside (``open_workdir``)."""
   validate_pretrain_config(c)
+  finished = open_workdir(workdir, c, "pretraining", afresh=afresh)
+  if finished is not None:
+    return finished
   chief = jax.process_index() == 0
-  os.makedirs(workdir, exist_ok=True)
   vocab, splits = load_data(c, workdir)
   train_data, val_data = splits["train"], splits["validation"]
   trainer = Trainer(c, vocab.size)
   t = c.train
-  if chief:
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-      f.write(c.to_json(indent=2))
 
   key = jax.random.key(t.seed)
   state = trainer.init(jax.random.fold_in(key, 0),
@@ -287,9 +295,8 @@ def run_pretraining(c: ml_collections.ConfigDict, workdir: str, *,
       if t.checkpoint_every else None
   start = 0
   if checkpoints is not None and checkpoints.latest() is not None:
-    start = checkpoints.latest()
-    state = jax.device_put(checkpoints.restore(start, {"state": state})["state"],
-                           trainer.replicated)
+    start, restored = checkpoints.restore_newest({"state": state})
+    state = jax.device_put(restored["state"], trainer.replicated)
   history_path = os.path.join(workdir, "history.jsonl")
   history = _read_history(history_path, start)
   if chief:
@@ -374,7 +381,6 @@ def run_pretraining(c: ml_collections.ConfigDict, workdir: str, *,
     u = np.clip(np.asarray(state.params["albert"]["hybrid_weights"]), 0.0, 1.0)
     summary["hybrid_weights"] = np.mean(u, axis=-1).tolist()  # per layer, mean over heads
     summary["hybrid_weights_per_head"] = u.tolist()
-  if chief:
-    with open(os.path.join(workdir, "summary.json"), "w") as f:
-      json.dump(summary, f, indent=2)
+  if chief:  # written last: it marks a finished run
+    write_json(os.path.join(workdir, "summary.json"), summary, indent=2)
   return summary

@@ -13,7 +13,7 @@ import ml_collections
 import numpy as np
 
 from normattn_jax.train import config as config_lib
-from normattn_jax.train.checkpoint import GridCheckpoints
+from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, write_json
 from normattn_jax.train.grid import Grid, Setup
 
 ACCURACY_PREFIXES = ("train_acc", "val_acc", "case_acc", "val_case_acc")
@@ -70,13 +70,11 @@ def train_point(config, arch, values, workdir, progress=None, max_chunks=None, w
   checkpoints = None
   if point.train.checkpoint_every:
     checkpoints = GridCheckpoints(os.path.join(workdir, "checkpoints", name))
-    latest = checkpoints.latest()
-    if latest is not None:
+    if checkpoints.latest() is not None:
       like = {"state": state, "metrics": _empty_history(grid, hp_dev, state, num_chunks)}
-      restored = checkpoints.restore(latest, like)
+      done, restored = checkpoints.restore_newest(like)
       state = jax.device_put(restored["state"], jax.tree.map(lambda a: a.sharding, state))
       history = {k: np.asarray(v) for k, v in restored["metrics"].items()}
-      done = latest
   if progress is not None:
     progress.update(done * point.train.eval_every * num_models)
   for index in range(done, num_chunks):
@@ -195,11 +193,11 @@ def resummarise(workdir: str) -> dict:
 
 
 def write_summary(workdir, config, summary) -> None:
-  """``summary.json`` and the figures, drawn from it and the run's ``metrics.npz``."""
-  with open(os.path.join(workdir, "summary.json"), "w") as f:
-    json.dump(summary, f, indent=2, sort_keys=True)
+  """The figures, drawn from ``summary`` and the run's ``metrics.npz``, then ``summary.json``:
+  written last, it marks a finished run."""
   from normattn_jax import plots  # matplotlib only when figures are drawn
   plots.draw_sweep(config, summary, os.path.join(workdir, "metrics.npz"), workdir)
+  write_json(os.path.join(workdir, "summary.json"), summary, indent=2, sort_keys=True)
 
 
 def best_lines(summary) -> list[str]:
@@ -249,14 +247,15 @@ def regularization_table(summaries) -> str:
 
 
 def run_sweep(config: ml_collections.ConfigDict, workdir: str, *, max_chunks: Optional[int] = None,
-              show_progress: bool = True, tensorboard: bool = True) -> dict:
-  """Validate, train every (point, arch) grid, write the results; returns the summary."""
+              show_progress: bool = True, tensorboard: bool = True, afresh: bool = False) -> dict:
+  """Validate, train every (point, arch) grid, write the results; returns the summary. The
+  workdir resumes a run of this config, or returns a finished one's summary untouched; another
+  config's is refused (``WorkdirError``) unless ``afresh`` moves it aside (``open_workdir``)."""
   config_lib.validate(config)
+  finished = open_workdir(workdir, config, "sweep", afresh=afresh)
+  if finished is not None:
+    return finished
   chief = jax.process_index() == 0  # on several hosts, one writes the files
-  os.makedirs(workdir, exist_ok=True)
-  if chief:
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-      json.dump(config.to_dict(), f, indent=2, sort_keys=True)
   points = config_lib.static_points(config)
   jobs = [(arch, values) for values in points for arch in config.archs]
   total = sum(config_lib.point_config(config, v).train.num_steps for _, v in jobs) \

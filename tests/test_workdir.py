@@ -1,0 +1,281 @@
+"""A workdir belongs to one config: resume with it, refuse another before touching anything,
+start afresh on request; resume past a damaged latest checkpoint; leave a finished run as it is."""
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from normattn_jax.train import pretrain
+from normattn_jax.train.checkpoint import DamagedCheckpointWarning, MAY_DIFFER, config_json, \
+    config_differences
+from normattn_jax.train.pretrain import run_pretraining
+from normattn_jax.train.sweep import Interrupted
+from test_grid import read, run, tiny_config as grid_config
+from test_pretrain import VOCAB, RandomExamples, read_history, tiny_config as albert_config
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def sweep_config(**overrides):
+  return grid_config(archs=("nap",), **overrides)
+
+
+def snapshot(workdir) -> dict:
+  """Every file under ``workdir``, path -> bytes."""
+  files = {}
+  for root, _, names in os.walk(workdir):
+    for name in names:
+      path = os.path.join(root, name)
+      with open(path, "rb") as f:
+        files[os.path.relpath(path, workdir)] = f.read()
+  return files
+
+
+def copy(workdir, tmp_path):
+  return shutil.copytree(workdir, tmp_path / "run")
+
+
+def truncate_array_file(step_dir):
+  """Cut the array data a restore reads (the OCDBT data file of the item) in half."""
+  path = max(glob.glob(os.path.join(step_dir, "*", "d", "*")), key=os.path.getsize)
+  with open(path, "r+b") as f:
+    f.truncate(os.path.getsize(path) // 2)
+
+
+def truncate_metadata(step_dir):
+  [path] = glob.glob(os.path.join(step_dir, "*", "_METADATA"))
+  with open(path, "r+b") as f:
+    f.truncate(os.path.getsize(path) // 2)
+
+
+def empty_step_folder(step_dir):
+  shutil.rmtree(step_dir)
+  os.makedirs(step_dir)
+
+
+DAMAGES = [truncate_array_file, truncate_metadata, empty_step_folder]
+
+
+def test_differences_name_each_field_and_ignore_only_the_listed_ones():
+  stored = {"train": {"seed": 0, "log_every": 1}, "archs": ["nap"]}
+  new = {"train": {"seed": 1, "log_every": 5, "l2": 0.0}, "archs": ["nap"]}
+  assert [(f, repr(a), b) for f, a, b in config_differences(stored, new, ("train.log_every",))] \
+      == [("train.l2", "(absent)", 0.0), ("train.seed", "0", 1)]
+  for kind, config in (("sweep", sweep_config()), ("pretraining", albert_config())):
+    assert config_differences(config_json(config), config_json(config)) == []
+    every_field = {field for field, _, _ in config_differences({}, config_json(config))}
+    assert set(MAY_DIFFER[kind]) <= every_field, kind
+
+
+# Sweeps
+
+
+@pytest.fixture(scope="module")
+def finished_sweep(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp("sweep")
+  run(sweep_config(), workdir)
+  return workdir
+
+
+@pytest.fixture(scope="module")
+def interrupted_sweep(tmp_path_factory):
+  """Killed after two of three evaluations: checkpoints 1 and 2."""
+  workdir = tmp_path_factory.mktemp("interrupted_sweep")
+  with pytest.raises(Interrupted):
+    run(sweep_config(), workdir, max_chunks=2)
+  assert sorted(os.listdir(workdir / "checkpoints" / "nap")) == ["1", "2"]
+  return workdir
+
+
+@pytest.mark.parametrize("overrides, named", [
+    ({"learning_rates": (0.01, 0.003)}, "learning_rates was [0.001, 0.0003], now [0.01, 0.003]"),
+    ({"seed": 1}, "seed was 0, now 1"),
+    ({"num_seeds": 3, "train.num_steps": 40},
+     "num_seeds was 2, now 3; train.num_steps was 30, now 40."),
+])
+def test_sweep_refuses_another_config_and_touches_nothing(finished_sweep, overrides, named):
+  before = snapshot(finished_sweep)
+  with pytest.raises(ValueError, match=re.escape(f"workdir {finished_sweep} ") + ".*"
+                     + re.escape(named)):
+    run(sweep_config(**overrides), finished_sweep)
+  assert snapshot(finished_sweep) == before
+
+
+def test_killed_sweep_restarted_with_another_config_is_refused(interrupted_sweep, tmp_path):
+  workdir = copy(interrupted_sweep, tmp_path)
+  before = snapshot(workdir)
+  with pytest.raises(ValueError, match=re.escape("learning_rates was [0.001, 0.0003]")):
+    run(sweep_config(learning_rates=(0.01, 0.003)), workdir)
+  assert snapshot(workdir) == before
+
+
+def test_sweep_rerun_of_a_finished_run_leaves_it_as_it_was(finished_sweep):
+  before = snapshot(finished_sweep)
+  config = sweep_config()
+  config.train.checkpoint_every = 2  # may differ
+  assert run(config, finished_sweep) == read(finished_sweep)
+  assert snapshot(finished_sweep) == before
+
+
+def test_sweep_afresh_moves_the_old_workdir_aside(finished_sweep, tmp_path):
+  workdir = copy(finished_sweep, tmp_path)
+  before = snapshot(workdir)
+  summary = run(sweep_config(learning_rates=(0.01, 0.003)), workdir, afresh=True)
+  [old] = glob.glob(str(tmp_path / "run.replaced-*"))
+  assert snapshot(old) == before
+  assert [cell["learning_rate"] for cell in summary["cells"]] == [0.01, 0.003]
+  assert read(workdir) == summary and read(workdir, "config.json")["learning_rates"] == [0.01, 0.003]
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_sweep_resumes_past_a_damaged_latest_checkpoint(damage, interrupted_sweep, finished_sweep,
+                                                        tmp_path):
+  workdir = copy(interrupted_sweep, tmp_path)
+  damage(str(workdir / "checkpoints" / "nap" / "2"))
+  with pytest.warns(DamagedCheckpointWarning, match=re.escape(f"checkpoints/nap/2: ")):
+    run(sweep_config(), workdir)
+  assert read(workdir) == read(finished_sweep)
+  resumed, whole = np.load(workdir / "metrics.npz"), np.load(finished_sweep / "metrics.npz")
+  assert set(resumed) == set(whole)
+  for key in whole:
+    np.testing.assert_array_equal(resumed[key], whole[key], err_msg=key)
+
+
+def test_sweep_with_no_checkpoint_that_restores_fails_naming_the_workdir(interrupted_sweep,
+                                                                         tmp_path):
+  workdir = copy(interrupted_sweep, tmp_path)
+  for step in ("1", "2"):
+    empty_step_folder(str(workdir / "checkpoints" / "nap" / step))
+  with pytest.warns(DamagedCheckpointWarning), pytest.raises(
+      ValueError, match=re.escape(f"no checkpoint in {workdir}")):
+    run(sweep_config(), workdir)
+
+
+# Pre-training
+
+
+@pytest.fixture(scope="module")
+def random_data():
+  splits = {"train": RandomExamples(64, 0), "validation": RandomExamples(16, 1)}
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(pretrain, "load_data",
+                  lambda c, workdir: (types.SimpleNamespace(size=VOCAB), splits))
+    yield
+
+
+def train_albert(config, workdir, **kwargs):
+  return run_pretraining(config, str(workdir), show_progress=False, tensorboard=False, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def finished_pretraining(tmp_path_factory, random_data):
+  workdir = tmp_path_factory.mktemp("pretraining")
+  train_albert(albert_config("hnas"), workdir)
+  return workdir
+
+
+@pytest.fixture(scope="module")
+def interrupted_pretraining(tmp_path_factory, random_data):
+  """Killed after five of six steps: checkpoints 2 and 4."""
+  workdir = tmp_path_factory.mktemp("interrupted_pretraining")
+  with pytest.raises(pretrain.Interrupted):
+    train_albert(albert_config("hnas"), workdir, max_steps=5)
+  assert sorted(os.listdir(workdir / "checkpoints")) == ["2", "4"]
+  return workdir
+
+
+@pytest.mark.parametrize("field, value, named", [
+    ("model.hybrid_init", 0.25, "model.hybrid_init was 0.5, now 0.25"),
+    ("train.seed", 1, "train.seed was 0, now 1"),
+    ("train.num_steps", 8, "train.num_steps was 6, now 8"),
+])
+@pytest.mark.parametrize("state", ["finished", "interrupted"])
+def test_pretraining_refuses_another_config_and_touches_nothing(
+    state, field, value, named, finished_pretraining, interrupted_pretraining):
+  workdir = finished_pretraining if state == "finished" else interrupted_pretraining
+  config = albert_config("hnas")
+  section, name = field.split(".")
+  config[section][name] = value
+  before = snapshot(workdir)
+  with pytest.raises(ValueError, match=re.escape(named)):
+    train_albert(config, workdir)
+  assert snapshot(workdir) == before
+
+
+def test_pretraining_rerun_of_a_finished_run_leaves_it_as_it_was(finished_pretraining):
+  before = snapshot(finished_pretraining)
+  config = albert_config("hnas")
+  config.train.update(log_every=2, eval_every=6, checkpoint_every=3)  # these may differ
+  summary = train_albert(config, finished_pretraining)
+  assert snapshot(finished_pretraining) == before
+  assert summary == json.loads(before["summary.json"])
+  assert summary["tokens_per_second"] > 0
+
+
+def test_pretraining_afresh_moves_the_old_workdir_aside(finished_pretraining, random_data,
+                                                        tmp_path):
+  workdir = copy(finished_pretraining, tmp_path)
+  before = snapshot(workdir)
+  config = albert_config("hnas")
+  config.model.hybrid_init = 0.25
+  summary = train_albert(config, workdir, afresh=True)
+  [old] = glob.glob(str(tmp_path / "run.replaced-*"))
+  assert snapshot(old) == before
+  with open(workdir / "config.json") as f:
+    assert json.load(f)["model"]["hybrid_init"] == 0.25
+  assert summary["hybrid_weights"] != json.loads(before["summary.json"])["hybrid_weights"]
+
+
+@pytest.mark.parametrize("damage", [truncate_array_file, empty_step_folder])
+def test_pretraining_resumes_past_a_damaged_latest_checkpoint(
+    damage, interrupted_pretraining, finished_pretraining, random_data, tmp_path):
+  workdir = copy(interrupted_pretraining, tmp_path)
+  damage(str(workdir / "checkpoints" / "4"))
+  with pytest.warns(DamagedCheckpointWarning, match=re.escape(f"{workdir}/checkpoints/4: ")):
+    summary = train_albert(albert_config("hnas"), workdir)
+  assert read_history(str(workdir)) == read_history(str(finished_pretraining))
+  with open(finished_pretraining / "summary.json") as f:
+    whole = json.load(f)
+  for key in ("mlm_accuracy", "sop_accuracy", "mlm_loss", "sop_loss", "hybrid_weights_per_head"):
+    assert summary[key] == whole[key], key
+
+
+# The command lines
+
+
+def command(script, *args):
+  return subprocess.run([sys.executable, os.path.join(REPO, "experiments", script), *args],
+                        capture_output=True, text=True, cwd=REPO, timeout=300,
+                        env=dict(os.environ, JAX_PLATFORMS="cpu"))
+
+
+def test_sweep_command_refuses_another_config_in_one_line(tmp_path):
+  from configs import case_distinction
+  stored = config_json(case_distinction.get_config())
+  stored["num_seeds"] = 3
+  (tmp_path / "config.json").write_text(json.dumps(stored))
+  done = command("sweep.py", "--config", "configs/case_distinction.py", "--workdir", str(tmp_path))
+  assert done.returncode == 2, done.stderr
+  assert done.stderr.splitlines()[-1] == (f"error: workdir {tmp_path} holds a run of another config: num_seeds was 3, "
+                    "now 5. Rerun with its config, use another workdir, or start afresh "
+                    "(--afresh, afresh=True) to move it aside")
+  assert "Traceback" not in done.stderr and os.listdir(tmp_path) == ["config.json"]
+
+
+def test_pretrain_command_reruns_a_finished_run_without_a_measured_throughput(tmp_path):
+  from configs import albert_tiny
+  (tmp_path / "config.json").write_text(json.dumps(config_json(albert_tiny.get_config())))
+  summary = {"attention": "softmax", "mlm_accuracy": 0.5, "sop_accuracy": 0.75,
+             "tokens_per_second": None, "devices": 1, "device_kind": "cpu"}
+  (tmp_path / "summary.json").write_text(json.dumps(summary))
+  done = command("pretrain.py", "--workdir", str(tmp_path))
+  assert done.returncode == 0, done.stderr
+  assert "softmax: held-out MLM accuracy 50.0%, SOP accuracy 75.0%, n/a tokens/s" in done.stdout
+  assert json.loads((tmp_path / "summary.json").read_text()) == summary
