@@ -193,6 +193,32 @@ def test_static_sweep_values_are_validated():
     validate(c)
 
 
+@pytest.mark.parametrize("name,values,match", [
+    ("train.l2", (0.0, -0.1), r"config.sweep.values\[1\]=-0.1 \(as train.l2\): "
+                              r"config.train.l2=-0.1: must be >= 0"),
+    ("model.d_model", (8, 16.5), r"values\[1\]=16.5 .*config.model.d_model=16.5: .*integer"),
+    ("model.num_layers", (2.0,), r"values\[0\]=2.0 .*config.model.num_layers=2.0: .*integer"),
+    ("train.dropout", (0.0, 1.0), r"values\[1\]=1.0 .*config.train.dropout=1.0: must lie"),
+    ("model.d_model", (8, 5), r"values\[1\]=5 \(as model.d_model\): config.model.num_heads=2"),
+    ("train.batch_size", (4, 3), r"values\[1\]=3 .*config.train.eval_every=13: must divide"),
+])
+def test_each_swept_value_passes_the_rules_of_its_field(name, values, match):
+  c = tiny_config()
+  c.sweep.name, c.sweep["values"] = name, values
+  if name == "train.batch_size":  # at batch 3, 30 x 4 / 3 = 40 steps and 13 between evaluations
+    c.sweep.steps_scale, c.sweep.steps_reference = "inverse", 4
+  with pytest.raises(ValueError, match=match):
+    validate(c)
+
+
+def test_a_bad_swept_value_fails_before_compiling_and_writes_nothing(tmp_path):
+  c = tiny_config()
+  c.sweep.name, c.sweep["values"] = "train.l2", (0.0, -0.1)
+  with pytest.raises(ValueError, match=r"sweep.values\[1\]"):
+    run(c, tmp_path / "run")
+  assert not os.path.exists(tmp_path / "run")
+
+
 def test_optimizer_is_adam_with_linear_decay_and_per_model_learning_rate():
   params = {"w": jnp.arange(3.0), "b": jnp.ones((2, 2))}
   grads = [jax.tree.map(lambda p, i=i: jnp.sin(p + i), params) for i in range(4)]

@@ -65,6 +65,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.l2 = 0.0
   c.train.dropout = 0.0
   c.train.checkpoint_every = 4  # in evaluations; 0 disables checkpoints
+  # models vmapped together, the vmaps one after another (lax.map); 0 = one on a CPU, each
+  # device's whole share on an accelerator. At a fixed width a model's numbers do not depend
+  # on the rest of the grid.
+  c.train.models_per_vmap = 0
 
   c.eval = ml_collections.ConfigDict()
   c.eval.val_batches = 32
@@ -105,7 +109,20 @@ def _tristate(config, field):
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
-  """Raise ``ValueError`` naming the field for any invalid value."""
+  """Raise ``ValueError`` naming the field for any invalid value. Each swept value must pass the
+  rules of the field it sets, on the config it trains with: one rule per field."""
+  _validate_fields(config)
+  _validate_sweep(config)
+  for i, value in enumerate(config.sweep["values"]):
+    try:
+      _validate_fields(_swept_config(config, value))
+    except ValueError as err:
+      raise ValueError(f"config.sweep.values[{i}]={value!r} (as {config.sweep.name}): {err}") \
+          from None
+
+
+def _validate_fields(config) -> None:
+  """Every field's rules, the sweep aside."""
   archs = tuple(config.archs)
   if not archs:
     _fail("archs", config.archs, "needs at least one architecture")
@@ -123,7 +140,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
     _fail("learning_rates", config.learning_rates, "must be a non-empty tuple of numbers > 0")
   for field in ("num_seeds", "eval.val_batches", "eval.case_set_size"):
     _positive_int(config, field)
-  _validate_shapes(config, "")  # the base values; every swept point again below
+  _validate_shapes(config)
+  _non_negative_int(config, "train.models_per_vmap")
   if isinstance(config.train.checkpoint_every, bool) or config.train.checkpoint_every < 0:
     _fail("train.checkpoint_every", config.train.checkpoint_every, "must be >= 0")
   if config.task.name not in TASKS:
@@ -141,9 +159,6 @@ def validate(config: ml_collections.ConfigDict) -> None:
     _tristate(config, field)
   if config.train.l2 < 0:
     _fail("train.l2", config.train.l2, "must be >= 0")
-  _validate_sweep(config)
-  for values in static_points(config):
-    _validate_point(config, values)
 
 
 def _validate_sweep(config):
@@ -179,21 +194,28 @@ def static_points(config) -> list[dict]:
   return [{}]
 
 
-def point_config(config: ml_collections.ConfigDict, values: dict) -> ml_collections.ConfigDict:
-  """A copy of ``config`` with the static sweep ``values`` ({"model.d_model": 64}) applied."""
-  c = ml_collections.ConfigDict(config.to_dict())
+def point_config(config: ml_collections.ConfigDict, values: dict, *,
+                 cast: bool = True) -> ml_collections.ConfigDict:
+  """A copy of ``config`` with the sweep ``values`` ({"model.d_model": 64}) applied. ``cast=False``
+  keeps each value as listed (16.5 stays 16.5, not d_model=16), for validation."""
+  c = ml_collections.ConfigDict(config.to_dict(), type_safe=cast)
   for field, value in values.items():
     if field == "ablation":
       _apply_ablation(c, int(value))
       continue
     section, key = field.split(".")
-    c[section][key] = type(c[section][key])(value)
-    if config.sweep.steps_scale:
+    c[section][key] = type(c[section][key])(value) if cast else value
+    if config.sweep.steps_scale and field not in VMAPPED_SWEEPS:  # one program: steps as given
       ratio = value / config.sweep.steps_reference
       factor = 1 / ratio if config.sweep.steps_scale == "inverse" else ratio
       c.train.num_steps = int(round(config.train.num_steps * factor))
       c.train.eval_every = int(round(config.train.eval_every * factor))
   return c
+
+
+def _swept_config(config, value):
+  """The config that one value of the sweep trains with, that value uncast."""
+  return point_config(config, {config.sweep.name: value}, cast=False)
 
 
 def _apply_ablation(c, stage: int) -> None:
@@ -204,9 +226,17 @@ def _apply_ablation(c, stage: int) -> None:
   c.model.attention_gelu = "true" if stage >= 4 else "false"
 
 
-def _validate_point(config, values):
-  c = point_config(config, values)
-  _validate_shapes(c, f" at {point_label(values)}")
+def _validate_shapes(c) -> None:
+  """The fields a static sweep may change, and the rules between them."""
+  for field in ("task.seq_len", "task.vocab_size", "model.d_model", "model.num_heads",
+                "train.batch_size", "train.num_steps", "train.eval_every"):
+    _positive_int(c, field)
+  _non_negative_int(c, "model.num_layers")
+  if c.train.num_steps % c.train.eval_every:
+    _fail("train.eval_every", c.train.eval_every,
+          f"must divide train.num_steps ({c.train.num_steps})")
+  if not 0 <= c.train.dropout < 1:
+    _fail("train.dropout", c.train.dropout, "must lie in [0, 1)")
   if any(ARCHITECTURES[a].mixer == "attention" for a in c.archs) \
       and c.model.d_model % c.model.num_heads:
     _fail("model.num_heads", c.model.num_heads, f"must divide model.d_model ({c.model.d_model})")
@@ -215,16 +245,3 @@ def _validate_point(config, values):
       _fail("task.vocab_size", c.task.vocab_size, f"must exceed {ARGMIN_TOKEN} for the case task")
     if c.task.seq_len < 2:
       _fail("task.seq_len", c.task.seq_len, "must be >= 2 (validation uses half the length)")
-
-
-def _validate_shapes(c, where: str) -> None:
-  """The fields a static sweep may change; ``where`` names the swept point, if any."""
-  for field in ("task.seq_len", "task.vocab_size", "model.d_model", "model.num_heads",
-                "train.batch_size", "train.num_steps", "train.eval_every"):
-    _positive_int(c, field)
-  _non_negative_int(c, "model.num_layers")
-  if c.train.num_steps % c.train.eval_every:
-    _fail("train.eval_every", c.train.eval_every,
-          f"must divide train.num_steps ({c.train.num_steps}){where}")
-  if not 0 <= c.train.dropout < 1:
-    _fail("train.dropout", c.train.dropout, "must lie in [0, 1)")

@@ -207,17 +207,49 @@ def models_sharding() -> NamedSharding:
   return NamedSharding(mesh, P("models"))
 
 
-def pad_to_devices(x: np.ndarray) -> np.ndarray:
-  """Repeat the last model so the models axis divides evenly over the devices."""
-  extra = -len(x) % jax.device_count()
+def models_per_vmap(config: ml_collections.ConfigDict, num_models: int) -> int:
+  """How many models one vmap holds: ``train.models_per_vmap``, or when it is 0 one on a CPU
+  (where batching models buys nothing and a model's step stays in cache) and each device's
+  whole share on an accelerator."""
+  if config.train.models_per_vmap:
+    return config.train.models_per_vmap
+  return 1 if jax.default_backend() == "cpu" else -(-num_models // jax.device_count())
+
+
+def padded_count(num_models: int, per_vmap: int) -> int:
+  """The models axis rounded up so that every device holds whole vmaps."""
+  return -(-num_models // (per_vmap * jax.device_count())) * per_vmap * jax.device_count()
+
+
+def pad_models(x: np.ndarray, count: int) -> np.ndarray:
+  """Repeat the last model until the models axis has ``count`` entries."""
+  extra = count - len(x)
   return np.concatenate([x, np.repeat(x[-1:], extra, axis=0)]) if extra else x
+
+
+def over_models(fn: Callable, per_vmap: int) -> Callable:
+  """``fn`` of one model -> ``fn`` over the models axis: each device's share runs as a
+  ``lax.map`` over vmaps of ``per_vmap`` models. XLA compiles a model's arithmetic by the
+  shapes it runs in, so fixing the vmap's width makes each model's numbers independent of how
+  many other models, and which, share the program (a vmap over the whole axis would not)."""
+  devices = jax.device_count()
+
+  def run(*args):
+    split = lambda x: x.reshape((devices, -1) + x.shape[1:])
+    merge = lambda x: x.reshape((-1,) + x.shape[2:])
+    per_device = lambda *a: jax.lax.map(lambda b: fn(*b), a, batch_size=per_vmap)
+    return jax.tree.map(merge, jax.vmap(per_device)(*jax.tree.map(split, args)))
+  return run
 
 
 @dataclasses.dataclass
 class Grid:
-  """The compiled, sharded programs of one static configuration, for ``num_models`` models."""
+  """The compiled, sharded programs of one static configuration, for ``num_models`` models
+  (padded to ``padded`` so that every device holds whole vmaps of ``per_vmap`` models)."""
   setup: Setup
   num_models: int
+  per_vmap: int
+  padded: int
   init: Callable
   chunk: Callable
 
@@ -225,11 +257,14 @@ class Grid:
   def build(cls, setup: Setup, num_models: int) -> "Grid":
     init_one, _, chunk_one = make_programs(setup)
     case_sets = case_sets_for(setup, setup.config.seed)
+    per_vmap = models_per_vmap(setup.config, num_models)
     sharding = models_sharding()
-    init = jax.jit(jax.vmap(init_one), out_shardings=sharding)
-    chunk = jax.jit(jax.vmap(lambda s, hp: chunk_one(s, hp, case_sets)),
+    init = jax.jit(over_models(init_one, per_vmap), out_shardings=sharding)
+    chunk = jax.jit(over_models(lambda s, hp: chunk_one(s, hp, case_sets), per_vmap),
                     out_shardings=(sharding, sharding), donate_argnums=0)
-    return cls(setup, num_models, init, chunk)
+    return cls(setup, num_models, per_vmap, padded_count(num_models, per_vmap), init, chunk)
 
   def shard(self, tree):
-    return jax.device_put(jax.tree.map(pad_to_devices, tree), models_sharding())
+    """Pad the models axis of a host tree and place it on the devices."""
+    return jax.device_put(jax.tree.map(lambda x: pad_models(x, self.padded), tree),
+                          models_sharding())
