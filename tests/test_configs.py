@@ -39,10 +39,44 @@ def test_dnas_paper_pretraining_settings():
   c = load(os.path.join(REPO, "configs", "albert_large_dnas_paper.py"))
   assert (c.model.num_hidden_layers, c.model.hidden_size, c.model.num_attention_heads,
           c.model.embedding_size) == (24, 1024, 16, 1024)
+  assert (c.model.intermediate_size, c.model.num_hidden_groups, c.model.inner_group_num) == \
+      (4096, 24, 1)
   assert (c.train.batch_size, c.train.learning_rate, c.train.num_steps,
           c.train.warmup_steps) == (4096, 0.00176, 125000, 3125)
   assert (c.data.corpus, c.data.vocab_size, c.data.max_seq_length,
           c.data.max_predictions_per_seq) == ("wikipedia", 30000, 512, 20)
+
+
+# The DNAS paper (Appendix C.2) gives "about 334M" parameters, BERT-large's count as the ALBERT
+# paper's Table 1 lists it. BERT-large's encoder with its 30,522-piece vocabulary and the pooler
+# has 335,141,888. Ours differs by the 30,000-piece vocabulary (-522 x 1024), ALBERT's E -> H
+# projection (+1024 x 1024 + 1024, kept although E = H) and the pre-training heads (MLM transform,
+# LayerNorm and output bias, SOP: +1,083,698): 336,740,658, 0.8% above 334M.
+DNAS_PAPER_PARAMS = 334e6
+DNAS_CONFIG_PARAMS = 336_740_658
+
+
+def count_pretraining_params(c):
+  """Parameters of the model a pre-training config builds, from shapes alone (no allocation)."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  from normattn_jax.train.pretrain import build_model
+  model = build_model(c, c.data.vocab_size)
+  batch = {k: jnp.zeros((1, 8), jnp.int32) for k in ("input_ids", "input_mask", "segment_ids")}
+  batch["masked_lm_positions"] = jnp.zeros((1, 2), jnp.int32)
+  shapes = jax.eval_shape(model.init, jax.random.key(0), batch)["params"]
+  return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes))
+
+
+@pytest.mark.parametrize("attention,extra", [("softmax", 0), ("dnas", 0), ("hnas", 24 * 16)])
+def test_dnas_paper_model_has_bert_large_size(attention, extra):
+  # One set of weights shared by all 24 layers would give 47M; HNAS adds only u per layer and head.
+  c = load(os.path.join(REPO, "configs", "albert_large_dnas_paper.py"))
+  c.model.attention = attention
+  n = count_pretraining_params(c)
+  assert n == DNAS_CONFIG_PARAMS + extra
+  assert abs(n - DNAS_PAPER_PARAMS) / DNAS_PAPER_PARAMS < 0.01
 
 
 @pytest.mark.parametrize("task", regularization.TASKS)
@@ -57,6 +91,12 @@ def test_paper_scale_defaults():
   assert len(c.learning_rates) == 10 and abs(c.learning_rates[0] - 0.3) < 1e-12
   assert (c.model.d_model, c.model.num_layers, c.model.num_heads, c.task.seq_len) == (128, 2, 4, 128)
   assert (c.train.num_steps, c.train.batch_size, c.num_seeds) == (3200, 32, 5)
+
+
+def test_depth_sweep_reaches_the_papers_depth():
+  c = load(os.path.join(REPO, "configs", "fig15_first_token_lr_x_depth.py"))
+  assert (c.sweep.name, c.task.output) == ("model.num_layers", "first")
+  assert tuple(c.sweep["values"]) == (1, 2, 4, 8, 16, 32, 64)
 
 
 def test_step_scaling_keeps_examples_constant():
