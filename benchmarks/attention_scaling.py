@@ -21,33 +21,26 @@ import time
 import jax
 import jax.numpy as jnp
 
-from normattn_jax.attention import fast
-from normattn_jax.attention import weights as W
+from normattn_jax.attention import registry
 
 HEADS, HEAD_DIM = 8, 64
-QUADRATIC = {
-    "softmax": W.softmax_weights,
-    "dnas": W.dnas_weights,
-    "hnas": lambda l: W.hnas_weights(l, 0.5),
-    "sinkhorn": lambda l: W.sinkhorn_weights(l, 3),
-    "nap": W.nap_weights,
-    "non": W.non_weights,
-}
-FAST = {
-    "softmax": fast.softmax_attention,
-    "dnas": fast.dnas_attention,
-    "hnas": lambda q, k, v: fast.hnas_attention(q, k, v, 0.5),
-    "sinkhorn": lambda q, k, v: fast.sinkhorn_attention(q, k, v, 3),
-    "nap": fast.nap_attention,
-    "non": fast.non_attention,
-}
 
 
 def quadratic(name):
+  """Attention through the normalisation's weight matrix, at its initial per-head params."""
+  norm = registry.get(name)
+  params = norm.initial_params(HEADS)
   def attend(q, k, v):
     logits = jnp.einsum("...qd,...kd->...qk", q, k)
-    return jnp.einsum("...qk,...ke->...qe", QUADRATIC[name](logits), v)
+    return jnp.einsum("...qk,...ke->...qe", norm.attention_weights(logits, None, params), v)
   return attend
+
+
+def fast_path(name):
+  """The normalisation's fast path, at its initial per-head params."""
+  norm = registry.get(name)
+  params = norm.initial_params(HEADS)
+  return lambda q, k, v: norm.fast_attention(q, k, v, params)
 
 
 def programs(fn, args):
@@ -75,7 +68,8 @@ def main():
   parser.add_argument("--max_gib", type=float, default=6.0)
   parser.add_argument("--time_max_n", type=int, default=8192,
                       help="longer sequences get their memory measured, not their time")
-  parser.add_argument("--normalizations", default=",".join(QUADRATIC))
+  parser.add_argument("--normalizations", default=",".join(
+      name for name in registry.names() if registry.get(name).fast is not None))
   args = parser.parse_args()
   names = args.normalizations.split(",")
   lengths = [n for n in (128, 256, 512, 1024, 2048, 4096, 8192) if n <= args.max_n]
@@ -87,8 +81,8 @@ def main():
     keys = jax.random.split(jax.random.key(n), 3)
     qkv = tuple(jax.random.normal(key, (1, HEADS, n, HEAD_DIM)) / HEAD_DIM ** 0.25
                 for key in keys)
-    compiled = {(name, path): programs(fn(name) if path == "quadratic" else FAST[name], qkv)
-                for name in names for path, fn in (("quadratic", quadratic), ("fast", None))}
+    compiled = {(name, path): programs(fn(name), qkv)
+                for name in names for path, fn in (("quadratic", quadratic), ("fast", fast_path))}
     if ("softmax", "quadratic") not in compiled:
       compiled[("softmax", "quadratic")] = programs(quadratic("softmax"), qkv)
     runnable = {key: {mode: c for mode, (c, mem) in modes.items()

@@ -9,7 +9,8 @@ Writes WORKDIR/<attention>/ (each run's files, as experiments/pretrain.py), comp
 layer, mean and per head) and curves.png (held-out accuracies during training). Runs share
 their data (WORKDIR/data) and resume from their checkpoints. Every run's workdir is checked
 before any trains: one of another config is refused (exit code 2) unless --afresh moves each
-run's workdir aside.
+run's workdir aside. --attentions takes any registered normalisation; --plugins=my_norms
+imports modules that register more first.
 """
 import json
 import os
@@ -26,6 +27,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from normattn_jax.attention.registry import load_plugins  # noqa: E402
 from normattn_jax.train.checkpoint import WorkdirError, check_workdir  # noqa: E402
 from normattn_jax.train.pretrain import run_pretraining, throughput  # noqa: E402
 
@@ -37,6 +39,8 @@ _ATTENTIONS = flags.DEFINE_list("attentions", ["softmax", "dnas", "hnas"],
                                 "Attention normalisations to compare.")
 _AFRESH = flags.DEFINE_bool("afresh", False, "Move each run's existing workdir aside (to "
                             "WORKDIR/<attention>.replaced-<UTC time>) and start anew.")
+_PLUGINS = flags.DEFINE_list("plugins", [], "Modules to import first (on PYTHONPATH), e.g. "
+                             "ones that register a normalisation.")
 flags.mark_flags_as_required(["workdir"])
 
 
@@ -82,6 +86,7 @@ def hybrid_figure(params_u, path):
 def main(argv):
   del argv
   logging.set_verbosity(logging.ERROR)
+  load_plugins(_PLUGINS.value)
   workdir = _WORKDIR.value
   config = _CONFIG.value
   if not config.data.cache_dir:

@@ -4,6 +4,8 @@ Every config field can be overridden, e.g. --config.model.d_model=64
 --config.archs="('nap','max')". A killed run resumes from its checkpoints when restarted with
 the same command; a workdir of another config is refused (exit code 2) unless --afresh moves it
 aside. --distributed calls jax.distributed.initialize() (multi-host, e.g. a TPU pod).
+--plugins=my_norms imports modules first, e.g. one that registers a normalisation of your own
+for --config.normalization=<its name>.
 """
 import os
 import sys
@@ -13,6 +15,7 @@ from ml_collections import config_flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # configs/
 
+from normattn_jax.attention.registry import load_plugins  # noqa: E402
 from normattn_jax.train.checkpoint import WorkdirError  # noqa: E402
 from normattn_jax.train.sweep import best_lines, run_sweep  # noqa: E402
 
@@ -22,12 +25,15 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for results and check
 _DISTRIBUTED = flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize().")
 _AFRESH = flags.DEFINE_bool("afresh", False, "Move an existing workdir aside (to "
                             "WORKDIR.replaced-<UTC time>) and start anew.")
+_PLUGINS = flags.DEFINE_list("plugins", [], "Modules to import first (on PYTHONPATH), e.g. "
+                             "ones that register a normalisation.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
 def main(argv):
   del argv
   logging.set_verbosity(logging.ERROR)  # keep checkpoint chatter out of the progress bar
+  load_plugins(_PLUGINS.value)
   if _DISTRIBUTED.value:
     import jax
     jax.distributed.initialize()

@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from normattn_jax.attention import registry
 from normattn_jax.attention.module import MultiHeadAttention, check_attention_fields
 from normattn_jax.norms import LayerNorm
 
@@ -183,7 +184,7 @@ class TransformerBlock(nn.Module):
           kernel_init=self.kernel_init, dropout_rate=self.dropout_rate,
           broadcast_dropout=False,  # a mask per example and head, as Keras' Dropout in the NAP code
           hybrid_init=self.hybrid_init, sinkhorn_iters=self.sinkhorn_iters,
-          head_norm=spec.normalize and spec.normalization != "non",
+          head_norm=spec.normalize and registry.get(spec.normalization).head_norm,
           head_norm_epsilon=self.layer_norm_epsilon,
           head_activation=_gelu if spec.attention_gelu else None,
           dtype=self.dtype, param_dtype=self.param_dtype, name="attention",

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import os
 
-import matplotlib
+from normattn_jax._extras import require
 
+matplotlib = require("matplotlib", "experiments")
 matplotlib.use("Agg")
 import matplotlib.patheffects as path_effects  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from normattn_jax import MultiHeadAttention
-from normattn_jax.attention import NORMALIZATIONS, dnas_weights, softmax_weights
+from normattn_jax.attention import BUILTIN_NORMALIZATIONS, dnas_weights, softmax_weights
 
 KEY = jax.random.key(0)
 X = jax.random.normal(jax.random.key(1), (2, 7, 16))
@@ -47,7 +47,7 @@ def test_dropout_matches_flax():
   assert not np.allclose(ours.apply(params, X, rngs=rngs), deterministic)
 
 
-@pytest.mark.parametrize("normalization", NORMALIZATIONS)
+@pytest.mark.parametrize("normalization", BUILTIN_NORMALIZATIONS)
 def test_every_normalization_runs(normalization):
   layer = MultiHeadAttention(num_heads=2, normalization=normalization)
   params = layer.init(KEY, X)

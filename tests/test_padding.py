@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from normattn_jax.attention.module import MultiHeadAttention
-from normattn_jax.attention.weights import NORMALIZATIONS
+from normattn_jax.attention import BUILTIN_NORMALIZATIONS as NORMALIZATIONS
 from normattn_jax.models.albert import AlbertConfig, AlbertModel
 from normattn_jax.models.bert import BertConfig, BertModel
 from normattn_jax.models.sequence import SequenceModel

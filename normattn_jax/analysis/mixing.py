@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from normattn_jax._extras import require
 from normattn_jax.attention.module import MultiHeadAttention
 from normattn_jax.norms import LayerNorm
 
@@ -357,7 +358,7 @@ def frequency_ranks(tokens: Sequence[str], frequencies: Mapping[str, float]) -> 
 def wordfreq_frequencies(vocabulary: Iterable[str], lang: str = "en") -> dict:
   """English word frequencies (the ``wordfreq`` package's data) of the whole-word tokens of a
   vocabulary; word pieces ("##...") and tokens that ``wordfreq`` does not know get 0."""
-  import wordfreq
+  wordfreq = require("wordfreq", "analysis")
 
   out = {}
   for token in vocabulary:
@@ -373,7 +374,7 @@ def frequency_correlation(ratios: Sequence[Mapping[str, np.ndarray]], ranks, val
   """Spearman's rho between the frequency rank and the layer-mean mixing ratio of every
   token occurrence with a rank (Table 3), method -> {"with_special", "without_special",
   "tokens"}; ``special`` marks [CLS]/[SEP] occurrences (left out in "without_special")."""
-  from scipy.stats import spearmanr
+  spearmanr = require("scipy.stats", "analysis").spearmanr
 
   ranks = np.asarray(ranks, np.float64)
   keep = np.asarray(valid).astype(bool) & np.isfinite(ranks)

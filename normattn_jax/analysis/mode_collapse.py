@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
-from scipy.cluster.hierarchy import fcluster, linkage
 
+from normattn_jax._extras import require
 from normattn_jax.attention.weights import dnas_weights, softmax_weights
 
 UPDATES = {"unas": softmax_weights, "dnas": dnas_weights}
@@ -42,7 +42,9 @@ def count_clusters(points: np.ndarray, gap: float = 0.5, min_fraction: float = 0
   least ``min_fraction`` of the points, so that a stray sample is not counted as a mode."""
   if len(points) < 2:
     return len(points)
-  labels = fcluster(linkage(points, method="single"), t=gap, criterion="distance")
+  hierarchy = require("scipy.cluster.hierarchy", "analysis")
+  tree = hierarchy.linkage(points, method="single")
+  labels = hierarchy.fcluster(tree, t=gap, criterion="distance")
   return int((np.bincount(labels) >= min_fraction * len(points)).sum())
 
 

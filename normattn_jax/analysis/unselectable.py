@@ -5,7 +5,8 @@ the most. LayerNorm's scaling puts every key on a sphere, where none is unselect
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import linprog
+
+from normattn_jax._extras import require
 
 TOLERANCE = 1e-9  # a key is selectable if some unit-box query beats every other key by more
 
@@ -21,6 +22,7 @@ def _selectable_by_lp(points: np.ndarray, i: int, tol: float) -> bool:
   # variables (q, t): minimise -t subject to (x_j - x_i) . q + t <= 0
   a_ub = np.hstack([diffs, np.ones((n, 1))])
   bounds = [(-1.0, 1.0)] * d + [(None, None)]
+  linprog = require("scipy.optimize", "analysis").linprog
   result = linprog(np.r_[np.zeros(d), -1.0], A_ub=a_ub, b_ub=np.zeros(n), bounds=bounds,
                    method="highs")
   if result.status != 0:

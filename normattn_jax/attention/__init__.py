@@ -1,10 +1,12 @@
-"""Attention normalisations: pure weight functions and the multi-head attention module."""
-from normattn_jax.attention.weights import (NORMALIZATIONS, dnas_weights, hnas_weights,
-                                            nap_weights, non_weights, sinkhorn_weights,
-                                            softmax_weights)
+"""Attention normalisations: pure weight functions, their registry and the attention module."""
+from normattn_jax.attention.weights import (dnas_weights, hnas_weights, nap_weights,
+                                            non_weights, sinkhorn_weights, softmax_weights)
+from normattn_jax.attention.registry import (BUILTIN_NORMALIZATIONS, NORMALIZATIONS, HeadParam,
+                                             Normalization, get, names, register, unregister)
 from normattn_jax.attention.module import MultiHeadAttention
 
 __all__ = [
-    "NORMALIZATIONS", "MultiHeadAttention", "dnas_weights", "hnas_weights", "nap_weights",
-    "non_weights", "sinkhorn_weights", "softmax_weights",
+    "BUILTIN_NORMALIZATIONS", "NORMALIZATIONS", "HeadParam", "MultiHeadAttention", "Normalization", "dnas_weights", "get",
+    "hnas_weights", "nap_weights", "names", "non_weights", "register", "sinkhorn_weights",
+    "softmax_weights", "unregister",
 ]

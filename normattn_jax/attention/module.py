@@ -15,81 +15,46 @@ import jax.numpy as jnp
 import numpy as np
 
 from normattn_jax.attention import fast as fast_lib
-from normattn_jax.attention import weights as weights_lib
+from normattn_jax.attention import registry
+from normattn_jax.attention.registry import straight_through_clip  # noqa: F401 (public here)
 from normattn_jax.norms import LayerNorm
 
 Array = jax.Array
 default_kernel_init = nn.linear.default_kernel_init
 
 
-def straight_through_clip(u: Array, low: float = 0.0, high: float = 1.0) -> Array:
-  """``clip(u)`` in the forward pass, identity gradient: a parameter kept in [low, high] that is
-  never stuck at a bound (the projection of a constrained optimiser, without its extra step)."""
-  return u + jax.lax.stop_gradient(jnp.clip(u, low, high) - u)
-
-
 def compute_weights(logits: Array, normalization: str, mask: Optional[Array], *,
-                    hybrid_weight: Optional[Array] = None, nap_gain: Optional[Array] = None,
-                    nap_bias: Optional[Array] = None, sinkhorn_iters: int = 3) -> Array:
-  """Dispatch ``logits [..., heads, q, k] -> weights`` to the registered weight function.
-
-  Per-head parameters have shape ``[heads]`` and are broadcast over queries and keys.
-  """
-  per_head = lambda p: p.reshape(p.shape + (1, 1))
-  if normalization == "softmax":
-    return weights_lib.softmax_weights(logits, mask)
-  if normalization == "dnas":
-    return weights_lib.dnas_weights(logits, mask)
-  if normalization == "hnas":
-    return weights_lib.hnas_weights(logits, per_head(hybrid_weight), mask)
-  if normalization == "sinkhorn":
-    return weights_lib.sinkhorn_weights(logits, sinkhorn_iters, mask)
-  if normalization == "nap":
-    return weights_lib.nap_weights(logits, per_head(nap_gain), per_head(nap_bias), mask)
-  if normalization == "non":
-    return weights_lib.non_weights(logits, mask)
-  raise ValueError(f"normalization must be one of {weights_lib.NORMALIZATIONS}, got {normalization!r}")
+                    sinkhorn_iters: int = 3, hybrid_init: float = 0.5, **params: Array) -> Array:
+  """``logits [..., heads, q, k] -> weights`` by the registered normalisation; ``params`` are
+  its per-head parameters (shape ``[heads]``, broadcast over queries and keys)."""
+  options = dict(sinkhorn_iters=sinkhorn_iters, hybrid_init=hybrid_init)
+  return registry.get(normalization).attention_weights(logits, mask, params, options)
 
 
 IMPLEMENTATIONS = ("auto", "quadratic", "fast")
 
 
 def compute_fast(q: Array, k: Array, v: Array, normalization: str, *, query_mask, key_mask,
-                 causal: bool, hybrid_weight=None, nap_gain=None, nap_bias=None,
-                 sinkhorn_iters: int = 3, block_size: int = fast_lib.DEFAULT_BLOCK) -> Array:
-  """The exact fast path of ``fast.py`` on ``[..., h, n, d]`` arrays (no N x N weights)."""
-  per_head = lambda p: p.reshape(p.shape + (1, 1))
-  masks = dict(query_mask=query_mask, key_mask=key_mask, causal=causal)
-  blocked = dict(masks, block_size=block_size)
-  if normalization == "softmax":
-    return fast_lib.softmax_attention(q, k, v, **blocked)
-  if normalization == "dnas":
-    return fast_lib.dnas_attention(q, k, v, **blocked)
-  if normalization == "hnas":
-    return fast_lib.hnas_attention(q, k, v, per_head(hybrid_weight), **blocked)
-  if normalization == "sinkhorn":
-    return fast_lib.sinkhorn_attention(q, k, v, sinkhorn_iters, **blocked)
-  if normalization == "nap":
-    return fast_lib.nap_attention(q, k, v, per_head(nap_gain), per_head(nap_bias), **masks)
-  return fast_lib.non_attention(q, k, v, **masks)
+                 causal: bool, sinkhorn_iters: int = 3, hybrid_init: float = 0.5,
+                 block_size: int = fast_lib.DEFAULT_BLOCK, **params: Array) -> Array:
+  """The registered normalisation's exact fast path on ``[..., h, n, d]`` arrays (no N x N
+  weights); an error if it has none."""
+  options = dict(sinkhorn_iters=sinkhorn_iters, hybrid_init=hybrid_init)
+  return registry.get(normalization).fast_attention(
+      q, k, v, params, options, query_mask=query_mask, key_mask=key_mask, causal=causal,
+      block_size=block_size)
 
 
-QUADRATIC_LOGITS_LIMIT = 1 << 28  # 1 GiB of float32 logits
+QUADRATIC_LOGITS_LIMIT = registry.QUADRATIC_LOGITS_LIMIT
 
 
 def fast_is_faster(normalization: str, q_len: int, k_len: int, head_dim: int, causal: bool,
                    num_logits: int = 0) -> bool:
-  """``implementation="auto"``'s rule, from benchmarks/attention_scaling.py (BENCHMARKS.md):
-  linear NAP/NON once the sequence is longer than twice the head width (eight times when causal:
-  prefix moments cost memory), where they are several times faster; blockwise DNAS/HNAS/Sinkhorn
-  recompute logits and are slower than the quadratic path on a CPU, so only once the N x N
-  logits of the call (``num_logits`` in all) would pass 1 GiB. Softmax stays quadratic, exactly
-  as flax computes it."""
-  if normalization in ("nap", "non"):
-    return k_len >= (8 if causal else 2) * head_dim
-  if normalization in ("dnas", "hnas", "sinkhorn"):
-    return max(num_logits, q_len * k_len) >= QUADRATIC_LOGITS_LIMIT
-  return False
+  """``implementation="auto"``'s rule: the registered normalisation's ``fast_pays_off``
+  (measured by benchmarks/attention_scaling.py, BENCHMARKS.md); never without a fast path."""
+  norm = registry.get(normalization)
+  return norm.fast is not None and bool(
+      norm.fast_pays_off(q_len, k_len, head_dim, causal, num_logits))
 
 
 def structured_mask(mask, query_mask, key_mask, causal, q_len, k_len):
@@ -133,9 +98,7 @@ def check_attention_fields(*, normalization: str, hybrid_init: float, sinkhorn_i
                            dropout_rate: float, implementation: str = "auto") -> None:
   if implementation not in IMPLEMENTATIONS:
     raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
-  if normalization not in weights_lib.NORMALIZATIONS:
-    raise ValueError(
-        f"normalization must be one of {weights_lib.NORMALIZATIONS}, got {normalization!r}")
+  registry.get(normalization)  # a clear error naming the registered normalisations
   if not 0.0 <= hybrid_init <= 1.0:
     raise ValueError(f"hybrid_init (HNAS's u) must lie in [0, 1], got {hybrid_init!r}")
   if isinstance(sinkhorn_iters, bool) or not isinstance(sinkhorn_iters, (int, np.integer)) \
@@ -146,14 +109,15 @@ def check_attention_fields(*, normalization: str, hybrid_init: float, sinkhorn_i
 
 
 class MultiHeadAttention(nn.Module):
-  """Multi-head attention whose weights come from any normalisation in ``weights.py``.
+  """Multi-head attention whose weights come from any registered normalisation.
 
   Extra fields beyond flax's:
-    normalization: "softmax" | "dnas" | "hnas" | "sinkhorn" | "nap" | "non".
+    normalization: a name in ``registry.names()``: "softmax" | "dnas" | "hnas" | "sinkhorn" |
+      "nap" | "non" or one registered by the user.
     hybrid_init: HNAS's initial u per head (kept in [0, 1] by a straight-through clip).
     sinkhorn_iters: number of Sinkhorn iterations for ``"sinkhorn"``.
-    scale_logits: divide the logits by sqrt(head_dim); None means yes except for NAP, whose
-      normalisation makes the scale moot (as in the NAP paper's code).
+    scale_logits: divide the logits by sqrt(head_dim); None means the normalisation's own
+      choice (yes except for NAP, whose normalisation makes the scale moot, as in its code).
     head_norm / head_norm_epsilon / head_activation: optional LayerNorm and activation on the
       concatenated head outputs before the output projection (the MTE/NAP attention sub-module).
     implementation: "quadratic" forms the weights; "fast" uses the exact paths of ``fast.py``
@@ -161,8 +125,8 @@ class MultiHeadAttention(nn.Module):
       take structured masks (``padding_mask``, ``query_mask``, ``key_mask``, ``causal``), no
       dense ``mask``, no attention dropout and no ``sow_weights``; "auto" (default) takes the
       fast path where it is allowed and ``fast_is_faster`` says it pays. Same params either way.
-  NAP adds a scalar ``nap_gain`` (init 1) and ``nap_bias`` (init 0) per head; HNAS adds
-  ``hybrid_weight`` per head.
+  The normalisation's per-head parameters join the params tree by name: NAP adds a scalar
+  ``nap_gain`` (init 1) and ``nap_bias`` (init 0) per head; HNAS adds ``hybrid_weight``.
   """
   num_heads: int
   dtype: Optional[Any] = None
@@ -209,7 +173,8 @@ class MultiHeadAttention(nn.Module):
                sow_weights: bool = False, query_mask: Optional[Array] = None,
                key_mask: Optional[Array] = None, causal: bool = False,
                hybrid_weight: Optional[Array] = None,
-               padding_mask: Optional[Array] = None) -> Array:
+               padding_mask: Optional[Array] = None,
+               head_params: Optional[dict] = None) -> Array:
     """Attend from ``inputs_q [..., q, features]`` to ``inputs_k``/``inputs_v`` (default: self).
 
     ``mask`` is boolean, broadcastable to ``[..., num_heads, q, k]``, True = attend. The
@@ -220,15 +185,17 @@ class MultiHeadAttention(nn.Module):
     DNAS, HNAS and Sinkhorn need (they also normalise over the queries, so a key mask alone lets
     padding change the real outputs). Cross-attention (``inputs_k``/``inputs_v`` not
     ``inputs_q``) has two paddings, so there it is an error: pass ``query_mask`` and
-    ``key_mask``. ``hybrid_weight [num_heads]`` supplies HNAS's u from the caller instead of
-    this module's parameter (a model whose layers share all other parameters keeps one u per
-    layer, as ALBERT with HNAS does).
+    ``key_mask``. ``head_params`` (name -> ``[num_heads]``) supplies per-head parameters of
+    the normalisation from the caller instead of this module's own (a model whose layers share
+    all other parameters keeps them per layer, as ALBERT with HNAS does); ``hybrid_weight`` is
+    HNAS's u that way.
     """
-    if hybrid_weight is not None and self.normalization != "hnas":
-      raise ValueError(f"hybrid_weight is HNAS's u, but normalization={self.normalization!r}")
-    if hybrid_weight is not None and jnp.shape(hybrid_weight) != (self.num_heads,):
-      raise ValueError(f"hybrid_weight must have shape ({self.num_heads},) (one u per head), "
-                       f"got {jnp.shape(hybrid_weight)}")
+    norm = registry.get(self.normalization)
+    if hybrid_weight is not None:
+      if "hybrid_weight" not in norm.param_names:
+        raise ValueError(f"hybrid_weight is HNAS's u, but normalization={self.normalization!r}")
+      head_params = dict(head_params or {}, hybrid_weight=hybrid_weight)
+    head_params = self._check_head_params(norm, head_params or {})
     if padding_mask is not None:
       if any(x is not None and x is not inputs_q for x in (inputs_k, inputs_v)):
         raise ValueError("padding_mask is for self-attention (it masks queries and keys alike); "
@@ -255,27 +222,25 @@ class MultiHeadAttention(nn.Module):
     key = dense(name="key")(inputs_k)
     value = dense(name="value")(inputs_v)
 
-    scale = self.scale_logits if self.scale_logits is not None else self.normalization != "nap"
+    scale = self.scale_logits if self.scale_logits is not None else norm.scale_logits
     if scale:
       query = query / jnp.sqrt(head_dim).astype(query.dtype)
 
-    extra = self._extra_params(hybrid_weight)
+    params = self._head_params(norm, head_params)
     dropout_active = self.dropout_rate > 0.0 and not nn.merge_param(
         "deterministic", self.deterministic, deterministic)
     num_logits = int(np.prod(query.shape[:-1])) * key.shape[-3]
     if self._fast(mask, sow_weights, dropout_active, query.shape[-3], key.shape[-3], head_dim,
                   causal, num_logits):
       to_heads = lambda x: jnp.swapaxes(x, -2, -3)  # [..., n, h, d] -> [..., h, n, d]
-      heads = to_heads(compute_fast(
-          to_heads(query), to_heads(key), to_heads(value), self.normalization,
-          query_mask=query_mask, key_mask=key_mask, causal=causal, **extra,
-          sinkhorn_iters=self.sinkhorn_iters, block_size=self.block_size))
+      heads = to_heads(norm.fast_attention(
+          to_heads(query), to_heads(key), to_heads(value), params, self._options(),
+          query_mask=query_mask, key_mask=key_mask, causal=causal, block_size=self.block_size))
       return self._output(heads.astype(value.dtype), features)
 
     mask = structured_mask(mask, query_mask, key_mask, causal, query.shape[-3], key.shape[-3])
     logits = jnp.einsum("...qhd,...khd->...hqk", query, key, precision=self.precision)
-    weights = compute_weights(logits, self.normalization, mask, **extra,
-                              sinkhorn_iters=self.sinkhorn_iters)
+    weights = norm.attention_weights(logits, mask, params, self._options())
     if sow_weights:
       self.sow("intermediates", "attention_weights", weights)
 
@@ -301,6 +266,9 @@ class MultiHeadAttention(nn.Module):
                                            ("sow_weights", sow_weights),
                                            ("attention dropout", dropout_active)) if present]
     if self.implementation == "fast":
+      if registry.get(self.normalization).fast is None:
+        raise ValueError(f"normalization {self.normalization!r} has no fast path; use "
+                         f"implementation='quadratic' or 'auto'")
       if blockers:
         raise ValueError(f"implementation='fast' never forms the weights, so it cannot take "
                          f"{', '.join(blockers)}; pass padding_mask/query_mask/key_mask/causal "
@@ -316,18 +284,25 @@ class MultiHeadAttention(nn.Module):
         bias_init=self.out_bias_init or self.bias_init, use_bias=self.use_bias, dtype=self.dtype,
         param_dtype=self.param_dtype, precision=self.precision, name="out")(heads)
 
-  def _extra_params(self, hybrid_weight: Optional[Array] = None) -> dict:
-    if self.normalization == "hnas":
-      u = hybrid_weight if hybrid_weight is not None else self.param(
-          "hybrid_weight", nn.initializers.constant(self.hybrid_init), (self.num_heads,),
-          self.param_dtype)
-      return {"hybrid_weight": straight_through_clip(u)}
-    if self.normalization == "nap":
-      return {"nap_gain": self.param("nap_gain", nn.initializers.ones, (self.num_heads,),
-                                     self.param_dtype),
-              "nap_bias": self.param("nap_bias", nn.initializers.zeros, (self.num_heads,),
-                                     self.param_dtype)}
-    return {}
+  def _options(self) -> dict:
+    """The static fields a normalisation may take (``Normalization.options``)."""
+    return {"hybrid_init": self.hybrid_init, "sinkhorn_iters": self.sinkhorn_iters}
+
+  def _check_head_params(self, norm, head_params: dict) -> dict:
+    for name, value in head_params.items():
+      if name not in norm.param_names:
+        raise ValueError(f"{name} is not a per-head parameter of normalization="
+                         f"{self.normalization!r} (it has {norm.param_names})")
+      if jnp.shape(value) != (self.num_heads,):
+        raise ValueError(f"{name} must have shape ({self.num_heads},) (one per head), "
+                         f"got {jnp.shape(value)}")
+    return head_params
+
+  def _head_params(self, norm, given: dict) -> dict:
+    """The normalisation's per-head parameters: the caller's, else this module's own."""
+    return {p.name: given[p.name] if p.name in given else self.param(
+                p.name, p.init(self._options()), (self.num_heads,), self.param_dtype)
+            for p in norm.params}
 
   def _head_transform(self, heads: Array) -> Array:
     """LayerNorm and activation over the concatenated heads ``[..., q, heads, head_dim]``."""

@@ -243,4 +243,11 @@ WEIGHT_FUNCTIONS = {
     "nap": nap_weights,
     "non": non_weights,
 }
-NORMALIZATIONS = tuple(WEIGHT_FUNCTIONS)
+
+
+def __getattr__(name: str):
+  """``NORMALIZATIONS`` is the registry's live view of the names (see registry.py)."""
+  if name == "NORMALIZATIONS":
+    from normattn_jax.attention.registry import NORMALIZATIONS
+    return NORMALIZATIONS
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

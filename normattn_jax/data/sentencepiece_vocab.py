@@ -9,7 +9,10 @@ import tempfile
 from typing import Iterable
 
 import numpy as np
-import sentencepiece as spm
+
+from normattn_jax._extras import require
+
+spm = require("sentencepiece", "pretrain")
 
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
 NUM_SPECIAL = 5

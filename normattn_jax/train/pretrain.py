@@ -25,7 +25,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from normattn_jax.attention.module import IMPLEMENTATIONS
-from normattn_jax.attention.weights import NORMALIZATIONS
+from normattn_jax.attention.registry import NORMALIZATIONS
 from normattn_jax.models.albert import DTYPES, AlbertConfig, AlbertForPretraining, \
     pretraining_loss
 from normattn_jax.models.bert import ACTIVATIONS
@@ -377,7 +377,7 @@ def run_pretraining(c: ml_collections.ConfigDict, workdir: str, *,
                             if timed_seconds else None),
       "devices": jax.device_count(), "device_kind": jax.devices()[0].device_kind,
   }
-  if c.model.attention == "hnas":
+  if "hybrid_weights" in state.params["albert"]:  # HNAS's u per layer (the DNAS paper's Fig. 4)
     u = np.clip(np.asarray(state.params["albert"]["hybrid_weights"]), 0.0, 1.0)
     summary["hybrid_weights"] = np.mean(u, axis=-1).tolist()  # per layer, mean over heads
     summary["hybrid_weights_per_head"] = u.tolist()

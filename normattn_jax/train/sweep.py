@@ -12,6 +12,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from normattn_jax._extras import require
 from normattn_jax.train import config as config_lib
 from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, write_json
 from normattn_jax.train.grid import Grid, Setup
@@ -287,7 +288,7 @@ def run_sweep(config: ml_collections.ConfigDict, workdir: str, *, max_chunks: Op
 def _progress(total, show):
   if not show:
     return None
-  from tqdm import tqdm
+  tqdm = require("tqdm", "experiments").tqdm
   return tqdm(total=total, unit="model-step", unit_scale=True, smoothing=0.1)
 
 
@@ -295,7 +296,7 @@ class _Writer:
   """TensorBoard scalars: per arch and learning rate, the mean over the other models."""
 
   def __init__(self, workdir):
-    from tensorboardX import SummaryWriter
+    SummaryWriter = require("tensorboardX", "experiments").SummaryWriter
     self.summary = SummaryWriter(os.path.join(workdir, "tensorboard"))
 
   def __call__(self, name, hp, step, metrics):

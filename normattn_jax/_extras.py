@@ -1,0 +1,56 @@
+"""Optional dependencies and the versions a run used.
+
+The core install (jax, flax, optax, chex, numpy) is enough for the attention modules, blocks and
+models. The rest comes with extras, so that a Flax user does not pull TensorFlow Datasets or
+matplotlib; ``require`` turns a missing one into an error that names the extra to install:
+
+  experiments  normattn_jax.train, normattn_jax.plots, experiments/sweep.py
+  pretrain     experiments + normattn_jax.data, train.pretrain, experiments/pretrain.py
+  bert         models.bert's from_pretrained, load_tokenizer and tokenize
+  analysis     experiments + bert + normattn_jax.analysis's scipy and wordfreq parts,
+               experiments/analyze_*.py
+  all          every one of them (``make`` installs it, pinned by constraints.txt)
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import platform
+import sys
+
+EXTRAS = ("experiments", "pretrain", "bert", "analysis", "all")
+
+# The distributions whose versions a results folder records, when installed.
+RECORDED = ("normattn_jax", "jax", "jaxlib", "flax", "optax", "chex", "numpy", "orbax-checkpoint",
+            "ml-collections", "scipy", "tensorflow-datasets", "sentencepiece", "tokenizers",
+            "safetensors", "wordfreq", "matplotlib")
+
+
+def require(module: str, extra: str):
+  """Import ``module``, or raise an ImportError naming the extra that installs it."""
+  if extra not in EXTRAS:
+    raise ValueError(f"unknown extra {extra!r}; one of {EXTRAS}")
+  try:
+    return importlib.import_module(module)
+  except ImportError as err:
+    package = module.partition(".")[0]
+    caller = sys._getframe(1).f_globals.get("__name__", "this feature")
+    raise ImportError(f"{caller} needs the optional package {package}: "
+                      f"pip install 'normattn_jax[{extra}]'", name=module) from err
+
+
+def versions() -> dict:
+  """Python, the platform, the devices and the versions of ``RECORDED``: what a result ran with."""
+  import jax
+
+  packages = {}
+  for name in RECORDED:
+    try:
+      packages[name] = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+      pass
+  devices = jax.devices()
+  return {"python": platform.python_version(), "platform": platform.platform(),
+          "backend": jax.default_backend(), "device_kind": devices[0].device_kind,
+          "device_count": len(devices), "process_count": jax.process_count(),
+          "packages": packages}

@@ -1,0 +1,245 @@
+"""The normalisation registry: one ``Normalization`` object per name, carrying all that differs.
+
+The attention module, the blocks, the config validation, the benchmarks and the command lines
+look a name up here instead of testing for it, so a normalisation registered from user code
+(``register(Normalization(...))``) works everywhere a built-in one does.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Sequence
+from typing import Any, Callable, Mapping, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from normattn_jax.attention import fast as fast_lib
+from normattn_jax.attention import weights as weights_lib
+
+Array = jax.Array
+QUADRATIC_LOGITS_LIMIT = 1 << 28  # 1 GiB of float32 logits
+DEFAULT_OPTIONS = {"hybrid_init": 0.5, "sinkhorn_iters": 3}
+
+
+def _identity(x: Array) -> Array:
+  return x
+
+
+def straight_through_clip(u: Array, low: float = 0.0, high: float = 1.0) -> Array:
+  """``clip(u)`` in the forward pass, identity gradient: a parameter kept in [low, high] that is
+  never stuck at a bound (the projection of a constrained optimiser, without its extra step)."""
+  return u + jax.lax.stop_gradient(jnp.clip(u, low, high) - u)
+
+
+@dataclasses.dataclass(frozen=True)
+class HeadParam:
+  """A learned scalar per head. ``init(options)`` gives its flax initialiser from the module's
+  options (so HNAS's u starts at ``hybrid_init``); ``constrain`` maps the stored value to the
+  used one (HNAS keeps u in [0, 1]); ``per_layer``: a model sharing its layers' parameters
+  (ALBERT) still keeps one per layer application, as ``<name>s [layers, heads]``."""
+  name: str
+  init: Callable[[Mapping[str, Any]], Callable]
+  constrain: Callable[[Array], Array] = _identity
+  per_layer: bool = False
+
+
+def never(q_len: int, k_len: int, head_dim: int, causal: bool, num_logits: int) -> bool:
+  """``fast_pays_off`` of a normalisation whose fast path never beats the quadratic one."""
+  return False
+
+
+@dataclasses.dataclass(frozen=True)
+class Normalization:
+  """Everything that makes one attention normalisation differ from another.
+
+  weights(logits, mask, **params, **options): ``logits [..., heads, q, k] -> weights``; the
+    per-head params arrive shaped ``[heads, 1, 1]``.
+  fast(q, k, v, *, query_mask, key_mask, causal, block_size, **params, **options): the exact
+    path that never forms the weights (``[..., h, n, d]`` arrays), or None.
+  params: the per-head parameters (``HeadParam``), in the module's params tree by name.
+  options: names of the module's static fields the functions take (e.g. "sinkhorn_iters").
+  scale_logits: divide the logits by sqrt(head_dim) unless the module says otherwise.
+  head_norm: whether the MTE layout's LayerNorm over the concatenated heads applies.
+  fast_pays_off(q_len, k_len, head_dim, causal, num_logits): ``implementation="auto"``'s rule.
+  """
+  name: str
+  weights: Callable[..., Array]
+  fast: Optional[Callable[..., Array]] = None
+  params: tuple = ()
+  options: tuple = ()
+  scale_logits: bool = True
+  head_norm: bool = True
+  fast_pays_off: Callable[..., bool] = never
+
+  @property
+  def param_names(self) -> tuple:
+    return tuple(p.name for p in self.params)
+
+  def select_options(self, options: Mapping[str, Any]) -> dict:
+    """The module options this normalisation's functions take."""
+    return {name: options[name] for name in self.options}
+
+  def initial_params(self, num_heads: int, options: Mapping[str, Any] = DEFAULT_OPTIONS,
+                     dtype=jnp.float32) -> dict:
+    """The per-head parameters at initialisation, outside a module (e.g. for benchmarks)."""
+    key = jax.random.key(0)
+    return {p.name: p.init(options)(key, (num_heads,), dtype) for p in self.params}
+
+  def attention_weights(self, logits: Array, mask: Optional[Array], params: Mapping[str, Array],
+                        options: Mapping[str, Any] = DEFAULT_OPTIONS) -> Array:
+    """``weights`` with ``[heads]`` params broadcast over queries and keys."""
+    return self.weights(logits, mask, **_per_head(self, params), **self.select_options(options))
+
+  def fast_attention(self, q: Array, k: Array, v: Array, params: Mapping[str, Array],
+                     options: Mapping[str, Any] = DEFAULT_OPTIONS, *, query_mask=None,
+                     key_mask=None, causal: bool = False,
+                     block_size: int = fast_lib.DEFAULT_BLOCK) -> Array:
+    """``fast`` with ``[heads]`` params broadcast over positions and features."""
+    if self.fast is None:
+      raise ValueError(f"normalization {self.name!r} has no fast path; use "
+                       f"implementation='quadratic'")
+    return self.fast(q, k, v, query_mask=query_mask, key_mask=key_mask, causal=causal,
+                     block_size=block_size, **_per_head(self, params),
+                     **self.select_options(options))
+
+
+def _per_head(norm: Normalization, params: Mapping[str, Array]) -> dict:
+  missing = [name for name in norm.param_names if name not in params]
+  if missing:
+    raise ValueError(f"normalization {norm.name!r} needs the per-head params {missing}")
+  return {p.name: p.constrain(params[p.name]).reshape(jnp.shape(params[p.name]) + (1, 1))
+          for p in norm.params}
+
+
+_REGISTRY: dict = {}
+
+
+def register(normalization: Normalization, *, replace: bool = False) -> Normalization:
+  """Make ``normalization`` available by its name everywhere; returns it."""
+  if not isinstance(normalization, Normalization):
+    raise TypeError(f"register takes a Normalization, got {type(normalization).__name__}")
+  if not isinstance(normalization.name, str) or not normalization.name:
+    raise ValueError(f"a normalization needs a non-empty name, got {normalization.name!r}")
+  unknown = [o for o in normalization.options if o not in DEFAULT_OPTIONS]
+  if unknown:
+    raise ValueError(f"options {unknown} are not module fields; a normalisation may take "
+                     f"{tuple(DEFAULT_OPTIONS)} (bake any other setting into its functions)")
+  old = _REGISTRY.get(normalization.name)
+  if old is not None and old is not normalization and not replace:
+    raise ValueError(f"normalization {normalization.name!r} is already registered; pass "
+                     f"replace=True to replace it")
+  _REGISTRY[normalization.name] = normalization
+  return normalization
+
+
+def unregister(name: str) -> None:
+  """Remove a registered normalisation (built-ins too)."""
+  get(name)
+  del _REGISTRY[name]
+
+
+def get(name: str) -> Normalization:
+  """The normalisation registered as ``name``."""
+  try:
+    return _REGISTRY[name]
+  except (KeyError, TypeError):
+    raise ValueError(f"normalization must be one of {names()}, got {name!r}") from None
+
+
+def names() -> tuple:
+  """The registered names, in registration order."""
+  return tuple(_REGISTRY)
+
+
+class _Names(Sequence):
+  """A live, tuple-like view of the registered names (``NORMALIZATIONS``)."""
+
+  def __getitem__(self, index):
+    return names()[index]
+
+  def __len__(self) -> int:
+    return len(_REGISTRY)
+
+  def __contains__(self, name) -> bool:
+    return isinstance(name, str) and name in _REGISTRY
+
+  def __eq__(self, other) -> bool:
+    return tuple(self) == (tuple(other) if isinstance(other, (tuple, list, _Names)) else other)
+
+  def __hash__(self):
+    return hash(names())
+
+  def __repr__(self) -> str:
+    return repr(names())
+
+
+NORMALIZATIONS = _Names()
+
+
+def load_plugins(modules: Sequence[str]) -> None:
+  """Import the named modules, which register their normalisations as they load (how a
+  command line, e.g. ``experiments/sweep.py --plugins=my_norms``, learns of the user's)."""
+  for module in modules:
+    importlib.import_module(module)
+
+
+# The built-ins. The quadratic and fast functions stay public in weights.py and fast.py.
+
+def _linear_pays_off(q_len, k_len, head_dim, causal, num_logits) -> bool:
+  """Linear NAP/NON win once the sequence is longer than twice the head width (eight times when
+  causal: prefix moments cost memory); BENCHMARKS.md."""
+  return k_len >= (8 if causal else 2) * head_dim
+
+
+def _blockwise_pays_off(q_len, k_len, head_dim, causal, num_logits) -> bool:
+  """Blockwise DNAS/HNAS/Sinkhorn recompute logits and are slower than the quadratic path on a
+  CPU, so only once the N x N logits of the call (``num_logits`` in all) would pass 1 GiB;
+  BENCHMARKS.md."""
+  return max(num_logits, q_len * k_len) >= QUADRATIC_LOGITS_LIMIT
+
+
+def _unblocked(fn):
+  """A linear fast path takes no ``block_size``."""
+  return lambda q, k, v, *, block_size, **kwargs: fn(q, k, v, **kwargs)
+
+
+SOFTMAX = register(Normalization(  # "auto" keeps it quadratic, exactly as flax computes it
+    "softmax", weights_lib.softmax_weights,
+    fast=fast_lib.softmax_attention))
+DNAS = register(Normalization(
+    "dnas", weights_lib.dnas_weights,
+    fast=fast_lib.dnas_attention, fast_pays_off=_blockwise_pays_off))
+HNAS = register(Normalization(
+    "hnas", lambda logits, mask, hybrid_weight: weights_lib.hnas_weights(
+        logits, hybrid_weight, mask),
+    fast=lambda q, k, v, hybrid_weight, **kw: fast_lib.hnas_attention(q, k, v, hybrid_weight,
+                                                                     **kw),
+    params=(HeadParam("hybrid_weight",
+                      lambda options: nn.initializers.constant(options["hybrid_init"]),
+                      constrain=straight_through_clip, per_layer=True),),
+    fast_pays_off=_blockwise_pays_off))
+SINKHORN = register(Normalization(
+    "sinkhorn", lambda logits, mask, sinkhorn_iters: weights_lib.sinkhorn_weights(
+        logits, sinkhorn_iters, mask),
+    fast=lambda q, k, v, sinkhorn_iters, **kw: fast_lib.sinkhorn_attention(
+        q, k, v, sinkhorn_iters, **kw),
+    options=("sinkhorn_iters",), fast_pays_off=_blockwise_pays_off))
+NAP = register(Normalization(
+    "nap", lambda logits, mask, nap_gain, nap_bias: weights_lib.nap_weights(
+        logits, nap_gain, nap_bias, mask),
+    fast=_unblocked(lambda q, k, v, nap_gain, nap_bias, **kw: fast_lib.nap_attention(
+        q, k, v, nap_gain, nap_bias, **kw)),
+    params=(HeadParam("nap_gain", lambda options: nn.initializers.ones),
+            HeadParam("nap_bias", lambda options: nn.initializers.zeros)),
+    scale_logits=False,  # NAP's normalisation makes the scale moot (as in the paper's code)
+    fast_pays_off=_linear_pays_off))
+NON = register(Normalization(
+    "non", weights_lib.non_weights,
+    fast=_unblocked(fast_lib.non_attention),
+    head_norm=False,  # its 1/sqrt(N) inside non_weights replaces the MTE head LayerNorm
+    fast_pays_off=_linear_pays_off))
+
+# The names above, fixed: what the library ships, whatever a user registers later.
+BUILTIN_NORMALIZATIONS = names()

@@ -1,0 +1,168 @@
+"""A normalisation is one registered object: the built-ins are looked up, and one defined here
+(sparsemax, Martins & Astudillo 2016) trains through the public API and the sweep CLI.
+
+This file is also the CLI test's plugin: ``sweep.py --plugins=test_registry`` imports it, which
+registers sparsemax in that process."""
+import json
+import os
+import subprocess
+import sys
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from normattn_jax.attention import (NORMALIZATIONS, HeadParam, MultiHeadAttention, Normalization,
+                                    get, names, register, unregister)
+from normattn_jax.attention import weights as weights_lib
+from normattn_jax.attention.module import fast_is_faster
+from normattn_jax.blocks import TransformerBlock
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.dirname(os.path.abspath(__file__))
+KEY = jax.random.key(0)
+
+
+def sparsemax_weights(logits, mask=None, sparsemax_scale=1.0):
+  """The Euclidean projection of ``scale * logits`` onto the simplex, per row: exact zeros."""
+  x = logits.astype(jnp.float32) * sparsemax_scale
+  if mask is not None:
+    x = jnp.where(mask, x, -1e9)  # finite, so a fully masked row stays NaN-free
+  z = -jnp.sort(-x, axis=-1)
+  k = jnp.arange(1, x.shape[-1] + 1, dtype=x.dtype)
+  cumsum = jnp.cumsum(z, axis=-1)
+  support = jnp.sum(1 + k * z > cumsum, axis=-1, keepdims=True)
+  tau = (jnp.take_along_axis(cumsum, support - 1, axis=-1) - 1) / support
+  out = jnp.maximum(x - tau, 0.0)
+  if mask is not None:
+    out = jnp.where(mask, out, 0.0)
+  return out.astype(logits.dtype)
+
+
+SPARSEMAX = register(Normalization(
+    "sparsemax", sparsemax_weights,
+    params=(HeadParam("sparsemax_scale", lambda options: nn.initializers.ones),)))
+
+
+def tiny_grid(**overrides):
+  """One small MTE grid with the registered sparsemax on it."""
+  from test_grid import tiny_config
+  settings = {"archs": ("mte",), "normalization": "sparsemax", "learning_rates": (0.003,),
+              "num_seeds": 1, "train.num_steps": 10, "train.eval_every": 5}
+  return tiny_config(**dict(settings, **overrides))
+
+
+def test_the_builtins_are_registered():
+  assert names()[:6] == ("softmax", "dnas", "hnas", "sinkhorn", "nap", "non")
+  assert tuple(NORMALIZATIONS) == names() and "sparsemax" in NORMALIZATIONS
+  assert weights_lib.NORMALIZATIONS is NORMALIZATIONS  # the old import stays live
+  assert [get(n).scale_logits for n in ("softmax", "nap")] == [True, False]
+  assert not get("non").head_norm and get("nap").head_norm
+  assert get("hnas").param_names == ("hybrid_weight",)
+  assert get("nap").param_names == ("nap_gain", "nap_bias")
+  assert get("sinkhorn").options == ("sinkhorn_iters",)
+
+
+def test_unknown_names_fail_with_the_registered_ones():
+  with pytest.raises(ValueError, match="must be one of .*'sparsemax'.*got 'gpt'"):
+    get("gpt")
+  with pytest.raises(ValueError, match="got 'gpt'"):
+    MultiHeadAttention(num_heads=2, normalization="gpt")
+  q = jnp.ones((2, 4, 8))
+  from normattn_jax.attention.module import compute_fast
+  with pytest.raises(ValueError, match="got 'gpt'"):  # no longer silently NON
+    compute_fast(q, q, q, "gpt", query_mask=None, key_mask=None, causal=False)
+
+
+def test_registration_is_checked():
+  with pytest.raises(ValueError, match="already registered"):
+    register(Normalization("softmax", sparsemax_weights))
+  assert register(SPARSEMAX) is SPARSEMAX  # the same object again is fine
+  with pytest.raises(ValueError, match="not module fields"):
+    register(Normalization("with_alpha", sparsemax_weights, options=("alpha",)))
+  with pytest.raises(TypeError):
+    register(sparsemax_weights)
+  assert "with_alpha" not in NORMALIZATIONS
+  temporary = register(Normalization("temporary", sparsemax_weights))
+  assert register(Normalization("temporary", sparsemax_weights), replace=True) is not temporary
+  unregister("temporary")
+  assert "temporary" not in NORMALIZATIONS
+
+
+def test_sparsemax_in_the_module():
+  x = jax.random.normal(KEY, (2, 6, 8))
+  padding = jnp.array([[True] * 6, [True] * 4 + [False] * 2])
+  layer = MultiHeadAttention(num_heads=2, normalization="sparsemax")
+  params = layer.init(KEY, x)
+  assert params["params"]["sparsemax_scale"].shape == (2,)
+  _, state = layer.apply(params, x, padding_mask=padding, sow_weights=True,
+                         mutable="intermediates")
+  weights = state["intermediates"]["attention_weights"][0]
+  np.testing.assert_allclose(weights[0].sum(-1), 1.0, atol=1e-5)
+  assert np.all(np.asarray(weights[1, :, 4:, :]) == 0)  # padded queries and keys
+  assert np.all(np.asarray(weights[1, :, :, 4:]) == 0)
+  np.testing.assert_allclose(weights[1, :, :4].sum(-1), 1.0, atol=1e-5)
+  hot = MultiHeadAttention(num_heads=2, normalization="sparsemax").apply(
+      {"params": dict(params["params"], sparsemax_scale=jnp.array([1.0, 100.0]))}, x,
+      sow_weights=True, mutable="intermediates")[1]["intermediates"]["attention_weights"][0]
+  assert np.mean(np.asarray(hot[:, 1]) == 0) > 0.5  # a hot head attends sparsely
+  assert not fast_is_faster("sparsemax", 1 << 15, 1 << 15, 8, False, 1 << 40)
+  with pytest.raises(ValueError, match="no fast path"):
+    MultiHeadAttention(num_heads=2, normalization="sparsemax", implementation="fast").init(KEY, x)
+
+
+def test_sparsemax_in_a_block_keeps_the_mte_head_norm():
+  x = jax.random.normal(KEY, (2, 6, 8))
+  params = TransformerBlock(num_heads=2, arch="mte", normalization="sparsemax").init(KEY, x)
+  attention = params["params"]["attention"]
+  assert "head_norm" in attention and attention["sparsemax_scale"].shape == (2,)
+  grads = jax.grad(lambda p: jnp.sum(TransformerBlock(
+      num_heads=2, arch="mte", normalization="sparsemax").apply(p, x) ** 2))(params)
+  assert np.all(np.isfinite(np.asarray(grads["params"]["attention"]["sparsemax_scale"])))
+
+
+def test_a_grid_trains_with_sparsemax_through_the_public_api(tmp_path):
+  from normattn_jax.train.sweep import run_sweep
+  summary = run_sweep(tiny_grid(), str(tmp_path), show_progress=False, tensorboard=False)
+  cell, = summary["cells"]
+  assert cell["arch"] == "mte"
+  assert 0.0 <= cell["metrics"]["train_acc"]["mean"] <= 1.0
+  assert np.isfinite(cell["metrics"]["train_loss"]["mean"])
+
+
+def _cli(tmp_path, *extra):
+  """The sweep CLI on the tiny sparsemax grid, as command-line overrides."""
+  c = tiny_grid()
+  overrides = [f"--config.archs={c.archs!r}", "--config.normalization=sparsemax",
+               f"--config.learning_rates={tuple(c.learning_rates)!r}",
+               f"--config.num_seeds={c.num_seeds}"]
+  overrides += [f"--config.task.seq_len={c.task.seq_len}",
+                f"--config.model.d_model={c.model.d_model}",
+                f"--config.model.num_heads={c.model.num_heads}",
+                f"--config.model.num_layers={c.model.num_layers}",
+                f"--config.train.num_steps={c.train.num_steps}",
+                f"--config.train.eval_every={c.train.eval_every}",
+                f"--config.train.batch_size={c.train.batch_size}",
+                f"--config.eval.val_batches={c.eval.val_batches}",
+                f"--config.eval.case_set_size={c.eval.case_set_size}"]
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, TESTS]), JAX_PLATFORMS="cpu")
+  return subprocess.run(
+      [sys.executable, os.path.join(REPO, "experiments", "sweep.py"), "--config",
+       os.path.join(REPO, "configs", "demo.py"), "--workdir", str(tmp_path / "w"), *overrides,
+       *extra], capture_output=True, text=True, cwd=REPO, env=env)
+
+
+def test_the_sweep_cli_needs_the_plugin_that_registers_sparsemax(tmp_path):
+  result = _cli(tmp_path)
+  assert result.returncode != 0 and "sparsemax" in result.stderr
+  assert not os.path.exists(tmp_path / "w")
+
+
+def test_a_grid_trains_with_sparsemax_through_the_sweep_cli(tmp_path):
+  result = _cli(tmp_path, "--plugins=test_registry")
+  assert result.returncode == 0, result.stderr[-3000:]
+  with open(tmp_path / "w" / "summary.json") as f:
+    cell, = json.load(f)["cells"]
+  assert cell["arch"] == "mte" and np.isfinite(cell["metrics"]["train_loss"]["mean"])
