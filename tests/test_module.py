@@ -124,7 +124,7 @@ def test_vmap_over_init_and_apply_and_jit():
 
 def test_bad_arguments_name_the_field():
   with pytest.raises(ValueError, match="normalization"):
-    MultiHeadAttention(num_heads=2, normalization="sparsemax")
+    MultiHeadAttention(num_heads=2, normalization="not_registered")  # tests register sparsemax
   with pytest.raises(ValueError, match="hybrid_init"):
     MultiHeadAttention(num_heads=2, normalization="hnas", hybrid_init=1.5)
   with pytest.raises(ValueError, match="sinkhorn_iters"):

@@ -209,7 +209,7 @@ def models_sharding() -> NamedSharding:
 
 def models_per_vmap(config: ml_collections.ConfigDict, num_models: int) -> int:
   """How many models one vmap holds: ``train.models_per_vmap``, or when it is 0 one on a CPU
-  (where batching models buys nothing and a model's step stays in cache) and each device's
+  (the fastest there at the NAP paper's defaults, BENCHMARKS.md) and each device's
   whole share on an accelerator."""
   if config.train.models_per_vmap:
     return config.train.models_per_vmap
