@@ -1,7 +1,7 @@
 """Many-model training: a grid of models (seeds x learning rates x numeric hyper-parameters) of
 one static configuration as ONE compiled program.
 
-Training is a pure function of (rng, hyper-parameters) (DESIGN principle 2):
+Training is a pure function of (rng, hyper-parameters):
 ``init(key, hp) -> state`` and ``chunk(state, hp) -> (state, metrics)``, the latter a
 ``lax.scan`` over ``eval_every`` steps followed by the evaluation. Both are written for one
 model and ``jax.vmap``-ed over a flattened leading "models" axis, which is sharded over all

@@ -2,7 +2,7 @@
 
 ``make_optimizer`` builds ``[per-tensor clip] -> scale_by_adam -> schedule with peak 1 ->
 scale(-lr)``; ``lr`` lives in the optimiser state (``inject_hyperparams``), so one compiled
-program trains every learning rate of a grid (DESIGN principle 3).
+program trains every learning rate of a grid.
 """
 from __future__ import annotations
 
