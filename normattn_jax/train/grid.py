@@ -4,8 +4,8 @@ one static configuration as ONE compiled program.
 Training is a pure function of (rng, hyper-parameters):
 ``init(key, hp) -> state`` and ``chunk(state, hp) -> (state, metrics)``, the latter a
 ``lax.scan`` over ``eval_every`` steps followed by the evaluation. Both are written for one
-model and ``jax.vmap``-ed over a flattened leading "models" axis, which is sharded over all
-devices. Data are generated on device inside the step, a fresh batch every step.
+model and mapped over a flattened leading "models" axis, sharded over all devices: each device
+runs its share as a ``lax.map`` over vmaps of ``train.models_per_vmap`` models (``over_models``). Data are generated on device inside the step, a fresh batch every step.
 """
 from __future__ import annotations
 
