@@ -49,3 +49,16 @@ def test_a_cell_trains_alike_alone_and_in_a_grid(models_per_vmap):
   jax.tree.map(np.testing.assert_array_equal, take(params_alone, 0), take(params_grid, cell))
   for name, curve in metrics_alone.items():
     np.testing.assert_array_equal(curve[:, 0], metrics_grid[name][:, cell], err_msg=name)
+
+
+def test_one_compilation_per_static_configuration():
+  """However many models and learning rates, a grid is one compiled program, reused by every
+  chunk: the learning rates are data, not constants."""
+  c = config((3e-3, 1e-3, 3e-4), 2, 1)
+  grid = Grid.build(Setup("nap", c), 6)
+  hp, seeds, _ = hyperparameter_grid(c)
+  state = grid.init(grid.shard(model_keys(c.seed, seeds)), grid.shard(hp))
+  for lr in (1e-3, 1e-4):  # other learning rates, same shapes
+    state, _ = grid.chunk(state, grid.shard(dict(hp, learning_rate=np.full(6, lr, np.float32))))
+  assert grid.chunk._cache_size() == 1
+  assert grid.init._cache_size() == 1
