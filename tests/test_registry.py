@@ -70,10 +70,9 @@ def test_unknown_names_fail_with_the_registered_ones():
     get("gpt")
   with pytest.raises(ValueError, match="got 'gpt'"):
     MultiHeadAttention(num_heads=2, normalization="gpt")
-  q = jnp.ones((2, 4, 8))
-  from normattn_jax.attention.module import compute_fast
-  with pytest.raises(ValueError, match="got 'gpt'"):  # no longer silently NON
-    compute_fast(q, q, q, "gpt", query_mask=None, key_mask=None, causal=False)
+  from normattn_jax.attention.module import fast_is_faster
+  with pytest.raises(ValueError, match="got 'gpt'"):  # no dispatch falls through to NON
+    fast_is_faster("gpt", 4, 4, 8, False)
 
 
 def test_registration_is_checked():

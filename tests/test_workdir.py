@@ -139,7 +139,7 @@ def test_sweep_resumes_past_a_damaged_latest_checkpoint(damage, interrupted_swee
                                                         tmp_path):
   workdir = copy(interrupted_sweep, tmp_path)
   damage(str(workdir / "checkpoints" / "nap" / "2"))
-  with pytest.warns(DamagedCheckpointWarning, match=re.escape(f"checkpoints/nap/2: ")):
+  with pytest.warns(DamagedCheckpointWarning, match=re.escape("checkpoints/nap/2: ")):
     run(sweep_config(), workdir)
   assert read(workdir) == read(finished_sweep)
   resumed, whole = np.load(workdir / "metrics.npz"), np.load(finished_sweep / "metrics.npz")

@@ -23,29 +23,7 @@ Array = jax.Array
 default_kernel_init = nn.linear.default_kernel_init
 
 
-def compute_weights(logits: Array, normalization: str, mask: Optional[Array], *,
-                    sinkhorn_iters: int = 3, hybrid_init: float = 0.5, **params: Array) -> Array:
-  """``logits [..., heads, q, k] -> weights`` by the registered normalisation; ``params`` are
-  its per-head parameters (shape ``[heads]``, broadcast over queries and keys)."""
-  options = dict(sinkhorn_iters=sinkhorn_iters, hybrid_init=hybrid_init)
-  return registry.get(normalization).attention_weights(logits, mask, params, options)
-
-
 IMPLEMENTATIONS = ("auto", "quadratic", "fast")
-
-
-def compute_fast(q: Array, k: Array, v: Array, normalization: str, *, query_mask, key_mask,
-                 causal: bool, sinkhorn_iters: int = 3, hybrid_init: float = 0.5,
-                 block_size: int = fast_lib.DEFAULT_BLOCK, **params: Array) -> Array:
-  """The registered normalisation's exact fast path on ``[..., h, n, d]`` arrays (no N x N
-  weights); an error if it has none."""
-  options = dict(sinkhorn_iters=sinkhorn_iters, hybrid_init=hybrid_init)
-  return registry.get(normalization).fast_attention(
-      q, k, v, params, options, query_mask=query_mask, key_mask=key_mask, causal=causal,
-      block_size=block_size)
-
-
-QUADRATIC_LOGITS_LIMIT = registry.QUADRATIC_LOGITS_LIMIT
 
 
 def fast_is_faster(normalization: str, q_len: int, k_len: int, head_dim: int, causal: bool,
