@@ -263,3 +263,17 @@ def test_bad_arguments_name_the_argument():
     softmax_weights(l, jnp.ones((4, 4)))
   with pytest.raises(ValueError, match="gain of shape"):
     nap_weights(l, gain=jnp.ones((5,)))
+
+
+def test_masked_logsumexp_matches_logsumexp_over_the_kept_entries():
+  from normattn_jax.attention.weights import masked_logsumexp, masked_softmax
+  x = 50.0 * random_logits(3, (4, 6))             # large: an unshifted exp would overflow
+  mask = random_mask(3, (4, 6)).at[1].set(False)  # row 1 keeps nothing
+  kept = mask.any(-1)
+  want = jax.nn.logsumexp(jnp.where(mask, x, -jnp.inf), axis=-1)
+  got = masked_logsumexp(x, mask, axis=-1)
+  np.testing.assert_allclose(got[kept], want[kept], rtol=1e-6)
+  assert got[1] == 0.0 and masked_logsumexp(x, mask, axis=-1, empty=-jnp.inf)[1] == -jnp.inf
+  grad = jax.grad(lambda x: masked_logsumexp(x, mask, axis=-1).sum())(x)
+  np.testing.assert_allclose(grad, masked_softmax(x, mask), atol=1e-6)
+  assert np.all(np.isfinite(grad)) and np.all(grad[1] == 0)

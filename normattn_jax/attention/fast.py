@@ -27,8 +27,8 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from normattn_jax.attention.weights import (NAP_EPSILON, check_nap_eps, power_of_two,
-                                            power_of_two_exponent)
+from normattn_jax.attention.weights import (NAP_EPSILON, check_nap_eps, masked_logsumexp,
+                                            masked_softmax, power_of_two, power_of_two_exponent)
 
 Array = jax.Array
 DEFAULT_BLOCK = 256
@@ -113,15 +113,6 @@ def _unsplit(x: Array, axis: int) -> Array:
   return x.reshape(x.shape[:axis] + (x.shape[axis] * x.shape[axis + 1],) + x.shape[axis + 2:])
 
 
-def _safe_lse(x: Array, axis: int) -> Array:
-  """log-sum-exp that is 0 (not -inf, not NaN) where every entry is -inf."""
-  shift = jax.lax.stop_gradient(jnp.max(x, axis=axis, keepdims=True))
-  shift = jnp.where(jnp.isfinite(shift), shift, 0.0)
-  total = jnp.sum(jnp.exp(x - shift), axis=axis, keepdims=True)
-  out = jnp.log(jnp.where(total > 0, total, 1.0)) + shift
-  return jnp.squeeze(out, axis)
-
-
 # ----- the bias passes (Sinkhorn offsets), blockwise over queries -----
 
 class _Blocks:
@@ -164,22 +155,16 @@ def _column_offsets(blocks: _Blocks, k: Array, row_offsets: Optional[Array]) -> 
     l = _logits(qb, k, mask)
     if rest:
       l = l - rest[0][..., None]
-    shift = jax.lax.stop_gradient(jnp.max(l, axis=-2))        # -inf where a block has no entry
-    safe = jnp.where(jnp.isfinite(shift), shift, 0.0)
-    return shift, jnp.sum(jnp.exp(l - safe[..., None, :]), axis=-2)
+    return masked_logsumexp(l, axis=-2, empty=-jnp.inf)       # -inf where a block has no entry
 
   extra = () if row_offsets is None else (_split(row_offsets, -1, blocks.num),)
-  shifts, totals = blocks.map(partial, k, *extra)            # [num, ..., h, n_k]
-  top = jnp.max(shifts, axis=0)
-  top = jnp.where(jnp.isfinite(top), top, 0.0)
-  total = jnp.sum(totals * jnp.exp(shifts - top), axis=0)
-  return jnp.log(jnp.where(total > 0, total, 1.0)) + top
+  return masked_logsumexp(blocks.map(partial, k, *extra), axis=0)  # over the query blocks
 
 
 def _row_offsets(blocks: _Blocks, k: Array, column_offsets: Array) -> Array:
   """b_i = logsumexp_j (l_ij - a_j) over the valid keys j, per query block."""
   def rows(qb, mask):
-    return _safe_lse(_logits(qb, k, mask) - column_offsets[..., None, :], axis=-1)
+    return masked_logsumexp(_logits(qb, k, mask) - column_offsets[..., None, :], axis=-1)
   return _unsplit(blocks.map(rows, k), -1)[..., :blocks.n_q]
 
 
@@ -189,11 +174,7 @@ def _biased_softmax_attention(blocks: _Blocks, k, v, key_bias: Optional[Array]) 
     l = _logits(qb, k, mask)
     if key_bias is not None:
       l = l - key_bias[..., None, :]
-    shift = jax.lax.stop_gradient(jnp.max(l, axis=-1, keepdims=True))
-    shift = jnp.where(jnp.isfinite(shift), shift, 0.0)
-    e = jnp.exp(l - shift)
-    total = jnp.sum(e, axis=-1, keepdims=True)
-    return jnp.einsum("...qk,...ke->...qe", e / jnp.where(total > 0, total, 1.0), v)
+    return jnp.einsum("...qk,...ke->...qe", masked_softmax(l), v)
   return _unsplit(blocks.map(attend, k), -2)[..., :blocks.n_q, :]
 
 

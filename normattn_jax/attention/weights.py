@@ -90,6 +90,48 @@ def _is_concrete(x) -> bool:
   return not isinstance(x, jax.core.Tracer)
 
 
+def _shifted_exp(x: Array, axis: int) -> tuple[Array, Array, Array]:
+  """``(exp(x - shift), its sum, shift)`` along ``axis`` (kept), shift the slice's max: no
+  overflow. The shift carries no gradient and is 0 where a slice has no finite entry."""
+  shift = jax.lax.stop_gradient(jnp.max(x, axis=axis, keepdims=True))
+  shift = jnp.where(jnp.isfinite(shift), shift, 0.0)
+  e = jnp.exp(x - shift)
+  return e, jnp.sum(e, axis=axis, keepdims=True), shift
+
+
+def masked_logsumexp(x: Array, mask: Optional[Array] = None, axis: int = -1, *,
+                     keepdims: bool = False, empty: float = 0.0) -> Array:
+  """``logsumexp(x, axis)`` over the entries ``mask`` keeps (and the finite ones).
+
+  The one log-sum-exp of the attention code: every normalisation in log space goes through it.
+
+  Args:
+    x: the values.
+    mask: True where an entry counts; None counts every entry.
+    axis: the axis summed over.
+    keepdims: keep ``axis`` with size 1.
+    empty: the value of a slice with no entry (0 keeps ``x - lse`` finite-or--inf, never NaN;
+      -inf is the exact value, for combining partial sums).
+
+  Returns:
+    The log-sum-exp; its gradient is the softmax of the kept entries (0 elsewhere).
+  """
+  if mask is not None:
+    x = jnp.where(mask, x, -jnp.inf)
+  _, total, shift = _shifted_exp(x, axis)
+  out = jnp.where(total > 0, jnp.log(jnp.where(total > 0, total, 1.0)) + shift, empty)
+  return out if keepdims else jnp.squeeze(out, axis)
+
+
+def masked_softmax(x: Array, mask: Optional[Array] = None, axis: int = -1) -> Array:
+  """Softmax along ``axis`` over the entries ``mask`` keeps, one exp per entry; a slice with no
+  entry gives zeros (not NaN)."""
+  if mask is not None:
+    x = jnp.where(mask, x, -jnp.inf)
+  e, total, _ = _shifted_exp(x, axis)
+  return e / jnp.where(total > 0, total, 1.0)
+
+
 def log_normalize(x: Array, mask: Optional[Array], axis: int) -> Array:
   """``x - logsumexp(x, axis)`` over the unmasked entries; masked entries become -inf.
 
@@ -97,14 +139,8 @@ def log_normalize(x: Array, mask: Optional[Array], axis: int) -> Array:
   """
   if mask is not None:
     x = jnp.where(mask, x, -jnp.inf)
-  shift = jax.lax.stop_gradient(jnp.max(x, axis=axis, keepdims=True))
-  shift = jnp.where(jnp.isfinite(shift), shift, 0.0)
-  total = jnp.sum(jnp.exp(x - shift), axis=axis, keepdims=True)
-  log_total = jnp.log(jnp.where(total > 0, total, 1.0)) + shift
-  out = x - log_total
-  if mask is not None:
-    out = jnp.where(mask, out, -jnp.inf)
-  return out
+  out = x - masked_logsumexp(x, axis=axis, keepdims=True)
+  return out if mask is None else jnp.where(mask, out, -jnp.inf)
 
 
 def softmax_weights(logits: Array, mask: Optional[Array] = None) -> Array:
@@ -112,18 +148,7 @@ def softmax_weights(logits: Array, mask: Optional[Array] = None) -> Array:
   logits = _check_logits(logits)
   mask = _check_mask(logits, mask)
   x = logits.astype(_compute_dtype(logits.dtype))
-  return _softmax(x, mask).astype(logits.dtype)
-
-
-def _softmax(x: Array, mask: Optional[Array]) -> Array:
-  """Max-shifted softmax over the last axis with one exp per entry; empty rows give zeros."""
-  if mask is not None:
-    x = jnp.where(mask, x, -jnp.inf)
-  shift = jax.lax.stop_gradient(jnp.max(x, axis=-1, keepdims=True))
-  shift = jnp.where(jnp.isfinite(shift), shift, 0.0)
-  e = jnp.exp(x - shift)
-  total = jnp.sum(e, axis=-1, keepdims=True)
-  return e / jnp.where(total > 0, total, 1.0)
+  return masked_softmax(x, mask).astype(logits.dtype)
 
 
 def _sinkhorn_log(x: Array, num_iters: int, mask: Optional[Array]) -> Array:
@@ -165,7 +190,7 @@ def hnas_weights(logits: Array, u, mask: Optional[Array] = None) -> Array:
   dtype = _compute_dtype(logits.dtype)
   x = logits.astype(dtype)
   u = u.astype(dtype)
-  unas = _softmax(x, mask)
+  unas = masked_softmax(x, mask)
   dnas = jnp.exp(_sinkhorn_log(x, 1, mask))
   return (u * dnas + (1 - u) * unas).astype(logits.dtype)
 
