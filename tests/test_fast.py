@@ -119,7 +119,6 @@ def test_module_paths_agree_with_the_same_params(normalization):
 
 
 def test_auto_rule_and_errors():
-  assert fast.DEFAULT_BLOCK > 0
   from normattn_jax.attention.module import fast_is_faster
   assert fast_is_faster("nap", 128, 128, 32, False) and not fast_is_faster("nap", 32, 32, 32, False)
   assert not fast_is_faster("dnas", 1024, 1024, 64, False, num_logits=8 * 1024 * 1024)

@@ -99,10 +99,27 @@ def test_hybrid_weight_from_the_caller_replaces_the_parameter():
     MultiHeadAttention(num_heads=4).init(KEY, X, hybrid_weight=u)
 
 
-def test_nap_logits_are_not_scaled_but_others_are():
-  for normalization, scaled in (("nap", False), ("softmax", True), ("non", True)):
-    layer = MultiHeadAttention(num_heads=2, normalization=normalization)
-    assert (layer.scale_logits is None) and ((normalization != "nap") == scaled)
+@pytest.mark.parametrize("normalization", ["nap", "softmax", "non"])
+def test_nap_logits_are_not_scaled_but_others_are(normalization):
+  """The sown weights equal the normalisation of q.k, divided by sqrt(head_dim) except for NAP
+  (its own normalisation of the logits replaces the scaling)."""
+  from normattn_jax.attention import registry
+  layer = MultiHeadAttention(num_heads=2, normalization=normalization, implementation="quadratic")
+  params = layer.init(KEY, X)
+  params = jax.tree.map(lambda w: 0.05 * w, params)  # small logits: NAP's eps tells the scales apart
+  _, sown = layer.apply(params, X, sow_weights=True, mutable=["intermediates"])
+  weights = sown["intermediates"]["attention_weights"][0]
+  p = params["params"]
+  q = jnp.einsum("...nf,fhd->...hnd", X, p["query"]["kernel"]) + p["query"]["bias"][:, None]
+  k = jnp.einsum("...nf,fhd->...hnd", X, p["key"]["kernel"]) + p["key"]["bias"][:, None]
+  logits = jnp.einsum("...hqd,...hkd->...hqk", q, k)
+  norm = registry.get(normalization)
+  head = {name: v for name, v in p.items() if name not in ("query", "key", "value", "out")}
+  of = lambda l: norm.attention_weights(l, None, head, layer._options())
+  scaled, unscaled = of(logits / np.sqrt(8)), of(logits)
+  want, other = (unscaled, scaled) if normalization == "nap" else (scaled, unscaled)
+  np.testing.assert_allclose(weights, want, atol=1e-6)
+  assert not np.allclose(weights, other, atol=1e-4)
 
 
 def test_head_norm_and_activation_apply_over_concatenated_heads():
