@@ -30,7 +30,9 @@ setup(
     name="normattn_jax",
     version="0.1.0",
     description="Attention normalisations (softmax, DNAS, HNAS, Sinkhorn, NAP, NON) in JAX/Flax",
-    packages=find_packages(include=["normattn_jax", "normattn_jax.*"]),
+    # configs/ ships as a package: a config builds on another (``from configs import ...``)
+    # whether it is imported or given by path to --config, from any working directory.
+    packages=find_packages(include=["normattn_jax", "normattn_jax.*", "configs"]),
     python_requires=">=3.10",
     install_requires=[
         "jax>=0.4.35",

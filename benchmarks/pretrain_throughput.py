@@ -5,28 +5,25 @@ ALBERT's LAMB) on random batches of the config's shape, the schemes interleaved 
 and prints the median tokens/s of each and its ratio to softmax:
 
   python benchmarks/pretrain_throughput.py [--config configs/albert_tiny.py] [--rounds 5]
-      [--steps 5] [--dtype float32|bfloat16]
+      [--steps 5] [--config.model.dtype=float32|bfloat16] [--config.train.batch_size=64]
 """
-import argparse
-import os
 import statistics
-import sys
 import time
 
 import jax
 import numpy as np
+from absl import app, flags
+from ml_collections import config_flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from normattn_jax.train.pretrain import Trainer, validate_pretrain_config
 
-from normattn_jax.train.pretrain import Trainer, validate_pretrain_config  # noqa: E402
-
-
-def load_config(path):
-  import importlib.util
-  spec = importlib.util.spec_from_file_location("config", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config()
+_CONFIG = config_flags.DEFINE_config_file("config", "configs/albert_tiny.py",
+                                          "Path to a configs/albert_*.py file.",
+                                          lock_config=True)
+_ATTENTIONS = flags.DEFINE_list("attentions", ["softmax", "dnas", "hnas"],
+                                "Attention normalisations to time; the first is the reference.")
+_ROUNDS = flags.DEFINE_integer("rounds", 5, "Timed rounds, the schemes interleaved in each.")
+_STEPS = flags.DEFINE_integer("steps", 5, "Train steps per timed round.")
 
 
 def random_batch(c, rng):
@@ -40,20 +37,10 @@ def random_batch(c, rng):
           "sentence_order_label": rng.integers(0, 2, b).astype(np.int32)}
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--config", default="configs/albert_tiny.py")
-  parser.add_argument("--attentions", default="softmax,dnas,hnas")
-  parser.add_argument("--rounds", type=int, default=5)
-  parser.add_argument("--steps", type=int, default=5, help="train steps per timed round")
-  parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
-  parser.add_argument("--batch_size", type=int, default=0, help="0 keeps the config's")
-  args = parser.parse_args()
-  base = load_config(args.config)
-  base.model.dtype = args.dtype
-  if args.batch_size:
-    base.train.batch_size = args.batch_size
-  names = args.attentions.split(",")
+def main(argv):
+  del argv
+  base = _CONFIG.value
+  names = _ATTENTIONS.value
   tokens = base.train.batch_size * base.data.max_seq_length
   rng = np.random.default_rng(0)
   runs = {}
@@ -65,20 +52,21 @@ def main():
     sharded = lambda b, t=trainer: {k: jax.device_put(v, t.batch_sharding) for k, v in b.items()}
     batch = sharded(random_batch(c, rng))
     state = trainer.init(jax.random.key(0), batch)
-    state, metrics = trainer.train_step(state, batch, jax.random.key(1))  # compile
+    state, metrics = trainer.train_step(state, batch)  # compile
     jax.block_until_ready(metrics["loss"])
     runs[name] = [trainer, state, batch]
   times = {name: [] for name in names}
-  for _ in range(args.rounds):
+  for _ in range(_ROUNDS.value):
     for name in names:
       trainer, state, batch = runs[name]
       began = time.perf_counter()
-      for i in range(args.steps):
-        state, metrics = trainer.train_step(state, batch, jax.random.key(i))
+      for _ in range(_STEPS.value):
+        state, metrics = trainer.train_step(state, batch)
       jax.block_until_ready(metrics["loss"])
-      times[name].append((time.perf_counter() - began) / args.steps)
+      times[name].append((time.perf_counter() - began) / _STEPS.value)
       runs[name][1] = state
-  print(f"devices: {jax.devices()}; config {args.config}, dtype {args.dtype}, batch "
+  path = config_flags.get_config_filename(flags.FLAGS["config"])
+  print(f"devices: {jax.devices()}; config {path}, dtype {base.model.dtype}, batch "
         f"{base.train.batch_size} x {base.data.max_seq_length} tokens, "
         f"{base.model.num_hidden_layers} layers, hidden {base.model.hidden_size}")
   reference = statistics.median(times[names[0]])
@@ -89,4 +77,4 @@ def main():
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)

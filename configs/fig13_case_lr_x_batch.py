@@ -6,7 +6,7 @@ from configs import case_distinction
 def get_config():
   c = case_distinction.get_config()
   c.sweep.name = "train.batch_size"
-  c.sweep["values"] = tuple(2 ** k for k in range(0, 8))
+  c.sweep.grid = tuple(2 ** k for k in range(0, 8))
   c.sweep.steps_scale = "inverse"
   c.sweep.steps_reference = 32
   return c

@@ -8,5 +8,5 @@ def get_config():
   c = case_distinction.get_config()
   c.task.output = "first"
   c.sweep.name = "model.num_layers"
-  c.sweep["values"] = tuple(2 ** k for k in range(0, 7))
+  c.sweep.grid = tuple(2 ** k for k in range(0, 7))
   return c

@@ -6,7 +6,7 @@ from configs import mode_finding
 def get_config():
   c = mode_finding.get_config()
   c.sweep.name = "task.vocab_size"
-  c.sweep["values"] = tuple(2 ** k for k in range(1, 9))
+  c.sweep.grid = tuple(2 ** k for k in range(1, 9))
   c.sweep.steps_scale = "proportional"
   c.sweep.steps_reference = 8
   return c

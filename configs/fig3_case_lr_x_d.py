@@ -5,5 +5,5 @@ from configs import case_distinction
 def get_config():
   c = case_distinction.get_config()
   c.sweep.name = "model.d_model"
-  c.sweep["values"] = tuple(2 ** k for k in range(3, 11))
+  c.sweep.grid = tuple(2 ** k for k in range(3, 11))
   return c

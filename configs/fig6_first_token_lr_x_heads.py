@@ -6,5 +6,5 @@ def get_config():
   c = case_distinction.get_config()
   c.task.output = "first"
   c.sweep.name = "model.num_heads"
-  c.sweep["values"] = tuple(2 ** k for k in range(0, 8))
+  c.sweep.grid = tuple(2 ** k for k in range(0, 8))
   return c

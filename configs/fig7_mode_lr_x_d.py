@@ -5,5 +5,5 @@ from configs import mode_finding
 def get_config():
   c = mode_finding.get_config()
   c.sweep.name = "model.d_model"
-  c.sweep["values"] = tuple(2 ** k for k in range(3, 11))
+  c.sweep.grid = tuple(2 ** k for k in range(3, 11))
   return c

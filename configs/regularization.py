@@ -22,5 +22,5 @@ def get_config(arg="case_tokens,dropout"):
   c = mode_finding.get_config() if task == "mode" else case_distinction.get_config()
   if task == "case_first":
     c.task.output = "first"
-  c.sweep.name, c.sweep["values"] = KINDS[kind]
+  c.sweep.name, c.sweep.grid = KINDS[kind]
   return c

@@ -9,5 +9,5 @@ def get_config():
   c = case_distinction.get_config()
   c.archs = ("bert",)
   c.sweep.name = "ablation"
-  c.sweep["values"] = tuple(range(len(ABLATION_STAGES)))
+  c.sweep.grid = tuple(range(len(ABLATION_STAGES)))
   return c

@@ -4,28 +4,28 @@ Writes geometry.json, sinkhorn.png and pooling_scale.png to --workdir.
 
   python experiments/analyze_geometry.py --workdir results/geometry
 """
-import argparse
 import json
 import os
-import sys
 
 import jax
 import matplotlib
+from absl import app, flags
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from normattn_jax.analysis import geometry  # noqa: E402
 
 LENGTHS = (1, 2, 4, 8, 16, 32, 64, 128, 512, 1024, 2048)  # the paper's N
 
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the json and the figures.")
+flags.mark_flags_as_required(["workdir"])
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--workdir", required=True)
-  args = parser.parse_args()
-  os.makedirs(args.workdir, exist_ok=True)
+
+def main(argv):
+  del argv
+  workdir = _WORKDIR.value
+  os.makedirs(workdir, exist_ok=True)
 
   sinkhorn = {}
   fig, ax = plt.subplots(figsize=(5, 3.5))
@@ -37,7 +37,7 @@ def main():
   ax.set_ylabel("max |column sum - 1|")
   ax.legend(fontsize=7)
   fig.tight_layout()
-  fig.savefig(os.path.join(args.workdir, "sinkhorn.png"), dpi=120)
+  fig.savefig(os.path.join(workdir, "sinkhorn.png"), dpi=120)
   plt.close(fig)
 
   stats = {n: geometry.pooled_output_scale(n) for n in LENGTHS}
@@ -53,15 +53,15 @@ def main():
     ax.set_ylabel(f"{key} of the pooled output")
   axes[0].legend(fontsize=7)
   fig.tight_layout()
-  fig.savefig(os.path.join(args.workdir, "pooling_scale.png"), dpi=120)
+  fig.savefig(os.path.join(workdir, "pooling_scale.png"), dpi=120)
   plt.close(fig)
 
   result = {"sinkhorn": sinkhorn, "pooling": {str(n): s for n, s in stats.items()},
             "log_log_slope_from_N_4": exponents}
-  with open(os.path.join(args.workdir, "geometry.json"), "w") as f:
+  with open(os.path.join(workdir, "geometry.json"), "w") as f:
     json.dump(result, f, indent=1)
   print(json.dumps(exponents, indent=1))
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)

@@ -4,19 +4,20 @@ mode_collapse.json and the figures to --workdir.
 
   python experiments/analyze_mode_collapse.py --workdir results/mode_collapse
 """
-import argparse
 import json
 import os
-import sys
 
 import matplotlib
+from absl import app, flags
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from normattn_jax.analysis import mode_collapse as mc  # noqa: E402
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the json and the figures.")
+flags.mark_flags_as_required(["workdir"])
 
 
 def cloud_figure(points, labels, path, title):
@@ -62,22 +63,21 @@ def distance_figure(path):
   return max(checks)
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--workdir", required=True)
-  args = parser.parse_args()
-  os.makedirs(args.workdir, exist_ok=True)
+def main(argv):
+  del argv
+  workdir = _WORKDIR.value
+  os.makedirs(workdir, exist_ok=True)
   result = {}
   for name, (n0, n1) in {"unbalanced": (500, 50), "balanced": (225, 225)}.items():
     points, labels = mc.two_gaussians(n0=n0, n1=n1)
-    result[name] = cloud_figure(points, labels, os.path.join(args.workdir, f"{name}.png"),
+    result[name] = cloud_figure(points, labels, os.path.join(workdir, f"{name}.png"),
                                 f"{n0} vs {n1} points")
   result["max_abs_error_eq13_eq14_vs_simulation"] = distance_figure(
-      os.path.join(args.workdir, "center_distance.png"))
-  with open(os.path.join(args.workdir, "mode_collapse.json"), "w") as f:
+      os.path.join(workdir, "center_distance.png"))
+  with open(os.path.join(workdir, "mode_collapse.json"), "w") as f:
     json.dump(result, f, indent=1)
   print(json.dumps(result))
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)

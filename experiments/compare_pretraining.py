@@ -16,12 +16,9 @@ import json
 import os
 import sys
 
+import matplotlib
 from absl import app, flags, logging
 from ml_collections import config_flags
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # configs/
-
-import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

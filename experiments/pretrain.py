@@ -8,17 +8,14 @@ jax.distributed.initialize() (multi-host, e.g. a TPU pod); the batch is sharded 
 --plugins=my_norms imports modules first, e.g. one that registers a normalisation of your own
 for --config.model.attention=<its name>.
 """
-import os
 import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # configs/
-
-from normattn_jax.attention.registry import load_plugins  # noqa: E402
-from normattn_jax.train.checkpoint import WorkdirError  # noqa: E402
-from normattn_jax.train.pretrain import run_pretraining, throughput  # noqa: E402
+from normattn_jax.attention.registry import load_plugins
+from normattn_jax.train.checkpoint import WorkdirError
+from normattn_jax.train.pretrain import run_pretraining, throughput
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/albert_tiny.py",
                                           "Path to a configs/albert_*.py file.",

@@ -7,17 +7,22 @@ unregularised row (it shares seeds, initialisation and data with the regularised
 """
 import json
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from absl import app
 
-from normattn_jax.train.sweep import regularization_table  # noqa: E402
+from normattn_jax.reporting.tables import regularization_table
 
-if __name__ == "__main__":
-  if len(sys.argv) < 2:
-    sys.exit(__doc__.strip())
+
+def main(argv):
+  workdirs = argv[1:]
+  if not workdirs:
+    raise app.UsageError("give the workdirs of finished regularisation sweeps")
   summaries = []
-  for workdir in sys.argv[1:]:
+  for workdir in workdirs:
     with open(os.path.join(workdir, "summary.json")) as f:
       summaries.append(json.load(f))
   print(regularization_table(summaries))
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,18 +1,23 @@
 """Score finished sweeps again, no training: python experiments/resummarise.py results/<run> ...
 
 Rewrites each run's summary.json and figures from its config.json and metrics.npz, e.g. after a
-change in how results are scored.
+change in how results are scored. A run stored before sweep.values was renamed sweep.grid reads
+as one stored after.
 """
-import os
-import sys
+from absl import app
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from normattn_jax.train.scoring import best_lines
+from normattn_jax.train.sweep import resummarise
 
-from normattn_jax.train.sweep import best_lines, resummarise  # noqa: E402
 
-if __name__ == "__main__":
-  if len(sys.argv) < 2:
-    sys.exit(__doc__.strip())
-  for workdir in sys.argv[1:]:
+def main(argv):
+  workdirs = argv[1:]
+  if not workdirs:
+    raise app.UsageError("give the workdir of at least one finished sweep")
+  for workdir in workdirs:
     print(workdir)
     print("\n".join(best_lines(resummarise(workdir))))
+
+
+if __name__ == "__main__":
+  app.run(main)

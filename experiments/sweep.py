@@ -7,17 +7,15 @@ aside. --distributed calls jax.distributed.initialize() (multi-host, e.g. a TPU 
 --plugins=my_norms imports modules first, e.g. one that registers a normalisation of your own
 for --config.normalization=<its name>.
 """
-import os
 import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # configs/
-
-from normattn_jax.attention.registry import load_plugins  # noqa: E402
-from normattn_jax.train.checkpoint import WorkdirError  # noqa: E402
-from normattn_jax.train.sweep import best_lines, run_sweep  # noqa: E402
+from normattn_jax.attention.registry import load_plugins
+from normattn_jax.train.checkpoint import WorkdirError
+from normattn_jax.train.scoring import best_lines
+from normattn_jax.train.sweep import run_sweep
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a configs/*.py file.",
                                           lock_config=True)

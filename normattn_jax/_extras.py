@@ -4,7 +4,7 @@ The core install (jax, flax, optax, chex, numpy) is enough for the attention mod
 models. The rest comes with extras, so that a Flax user does not pull TensorFlow Datasets or
 matplotlib; ``require`` turns a missing one into an error that names the extra to install:
 
-  experiments  normattn_jax.train, normattn_jax.plots, experiments/sweep.py
+  experiments  normattn_jax.train, normattn_jax.reporting, experiments/sweep.py
   pretrain     experiments + normattn_jax.data, train.pretrain, experiments/pretrain.py
   bert         models.bert's from_pretrained, load_tokenizer and tokenize
   analysis     experiments + bert + normattn_jax.analysis's scipy and wordfreq parts,

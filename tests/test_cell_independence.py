@@ -6,7 +6,8 @@ import pytest
 
 from normattn_jax.train import base_config
 from normattn_jax.train.grid import Grid, Setup
-from normattn_jax.train.sweep import hyperparameter_grid, model_keys
+from normattn_jax.train.layout import ModelsAxis
+from normattn_jax.train.sweep import model_keys
 
 CHUNKS = 3
 
@@ -25,7 +26,8 @@ def config(learning_rates, num_seeds, models_per_vmap):
 def train(arch, c):
   """Every model's state and metrics after CHUNKS evaluations, in grid order."""
   grid = Grid.build(Setup(arch, c), c.num_seeds * len(c.learning_rates))
-  hp, seeds, _ = hyperparameter_grid(c)
+  axis = ModelsAxis.of(c)
+  hp, seeds = axis.hyperparameters(), axis.seed_indices()
   hp_dev = grid.shard(hp)
   state = grid.init(grid.shard(model_keys(c.seed, seeds)), hp_dev)
   history = []
@@ -56,7 +58,8 @@ def test_one_compilation_per_static_configuration():
   chunk: the learning rates are data, not constants."""
   c = config((3e-3, 1e-3, 3e-4), 2, 1)
   grid = Grid.build(Setup("nap", c), 6)
-  hp, seeds, _ = hyperparameter_grid(c)
+  axis = ModelsAxis.of(c)
+  hp, seeds = axis.hyperparameters(), axis.seed_indices()
   state = grid.init(grid.shard(model_keys(c.seed, seeds)), grid.shard(hp))
   for lr in (1e-3, 1e-4):  # other learning rates, same shapes
     state, _ = grid.chunk(state, grid.shard(dict(hp, learning_rate=np.full(6, lr, np.float32))))

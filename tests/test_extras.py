@@ -104,7 +104,7 @@ CORE_ONLY = textwrap.dedent("""
     print(error(lambda: mixing.wordfreq_frequencies(["word"])))
     print(error(imported("normattn_jax.train")))
     print(error(imported("normattn_jax.data")))
-    print(error(imported("normattn_jax.plots")))
+    print(error(imported("normattn_jax.reporting.figures")))
     loaded = {name.partition(".")[0] for name in set(sys.modules) - STARTUP}
     print("loaded:", sorted(BLOCKED & loaded))
     """)
@@ -127,7 +127,7 @@ def test_core_install_runs_the_models_and_names_the_missing_extra():
       "pip install 'normattn_jax[experiments]'",
       "normattn_jax.data.tfds_text needs the optional package tensorflow_datasets: "
       "pip install 'normattn_jax[pretrain]'",
-      "normattn_jax.plots needs the optional package matplotlib: "
+      "normattn_jax.reporting.figures needs the optional package matplotlib: "
       "pip install 'normattn_jax[experiments]'",
       "loaded: []",
   ]

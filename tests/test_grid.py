@@ -13,9 +13,11 @@ import optax
 import pytest
 
 from normattn_jax.train import base_config, make_optimizer, validate
-from normattn_jax.train.optim import clip_by_tensor_norm, schedule_shape
-from normattn_jax.train.sweep import (Interrupted, regularization_table, resummarise, run_sweep,
-                                     summarise)
+from normattn_jax.train.optim import (clip_by_tensor_norm, learning_rate_of, schedule_shape,
+                                     with_learning_rate)
+from normattn_jax.reporting.tables import regularization_table
+from normattn_jax.train.scoring import summarise
+from normattn_jax.train.sweep import Interrupted, resummarise, run_sweep
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -147,11 +149,11 @@ def test_a_diverging_model_does_not_disturb_the_others(tmp_path):
 
 def test_vmapped_sweep_and_static_sweep(tmp_path):
   c = tiny_config(archs=("mte",), num_seeds=1)
-  c.sweep.name, c.sweep["values"] = "train.l2", (0.0, 0.1)
+  c.sweep.name, c.sweep.grid = "train.l2", (0.0, 0.1)
   summary = run(c, tmp_path / "l2")
   assert sorted(cell["params"]["train.l2"] for cell in summary["cells"]) == [0, 0, 0.1, 0.1]
   c = tiny_config(archs=("max",), num_seeds=1, learning_rates=(0.001,))
-  c.sweep.name, c.sweep["values"] = "model.d_model", (4, 8)
+  c.sweep.name, c.sweep.grid = "model.d_model", (4, 8)
   summary = run(c, tmp_path / "d")
   assert sorted(cell["params"]["model.d_model"] for cell in summary["cells"]) == [4, 8]
   assert "max[model.d_model=4]/val_acc" in np.load(tmp_path / "d" / "metrics.npz")
@@ -188,23 +190,23 @@ def test_invalid_config_fails_before_compiling_and_writes_nothing(field, value, 
 
 def test_static_sweep_values_are_validated():
   c = tiny_config()
-  c.sweep.name, c.sweep["values"] = "model.d_model", (8, 5)
+  c.sweep.name, c.sweep.grid = "model.d_model", (8, 5)
   with pytest.raises(ValueError, match="model.num_heads"):
     validate(c)
 
 
 @pytest.mark.parametrize("name,values,match", [
-    ("train.l2", (0.0, -0.1), r"config.sweep.values\[1\]=-0.1 \(as train.l2\): "
+    ("train.l2", (0.0, -0.1), r"config.sweep.grid\[1\]=-0.1 \(as train.l2\): "
                               r"config.train.l2=-0.1: must be >= 0"),
-    ("model.d_model", (8, 16.5), r"values\[1\]=16.5 .*config.model.d_model=16.5: .*integer"),
-    ("model.num_layers", (2.0,), r"values\[0\]=2.0 .*config.model.num_layers=2.0: .*integer"),
-    ("train.dropout", (0.0, 1.0), r"values\[1\]=1.0 .*config.train.dropout=1.0: must lie"),
-    ("model.d_model", (8, 5), r"values\[1\]=5 \(as model.d_model\): config.model.num_heads=2"),
-    ("train.batch_size", (4, 3), r"values\[1\]=3 .*config.train.eval_every=13: must divide"),
+    ("model.d_model", (8, 16.5), r"grid\[1\]=16.5 .*config.model.d_model=16.5: .*integer"),
+    ("model.num_layers", (2.0,), r"grid\[0\]=2.0 .*config.model.num_layers=2.0: .*integer"),
+    ("train.dropout", (0.0, 1.0), r"grid\[1\]=1.0 .*config.train.dropout=1.0: must lie"),
+    ("model.d_model", (8, 5), r"grid\[1\]=5 \(as model.d_model\): config.model.num_heads=2"),
+    ("train.batch_size", (4, 3), r"grid\[1\]=3 .*config.train.eval_every=13: must divide"),
 ])
 def test_each_swept_value_passes_the_rules_of_its_field(name, values, match):
   c = tiny_config()
-  c.sweep.name, c.sweep["values"] = name, values
+  c.sweep.name, c.sweep.grid = name, values
   if name == "train.batch_size":  # at batch 3, 30 x 4 / 3 = 40 steps and 13 between evaluations
     c.sweep.steps_scale, c.sweep.steps_reference = "inverse", 4
   with pytest.raises(ValueError, match=match):
@@ -213,8 +215,8 @@ def test_each_swept_value_passes_the_rules_of_its_field(name, values, match):
 
 def test_a_bad_swept_value_fails_before_compiling_and_writes_nothing(tmp_path):
   c = tiny_config()
-  c.sweep.name, c.sweep["values"] = "train.l2", (0.0, -0.1)
-  with pytest.raises(ValueError, match=r"sweep.values\[1\]"):
+  c.sweep.name, c.sweep.grid = "train.l2", (0.0, -0.1)
+  with pytest.raises(ValueError, match=r"sweep.grid\[1\]"):
     run(c, tmp_path / "run")
   assert not os.path.exists(tmp_path / "run")
 
@@ -223,16 +225,17 @@ def test_optimizer_is_adam_with_linear_decay_and_per_model_learning_rate():
   params = {"w": jnp.arange(3.0), "b": jnp.ones((2, 2))}
   grads = [jax.tree.map(lambda p, i=i: jnp.sin(p + i), params) for i in range(4)]
   lr, steps = 0.05, 4
-  ours = make_optimizer(lr, steps)
+  ours = make_optimizer(steps)
   reference = optax.adam(optax.linear_schedule(lr, 0.0, steps), b1=0.9, b2=0.999, eps=1e-7)
-  s1, s2 = ours.init(params), reference.init(params)
+  s1, s2 = with_learning_rate(ours.init(params), lr), reference.init(params)
   for g in grads:
     u1, s1 = ours.update(g, s1, params)
     u2, s2 = reference.update(g, s2, params)
     chex.assert_trees_all_close(u1, u2, atol=1e-7)
-  # the learning rate is state, so a vmapped init gives one optimiser per model
-  states = jax.vmap(lambda r: make_optimizer(r, steps).init(params))(jnp.array([0.1, 0.2]))
-  u, _ = jax.vmap(lambda s: make_optimizer(0.0, steps).update(grads[0], s, params))(states)
+  assert float(learning_rate_of(s1)) == pytest.approx(lr)
+  # the learning rate is state: one optimiser, built once, and a learning rate per model
+  states = jax.vmap(lambda r: with_learning_rate(ours.init(params), r))(jnp.array([0.1, 0.2]))
+  u, _ = jax.vmap(lambda s: ours.update(grads[0], s, params))(states)
   np.testing.assert_allclose(u["w"][1], 2 * u["w"][0], rtol=1e-6)
 
 
@@ -255,15 +258,13 @@ def test_eight_devices_give_the_same_result_as_one(reference, tmp_path):
   operations inside XLA's kernels; the learning rates here are ones where Adam does not
   amplify that rounding into a different trajectory."""
   script = textwrap.dedent(f"""
-      import sys
-      sys.path.insert(0, {os.path.join(REPO, 'tests')!r})
       import jax
       assert jax.device_count() == 8, jax.devices()
       from test_grid import tiny_config, run
       run(tiny_config(), {str(tmp_path)!r})
   """)
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
-             JAX_PLATFORMS="cpu")
+             JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join([os.path.join(REPO, "tests"), REPO]))
   subprocess.run([sys.executable, "-c", script], check=True, env=env, cwd=REPO)
   one = np.load(os.path.join(reference, "metrics.npz"))
   eight = np.load(tmp_path / "metrics.npz")

@@ -14,7 +14,7 @@ def test_case_frequencies_match_the_paper():
   # closed form: P(64) = 1 - 0.99^128, P(50 and no 64), P(neither) = 0.98^128
   expected = [1 - 0.99 ** 128, 0.99 ** 128 - 0.98 ** 128, 0.98 ** 128]
   np.testing.assert_allclose(freq, expected, atol=0.005)
-  np.testing.assert_allclose(expected, [0.724, 0.201, 0.075], atol=0.002)
+  np.testing.assert_allclose(freq, [0.724, 0.201, 0.075], atol=0.006)  # the paper's numbers
   assert batch.inputs.dtype == jnp.int32 and batch.labels.dtype == jnp.int32
 
 

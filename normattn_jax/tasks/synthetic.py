@@ -10,6 +10,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from normattn_jax.tasks import registry
+
 ARGMIN_TOKEN = 64  # if it occurs, the label is the position of the smallest token
 FIRST_TOKEN = 50   # else, if it occurs, the label is the first position
 CASES = ("argmin", "first", "argmax")
@@ -106,3 +108,44 @@ def majority(key: jax.Array, batch_size: int, seq_len: int, num_classes: int = 2
   inputs = jnp.where(rank < needed[:, None], top[:, None], inputs).astype(jnp.int32)
   labels = mode_labels(inputs, num_classes)
   return inputs, jnp.broadcast_to(labels[:, None], inputs.shape)
+
+
+# ----- the registered tasks (normattn_jax.tasks.registry) -----
+
+def _check_case_settings(settings) -> None:
+  if settings.vocab_size <= ARGMIN_TOKEN:
+    registry.fail("vocab_size", settings.vocab_size,
+                  f"must exceed {ARGMIN_TOKEN} for the case task (tokens {ARGMIN_TOKEN} and "
+                  f"{FIRST_TOKEN} switch the case)")
+  if settings.seq_len < 2:
+    registry.fail("seq_len", settings.seq_len, "must be >= 2 (validation uses half the length)")
+
+
+def _sample_cases(key, batch_size, seq_len, settings):
+  batch = case_distinction(key, batch_size, seq_len, settings.vocab_size)
+  return batch.inputs, batch.labels
+
+
+def _sample_balanced_cases(key, per_case, seq_len, settings):
+  batch = balanced_case_set(key, per_case, seq_len, settings.vocab_size)
+  return batch.inputs, batch.labels
+
+
+CASE_DISTINCTION = registry.register(registry.Task(
+    "case_distinction", _sample_cases, outputs=("tokens", "first"),
+    validation_length=lambda seq_len: seq_len // 2,  # the NAP paper validates at N/2
+    check=_check_case_settings,
+    grouped_eval=registry.GroupedEval("case_acc", CASES, _sample_balanced_cases)))
+MODE_FINDING = registry.register(registry.Task(
+    "mode_finding", lambda key, batch_size, seq_len, settings: mode_finding(
+        key, batch_size, seq_len, settings.vocab_size),
+    outputs=("classes",),
+    validation_length=lambda seq_len: 2 * seq_len,  # the NAP paper validates at 2N
+    positional=False))  # counting tasks have no positional embedding in the paper
+MAJORITY = registry.register(registry.Task(
+    "majority", lambda key, batch_size, seq_len, settings: majority(
+        key, batch_size, seq_len, settings.vocab_size, settings.min_margin),
+    outputs=("token_classes",), positional=False))
+
+# The names above, fixed: what the library ships, whatever a user registers later.
+BUILTIN_TASKS = registry.names()

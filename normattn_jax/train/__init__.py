@@ -6,9 +6,12 @@ from normattn_jax._extras import require
 require("ml_collections", "experiments")
 require("orbax.checkpoint", "experiments")
 from normattn_jax.train.config import base_config, validate
-from normattn_jax.train.grid import Grid, Programs, Setup, TrainState, make_programs
-from normattn_jax.train.optim import make_optimizer
+from normattn_jax.train.grid import Grid, GridRun, Programs, Setup, make_programs, train_grid
+from normattn_jax.train.optim import make_optimizer, with_learning_rate
+from normattn_jax.train.run_log import RunLog
+from normattn_jax.train.state import TrainState
 from normattn_jax.train.sweep import run_sweep
 
-__all__ = ["Grid", "Programs", "Setup", "TrainState", "base_config", "make_optimizer", "make_programs",
-           "run_sweep", "validate"]
+__all__ = ["Grid", "GridRun", "Programs", "RunLog", "Setup", "TrainState", "base_config",
+           "make_optimizer", "make_programs", "run_sweep", "train_grid", "validate",
+           "with_learning_rate"]

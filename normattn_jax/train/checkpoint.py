@@ -8,6 +8,7 @@ ends with the same numbers.
 """
 from __future__ import annotations
 
+import copy
 import datetime
 import json
 import os
@@ -28,8 +29,14 @@ MAY_DIFFER = {
     "sweep": ("train.checkpoint_every",),
     "pretraining": ("train.log_every", "train.eval_every", "train.checkpoint_every",
                     "data.cache_dir"),
+    "finetuning": ("train.checkpoint_every", "task.cache_dir"),
+    # analysis.causal_lm_keys: log_every sets its scan's length and its checkpoints' numbering.
+    "causal_lm": ("train.checkpoint_every", "data.cache_dir"),
 }
 _SHOWN = 8  # differing fields named in an error, the rest counted
+# Fields renamed since a workdir's config.json may have been written, per kind of run, as
+# {old name: new name}: a stored config reads with today's names.
+RENAMED = {"sweep": {"sweep.values": "sweep.grid"}}
 
 
 class WorkdirError(ValueError):
@@ -72,6 +79,35 @@ def config_differences(stored: dict, new: dict, may_differ=()) -> list[tuple[str
           if field not in may_differ and old.get(field, ABSENT) != now.get(field, ABSENT)]
 
 
+def with_current_names(stored: dict, kind: str) -> dict:
+  """A stored ``config.json`` tree with each field of ``RENAMED[kind]`` under its new name.
+
+  Args:
+    stored: the tree as read from a workdir's ``config.json``.
+    kind: the kind of run (a key of ``MAY_DIFFER``).
+
+  Returns:
+    A copy of ``stored``; a field already under its new name stays as it is.
+  """
+  tree = copy.deepcopy(stored)
+  for old, new in RENAMED.get(kind, {}).items():
+    (source, old_key), (target, new_key) = _section(tree, old), _section(tree, new)
+    if source is not None and old_key in source and target is not None and new_key not in target:
+      target[new_key] = source.pop(old_key)
+  if kind == "sweep":  # the switches' old strings read as booleans
+    from normattn_jax.train.config import with_boolean_switches
+    tree = with_boolean_switches(tree)
+  return tree
+
+
+def _section(tree: dict, field: str) -> tuple[Optional[dict], str]:
+  """The dict that holds a dotted ``field`` (None if there is none) and the field's key in it."""
+  *sections, key = field.split(".")
+  for section in sections:
+    tree = tree.get(section) if isinstance(tree, dict) else None
+  return (tree if isinstance(tree, dict) else None), key
+
+
 def _show(value) -> str:
   return repr(value) if value is ABSENT else json.dumps(value)
 
@@ -89,7 +125,8 @@ def check_workdir(workdir: str, config: ml_collections.ConfigDict, kind: str) ->
   except (OSError, ValueError) as err:
     raise WorkdirError(f"workdir {workdir}: cannot read its config.json ({err}); "
                        f"use another workdir or {afresh}") from None
-  differences = config_differences(stored, config_json(config), MAY_DIFFER[kind])
+  differences = config_differences(with_current_names(stored, kind), config_json(config),
+                                   MAY_DIFFER[kind])
   if differences:
     named = "; ".join(f"{field} was {_show(old)}, now {_show(new)}"
                       for field, old, new in differences[:_SHOWN])

@@ -8,13 +8,17 @@ from __future__ import annotations
 import numbers
 
 import ml_collections
+from ml_collections import config_dict
 
+from normattn_jax import tasks
 from normattn_jax.attention.registry import NORMALIZATIONS
 from normattn_jax.blocks import ARCHITECTURES
 from normattn_jax.models.sequence import OUTPUTS
-from normattn_jax.tasks.synthetic import ARGMIN_TOKEN
 
-TASKS = ("case_distinction", "mode_finding", "majority")
+TASKS = tasks.TASKS  # the registered tasks, a live view (normattn_jax.tasks.registry)
+# Switches that are True, False, or None for the arch's (model.positional: the task's) own choice.
+SWITCHES = ("model.positional", "model.normalize", "model.attention_gelu", "train.warmup",
+            "train.clip")
 PAPER_ARCHS = ("bert", "mte", "nap", "non", "sum", "max")
 PAPER_LEARNING_RATES = tuple(0.3 ** k for k in range(1, 11))
 # Hyper-parameters that keep the shapes of the compiled program: swept inside it (vmap).
@@ -38,8 +42,10 @@ def base_config() -> ml_collections.ConfigDict:
   # sweep.steps_scale: "inverse" keeps the examples seen constant over a batch-size sweep
   # (steps x reference / value), "proportional" the examples per class over a vocabulary sweep
   # (steps x value / reference); evaluations scale along, so every point has as many.
+  # sweep.grid: the values sweep.name takes (a program each for a static sweep, vmapped for
+  # train.l2); the field was named sweep.values in older workdirs' config.json.
   c.sweep = ml_collections.ConfigDict(
-      {"name": "", "values": (), "steps_scale": "", "steps_reference": 1})
+      {"name": "", "grid": (), "steps_scale": "", "steps_reference": 1})
 
   c.task = ml_collections.ConfigDict()
   c.task.name = "case_distinction"
@@ -52,16 +58,16 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.d_model = 128
   c.model.num_layers = 2
   c.model.num_heads = 4
-  c.model.positional = True
-  c.model.normalize = ""        # "" = the arch's own; "true"/"false" for the ablation
-  c.model.attention_gelu = ""
+  c.model.positional = config_dict.placeholder(bool)      # None: the task's own
+  c.model.normalize = config_dict.placeholder(bool)       # None: the arch's own
+  c.model.attention_gelu = config_dict.placeholder(bool)  # None: the arch's own
 
   c.train = ml_collections.ConfigDict()
   c.train.num_steps = 3200
   c.train.batch_size = 32
   c.train.eval_every = 100
-  c.train.warmup = "auto"       # auto = BERT only (first 10% of steps); or "true"/"false"
-  c.train.clip = "auto"         # auto = BERT only (per-tensor norm 1.0); or "true"/"false"
+  c.train.warmup = config_dict.placeholder(bool)  # None: BERT only (first 10% of steps)
+  c.train.clip = config_dict.placeholder(bool)    # None: BERT only (per-tensor norm 1.0)
   c.train.l2 = 0.0
   c.train.dropout = 0.0
   c.train.checkpoint_every = 4  # in evaluations; 0 disables checkpoints
@@ -103,9 +109,48 @@ def _get(config, field):
   return node
 
 
-def _tristate(config, field):
-  if _get(config, field) not in ("", "auto", "true", "false"):
-    _fail(field, _get(config, field), "must be 'auto' (or '') , 'true' or 'false'")
+def _switch(config, field):
+  if _get(config, field) is not None and not isinstance(_get(config, field), bool):
+    _fail(field, _get(config, field), "must be True, False or None (the arch's own choice)")
+
+
+# How a config.json written before the switches were booleans stored them.
+_OLD_SWITCHES = {"": None, "auto": None, "true": True, "false": False}
+
+
+def with_boolean_switches(stored: dict) -> dict:
+  """A stored sweep ``config.json`` tree with its switches as today's booleans: a config written
+  when they were the strings "auto" (or ""), "true" and "false" reads as None, True and False.
+
+  Such a config's ``model.positional`` (then a plain bool) was ignored by the counting tasks,
+  which never had positional embeddings: its True reads as None (the task's own choice).
+
+  Args:
+    stored: the tree read from a ``config.json`` (not changed).
+
+  Returns:
+    A tree that compares equal to today's config of the same run.
+  """
+  sections = {name: dict(stored.get(name, {})) for name in ("model", "train")}
+  old = [(section, key) for section, key in (f.split(".") for f in SWITCHES)
+         if isinstance(sections[section].get(key), str)]
+  if not old:
+    return stored
+  for section, key in old:
+    value = sections[section][key]
+    if value not in _OLD_SWITCHES:
+      _fail(f"{section}.{key}", value, f"an old switch reads from {tuple(_OLD_SWITCHES)}")
+    sections[section][key] = _OLD_SWITCHES[value]
+  if sections["model"].get("positional") is True:
+    sections["model"]["positional"] = None
+  return {**stored, **{name: section for name, section in sections.items() if name in stored}}
+
+
+def _task(config) -> tasks.Task:
+  """The registered task that ``task.name`` names."""
+  if config.task.name not in TASKS:
+    _fail("task.name", config.task.name, f"choose from {TASKS}")
+  return tasks.get(config.task.name)
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
@@ -113,11 +158,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
   rules of the field it sets, on the config it trains with: one rule per field."""
   _validate_fields(config)
   _validate_sweep(config)
-  for i, value in enumerate(config.sweep["values"]):
+  for i, value in enumerate(config.sweep.grid):
     try:
       _validate_fields(_swept_config(config, value))
     except ValueError as err:
-      raise ValueError(f"config.sweep.values[{i}]={value!r} (as {config.sweep.name}): {err}") \
+      raise ValueError(f"config.sweep.grid[{i}]={value!r} (as {config.sweep.name}): {err}") \
           from None
 
 
@@ -144,37 +189,35 @@ def _validate_fields(config) -> None:
   _non_negative_int(config, "train.models_per_vmap")
   if isinstance(config.train.checkpoint_every, bool) or config.train.checkpoint_every < 0:
     _fail("train.checkpoint_every", config.train.checkpoint_every, "must be >= 0")
-  if config.task.name not in TASKS:
-    _fail("task.name", config.task.name, f"choose from {TASKS}")
+  task = _task(config)
   if config.task.output not in OUTPUTS:
     _fail("task.output", config.task.output, f"choose from {OUTPUTS}")
-  expected = {"mode_finding": ("classes",), "majority": ("token_classes",),
-              "case_distinction": ("tokens", "first")}[config.task.name]
-  if config.task.output not in expected:
-    _fail("task.output", config.task.output, f"the {config.task.name} task needs one of {expected}")
+  if config.task.output not in task.outputs:
+    _fail("task.output", config.task.output,
+          f"the {config.task.name} task needs one of {task.outputs}")
   if isinstance(config.task.min_margin, bool) or config.task.min_margin < 0 \
       or config.task.min_margin > config.task.seq_len:
     _fail("task.min_margin", config.task.min_margin, "must lie in [0, task.seq_len]")
-  for field in ("model.normalize", "model.attention_gelu", "train.warmup", "train.clip"):
-    _tristate(config, field)
+  for field in SWITCHES:
+    _switch(config, field)
   if config.train.l2 < 0:
     _fail("train.l2", config.train.l2, "must be >= 0")
 
 
 def _validate_sweep(config):
-  name, values = config.sweep.name, tuple(config.sweep["values"])
+  name, values = config.sweep.name, tuple(config.sweep.grid)
   if name not in SWEEPS:
     _fail("sweep.name", name, f"choose from {SWEEPS}")
   if name and not values:
-    _fail("sweep.values", config.sweep["values"], f"needs values for sweep {name!r}")
+    _fail("sweep.grid", config.sweep.grid, f"needs values for sweep {name!r}")
   if not name and values:
-    _fail("sweep.values", config.sweep["values"], "given without a sweep.name")
+    _fail("sweep.grid", config.sweep.grid, "given without a sweep.name")
   if any(not isinstance(v, numbers.Real) or isinstance(v, bool) for v in values):
-    _fail("sweep.values", config.sweep["values"], "must be numbers")
+    _fail("sweep.grid", config.sweep.grid, "must be numbers")
   if len(set(values)) != len(values):
-    _fail("sweep.values", config.sweep["values"], "lists a value twice")
+    _fail("sweep.grid", config.sweep.grid, "lists a value twice")
   if name == "ablation" and any(v not in range(len(ABLATION_STAGES)) for v in values):
-    _fail("sweep.values", config.sweep["values"],
+    _fail("sweep.grid", config.sweep.grid,
           f"ablation stages are 0..{len(ABLATION_STAGES) - 1}: {ABLATION_STAGES}")
   if config.sweep.steps_scale not in STEPS_SCALES:
     _fail("sweep.steps_scale", config.sweep.steps_scale, f"choose from {STEPS_SCALES}")
@@ -186,11 +229,11 @@ def static_points(config) -> list[dict]:
   """One dict per compiled program: ``{sweep.name: value}`` for shape sweeps, else ``[{}]``."""
   name = config.sweep.name
   if name == "ablation":
-    return [{name: int(v)} for v in config.sweep["values"]]
+    return [{name: int(v)} for v in config.sweep.grid]
   if name in STATIC_SWEEPS:
     section, key = name.split(".")
     kind = type(config[section][key])
-    return [{name: kind(v)} for v in config.sweep["values"]]
+    return [{name: kind(v)} for v in config.sweep.grid]
   return [{}]
 
 
@@ -220,10 +263,10 @@ def _swept_config(config, value):
 
 def _apply_ablation(c, stage: int) -> None:
   """Stage k of Table 1 applies the first k modifications that lead from BERT to MTE."""
-  c.train.warmup = "false" if stage >= 1 else "true"
-  c.train.clip = "false" if stage >= 2 else "true"
-  c.model.normalize = "true" if stage >= 3 else "false"
-  c.model.attention_gelu = "true" if stage >= 4 else "false"
+  c.train.warmup = stage < 1
+  c.train.clip = stage < 2
+  c.model.normalize = stage >= 3
+  c.model.attention_gelu = stage >= 4
 
 
 def _validate_shapes(c) -> None:
@@ -240,8 +283,4 @@ def _validate_shapes(c) -> None:
   if any(ARCHITECTURES[a].mixer == "attention" for a in c.archs) \
       and c.model.d_model % c.model.num_heads:
     _fail("model.num_heads", c.model.num_heads, f"must divide model.d_model ({c.model.d_model})")
-  if c.task.name == "case_distinction":
-    if c.task.vocab_size <= ARGMIN_TOKEN:
-      _fail("task.vocab_size", c.task.vocab_size, f"must exceed {ARGMIN_TOKEN} for the case task")
-    if c.task.seq_len < 2:
-      _fail("task.seq_len", c.task.seq_len, "must be >= 2 (validation uses half the length)")
+  _task(c).check(c.task)  # the task's own rules, e.g. the case task's vocabulary

@@ -5,12 +5,15 @@ Training is a pure function of (rng, hyper-parameters):
 ``init(key, hp) -> state`` and ``chunk(state, hp) -> (state, metrics)``, the latter a
 ``lax.scan`` over ``eval_every`` steps followed by the evaluation. Both are written for one
 model and mapped over a flattened leading "models" axis, sharded over all devices: each device
-runs its share as a ``lax.map`` over vmaps of ``train.models_per_vmap`` models (``over_models``). Data are generated on device inside the step, a fresh batch every step.
+runs its share as a ``lax.map`` over vmaps of ``train.models_per_vmap`` models
+(``over_models``). Data are generated on device inside the step, a fresh batch every step; the
+task is the registered one (``normattn_jax.tasks``) that the config names. ``train_grid`` runs a
+whole grid; ``Grid`` holds its compiled programs.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, NamedTuple
+from typing import Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -19,25 +22,21 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from normattn_jax import tasks
 from normattn_jax.models.sequence import SequenceModel
-from normattn_jax.tasks import synthetic
-from normattn_jax.train.optim import make_optimizer
+from normattn_jax.train import config as config_lib
+from normattn_jax.train.optim import make_optimizer, with_learning_rate
+from normattn_jax.train.state import TrainState
 
 Array = jax.Array
-CASE_METRICS = tuple(f"case_acc_{c}" for c in synthetic.CASES)
-VAL_CASE_METRICS = tuple(f"val_case_acc_{c}" for c in synthetic.CASES)
+# A model's independent key streams (TrainState.step_key): training batches and dropout, and
+# evaluation batches.
+TRAIN_STREAM, EVAL_STREAM = 0, 1
 
 
-class TrainState(NamedTuple):
-  params: Any
-  opt_state: Any
-  step: Array       # int32
-  key: Array        # raw uint32 key data: data and dropout keys are fold_in(key, step)
-  diverged: Array   # bool: a non-finite loss was seen
-
-
-def _flag(value: str, default: bool) -> bool:
-  return default if value in ("", "auto") else value == "true"
+def _own(value: Optional[bool], default: bool) -> bool:
+  """A config switch: None leaves the arch's (or the task's) own choice."""
+  return default if value is None else bool(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,58 +46,47 @@ class Setup:
   config: ml_collections.ConfigDict
 
   @property
-  def task(self):
+  def task(self) -> tasks.Task:
+    """The registered task that ``config.task.name`` names."""
+    return tasks.get(self.config.task.name)
+
+  @property
+  def settings(self) -> ml_collections.ConfigDict:
+    """The config's ``task`` section, which the task's functions take."""
     return self.config.task
 
   @property
-  def is_case_task(self) -> bool:
-    return self.task.name == "case_distinction"
+  def val_len(self) -> int:
+    return self.task.validation_length(self.settings.seq_len)
 
   @property
-  def val_len(self) -> int:
-    """The NAP paper validates case tasks at N/2 and the mode task at 2N; majority stays at N."""
-    if self.task.name == "majority":
-      return self.task.seq_len
-    return self.task.seq_len // 2 if self.is_case_task else 2 * self.task.seq_len
+  def positional(self) -> bool:
+    """``model.positional``, or when it is None the task's own choice."""
+    return _own(self.config.model.positional, self.task.positional)
 
   @property
   def warmup_steps(self) -> int:
-    warm = _flag(self.config.train.warmup, self.arch == "bert")
+    warm = _own(self.config.train.warmup, self.arch == "bert")
     return self.config.train.num_steps // 10 if warm else 0
 
   @property
   def clip_norm(self):
-    return 1.0 if _flag(self.config.train.clip, self.arch == "bert") else None
+    return 1.0 if _own(self.config.train.clip, self.arch == "bert") else None
 
   def model(self) -> SequenceModel:
-    c = self.config
-    positional = c.model.positional and self.is_case_task  # counting tasks have none (paper)
+    c, task = self.config, self.task
     return SequenceModel(
-        vocab_size=self.task.vocab_size, max_len=max(self.task.seq_len, self.val_len),
-        d_model=c.model.d_model, num_layers=c.model.num_layers, num_heads=c.model.num_heads,
-        arch=self.arch, normalization=c.normalization or None,
-        normalize=None if c.model.normalize in ("", "auto") else c.model.normalize == "true",
-        attention_gelu=(None if c.model.attention_gelu in ("", "auto")
-                        else c.model.attention_gelu == "true"),
-        output=self.task.output, positional=positional, dropout_rate=c.train.dropout)
+        vocab_size=self.settings.vocab_size,
+        max_len=max(self.settings.seq_len, self.val_len), d_model=c.model.d_model,
+        num_layers=c.model.num_layers, num_heads=c.model.num_heads, arch=self.arch,
+        normalization=c.normalization or None, normalize=c.model.normalize,
+        attention_gelu=c.model.attention_gelu, output=self.settings.output,
+        num_classes=None if task.num_classes is None else task.num_classes(self.settings),
+        positional=self.positional, dropout_rate=c.train.dropout)
 
   def sample(self, key: Array, batch_size: int, seq_len: int):
     """(inputs, labels) for one batch of the task."""
-    if self.is_case_task:
-      batch = synthetic.case_distinction(key, batch_size, seq_len, self.task.vocab_size)
-      return batch.inputs, batch.labels
-    if self.task.name == "majority":
-      return synthetic.majority(key, batch_size, seq_len, self.task.vocab_size,
-                                self.task.min_margin)
-    return synthetic.mode_finding(key, batch_size, seq_len, self.task.vocab_size)
-
-
-TRAIN_STREAM, EVAL_STREAM = 0, 1
-
-
-def _stream(key_data: Array, stream: int) -> Array:
-  """Independent key streams of one model: training batches/dropout, and evaluation batches."""
-  return jax.random.fold_in(jax.random.wrap_key_data(key_data), stream)
+    return self.task.sample(key, batch_size, seq_len, self.settings)
 
 
 def l2_penalty(params) -> Array:
@@ -112,26 +100,25 @@ class Programs(NamedTuple):
   """The pure functions of ONE model; the caller vmaps and jits them."""
   init: Callable        # (key_data, hp) -> TrainState
   train_step: Callable  # (state, hp) -> (state, (loss, accuracy))
-  chunk: Callable       # (state, hp, case_sets) -> (state, metrics): eval_every steps + evaluation
+  chunk: Callable       # (state, hp, eval_sets) -> (state, metrics): eval_every steps + evaluation
 
 
 def make_programs(setup: Setup) -> Programs:
   """The training and evaluation functions of one model of ``setup``."""
   c = setup.config
   model = setup.model()
-  num_steps, batch_size = c.train.num_steps, c.train.batch_size
-  n = setup.task.seq_len
+  batch_size = c.train.batch_size
+  n = setup.settings.seq_len
   deterministic = c.train.dropout == 0
-
-  def optimizer(lr):
-    return make_optimizer(lr, num_steps, setup.warmup_steps, setup.clip_norm)
+  grouped = setup.task.grouped_eval
+  tx = make_optimizer(c.train.num_steps, setup.warmup_steps, setup.clip_norm)
 
   def init(key: Array, hp: dict) -> TrainState:
-    params = model.init(jax.random.wrap_key_data(key), jnp.zeros((1, n), jnp.int32))
-    opt_state = optimizer(hp["learning_rate"]).init(params)
-    return TrainState(params, opt_state, jnp.zeros((), jnp.int32),
-                      jax.random.key_data(jax.random.fold_in(jax.random.wrap_key_data(key), 1)),
-                      jnp.zeros((), bool))
+    key = jax.random.wrap_key_data(key)
+    params = model.init(key, jnp.zeros((1, n), jnp.int32))
+    state = TrainState.create(apply_fn=model.apply, params=params, tx=tx,
+                              key=jax.random.fold_in(key, 1))
+    return state.replace(opt_state=with_learning_rate(state.opt_state, hp["learning_rate"]))
 
   def loss_fn(params, inputs, labels, hp, dropout_key):
     logits = model.apply(params, inputs, deterministic=deterministic,
@@ -142,39 +129,33 @@ def make_programs(setup: Setup) -> Programs:
     return loss + hp["l2"] * l2_penalty(params), (loss, acc)
 
   def train_step(state: TrainState, hp: dict):
-    key = jax.random.fold_in(_stream(state.key, TRAIN_STREAM), state.step)
-    data_key, dropout_key = jax.random.split(key)
+    data_key, dropout_key = jax.random.split(state.step_key(TRAIN_STREAM))
     inputs, labels = setup.sample(data_key, batch_size, n)
     grads, (loss, acc) = jax.grad(loss_fn, has_aux=True)(state.params, inputs, labels, hp,
                                                           dropout_key)
-    updates, opt_state = optimizer(hp["learning_rate"]).update(grads, state.opt_state,
-                                                                state.params)
-    params = optax.apply_updates(state.params, updates)
-    diverged = state.diverged | ~jnp.isfinite(loss)
-    return TrainState(params, opt_state, state.step + 1, state.key, diverged), (loss, acc)
+    return state.apply_gradients(grads=grads, loss=loss), (loss, acc)
 
   def accuracy(params, inputs, labels):
     return jnp.mean(jnp.argmax(model.apply(params, inputs), -1) == labels)
 
-  def evaluate(state: TrainState, case_sets) -> dict:
-    eval_key = jax.random.fold_in(_stream(state.key, EVAL_STREAM), state.step)
-    keys = jax.random.split(eval_key, c.eval.val_batches)
+  def evaluate(state: TrainState, eval_sets) -> dict:
+    keys = jax.random.split(state.step_key(EVAL_STREAM), c.eval.val_batches)
     val = jax.lax.map(lambda k: accuracy(state.params, *setup.sample(k, batch_size,
                                                                      setup.val_len)), keys)
     metrics = {"val_acc": jnp.mean(val)}
-    if setup.is_case_task:
-      for names, case_set in zip((CASE_METRICS, VAL_CASE_METRICS), case_sets):
-        inputs, labels = case_set  # [3 cases, chunks, chunk_size, (length)]
-        flat = (inputs.reshape((-1,) + inputs.shape[2:]), labels.reshape((-1,) + labels.shape[2:]))
-        per_chunk = jax.lax.map(lambda batch: accuracy(state.params, *batch), flat)
-        metrics.update(zip(names, jnp.mean(per_chunk.reshape(labels.shape[:2]), axis=-1)))
+    for validation, eval_set in zip((False, True), eval_sets):
+      inputs, labels = eval_set  # [groups, chunks, chunk_size, (length)]
+      flat = (inputs.reshape((-1,) + inputs.shape[2:]), labels.reshape((-1,) + labels.shape[2:]))
+      per_chunk = jax.lax.map(lambda batch: accuracy(state.params, *batch), flat)
+      metrics.update(zip(grouped.metric_names(validation),
+                         jnp.mean(per_chunk.reshape(labels.shape[:2]), axis=-1)))
     return metrics
 
-  def chunk(state: TrainState, hp: dict, case_sets) -> tuple[TrainState, dict]:
+  def chunk(state: TrainState, hp: dict, eval_sets) -> tuple[TrainState, dict]:
     state, (loss, acc) = jax.lax.scan(lambda s, _: train_step(s, hp), state, None,
                                       length=c.train.eval_every)
     metrics = {"train_loss": jnp.mean(loss), "train_acc": jnp.mean(acc),
-               **evaluate(state, case_sets)}
+               **evaluate(state, eval_sets)}
     metrics["diverged"] = state.diverged
     # a diverged model has failed: its accuracies are 0, not whatever argmax(NaN) hits
     return state, {k: (v if k in ("diverged", "train_loss") else jnp.where(state.diverged, 0.0, v))
@@ -183,22 +164,24 @@ def make_programs(setup: Setup) -> Programs:
   return Programs(init, train_step, chunk)
 
 
-def case_sets_for(setup: Setup, seed: int, chunk_size: int = 250):
-  """The balanced case sets at N and at the validation length, shared by every model,
-  shaped ``[3 cases, chunks, chunk_size, length]`` for a memory-bounded ``lax.map``."""
-  if not setup.is_case_task:
+def eval_sets_for(setup: Setup, seed: int, chunk_size: int = 250):
+  """The task's grouped evaluation sets (``Task.grouped_eval``) at N and at the validation
+  length, shared by every model, each shaped ``[groups, chunks, chunk_size, ...]`` for a
+  memory-bounded ``lax.map``; empty for a task without them."""
+  grouped = setup.task.grouped_eval
+  if grouped is None:
     return ()
-  c = setup.config
-  per_case = c.eval.case_set_size
-  chunk_size = min(chunk_size, per_case)
-  while per_case % chunk_size:
+  per_group = setup.config.eval.case_set_size
+  chunk_size = min(chunk_size, per_group)
+  while per_group % chunk_size:
     chunk_size -= 1
   sets = []
-  for i, length in enumerate((setup.task.seq_len, setup.val_len)):
+  for i, length in enumerate((setup.settings.seq_len, setup.val_len)):
     key = jax.random.fold_in(jax.random.key(seed), 1000 + i)
-    batch = synthetic.balanced_case_set(key, per_case, length, setup.task.vocab_size)
-    shape = (3, per_case // chunk_size, chunk_size)
-    sets.append((batch.inputs.reshape(shape + (length,)), batch.labels.reshape(shape)))
+    inputs, labels = grouped.sample(key, per_group, length, setup.settings)
+    shape = (len(grouped.groups), per_group // chunk_size, chunk_size)
+    sets.append((inputs.reshape(shape + inputs.shape[1:]),
+                 labels.reshape(shape + labels.shape[1:])))
   return tuple(sets)
 
 
@@ -256,11 +239,11 @@ class Grid:
   @classmethod
   def build(cls, setup: Setup, num_models: int) -> "Grid":
     init_one, _, chunk_one = make_programs(setup)
-    case_sets = case_sets_for(setup, setup.config.seed)
+    eval_sets = eval_sets_for(setup, setup.config.seed)
     per_vmap = models_per_vmap(setup.config, num_models)
     sharding = models_sharding()
     init = jax.jit(over_models(init_one, per_vmap), out_shardings=sharding)
-    chunk = jax.jit(over_models(lambda s, hp: chunk_one(s, hp, case_sets), per_vmap),
+    chunk = jax.jit(over_models(lambda s, hp: chunk_one(s, hp, eval_sets), per_vmap),
                     out_shardings=(sharding, sharding), donate_argnums=0)
     return cls(setup, num_models, per_vmap, padded_count(num_models, per_vmap), init, chunk)
 
@@ -268,3 +251,96 @@ class Grid:
     """Pad the models axis of a host tree and place it on the devices."""
     return jax.device_put(jax.tree.map(lambda x: pad_models(x, self.padded), tree),
                           models_sharding())
+
+  def metric_shapes(self, state: TrainState, hp) -> dict:
+    """The shapes and dtypes of one chunk's metrics (``{name: [padded models]}``), traced
+    without running: a restore target for the metrics of a checkpoint."""
+    return jax.eval_shape(self.chunk, state, hp)[1]
+
+
+def model_keys(seed: int, seed_indices: np.ndarray) -> np.ndarray:
+  """Raw key data per model: seed s gets the same initialisation and data at every learning rate
+  (paired comparisons)."""
+  base = jax.random.key(seed)
+  return np.stack([np.asarray(jax.random.key_data(jax.random.fold_in(base, int(s))))
+                   for s in seed_indices])
+
+
+def to_host(x: jax.Array) -> np.ndarray:
+  """The whole models axis as numpy, also when it is sharded over several hosts."""
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+  return np.asarray(x)
+
+
+class GridRun(NamedTuple):
+  """What ``train_grid`` returns: every evaluation of every model, and the final states."""
+  metrics: dict   # name -> [evaluations, models]
+  state: TrainState  # host arrays, each with a leading [models] axis
+
+
+HYPERPARAMETERS = ("learning_rate", "l2")
+
+
+def _check_models(hyperparameters: dict, keys: np.ndarray) -> int:
+  """The number of models, once every per-model array agrees on it."""
+  missing = [name for name in HYPERPARAMETERS if name not in hyperparameters]
+  if missing:
+    raise ValueError(f"hyperparameters lack {missing}; the grid needs {HYPERPARAMETERS}")
+  keys = np.asarray(keys)
+  if keys.ndim != 2 or not len(keys):
+    raise ValueError(f"keys must be raw key data shaped [models, key size], got {keys.shape}")
+  for name, value in hyperparameters.items():
+    if np.shape(value) != (len(keys),):
+      raise ValueError(f"hyperparameters[{name!r}] has shape {np.shape(value)}; the grid has "
+                       f"{len(keys)} models (one key each)")
+  return len(keys)
+
+
+def train_grid(config: ml_collections.ConfigDict, arch: str, *,
+               hyperparameters: Optional[dict] = None, keys: Optional[np.ndarray] = None,
+               resume: Optional[Callable] = None,
+               on_chunk: Optional[Callable] = None) -> GridRun:
+  """Train the grid of one architecture at one static configuration: init, then
+  ``num_steps / eval_every`` chunks, each followed by an evaluation.
+
+  Args:
+    config: a sweep config at one static point (``config.point_config``); validated first.
+    arch: one of ``config.archs``' architectures.
+    hyperparameters: per-model ``{"learning_rate", "l2"}`` float32 arrays ``[models]``; by
+      default the config's models axis (learning rates x vmapped sweep x seeds).
+    keys: per-model raw key data ``[models, 2]``; by default ``model_keys`` of the config's
+      seeds. Give both or neither.
+    resume: ``(grid, state, hp) -> (chunks done, state, metrics so far)``, called once with the
+      freshly initialised sharded state: how a caller restores a checkpoint.
+    on_chunk: ``(chunks done, state, metrics so far) -> None``, called after every chunk (for
+      logging and checkpoints; raising stops the run).
+
+  Returns:
+    ``GridRun``: the metrics ``{name: [evaluations, models]}`` (train_loss, train_acc, val_acc,
+    the task's extra metrics, diverged) and the final states.
+  """
+  config_lib.validate(config)
+  if (hyperparameters is None) != (keys is None):
+    raise ValueError("give both hyperparameters and keys, or neither (the config's grid)")
+  if hyperparameters is None:
+    from normattn_jax.train.layout import ModelsAxis
+    axis = ModelsAxis.of(config)
+    hyperparameters, keys = axis.hyperparameters(), model_keys(config.seed, axis.seed_indices())
+  num_models = _check_models(hyperparameters, keys)
+  num_chunks = config.train.num_steps // config.train.eval_every
+  grid = Grid.build(Setup(arch, config), num_models)
+  hp = grid.shard({k: np.asarray(v, np.float32) for k, v in hyperparameters.items()})
+  state = grid.init(grid.shard(np.asarray(keys)), hp)
+  done, history = 0, {}
+  if resume is not None:
+    done, state, history = resume(grid, state, hp)
+  for index in range(done, num_chunks):
+    state, metrics = grid.chunk(state, hp)
+    for name, value in metrics.items():
+      curve = history.setdefault(name, np.zeros((num_chunks, num_models), value.dtype))
+      curve[index] = to_host(value)[:num_models]
+    if on_chunk is not None:
+      on_chunk(index + 1, state, history)
+  return GridRun(history, jax.tree.map(lambda x: to_host(x)[:num_models], state))

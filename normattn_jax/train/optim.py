@@ -1,8 +1,9 @@
 """optax chains for the grid engine: the learning rate is data, not a constant.
 
 ``make_optimizer`` builds ``[per-tensor clip] -> scale_by_adam -> schedule with peak 1 ->
-scale(-lr)``; ``lr`` lives in the optimiser state (``inject_hyperparams``), so one compiled
-program trains every learning rate of a grid.
+scale(-lr)`` once per program; ``lr`` lives in the optimiser state (``inject_hyperparams``), set
+per model by ``with_learning_rate``, so one compiled program trains every learning rate of a
+grid.
 """
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ import optax
 
 # The NAP paper's code uses Keras' Adam: beta_1 0.9, beta_2 0.999, epsilon 1e-7.
 ADAM_B1, ADAM_B2, ADAM_EPS = 0.9, 0.999, 1e-7
+# The injected hyper-parameter that holds the learning rate, negated (a descent step).
+STEP_SIZE = "step_size"
+_INJECTED = (optax.InjectHyperparamsState, optax.InjectStatefulHyperparamsState)
 
 
 def clip_by_tensor_norm(max_norm: float) -> optax.GradientTransformation:
@@ -32,17 +36,59 @@ def schedule_shape(num_steps: int, warmup_steps: int = 0) -> optax.Schedule:
   return albert_schedule(1.0, num_steps, warmup_steps)
 
 
-def make_optimizer(learning_rate, num_steps: int, warmup_steps: int = 0,
+def make_optimizer(num_steps: int, warmup_steps: int = 0,
                    clip_norm: float | None = None) -> optax.GradientTransformation:
-  """Adam with linear decay (and optional warm-up and per-tensor clipping); ``learning_rate``
-  may be a traced per-model scalar: it is stored in the state, not baked into the graph."""
+  """Keras' Adam with linear decay (and optional warm-up and per-tensor clipping), its learning
+  rate a value of the state rather than of the graph.
+
+  Args:
+    num_steps: the decay reaches 0 here.
+    warmup_steps: linear warm-up steps (0: none).
+    clip_norm: each gradient tensor's largest norm (None: no clipping).
+
+  Returns:
+    The optimiser; its ``init`` sets the learning rate 1, ``with_learning_rate`` another.
+  """
   parts = [] if clip_norm is None else [clip_by_tensor_norm(clip_norm)]
   parts += [
       optax.scale_by_adam(b1=ADAM_B1, b2=ADAM_B2, eps=ADAM_EPS),
       optax.scale_by_schedule(schedule_shape(num_steps, warmup_steps)),
-      optax.inject_hyperparams(optax.scale)(step_size=-jnp.asarray(learning_rate, jnp.float32)),
+      optax.inject_hyperparams(optax.scale)(**{STEP_SIZE: -1.0}),
   ]
   return optax.chain(*parts)
+
+
+def _map_injected(opt_state, fn):
+  """``opt_state`` with ``fn`` applied to each ``inject_hyperparams`` state in it."""
+  if isinstance(opt_state, _INJECTED):
+    return fn(opt_state)
+  if isinstance(opt_state, tuple) and not hasattr(opt_state, "_fields"):
+    return tuple(_map_injected(part, fn) for part in opt_state)
+  return opt_state
+
+
+def with_learning_rate(opt_state, learning_rate) -> optax.OptState:
+  """The state of ``make_optimizer`` with another learning rate.
+
+  Args:
+    opt_state: ``make_optimizer(...).init(params)`` (or a later state).
+    learning_rate: a float or a traced float32 scalar (one per model under ``vmap``).
+
+  Returns:
+    The same state, its learning rate replaced.
+  """
+  step_size = -jnp.asarray(learning_rate, jnp.float32)
+  return _map_injected(opt_state, lambda s: s._replace(
+      hyperparams={**s.hyperparams, STEP_SIZE: step_size}))
+
+
+def learning_rate_of(opt_state) -> jax.Array:
+  """The learning rate held by a state of ``make_optimizer``."""
+  found = []
+  _map_injected(opt_state, lambda s: found.append(-s.hyperparams[STEP_SIZE]) or s)
+  if len(found) != 1:
+    raise ValueError(f"expected one injected learning rate in the state, found {len(found)}")
+  return found[0]
 
 
 # ----- ALBERT's LAMB (google-research/albert: optimization.py, lamb_optimizer.py) -----

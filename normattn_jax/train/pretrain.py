@@ -4,19 +4,18 @@ every device of every host.
 ``run_pretraining(config, workdir)``: prepares the data (``normattn_jax.data``), trains
 ``AlbertForPretraining`` with ALBERT's LAMB (``train.optim.albert_lamb``), evaluates on the
 held-out split, and writes ``config.json``, ``history.jsonl`` (train and eval metrics),
-TensorBoard scalars, orbax checkpoints and ``summary.json``. The batch of step t is a pure
-function of (seed, t) and dropout keys are ``fold_in(seed, t)``, so a killed run restarted with
-the same command resumes from its newest checkpoint and ends with the same numbers; the workdir
-belongs to its config (``checkpoint.open_workdir``).
+TensorBoard scalars (``run_log.RunLog``), orbax checkpoints of the ``state.TrainState`` and
+``summary.json``. The batch of step t is a pure function of (seed, t) and dropout keys are the
+state's step keys, so a killed run restarted with the same command resumes from its newest
+checkpoint and ends with the same numbers; the workdir belongs to its config
+(``checkpoint.open_workdir``).
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Optional
 
-import flax.struct
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -31,9 +30,12 @@ from normattn_jax.models.albert import DTYPES, AlbertConfig, AlbertForPretrainin
 from normattn_jax.models.bert import ACTIVATIONS
 from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, write_json
 from normattn_jax.train.optim import albert_lamb, albert_schedule
+from normattn_jax.train.run_log import RunLog
+from normattn_jax.train.state import TrainState
 
 CORPORA = ("shakespeare", "files", "wikipedia")
 EVAL_SUMS = ("mlm_correct", "mlm_weight", "mlm_nll", "sop_correct", "sop_nll", "examples")
+TRAIN_STREAM = 0  # the stream of the dropout keys (TrainState.step_key)
 
 
 class Interrupted(Exception):
@@ -52,9 +54,9 @@ def base_pretrain_config() -> ml_collections.ConfigDict:
       attention="softmax", hybrid_init=0.5, sinkhorn_iters=3, dropout=0.0, dtype="float32",
       attention_implementation="auto"))
   c.data = ml_collections.ConfigDict(dict(
-      corpus="shakespeare", files=(), cache_dir="", wikipedia_config="20231101.en", vocab_size=30000,
-      max_seq_length=512, masked_lm_prob=0.15, max_predictions_per_seq=20, ngram=3,
-      short_seq_prob=0.1, dupe_factor=10, validation_fraction=0.05, seed=12345))
+      corpus="shakespeare", files=(), cache_dir="", wikipedia_config="20231101.en",
+      vocab_size=30000, max_seq_length=512, masked_lm_prob=0.15, max_predictions_per_seq=20,
+      ngram=3, short_seq_prob=0.1, dupe_factor=10, validation_fraction=0.05, seed=12345))
   c.train = ml_collections.ConfigDict(dict(
       batch_size=4096, num_steps=125000, learning_rate=0.00176, warmup_steps=3125,
       weight_decay=0.01, clip_norm=1.0, seed=0, log_every=100, eval_every=5000,
@@ -152,11 +154,23 @@ def build_model(c: ml_collections.ConfigDict, vocab_size: int) -> AlbertForPretr
                               attention_implementation=c.model.attention_implementation)
 
 
-@flax.struct.dataclass
-class TrainState:
-  step: jax.Array
-  params: dict
-  opt_state: optax.OptState
+def init_state(model: AlbertForPretraining, optimizer: optax.GradientTransformation,
+               key: jax.Array, batch: dict) -> TrainState:
+  """The state at step 0 (also, under ``jax.eval_shape``, the shapes a checkpoint restores to).
+
+  Args:
+    model: the model (``build_model``).
+    optimizer: ALBERT's LAMB (``albert_lamb``).
+    key: the run's key: ``fold_in(key, 0)`` initialises the parameters, ``fold_in(key, 1)``
+      becomes the state's key, which the dropout keys are folded from.
+    batch: a batch (any size) of the model's inputs.
+
+  Returns:
+    The ``TrainState`` with the parameters and the optimiser state.
+  """
+  params = model.init(jax.random.fold_in(key, 0), batch)["params"]
+  return TrainState.create(apply_fn=model.apply, params=params, tx=optimizer,
+                           key=jax.random.fold_in(key, 1))
 
 
 class Trainer:
@@ -176,23 +190,20 @@ class Trainer:
     self.eval_step = jax.jit(self._eval_step)
 
   def _init(self, key, batch):
-    params = self.model.init(key, batch)["params"]
-    return TrainState(jnp.zeros([], jnp.int32), params, self.optimizer.init(params))
+    return init_state(self.model, self.optimizer, key, batch)
 
-  def _train_step(self, state: TrainState, batch, dropout_key):
+  def _train_step(self, state: TrainState, batch):
     def loss_fn(params):
       outputs = self.model.apply({"params": params}, batch,
                                  deterministic=self.config.model.dropout == 0,
-                                 rngs={"dropout": dropout_key})
+                                 rngs={"dropout": state.step_key(TRAIN_STREAM)})
       loss, metrics = pretraining_loss(outputs, batch)
       return loss, (metrics, outputs.get("hybrid_weights"))
-    (_, (metrics, hybrid)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-    updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
+    (loss, (metrics, hybrid)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     metrics["grad_norm"] = optax.global_norm(grads)
     if hybrid is not None:
       metrics["hybrid_weights"] = jnp.mean(hybrid, axis=-1)  # per layer, mean over heads
-    return TrainState(state.step + 1, params, opt_state), metrics
+    return state.apply_gradients(grads=grads, loss=loss), metrics
 
   def _eval_step(self, params, batch):
     outputs = self.model.apply({"params": params}, batch)
@@ -263,14 +274,6 @@ def _to_python(tree):
   return jax.tree.map(lambda a: np.asarray(a).tolist(), tree)
 
 
-def _read_history(path: str, upto: int) -> list:
-  if not os.path.exists(path):
-    return []
-  with open(path) as f:
-    rows = [json.loads(line) for line in f if line.strip()]
-  return [row for row in rows if row["step"] <= upto]
-
-
 def run_pretraining(c: ml_collections.ConfigDict, workdir: str, *,
                     max_steps: Optional[int] = None, show_progress: bool = True,
                     tensorboard: bool = True, afresh: bool = False) -> dict:
@@ -288,8 +291,7 @@ def run_pretraining(c: ml_collections.ConfigDict, workdir: str, *,
   trainer = Trainer(c, vocab.size)
   t = c.train
 
-  key = jax.random.key(t.seed)
-  state = trainer.init(jax.random.fold_in(key, 0),
+  state = trainer.init(jax.random.key(t.seed),
                        trainer.global_batch(train_data, 0, t.batch_size, t.seed))
   checkpoints = GridCheckpoints(os.path.join(workdir, "checkpoints")) \
       if t.checkpoint_every else None
@@ -297,33 +299,8 @@ def run_pretraining(c: ml_collections.ConfigDict, workdir: str, *,
   if checkpoints is not None and checkpoints.latest() is not None:
     start, restored = checkpoints.restore_newest({"state": state})
     state = jax.device_put(restored["state"], trainer.replicated)
-  history_path = os.path.join(workdir, "history.jsonl")
-  history = _read_history(history_path, start)
-  if chief:
-    with open(history_path, "w") as f:
-      f.writelines(json.dumps(row) + "\n" for row in history)
-  writer = None
-  if tensorboard and chief:
-    from tensorboardX import SummaryWriter
-    writer = SummaryWriter(os.path.join(workdir, "tensorboard"))
-  bar = None
-  if show_progress and chief:
-    from tqdm import tqdm
-    bar = tqdm(total=t.num_steps, initial=start, unit="step", smoothing=0.1)
-
-  def record(row):
-    history.append(row)
-    if chief:
-      with open(history_path, "a") as f:
-        f.write(json.dumps(row) + "\n")
-    if writer is not None:
-      for name, value in row.items():
-        if isinstance(value, (int, float)) and name not in ("step",):
-          writer.add_scalar(f"{row['split']}/{name}", value, row["step"])
-        elif isinstance(value, list):  # hybrid weights, one scalar per layer
-          for layer, v in enumerate(value):
-            writer.add_scalar(f"{row['split']}/{name}/layer_{layer}", v, row["step"])
-
+  log = RunLog(workdir, total=t.num_steps, resume_from=start, unit="step",
+               tensorboard=tensorboard, progress=show_progress)
   lr_at = albert_schedule(t.learning_rate, t.num_steps, t.warmup_steps)
   tokens_per_step = t.batch_size * c.data.max_seq_length
   timed_steps, timed_seconds = 0, 0.0
@@ -333,33 +310,31 @@ def run_pretraining(c: ml_collections.ConfigDict, workdir: str, *,
         raise Interrupted(f"stopped after {max_steps} steps at step {step}")
       batch = trainer.global_batch(train_data, step, t.batch_size, t.seed)
       began = time.perf_counter()
-      state, metrics = trainer.train_step(state, batch, jax.random.fold_in(key, step + 1))
+      state, metrics = trainer.train_step(state, batch)
       done = step + 1
+      postfix = {}
       if done % t.log_every == 0 or done == t.num_steps:
         metrics = _to_python(metrics)
         if step > start:  # the first step of a call compiles
           timed_steps, timed_seconds = timed_steps + 1, timed_seconds + time.perf_counter() - began
-        record(dict(metrics, split="train", step=done, learning_rate=float(lr_at(step))))
-        if bar is not None:
-          bar.set_postfix(loss=f"{metrics['loss']:.3f}", mlm=f"{metrics['mlm_accuracy']:.3f}",
-                          sop=f"{metrics['sop_accuracy']:.3f}")
+        log.record(done, dict(metrics, learning_rate=float(lr_at(step))), split="train")
+        postfix = dict(loss=f"{metrics['loss']:.3f}", mlm=f"{metrics['mlm_accuracy']:.3f}",
+                       sop=f"{metrics['sop_accuracy']:.3f}")
       elif step > start:
         jax.block_until_ready(metrics["loss"])
         timed_steps, timed_seconds = timed_steps + 1, timed_seconds + time.perf_counter() - began
       if done % t.eval_every == 0 or done == t.num_steps:
-        record(dict(trainer.evaluate(state.params, val_data, done), split="validation"))
+        scores = trainer.evaluate(state.params, val_data, done)
+        log.record(done, {k: v for k, v in scores.items() if k != "step"}, split="validation")
       if checkpoints is not None and (done % t.checkpoint_every == 0 or done == t.num_steps):
         checkpoints.save(done, {"state": state})
-      if bar is not None:
-        bar.update(1)
+      log.advance(1, **postfix)
   finally:
-    if bar is not None:
-      bar.close()
-    if writer is not None:
-      writer.close()
+    log.close()
     if checkpoints is not None:
       checkpoints.close()
 
+  history = log.history
   final = [row for row in history if row["split"] == "validation"][-1]
   last_train = [row for row in history if row["split"] == "train"][-1]
   summary = {

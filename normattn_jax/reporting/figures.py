@@ -11,13 +11,14 @@ import matplotlib.patheffects as path_effects  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from normattn_jax.train.config import STATIC_SWEEPS, point_label, static_points  # noqa: E402
+from normattn_jax.train.config import static_points  # noqa: E402
+from normattn_jax.train.layout import ModelsAxis, grid_name  # noqa: E402
 
 
 def sweep_axis(config):
   """The x-axis of the pixel plots: the swept values, or one column."""
   if config.sweep.name:
-    return config.sweep.name, [float(v) for v in config.sweep["values"]]
+    return config.sweep.name, [float(v) for v in config.sweep.grid]
   return "", [None]
 
 
@@ -105,18 +106,19 @@ def learning_curves_figure(config, summary, metrics_path, path):
                       (("argmin", "tab:red"), ("first", "tab:green"), ("argmax", "tab:blue"))))
   fig, axes = plt.subplots(len(rows), len(archs), figsize=(2.6 * len(archs), 2.6 * len(rows)),
                            squeeze=False, sharey=True)
-  name = config.sweep.name
+  axis = ModelsAxis.of(config)
   first = static_points(config)[0]
   for a, arch in enumerate(archs):
-    prefix = arch if name not in STATIC_SWEEPS else f"{arch}[{point_label(first)}]"
+    prefix = grid_name(arch, first)
     mean = cell_grid(config, summary, arch, "val_acc", "mean")[:, 0]
     if not np.isfinite(mean).any():
       continue
     best = int(np.nanargmax(mean))
+    rows_of_cell = axis.rows(best, 0)
     for r, curves_of_row in enumerate(rows):
       ax = axes[r, a]
       for metric, colour in curves_of_row:
-        curves = data[f"{prefix}/{metric}"][:, best, 0, :]
+        curves = axis.flatten(data[f"{prefix}/{metric}"])[:, rows_of_cell]
         ax.plot(steps, curves.mean(-1), color=colour, label=metric)
         ax.fill_between(steps, curves.min(-1), curves.max(-1), color=colour, alpha=0.25)
       ax.set_xlabel("step")
@@ -130,7 +132,17 @@ def learning_curves_figure(config, summary, metrics_path, path):
 
 
 def draw_sweep(config, summary, metrics_path, workdir):
+  """Draw a sweep's figures into its workdir: accuracy.png, learning_curves.png and, for the
+  case task, case_accuracy.png.
+
+  Args:
+    config: the sweep config.
+    summary: its ``summary.json`` tree (``scoring.summarise``).
+    metrics_path: its ``metrics.npz``.
+    workdir: the folder the figures go to.
+  """
   accuracy_figure(config, summary, os.path.join(workdir, "accuracy.png"))
   if config.task.name == "case_distinction":
     case_figure(config, summary, os.path.join(workdir, "case_accuracy.png"))
-  learning_curves_figure(config, summary, metrics_path, os.path.join(workdir, "learning_curves.png"))
+  learning_curves_figure(config, summary, metrics_path,
+                         os.path.join(workdir, "learning_curves.png"))

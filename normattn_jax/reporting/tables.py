@@ -1,0 +1,50 @@
+"""Markdown tables of finished sweeps, from their ``summary.json``."""
+from __future__ import annotations
+
+from normattn_jax.train.config import PAPER_ARCHS
+
+REGULARIZERS = {"train.dropout": "with dropout", "train.l2": "with L2"}
+
+
+def regularization_table(summaries) -> str:
+  """The NAP paper's Tables 2-4 as markdown, from regularisation sweeps.
+
+  Per arch, the best mean train and validation accuracy unregularised (a swept value of 0) and
+  with each regulariser (its best nonzero value, named in brackets, where the paper gives the
+  value's rank).
+
+  Args:
+    summaries: ``summary.json`` trees of sweeps whose ``sweep.name`` is ``train.dropout`` or
+      ``train.l2``.
+
+  Returns:
+    The table, one markdown row per line, the paper's architectures first.
+
+  Raises:
+    ValueError: a summary holds a point of another sweep.
+  """
+  table: dict = {}  # (split, row) -> arch -> (best score, the value that gave it)
+  archs: set = set()
+  for summary in summaries:
+    for key, best in summary["best"].items():
+      arch, _, point = key.partition(" ")
+      name, _, value = point.partition("=")
+      if name not in REGULARIZERS:
+        raise ValueError(f"{key!r} is no point of a regularisation sweep {tuple(REGULARIZERS)}")
+      archs.add(arch)
+      row = "unregularised" if float(value) == 0 else REGULARIZERS[name]
+      for split in ("train", "val"):
+        score = best[f"{split}_acc"]
+        cell = table.setdefault((split, row), {})
+        if score is not None and (arch not in cell or score > cell[arch][0]):
+          cell[arch] = (score, "" if row == "unregularised" else f" ({float(value):g})")
+  order = list(PAPER_ARCHS)  # the paper's columns first
+  archs = sorted(archs, key=lambda a: (order.index(a) if a in order else len(order), a))
+  lines = ["| | " + " | ".join(archs) + " |", "|---" * (len(archs) + 1) + "|"]
+  for split, label in (("train", "train"), ("val", "validation")):
+    for row in ("unregularised", *REGULARIZERS.values()):
+      cells = table.get((split, row), {})
+      if cells:
+        lines.append(f"| {label}, {row} | " + " | ".join(
+            f"{100 * cells[a][0]:.1f}{cells[a][1]}" if a in cells else "-" for a in archs) + " |")
+  return "\n".join(lines)

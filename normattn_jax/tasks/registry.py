@@ -1,0 +1,177 @@
+"""The task registry: one ``Task`` object per name, carrying all that differs between tasks.
+
+The grid engine, the config validation and the figures look a task up here instead of testing
+for its name, so a task registered from user code (``register(Task(...))``) trains through
+``run_sweep`` and the sweep CLI (``--plugins=my_tasks``) like a built-in one.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Sequence
+from typing import Any, Callable, Optional
+
+import jax
+
+from normattn_jax.models.sequence import OUTPUTS
+
+Array = jax.Array
+# sample(key, batch_size, seq_len, settings) -> (inputs [batch, seq_len] int32, labels)
+Sampler = Callable[[Array, int, int, Any], tuple[Array, Array]]
+
+
+def fail(field: str, value, why: str):
+  """Raise the config error of a task setting: ``config.task.<field>=<value>: <why>``."""
+  raise ValueError(f"config.task.{field}={value!r}: {why}")
+
+
+def same_length(seq_len: int) -> int:
+  return seq_len
+
+
+def no_rules(settings) -> None:
+  del settings
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupedEval:
+  """Fixed evaluation sets scored per group, shared by every model of a grid (the case task's
+  balanced argmin / first / argmax sets): groups too rare in random batches to read off the
+  validation accuracy.
+
+  The set at the training length gives the metrics ``f"{prefix}_{group}"``, the set at the
+  validation length ``f"val_{prefix}_{group}"``.
+
+  Attributes:
+    prefix: the metrics' common name, e.g. "case_acc".
+    groups: one name per group, e.g. ("argmin", "first", "argmax").
+    sample: ``(key, per_group, seq_len, settings) -> (inputs, labels)`` with ``per_group``
+      examples of each group, the groups one after another.
+  """
+  prefix: str
+  groups: tuple[str, ...]
+  sample: Callable[[Array, int, int, Any], tuple[Array, Array]]
+
+  def metric_names(self, validation: bool = False) -> tuple[str, ...]:
+    """The metrics of the set at the training length (or at the validation length)."""
+    prefix = ("val_" if validation else "") + self.prefix
+    return tuple(f"{prefix}_{group}" for group in self.groups)
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricGroup:
+  """Metrics a figure shows together (one colour each), with a label for the row."""
+  label: str
+  metrics: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """Everything that makes one synthetic task differ from another.
+
+  Attributes:
+    name: the ``config.task.name`` that selects it.
+    sample: ``(key, batch_size, seq_len, settings) -> (inputs, labels)``, a pure function of the
+      key run inside the compiled step; ``settings`` is the config's ``task`` section.
+    outputs: the output heads (``config.task.output``) whose logits match its labels.
+    validation_length: training length -> the length of the validation batches.
+    positional: whether the model has positional embeddings when ``config.model.positional`` is
+      None (the paper's counting tasks have none).
+    check: ``settings -> None``, raising ``ValueError`` (``fail``) for settings the task cannot
+      run with; called by the config validation before anything compiles.
+    grouped_eval: extra evaluation sets scored per group, or None.
+    num_classes: ``settings -> classes`` of a class output, or None for one per token type.
+  """
+  name: str
+  sample: Sampler
+  outputs: tuple[str, ...]
+  validation_length: Callable[[int], int] = same_length
+  positional: bool = True
+  check: Callable[[Any], None] = no_rules
+  grouped_eval: Optional[GroupedEval] = None
+  num_classes: Optional[Callable[[Any], int]] = None
+
+  def metric_groups(self, seq_len: int) -> tuple[MetricGroup, ...]:
+    """The figures' hook: the extra metrics (those of ``grouped_eval``), one group per length,
+    e.g. the case accuracies at N and at N/2; empty for a task without any."""
+    if self.grouped_eval is None:
+      return ()
+    return tuple(MetricGroup(f"N={length}", self.grouped_eval.metric_names(validation))
+                 for validation, length in ((False, seq_len),
+                                            (True, self.validation_length(seq_len))))
+
+  def extra_metrics(self) -> tuple[str, ...]:
+    """Every metric a grid of this task reports beyond loss, accuracies and divergence."""
+    if self.grouped_eval is None:
+      return ()
+    return self.grouped_eval.metric_names(False) + self.grouped_eval.metric_names(True)
+
+
+_REGISTRY: dict = {}
+
+
+def register(task: Task, *, replace: bool = False) -> Task:
+  """Make ``task`` available by its name everywhere; returns it."""
+  if not isinstance(task, Task):
+    raise TypeError(f"register takes a Task, got {type(task).__name__}")
+  if not isinstance(task.name, str) or not task.name:
+    raise ValueError(f"a task needs a non-empty name, got {task.name!r}")
+  if not task.outputs or any(output not in OUTPUTS for output in task.outputs):
+    raise ValueError(f"task {task.name!r}: outputs must be a non-empty tuple from {OUTPUTS}, "
+                     f"got {task.outputs!r}")
+  old = _REGISTRY.get(task.name)
+  if old is not None and old is not task and not replace:
+    raise ValueError(f"task {task.name!r} is already registered; pass replace=True to "
+                     f"replace it")
+  _REGISTRY[task.name] = task
+  return task
+
+
+def unregister(name: str) -> None:
+  """Remove a registered task (built-ins too)."""
+  get(name)
+  del _REGISTRY[name]
+
+
+def get(name: str) -> Task:
+  """The task registered as ``name``."""
+  try:
+    return _REGISTRY[name]
+  except (KeyError, TypeError):
+    raise ValueError(f"task must be one of {names()}, got {name!r}") from None
+
+
+def names() -> tuple:
+  """The registered names, in registration order."""
+  return tuple(_REGISTRY)
+
+
+class _Names(Sequence):
+  """A live, tuple-like view of the registered names (``TASKS``)."""
+
+  def __getitem__(self, index):
+    return names()[index]
+
+  def __len__(self) -> int:
+    return len(_REGISTRY)
+
+  def __contains__(self, name) -> bool:
+    return isinstance(name, str) and name in _REGISTRY
+
+  def __eq__(self, other) -> bool:
+    return tuple(self) == (tuple(other) if isinstance(other, (tuple, list, _Names)) else other)
+
+  def __hash__(self):
+    return hash(names())
+
+  def __repr__(self) -> str:
+    return repr(names())
+
+
+TASKS = _Names()
+
+
+def load_plugins(modules: Sequence[str]) -> None:
+  """Import the named modules, which register their tasks (or normalisations) as they load."""
+  for module in modules:
+    importlib.import_module(module)

@@ -1,0 +1,92 @@
+"""The files of a sweep's workdir that hold its results: ``metrics.npz`` (every curve, unflattened
+to learning rate x swept value x seed), ``summary.json`` (written last: it marks a finished run)
+and the ``config.json`` they are read back with."""
+from __future__ import annotations
+
+import json
+import os
+
+import ml_collections
+import numpy as np
+
+from normattn_jax.train import config as config_lib
+from normattn_jax.train.checkpoint import with_current_names, write_json
+from normattn_jax.train.layout import ModelsAxis, grid_name
+
+METRICS = "metrics.npz"
+SUMMARY = "summary.json"
+# Fields that config.json stores as lists and a config holds as tuples.
+TUPLE_FIELDS = ("archs", "learning_rates", "sweep.grid")
+
+
+def eval_steps(config) -> np.ndarray:
+  """The training step of each evaluation: ``eval_every, 2 eval_every, ..., num_steps``."""
+  every = config.train.eval_every
+  return every * np.arange(1, config.train.num_steps // every + 1)
+
+
+def save_metrics(path: str, config, results) -> None:
+  """Write ``metrics.npz``: per grid (arch and static point) and metric, the curves shaped
+  ``[evals, learning rates, swept values, seeds]``, with ``learning_rates`` and ``eval_steps``.
+
+  Args:
+    path: the file to write.
+    config: the sweep config.
+    results: ``{(arch, static point items): {metric: [evals, models]}}``.
+  """
+  axis = ModelsAxis.of(config)
+  arrays = {"learning_rates": np.asarray(config.learning_rates, np.float64),
+            "eval_steps": eval_steps(config)}
+  for (arch, point), history in results.items():
+    for key, curve in history.items():
+      arrays[f"{grid_name(arch, dict(point))}/{key}"] = axis.unflatten(curve)
+  np.savez_compressed(path, **arrays)
+
+
+def read_config(workdir: str) -> ml_collections.ConfigDict:
+  """A sweep's ``config.json`` as a config, under today's field names (a run stored before
+  ``sweep.values`` became ``sweep.grid`` reads as one stored after).
+
+  Args:
+    workdir: a sweep's workdir.
+
+  Returns:
+    The config the run trained with.
+  """
+  with open(os.path.join(workdir, "config.json")) as f:
+    tree = with_current_names(json.load(f), "sweep")
+  for field in TUPLE_FIELDS:  # before the ConfigDict exists, which would keep them lists
+    section, _, key = field.rpartition(".")
+    node = tree[section] if section else tree
+    node[key] = tuple(node[key])
+  return ml_collections.ConfigDict(tree)
+
+
+def read_results(workdir: str, config) -> dict:
+  """The curves of ``metrics.npz`` as training returned them.
+
+  Args:
+    workdir: a finished sweep's workdir.
+    config: its config (``read_config``).
+
+  Returns:
+    ``{(arch, static point items): {metric: [evals, models]}}``, as ``save_metrics`` took it.
+  """
+  axis = ModelsAxis.of(config)
+  results = {}
+  with np.load(os.path.join(workdir, METRICS)) as data:
+    for point in config_lib.static_points(config):
+      for arch in config.archs:
+        prefix = grid_name(arch, point) + "/"
+        curves = {name[len(prefix):]: axis.flatten(data[name])
+                  for name in data.files if name.startswith(prefix)}
+        if not curves:
+          raise ValueError(f"{os.path.join(workdir, METRICS)} holds no curves of grid "
+                           f"{prefix[:-1]!r}, which its config.json trains")
+        results[(arch, tuple(point.items()))] = curves
+  return results
+
+
+def write_summary(workdir: str, summary: dict) -> None:
+  """Write ``summary.json``, whole or not at all; call it last, as it marks a finished run."""
+  write_json(os.path.join(workdir, SUMMARY), summary, indent=2, sort_keys=True)

@@ -1,0 +1,111 @@
+"""The models axis of a grid (learning rate x swept value x seed, seed innermost) and the reading
+of results folders written before ``sweep.values`` was renamed ``sweep.grid``."""
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from normattn_jax.train import artifacts
+from normattn_jax.train.checkpoint import WorkdirError, check_workdir
+from normattn_jax.train.config import base_config
+from normattn_jax.train.layout import ModelsAxis, grid_name
+from normattn_jax.train.scoring import summarise
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Committed results: a vmapped sweep (L2), a static one (d) and none.
+OLD_RUNS = ("table2_case_tokens_l2_reduced", "fig3_reduced", "table3_first_token_d64_n128_nap")
+
+
+def l2_sweep(learning_rates=(0.1, 0.01, 0.001), grid=(0.0, 0.5), num_seeds=2):
+  c = base_config()
+  c.learning_rates, c.num_seeds = learning_rates, num_seeds
+  c.sweep.name, c.sweep.grid = "train.l2", grid
+  return c
+
+
+def test_flat_order_rows_and_reshape_agree():
+  axis = ModelsAxis.of(l2_sweep())
+  assert axis.shape == (3, 2, 2) and axis.num_models == 12
+  hp, seeds = axis.hyperparameters(), axis.seed_indices()
+  np.testing.assert_array_equal(seeds, np.tile([0, 1], 6))  # seed innermost
+  np.testing.assert_allclose(hp["learning_rate"], np.repeat([0.1, 0.01, 0.001], 4), rtol=1e-6)
+  np.testing.assert_array_equal(hp["l2"], np.tile([0.0, 0.0, 0.5, 0.5], 3))
+  curves = np.arange(5 * 12, dtype=np.float32).reshape(5, 12)  # [evals, models]
+  cube = axis.unflatten(curves)
+  assert cube.shape == (5, 3, 2, 2)
+  np.testing.assert_array_equal(axis.flatten(cube), curves)
+  covered = []
+  for lr_index, value_index in axis.cells():
+    rows = axis.rows(lr_index, value_index)
+    covered += list(rows)
+    np.testing.assert_array_equal(curves[:, rows], cube[:, lr_index, value_index, :])
+    np.testing.assert_array_equal(seeds[rows], np.arange(2))
+    assert set(hp["learning_rate"][rows]) == {np.float32(axis.learning_rates[lr_index])}
+    assert set(hp["l2"][rows]) == {np.float32(axis.swept_values[value_index])}
+    assert axis.swept_params(value_index) == {"train.l2": axis.swept_values[value_index]}
+  assert covered == list(range(12))  # cells in flat order, each model once
+
+
+def test_without_a_vmapped_sweep_the_middle_axis_has_one_entry():
+  c = l2_sweep()
+  c.sweep.name, c.sweep.grid, c.train.l2 = "model.d_model", (8, 16), 0.25
+  axis = ModelsAxis.of(c)  # a static sweep: one grid per point, none in the models axis
+  assert axis.shape == (3, 1, 2) and axis.swept_params(0) == {}
+  np.testing.assert_array_equal(axis.hyperparameters()["l2"], np.full(6, 0.25, np.float32))
+  np.testing.assert_array_equal(axis.rows(2, 0), [4, 5])
+  assert grid_name("nap", {"model.d_model": 8}) == "nap[model.d_model=8]"
+  assert grid_name("nap", {}) == "nap"
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(swept_field="model.d_model", swept_values=(8.0,)), "swept_field='model.d_model'"),
+    (dict(swept_field="", swept_values=(0.1,)), r"swept_values=\(0.1,\)"),
+    (dict(swept_field="", swept_values=(None,), learning_rates=()), "0 learning rates"),
+])
+def test_a_bad_axis_is_refused(kwargs, match):
+  fields = dict(learning_rates=(0.1,), num_seeds=1) | kwargs
+  with pytest.raises(ValueError, match=match):
+    ModelsAxis(**fields)
+
+
+def test_rows_and_reshape_refuse_what_lies_outside_the_axis():
+  axis = ModelsAxis.of(l2_sweep())
+  with pytest.raises(IndexError, match=r"cell \(3, 0\)"):
+    axis.rows(3, 0)
+  with pytest.raises(ValueError, match=r"expected \[evals, 12\]"):
+    axis.unflatten(np.zeros((2, 10)))
+
+
+def old_run(name, tmp_path):
+  """A copy of a committed results folder whose config.json names the sweep ``sweep.values``."""
+  source = os.path.join(REPO, "results", name)
+  workdir = tmp_path / name
+  workdir.mkdir()
+  for file in ("config.json", "metrics.npz", "summary.json"):
+    shutil.copy(os.path.join(source, file), workdir / file)
+  stored = json.loads((workdir / "config.json").read_text())
+  if "grid" in stored["sweep"]:  # the folder was rewritten since: write it the old way
+    stored["sweep"]["values"] = stored["sweep"].pop("grid")
+  (workdir / "config.json").write_text(json.dumps(stored))
+  return workdir, stored
+
+
+@pytest.mark.parametrize("name", OLD_RUNS)
+def test_an_old_results_folder_is_read_and_scored_as_stored(name, tmp_path):
+  workdir, stored = old_run(name, tmp_path)
+  config = artifacts.read_config(str(workdir))
+  assert config.sweep.grid == tuple(stored["sweep"]["values"])
+  assert "values" not in config.sweep.to_dict()
+  summary = summarise(config, artifacts.read_results(str(workdir), config))
+  assert summary == json.loads((workdir / "summary.json").read_text())
+
+
+def test_an_old_workdir_is_the_same_config_under_the_new_name(tmp_path):
+  workdir, _ = old_run(OLD_RUNS[0], tmp_path)
+  config = artifacts.read_config(str(workdir))
+  check_workdir(str(workdir), config, "sweep")  # no difference: resumes
+  config.sweep.grid = config.sweep.grid[:-1]
+  with pytest.raises(WorkdirError, match=r"sweep\.grid was \[0\.0, 0\.0001, 0\.01\], now"):
+    check_workdir(str(workdir), config, "sweep")

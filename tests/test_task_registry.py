@@ -1,0 +1,196 @@
+"""A task is one registered object: the built-ins are looked up, and one defined here (copy the
+first token, with extra evaluation sets split by the first token's parity) trains through the
+public API, ``run_sweep`` and ``train_grid`` alike."""
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from normattn_jax import tasks
+from normattn_jax.train import train_grid, validate
+from normattn_jax.train.grid import Setup
+from normattn_jax.train.optim import learning_rate_of
+from normattn_jax.train.sweep import run_sweep
+from test_grid import tiny_config
+
+COPY_STEPS = 80
+
+
+def copy_first(key, batch_size, seq_len, settings):
+  """Uniform tokens; the label is the first one."""
+  inputs = jax.random.randint(key, (batch_size, seq_len), 0, settings.vocab_size, jnp.int32)
+  return inputs, inputs[:, 0]
+
+
+def first_token_parity_sets(key, per_group, seq_len, settings):
+  """``per_group`` sequences whose first token is even, then as many whose first is odd."""
+  inputs, _ = copy_first(key, 2 * per_group, seq_len, settings)
+  parity = jnp.repeat(jnp.arange(2), per_group)
+  first = inputs[:, 0] - inputs[:, 0] % 2 + parity
+  first = jnp.where(first < settings.vocab_size, first, parity)
+  inputs = inputs.at[:, 0].set(first)
+  return inputs, inputs[:, 0]
+
+
+def check_copy_settings(settings):
+  if settings.vocab_size < 2:
+    tasks.registry.fail("vocab_size", settings.vocab_size, "must be >= 2 (two parities)")
+
+
+COPY_FIRST = tasks.register(tasks.Task(
+    "copy_first", copy_first, outputs=("classes",), validation_length=lambda n: 2 * n,
+    positional=False, check=check_copy_settings,
+    grouped_eval=tasks.GroupedEval("first_acc", ("even", "odd"), first_token_parity_sets)))
+
+
+def copy_config(**overrides):
+  settings = {"archs": ("mte",), "task.name": "copy_first", "task.output": "classes",
+              "task.vocab_size": 8, "learning_rates": (0.1,), "num_seeds": 2,
+              "train.num_steps": COPY_STEPS, "train.eval_every": COPY_STEPS // 2,
+              "train.batch_size": 16, "train.checkpoint_every": 0}
+  return tiny_config(**dict(settings, **overrides))
+
+
+def test_the_builtins_are_registered():
+  assert tasks.names()[:3] == ("case_distinction", "mode_finding", "majority")
+  assert tasks.BUILTIN_TASKS == ("case_distinction", "mode_finding", "majority")
+  assert "copy_first" in tasks.TASKS
+  case, mode, majority = (tasks.get(n) for n in tasks.BUILTIN_TASKS)
+  assert [t.validation_length(128) for t in (case, mode, majority)] == [64, 256, 128]
+  assert [t.positional for t in (case, mode, majority)] == [True, False, False]
+  assert case.outputs == ("tokens", "first") and mode.outputs == ("classes",)
+  assert case.extra_metrics() == ("case_acc_argmin", "case_acc_first", "case_acc_argmax",
+                                  "val_case_acc_argmin", "val_case_acc_first",
+                                  "val_case_acc_argmax")
+  assert mode.extra_metrics() == () and mode.metric_groups(16) == ()
+
+
+def test_metric_groups_name_the_figures_rows():
+  rows = tasks.get("case_distinction").metric_groups(128)
+  assert [(row.label, row.metrics[0]) for row in rows] == [("N=128", "case_acc_argmin"),
+                                                          ("N=64", "val_case_acc_argmin")]
+  assert [row.label for row in COPY_FIRST.metric_groups(8)] == ["N=8", "N=16"]
+
+
+def test_unknown_names_fail_with_the_registered_ones():
+  with pytest.raises(ValueError, match="task must be one of .*'copy_first'.*got 'sorting'"):
+    tasks.get("sorting")
+  with pytest.raises(ValueError, match=r"config.task.name='sorting': choose from .*copy_first"):
+    validate(tiny_config(**{"task.name": "sorting"}))
+
+
+def test_registration_is_checked():
+  with pytest.raises(ValueError, match="already registered"):
+    tasks.register(tasks.Task("mode_finding", copy_first, outputs=("classes",)))
+  assert tasks.register(COPY_FIRST) is COPY_FIRST
+  with pytest.raises(ValueError, match="outputs"):
+    tasks.register(tasks.Task("no_head", copy_first, outputs=("logits",)))
+  with pytest.raises(TypeError):
+    tasks.register(copy_first)
+  assert "no_head" not in tasks.TASKS
+  temporary = tasks.register(tasks.Task("temporary", copy_first, outputs=("classes",)))
+  assert tasks.register(tasks.Task("temporary", copy_first, outputs=("classes",)),
+                        replace=True) is not temporary
+  tasks.unregister("temporary")
+  assert "temporary" not in tasks.TASKS
+
+
+def test_config_validation_asks_the_task():
+  with pytest.raises(ValueError, match=r"config.task.output='tokens': the copy_first task needs "
+                                       r"one of \('classes',\)"):
+    validate(copy_config(**{"task.output": "tokens"}))
+  with pytest.raises(ValueError, match="config.task.vocab_size=1: must be >= 2"):
+    validate(copy_config(**{"task.vocab_size": 1}))
+  with pytest.raises(ValueError, match="config.task.vocab_size=60: must exceed 64"):
+    validate(tiny_config(**{"task.vocab_size": 60}))
+  c = copy_config()  # a swept value passes the task's rules too
+  c.sweep.name, c.sweep.grid = "task.vocab_size", (8, 1)
+  with pytest.raises(ValueError, match=r"sweep.grid\[1\]=1 .*config.task.vocab_size=1"):
+    validate(c)
+
+
+@pytest.mark.parametrize("task,output,positional,expected", [
+    ("case_distinction", "tokens", None, True),
+    ("case_distinction", "tokens", False, False),
+    ("mode_finding", "classes", None, False),
+    ("mode_finding", "classes", True, True),  # an explicit choice is kept
+    ("copy_first", "classes", None, False),
+])
+def test_the_task_decides_positional_embeddings_unless_the_config_does(task, output, positional,
+                                                                       expected):
+  c = tiny_config(**{"task.name": task, "task.output": output, "task.vocab_size": 70,
+                     "model.positional": positional})
+  setup = Setup("mte", c)
+  params = jax.eval_shape(setup.model().init, jax.random.key(0),
+                          jnp.zeros((1, 8), jnp.int32))["params"]
+  assert setup.positional is expected
+  assert ("position_embedding" in params) is expected
+
+
+def test_a_task_may_set_its_number_of_classes():
+  parity = tasks.register(tasks.Task(
+      "count_parity", lambda key, b, n, s: (jnp.zeros((b, n), jnp.int32), jnp.zeros(b, jnp.int32)),
+      outputs=("classes",), num_classes=lambda settings: 2))
+  try:
+    c = tiny_config(**{"task.name": parity.name, "task.output": "classes", "task.vocab_size": 9})
+    params = jax.eval_shape(Setup("nap", c).model().init, jax.random.key(0),
+                            jnp.zeros((1, 8), jnp.int32))
+    assert params["params"]["head"]["kernel"].shape == (8, 2)
+  finally:
+    tasks.unregister(parity.name)
+
+
+def test_first_token_parity_sets_are_balanced_and_labelled():
+  settings = copy_config().task
+  inputs, labels = first_token_parity_sets(jax.random.key(1), 50, 8, settings)
+  inputs, labels = np.asarray(inputs), np.asarray(labels)
+  np.testing.assert_array_equal(labels % 2, np.repeat([0, 1], 50))
+  np.testing.assert_array_equal(labels, inputs[:, 0])
+  assert inputs.min() >= 0 and inputs.max() < 8
+
+
+@pytest.fixture(scope="module")
+def copy_sweep(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp("copy_first")
+  summary = run_sweep(copy_config(), str(workdir), show_progress=False, tensorboard=False)
+  return workdir, summary
+
+
+def test_a_registered_task_trains_through_run_sweep(copy_sweep):
+  workdir, summary = copy_sweep
+  cell, = summary["cells"]
+  assert cell["arch"] == "mte" and cell["diverged"] == 0
+  assert set(cell["metrics"]) >= {"train_acc", "val_acc", "first_acc_even", "first_acc_odd",
+                                  "val_first_acc_even", "val_first_acc_odd"}
+  assert cell["metrics"]["val_acc"]["mean"] > 0.6  # chance is 1/8
+  assert cell["metrics"]["val_first_acc_odd"]["mean"] > 0.6
+  assert os.path.exists(workdir / "metrics.npz")
+
+
+def test_train_grid_gives_the_sweeps_numbers(copy_sweep):
+  """The public one-grid function and the sweep train the same models to the same numbers."""
+  workdir, _ = copy_sweep
+  c = copy_config()
+  run = train_grid(c, "mte")
+  saved = np.load(workdir / "metrics.npz")
+  for name, curve in run.metrics.items():
+    assert curve.shape == (COPY_STEPS // c.train.eval_every, 2)  # evaluations x models
+    np.testing.assert_array_equal(curve, saved[f"mte/{name}"].reshape(curve.shape), err_msg=name)
+  assert np.asarray(run.state.step).tolist() == [COPY_STEPS, COPY_STEPS]
+  np.testing.assert_allclose(jax.vmap(learning_rate_of)(run.state.opt_state), [0.1, 0.1])
+
+
+def test_train_grid_checks_its_models_axis():
+  c = copy_config()
+  keys = np.zeros((2, 2), np.uint32)
+  with pytest.raises(ValueError, match="both"):
+    train_grid(c, "mte", keys=keys)
+  with pytest.raises(ValueError, match=r"lack \['l2'\]"):
+    train_grid(c, "mte", hyperparameters={"learning_rate": np.ones(2)}, keys=keys)
+  with pytest.raises(ValueError, match=r"hyperparameters\['l2'\] has shape \(3,\)"):
+    train_grid(c, "mte", hyperparameters={"learning_rate": np.ones(2), "l2": np.zeros(3)},
+               keys=keys)
+  with pytest.raises(ValueError, match="config.train.eval_every"):
+    train_grid(copy_config(**{"train.eval_every": 7}), "mte")
