@@ -26,11 +26,11 @@ from typing import Any, Callable, Optional
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from normattn_jax.attention import registry
 from normattn_jax.attention.module import MultiHeadAttention, check_attention_fields
 from normattn_jax.norms import LayerNorm
+from normattn_jax.validation import check_int
 
 Array = jax.Array
 
@@ -118,11 +118,9 @@ def check_layer_fields(module, d_model: Optional[int] = None) -> Architecture:
 
 def check_block_fields(*, num_heads: int, ffn_features: Optional[int], dropout_rate: float,
                        layer_norm_epsilon: float) -> None:
-  if isinstance(num_heads, bool) or not isinstance(num_heads, (int, np.integer)) \
-      or num_heads < 1:
-    raise ValueError(f"num_heads must be a positive integer, got {num_heads!r}")
-  if ffn_features is not None and ffn_features < 1:
-    raise ValueError(f"ffn_features must be a positive integer, got {ffn_features!r}")
+  check_int("num_heads", num_heads)
+  if ffn_features is not None:
+    check_int("ffn_features", ffn_features)
   if not 0.0 <= dropout_rate < 1.0:
     raise ValueError(f"dropout_rate must lie in [0, 1), got {dropout_rate!r}")
   if not layer_norm_epsilon > 0:

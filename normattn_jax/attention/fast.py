@@ -29,6 +29,7 @@ import jax.numpy as jnp
 
 from normattn_jax.attention.weights import (NAP_EPSILON, check_nap_eps, masked_logsumexp,
                                             masked_softmax, power_of_two, power_of_two_exponent)
+from normattn_jax.validation import check_int
 
 Array = jax.Array
 DEFAULT_BLOCK = 256
@@ -195,8 +196,7 @@ def softmax_attention(q, k, v, *, query_mask=None, key_mask=None, causal=False,
 def sinkhorn_attention(q, k, v, num_iters: int, *, query_mask=None, key_mask=None,
                        causal=False, block_size: int = DEFAULT_BLOCK) -> Array:
   """``num_iters`` Sinkhorn iterations as key biases: 2 num_iters - 1 blockwise passes."""
-  if isinstance(num_iters, bool) or not isinstance(num_iters, int) or num_iters < 1:
-    raise ValueError(f"num_iters must be an integer >= 1, got {num_iters!r}")
+  check_int("num_iters", num_iters)
   q, k, v, out_dtype = _prepare(q, k, v, query_mask, key_mask, causal)
   blocks = _Blocks(q, query_mask, key_mask, causal, block_size)
   a = _column_offsets(blocks, k, None)

@@ -18,6 +18,7 @@ from normattn_jax.attention import fast as fast_lib
 from normattn_jax.attention import registry
 from normattn_jax.attention.registry import straight_through_clip  # noqa: F401 (public here)
 from normattn_jax.norms import LayerNorm
+from normattn_jax.validation import check_int
 
 Array = jax.Array
 default_kernel_init = nn.linear.default_kernel_init
@@ -79,9 +80,7 @@ def check_attention_fields(*, normalization: str, hybrid_init: float, sinkhorn_i
   registry.get(normalization)  # a clear error naming the registered normalisations
   if not 0.0 <= hybrid_init <= 1.0:
     raise ValueError(f"hybrid_init (HNAS's u) must lie in [0, 1], got {hybrid_init!r}")
-  if isinstance(sinkhorn_iters, bool) or not isinstance(sinkhorn_iters, (int, np.integer)) \
-      or sinkhorn_iters < 1:
-    raise ValueError(f"sinkhorn_iters must be an integer >= 1, got {sinkhorn_iters!r}")
+  check_int("sinkhorn_iters", sinkhorn_iters)
   if not 0.0 <= dropout_rate < 1.0:
     raise ValueError(f"dropout_rate must lie in [0, 1), got {dropout_rate!r}")
 
@@ -131,17 +130,14 @@ class MultiHeadAttention(nn.Module):
   block_size: int = fast_lib.DEFAULT_BLOCK
 
   def __post_init__(self):
-    if not isinstance(self.num_heads, (int, np.integer)) or self.num_heads < 1:
-      raise ValueError(f"num_heads must be a positive integer, got {self.num_heads!r}")
+    check_int("num_heads", self.num_heads)
     if self.qkv_features is not None and self.qkv_features % self.num_heads:
       raise ValueError(f"num_heads ({self.num_heads}) must divide qkv_features "
                        f"({self.qkv_features})")
     check_attention_fields(normalization=self.normalization, hybrid_init=self.hybrid_init,
                            sinkhorn_iters=self.sinkhorn_iters, dropout_rate=self.dropout_rate,
                            implementation=self.implementation)
-    if isinstance(self.block_size, bool) or not isinstance(self.block_size, (int, np.integer)) \
-        or self.block_size < 1:
-      raise ValueError(f"block_size must be a positive integer, got {self.block_size!r}")
+    check_int("block_size", self.block_size)
     super().__post_init__()
 
   @nn.compact

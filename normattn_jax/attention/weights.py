@@ -13,6 +13,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
+from normattn_jax.validation import check_int
 
 Array = jax.Array
 
@@ -172,8 +173,7 @@ def sinkhorn_weights(logits: Array, num_iters: int, mask: Optional[Array] = None
 
   One iteration is DNAS; as iterations grow the weights become doubly stochastic (Eq. 9-10).
   """
-  if isinstance(num_iters, bool) or not isinstance(num_iters, (int, np.integer)) or num_iters < 1:
-    raise ValueError(f"num_iters must be an integer >= 1, got {num_iters!r}")
+  check_int("num_iters", num_iters)
   logits = _check_logits(logits)
   mask = _check_mask(logits, mask)
   x = logits.astype(_compute_dtype(logits.dtype))

@@ -27,11 +27,11 @@ from typing import Any, Optional
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from normattn_jax.attention import registry
 from normattn_jax.models.bert import ACTIVATIONS, BertConfig, BertEmbeddings, BertLayer
 from normattn_jax.norms import LayerNorm
+from normattn_jax.validation import check_int
 
 Array = jax.Array
 INIT = nn.initializers.truncated_normal(0.02)  # TF1's truncated_normal_initializer(0.02)
@@ -53,9 +53,7 @@ class AlbertConfig(BertConfig):
   def __post_init__(self):
     super().__post_init__()
     for name in ("embedding_size", "num_hidden_groups", "inner_group_num", "sinkhorn_iters"):
-      value = getattr(self, name)
-      if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+      check_int(name, getattr(self, name))
     if self.num_hidden_groups > self.num_hidden_layers:
       raise ValueError(f"num_hidden_groups ({self.num_hidden_groups}) must not exceed "
                        f"num_hidden_layers ({self.num_hidden_layers})")

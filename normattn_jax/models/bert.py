@@ -37,6 +37,7 @@ import numpy as np
 from normattn_jax._extras import require
 from normattn_jax.attention.module import MultiHeadAttention
 from normattn_jax.norms import LayerNorm
+from normattn_jax.validation import check_int
 
 Array = jax.Array
 PathLike = Union[str, os.PathLike]
@@ -67,9 +68,7 @@ class BertConfig:
   def __post_init__(self):
     for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                  "intermediate_size", "max_position_embeddings", "type_vocab_size"):
-      value = getattr(self, name)
-      if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+      check_int(name, getattr(self, name))
     if self.hidden_size % self.num_attention_heads:
       raise ValueError(f"num_attention_heads ({self.num_attention_heads}) must divide "
                        f"hidden_size ({self.hidden_size})")
@@ -164,6 +163,8 @@ class BertModel(nn.Module):
   ``transformers`` does, and padded queries, so that no normalisation lets padding change the
   real positions; the real positions match ``transformers``, the padding positions get
   meaningless hidden states (other than ``transformers``' ones) and all-zero attention rows.
+  ``normalization`` (and ``hybrid_init``, ``sinkhorn_iters``) choose every layer's attention
+  weights (pretrained BERTs: softmax; another one switches a loaded model's normalisation).
   ``hidden_states`` (with ``output_hidden_states=True``) is a tuple of the embedding output and
   every layer's output. ``sow_weights=True`` stores each layer's attention weights in the
   'intermediates' collection. ``add_pooler`` adds BERT's tanh pooler on the first token.
@@ -173,6 +174,9 @@ class BertModel(nn.Module):
   dropout_rate: float = 0.0
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
+  normalization: str = "softmax"
+  hybrid_init: float = 0.5
+  sinkhorn_iters: int = 3
 
   @nn.compact
   def __call__(self, input_ids: Array, attention_mask: Optional[Array] = None,
@@ -193,7 +197,9 @@ class BertModel(nn.Module):
         input_ids, token_type_ids, position_ids, deterministic)
     hidden = [x]
     for layer in range(c.num_hidden_layers):
-      x = BertLayer(c, self.dropout_rate, self.dtype, self.param_dtype, name=f"layer_{layer}")(
+      x = BertLayer(c, self.dropout_rate, self.dtype, self.param_dtype,
+                    normalization=self.normalization, hybrid_init=self.hybrid_init,
+                    sinkhorn_iters=self.sinkhorn_iters, name=f"layer_{layer}")(
           x, padding_mask, deterministic, sow_weights)
       hidden.append(x)
     out = {"last_hidden_state": x}

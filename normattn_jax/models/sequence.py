@@ -11,19 +11,14 @@ from typing import Any, Optional
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from normattn_jax.blocks import TransformerBlock, check_layer_fields
+from normattn_jax.validation import check_int
 
 Array = jax.Array
 
 OUTPUTS = ("tokens", "first", "classes", "token_classes")
 MASKED_LOGIT = -1e9  # logit of a padding position: far below any real one, finite in bf16
-
-
-def _check_positive_int(name: str, value) -> None:
-  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-    raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 class SequenceModel(nn.Module):
@@ -60,15 +55,13 @@ class SequenceModel(nn.Module):
 
   def __post_init__(self):
     for name in ("vocab_size", "max_len", "d_model"):
-      _check_positive_int(name, getattr(self, name))
-    if isinstance(self.num_layers, bool) or not isinstance(self.num_layers, (int, np.integer)) \
-        or self.num_layers < 0:
-      raise ValueError(f"num_layers must be an integer >= 0, got {self.num_layers!r}")
+      check_int(name, getattr(self, name))
+    check_int("num_layers", self.num_layers, low=0)
     check_layer_fields(self, self.d_model)
     if self.output not in OUTPUTS:
       raise ValueError(f"output must be one of {OUTPUTS}, got {self.output!r}")
     if self.num_classes is not None:
-      _check_positive_int("num_classes", self.num_classes)
+      check_int("num_classes", self.num_classes)
     if not self.init_std > 0:
       raise ValueError(f"init_std must be > 0, got {self.init_std!r}")
     super().__post_init__()

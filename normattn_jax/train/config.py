@@ -14,6 +14,7 @@ from normattn_jax import tasks
 from normattn_jax.attention.registry import NORMALIZATIONS
 from normattn_jax.blocks import ARCHITECTURES
 from normattn_jax.models.sequence import OUTPUTS
+from normattn_jax.validation import int_problem
 
 TASKS = tasks.TASKS  # the registered tasks, a live view (normattn_jax.tasks.registry)
 # Switches that are True, False, or None for the arch's (model.positional: the task's) own choice.
@@ -86,16 +87,14 @@ def _fail(field, value, why):
   raise ValueError(f"config.{field}={value!r}: {why}")
 
 
-def _positive_int(config, field):
-  value = _get(config, field)
-  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-    _fail(field, value, "must be a positive integer")
+def _positive_int(config, field, low=1):
+  problem = int_problem(_get(config, field), low)
+  if problem:
+    _fail(field, _get(config, field), problem)
 
 
 def _non_negative_int(config, field):
-  value = _get(config, field)
-  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-    _fail(field, value, "must be an integer >= 0")
+  _positive_int(config, field, low=0)
 
 
 def point_label(values: dict) -> str:

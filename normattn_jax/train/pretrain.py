@@ -32,6 +32,7 @@ from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, write_j
 from normattn_jax.train.optim import albert_lamb, albert_schedule
 from normattn_jax.train.run_log import RunLog
 from normattn_jax.train.state import TrainState
+from normattn_jax.validation import int_problem
 
 CORPORA = ("shakespeare", "files", "wikipedia")
 EVAL_SUMS = ("mlm_correct", "mlm_weight", "mlm_nll", "sop_correct", "sop_nll", "examples")
@@ -71,10 +72,9 @@ def _fail(field, value, why):
 def validate_pretrain_config(c: ml_collections.ConfigDict) -> None:
   """Check every field before anything is built; errors name the field and the value."""
   def positive_int(field, value, allow_zero=False):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
-        or value < (0 if allow_zero else 1):
-      _fail(field, value, "must be a " + ("non-negative" if allow_zero else "positive")
-            + " integer")
+    problem = int_problem(value, 0 if allow_zero else 1)
+    if problem:
+      _fail(field, value, problem)
   for name in ("embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                "intermediate_size", "num_hidden_groups", "inner_group_num",
                "max_position_embeddings", "type_vocab_size", "sinkhorn_iters"):
