@@ -7,6 +7,14 @@ mixing_tokens.png (Fig. 1: token-by-token contributions of one sequence, ATTN al
 RES and LN).
 
   python experiments/analyze_mixing.py --workdir results/mixing
+  python experiments/analyze_mixing.py --workdir results/mixing --protocol authors
+
+--protocol picks the masking and Fig. 3's averaging (``mixing.PROTOCOLS``): "paper" (the paper's
+words: round(15%) of each sequence's ordinary tokens chosen, each [MASK] with probability 0.8;
+every token counts once) or "authors" (the authors' scripts: max(1, floor(12%)) tokens, all
+[MASK]; Fig. 3 averaged per sentence first). Another protocol than "paper" writes its files
+with the protocol's name appended (mixing_authors.json, mixing_layers_authors.png); Fig. 1 is
+unmasked, the same under both.
 
 --model is a HuggingFace BERT folder (config.json, model.safetensors, tokenizer.json; default:
 the bundled all-MiniLM-L6-v2), --text_file has one sequence per line (a tab splits a line into a
@@ -15,7 +23,6 @@ sentence pair; default: data/sample_text.txt).
 import argparse
 import json
 import os
-import sys
 import time
 
 import matplotlib
@@ -24,10 +31,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 from normattn_jax.analysis import mixing as mx  # noqa: E402
 from normattn_jax.models import bert  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 COLUMNS = ("overall",) + mx.TOKEN_TYPES
 
@@ -107,10 +114,14 @@ def main():
                       help="HuggingFace BERT folder (default: the bundled all-MiniLM-L6-v2)")
   parser.add_argument("--text_file", default=os.path.join(ROOT, "data", "sample_text.txt"))
   parser.add_argument("--workdir", required=True)
-  parser.add_argument("--mask_rate", type=float, default=0.15,
-                      help="share of ordinary tokens chosen for masking (0: none)")
-  parser.add_argument("--mask_prob", type=float, default=0.8,
-                      help="probability that a chosen token becomes [MASK]")
+  parser.add_argument("--protocol", choices=tuple(mx.PROTOCOLS), default="paper",
+                      help="masking and Fig. 3 averaging: the paper's words or the authors' code")
+  parser.add_argument("--mask_rate", type=float, default=None,
+                      help="share of ordinary tokens chosen for masking (0: none; default: the "
+                           "protocol's)")
+  parser.add_argument("--mask_prob", type=float, default=None,
+                      help="probability that a chosen token becomes [MASK] (default: the "
+                           "protocol's)")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--max_length", type=int, default=128)
   parser.add_argument("--batch_size", type=int, default=16)
@@ -126,16 +137,18 @@ def main():
   start = time.perf_counter()
   model, params = bert.from_pretrained(model_dir)
   tokenizer = bert.load_tokenizer(model_dir)
-  result = mx.analyze_bert(model, params, tokenizer, texts, mask_rate=args.mask_rate,
-                           mask_prob=args.mask_prob, seed=args.seed, batch_size=args.batch_size,
-                           max_length=args.max_length)
+  result = mx.analyze_bert(model, params, tokenizer, texts, protocol=args.protocol,
+                           mask_rate=args.mask_rate, mask_prob=args.mask_prob, seed=args.seed,
+                           batch_size=args.batch_size, max_length=args.max_length)
   summary = result["summary"]
   out = {
       "model": os.path.relpath(model_dir, ROOT) if args.model else "bundled all-MiniLM-L6-v2",
       "text_file": os.path.relpath(os.path.abspath(args.text_file), ROOT),
       "num_layers": model.config.num_hidden_layers, "hidden_size": model.config.hidden_size,
       "num_heads": model.config.num_attention_heads,
-      "mask_rate": args.mask_rate, "mask_prob": args.mask_prob, "seed": args.seed,
+      "protocol": args.protocol, "mask_rate": result["mask_rate"],
+      "mask_prob": result["mask_prob"], "count_rounding": result["count_rounding"],
+      "per_sequence_means": summary["per_sequence_means"], "seed": args.seed,
       "num_sequences": result["num_sequences"], "num_tokens": result["num_tokens"],
       "num_masked": result["num_masked"],
       "per_layer": summary["per_layer"], "overall": summary["overall"],
@@ -146,11 +159,15 @@ def main():
       "frequency_source": "wordfreq (en) word frequencies; [CLS]/[SEP] at their share of the "
                           "analysed tokens; word pieces and tokens unknown to wordfreq left out",
   }
-  layers_figure(summary, os.path.join(args.workdir, "mixing_layers.png"))
+  suffix = "" if args.protocol == "paper" else f"_{args.protocol}"
+  # Fig. 1 shows one unmasked sequence, the same under every protocol: one file.
+  names = {"mixing": f"mixing{suffix}.json", "mixing_layers": f"mixing_layers{suffix}.png",
+           "mixing_tokens": "mixing_tokens.png"}
+  layers_figure(summary, os.path.join(args.workdir, names["mixing_layers"]))
   tokens_figure(model, params, tokenizer, texts[args.figure_line],
-                os.path.join(args.workdir, "mixing_tokens.png"))
+                os.path.join(args.workdir, names["mixing_tokens"]))
   out["seconds"] = round(time.perf_counter() - start, 1)
-  with open(os.path.join(args.workdir, "mixing.json"), "w") as f:
+  with open(os.path.join(args.workdir, names["mixing"]), "w") as f:
     json.dump(out, f, indent=1)
   print(f"{out['num_sequences']} sequences, {out['num_tokens']} tokens "
         f"({out['num_masked']} masked), {out['seconds']} s")
@@ -165,7 +182,7 @@ def main():
   e = result["expansion_rate"]
   print(f"expansion rate: mean {e['mean']:.2f}, min {e['min']:.2f}, max {e['max']:.2f}; "
         f"per layer {', '.join(f'{r:.2f}' for r in e['per_layer'])}")
-  print(f"wrote {args.workdir}/mixing.json, mixing_layers.png, mixing_tokens.png")
+  print(f"wrote {args.workdir}/" + ", ".join(names.values()))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ one, without and with LayerNorm. Writes unselectable.json and unselectable.png t
 import argparse
 import json
 import os
-import sys
 import time
 
 import matplotlib
@@ -15,7 +14,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from normattn_jax.analysis.unselectable import fraction_with_unselectable  # noqa: E402
 
 

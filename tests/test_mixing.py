@@ -169,6 +169,59 @@ def test_mask_tokens_follows_the_rates():
     mx.mask_tokens(ids, mask, mask_id=103, special_ids=[], rate=1.5)
 
 
+def test_the_authors_protocol_masks_floor_of_12_percent_per_sequence():
+  ids = np.tile(np.arange(1, 41), (100, 1))
+  ids[:, 0], ids[:, -1] = 101, 102
+  mask = np.ones_like(ids)
+  mask[50:, 7:] = 0   # rows 50..99: 6 ordinary tokens, floor(0.72) = 0 -> at least 1
+  authors = mx.get_protocol("authors")
+  out = mx.mask_tokens(ids, mask, mask_id=103, special_ids=[101, 102], rate=authors.mask_rate,
+                       mask_prob=authors.mask_prob, count_rounding=authors.count_rounding, seed=1)
+  changed = out != ids
+  # 38 ordinary tokens: floor(0.12 * 38) = 4 (round would give 5), every one of them [MASK].
+  np.testing.assert_array_equal(changed.sum(1), [4] * 50 + [1] * 50)
+  assert np.all(out[changed] == 103) and not changed[:, [0, -1]].any()
+  assert not changed[50:, 7:].any()
+  paper = mx.get_protocol("paper")
+  assert mx.masked_count(38, paper.mask_rate, paper.count_rounding) == 6  # round(5.7)
+  assert [mx.masked_count(m, 0.12, "floor") for m in (0, 1, 8, 9, 17, 100)] == [0, 1, 1, 1, 2, 12]
+  assert mx.masked_count(10, 0.0, "floor") == 0
+  with pytest.raises(ValueError, match="count_rounding"):
+    mx.mask_tokens(ids, mask, mask_id=103, special_ids=[], count_rounding="ceil")
+  with pytest.raises(ValueError, match="protocol"):
+    mx.get_protocol("mine")
+
+
+def test_per_sequence_means_weigh_sentences_equally():
+  # Sentence 0 has three valid tokens, sentence 1 one; [MASK] (code 1) only in sentence 0.
+  r = np.array([[0.1, 0.2, 0.6, 0.9], [0.5, 0.0, 0.0, 0.0]])
+  ratios = [{m: r for m in mx.METHODS}]
+  valid = np.array([[1, 1, 1, 0], [1, 0, 0, 0]], bool)
+  types = np.array([[2, 1, 0, 0], [2, 0, 0, 0]])
+  tokens = mx.summarize(ratios, valid, types)
+  sentences = mx.summarize(ratios, valid, types, per_sequence=True)
+  assert tokens["per_layer"]["ATTN-N"] == pytest.approx([(0.1 + 0.2 + 0.6 + 0.5) / 4])
+  assert sentences["per_layer"]["ATTN-N"] == pytest.approx([(0.3 + 0.5) / 2])
+  by_type = sentences["per_layer_token_type"]["ATTN-N"]
+  assert by_type["[CLS]"] == pytest.approx([0.3])          # (0.1 + 0.5) / 2 either way
+  assert by_type["[MASK]"] == pytest.approx([0.2])         # only sentences that have one
+  assert by_type["[SEP]"] == [None]
+  # Table 2 counts every token once under both protocols.
+  assert sentences["overall"] == tokens["overall"]
+  assert sentences["per_sequence_means"] and not tokens["per_sequence_means"]
+  with pytest.raises(ValueError, match="per_sequence"):
+    mx.summarize([{m: r.ravel() for m in mx.METHODS}], valid.ravel(), types.ravel(),
+                  per_sequence=True)
+
+
+def test_analyze_bert_checks_the_protocol_before_running(minilm):
+  model, params, tok = minilm
+  with pytest.raises(ValueError, match="protocol must be one of"):
+    mx.analyze_bert(model, params, tok, ["a text"], protocol="mine")
+  with pytest.raises(ValueError, match="mask_rate"):
+    mx.analyze_bert(model, params, tok, ["a text"], protocol="authors", mask_rate=1.5)
+
+
 def test_frequency_ranks_and_correlation():
   ranks = mx.frequency_ranks(["the", "cat", "zyx", "a"], {"the": 0.05, "a": 0.05, "cat": 1e-4})
   np.testing.assert_array_equal(ranks[[0, 1, 3]], [1, 3, 1])

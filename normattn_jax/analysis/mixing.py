@@ -14,7 +14,7 @@ LN input. So the output splits exactly into
 
 and the five methods of the paper give one mixing ratio per token:
 
-    ATTN-W       head mean of sum_{j != i} alpha_ij / sum_j alpha_ij            (= 1 - mean alpha_ii)
+    ATTN-W       head mean of sum_{j != i} alpha_ij / sum_j alpha_ij   (= 1 - mean alpha_ii)
     ATTN-N       |A_mix| / (|A_mix| + |A_self|),  A = sum_h alpha f^h without RES and LN
     ATTNRES-W    head mean of 0.5 sum_{j != i} alpha_ij / (0.5 sum_j alpha_ij + 0.5)  (half ATTN-W)
     ATTNRES-N    |A_mix| / (|A_mix| + |A_self + x_i|)
@@ -31,6 +31,7 @@ input tokens; ``trace_attention_blocks`` rejects it with an error naming the blo
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Iterable, Mapping, Optional, Sequence
 
 import flax.linen as nn
@@ -274,6 +275,52 @@ def expansion_rates(blocks: Iterable[AttentionBlock]) -> list[float]:
 
 # ----- inputs: token types and the masking of the paper -----
 
+@dataclasses.dataclass(frozen=True)
+class Protocol:
+  """How the inputs are masked and how Fig. 3's per-layer means are taken.
+
+  Attributes:
+    mask_rate: the share of each sequence's ordinary tokens chosen for masking.
+    mask_prob: the probability that a chosen token becomes [MASK] (otherwise it stays).
+    count_rounding: "round" or "floor" of ``mask_rate`` x the ordinary tokens (at least 1).
+    per_sequence_means: Fig. 3 averages each sequence's tokens (of a type) first, then the
+      sequences; otherwise every token counts once. Table 2 counts every token once either way.
+  """
+  mask_rate: float
+  mask_prob: float
+  count_rounding: str
+  per_sequence_means: bool
+
+
+PROTOCOLS = {
+    # Section 4.1's words: "masking applied to 15% of tokens 80% of the time".
+    "paper": Protocol(mask_rate=0.15, mask_prob=0.8, count_rounding="round",
+                      per_sequence_means=False),
+    # The authors' released scripts: max(1, floor(12% of the ordinary tokens)) per sequence, all
+    # of them [MASK] (15% x 80% as one rate), and Fig. 3's values averaged per sentence first.
+    "authors": Protocol(mask_rate=0.12, mask_prob=1.0, count_rounding="floor",
+                        per_sequence_means=True),
+}
+COUNT_ROUNDINGS = ("round", "floor")
+
+
+def get_protocol(name: str) -> Protocol:
+  """The ``PROTOCOLS`` entry of ``name``, or a ValueError naming the choices."""
+  if name not in PROTOCOLS:
+    raise ValueError(f"protocol must be one of {tuple(PROTOCOLS)}, got {name!r}")
+  return PROTOCOLS[name]
+
+
+def masked_count(ordinary: int, rate: float, rounding: str = "round") -> int:
+  """How many of a sequence's ``ordinary`` tokens are chosen: ``rate * ordinary`` rounded
+  (``"round"``) or truncated (``"floor"``), at least 1 (0 without ordinary tokens or at rate 0)."""
+  if rounding not in COUNT_ROUNDINGS:
+    raise ValueError(f"count_rounding must be one of {COUNT_ROUNDINGS}, got {rounding!r}")
+  if ordinary == 0 or rate == 0:
+    return 0
+  scaled = rate * ordinary
+  return min(ordinary, max(1, int(round(scaled)) if rounding == "round" else int(scaled)))
+
 def token_type_codes(input_ids, special_ids: Mapping[str, Optional[int]]) -> np.ndarray:
   """Index into ``TOKEN_TYPES`` for every token; ``special_ids`` maps "[MASK]", "[CLS]",
   "[SEP]" to ids (None or absent for a model without that token)."""
@@ -289,14 +336,17 @@ def token_type_codes(input_ids, special_ids: Mapping[str, Optional[int]]) -> np.
 
 
 def mask_tokens(input_ids, attention_mask, *, mask_id: int, special_ids: Iterable[int],
-                rate: float = 0.15, mask_prob: float = 0.8, seed: int = 0) -> np.ndarray:
-  """The paper's input masking: in every sequence ``max(1, round(rate * m))`` of its ``m``
-  ordinary tokens (not special, not padding) are chosen, and each chosen token becomes
+                rate: float = 0.15, mask_prob: float = 0.8, seed: int = 0,
+                count_rounding: str = "round") -> np.ndarray:
+  """The input masking: in every sequence ``masked_count(m, rate, count_rounding)`` of its
+  ``m`` ordinary tokens (not special, not padding) are chosen, and each chosen token becomes
   ``mask_id`` with probability ``mask_prob`` (otherwise it stays). Returns new ids."""
   if not 0.0 <= rate <= 1.0:
     raise ValueError(f"rate must lie in [0, 1], got {rate!r}")
   if not 0.0 <= mask_prob <= 1.0:
     raise ValueError(f"mask_prob must lie in [0, 1], got {mask_prob!r}")
+  if count_rounding not in COUNT_ROUNDINGS:
+    raise ValueError(f"count_rounding must be one of {COUNT_ROUNDINGS}, got {count_rounding!r}")
   ids = np.array(input_ids, copy=True)
   valid = np.asarray(attention_mask).astype(bool) & ~np.isin(ids, list(special_ids))
   if rate == 0:
@@ -306,17 +356,36 @@ def mask_tokens(input_ids, attention_mask, *, mask_id: int, special_ids: Iterabl
     candidates = np.flatnonzero(valid[row])
     if candidates.size == 0:
       continue
-    chosen = rng.choice(candidates, max(1, int(round(rate * candidates.size))), replace=False)
+    chosen = rng.choice(candidates, masked_count(candidates.size, rate, count_rounding),
+                        replace=False)
     ids[row, chosen[rng.random(chosen.size) < mask_prob]] = mask_id
   return ids
 
 
 # ----- statistics -----
 
-def summarize(ratios: Sequence[Mapping[str, np.ndarray]], valid, types) -> dict:
+def _layer_mean(values: np.ndarray, selected: np.ndarray,
+                per_sequence: bool) -> Optional[float]:
+  """Mean of ``values`` over ``selected`` (None if nothing is): over the tokens, or over the
+  sequences (rows) that have a selected token, of each row's mean."""
+  if not selected.any():
+    return None
+  if not per_sequence:
+    return float(np.mean(values[selected]))
+  rows = selected.any(axis=-1)
+  sums = np.sum(np.where(selected, values, 0.0), axis=-1)[rows]
+  return float(np.mean(sums / selected.sum(axis=-1)[rows]))
+
+
+def summarize(ratios: Sequence[Mapping[str, np.ndarray]], valid, types,
+              per_sequence: bool = False) -> dict:
   """Statistics as the paper's Table 2 and Fig. 3 from per-layer ratios
   (``ratios[l][method]`` of shape ``[T]`` or ``[B, n]``), the non-padding mask and the token
-  type codes of the same shape. Every non-padding token counts once per layer.
+  type codes of the same shape.
+
+  Table 2's ``overall`` counts every non-padding token once per layer. Fig. 3's per-layer means
+  do too, or, with ``per_sequence`` (the authors' scripts; ``[B, n]`` input), average each
+  sequence's tokens of a type first and then the sequences that have one.
 
   Returns ``per_layer`` (method -> per-layer mean), ``per_layer_token_type`` (method -> type ->
   per-layer mean, None where a type is absent, "overall" included), ``overall`` (method ->
@@ -325,17 +394,20 @@ def summarize(ratios: Sequence[Mapping[str, np.ndarray]], valid, types) -> dict:
   types = np.asarray(types)
   if not valid.any():
     raise ValueError("valid marks no token: nothing to summarise")
+  if per_sequence and valid.ndim != 2:
+    raise ValueError(f"per_sequence means need ratios of shape [sequences, tokens], got "
+                     f"{valid.shape}")
   out = {"per_layer": {}, "per_layer_token_type": {}, "overall": {},
          "token_counts": {name: int(np.sum(valid & (types == code)))
-                          for code, name in enumerate(TOKEN_TYPES)}}
+                          for code, name in enumerate(TOKEN_TYPES)},
+         "per_sequence_means": bool(per_sequence)}
   for method in METHODS:
-    layers = [np.asarray(r[method], np.float64)[valid] for r in ratios]
-    layer_types = [np.asarray(types)[valid]] * len(layers)
-    out["per_layer"][method] = [float(np.mean(v)) for v in layers]
+    values = [np.asarray(r[method], np.float64) for r in ratios]
+    layers = [v[valid] for v in values]
+    out["per_layer"][method] = [_layer_mean(v, valid, per_sequence) for v in values]
     by_type = {"overall": out["per_layer"][method]}
     for code, name in enumerate(TOKEN_TYPES):
-      by_type[name] = [float(np.mean(v[t == code])) if np.any(t == code) else None
-                       for v, t in zip(layers, layer_types)]
+      by_type[name] = [_layer_mean(v, valid & (types == code), per_sequence) for v in values]
     out["per_layer_token_type"][method] = by_type
     everything = np.concatenate(layers)
     out["overall"][method] = {"mean": float(np.mean(everything)),
@@ -397,11 +469,13 @@ def special_token_ids(tokenizer) -> dict:
 
 
 def analyze_bert(model: nn.Module, params: Mapping, tokenizer, texts: Sequence, *,
-                 mask_rate: float = 0.15, mask_prob: float = 0.8, seed: int = 0,
+                 protocol: str = "paper", mask_rate: Optional[float] = None,
+                 mask_prob: Optional[float] = None, seed: int = 0,
                  batch_size: int = 16, max_length: int = 128,
                  frequencies: Optional[Mapping[str, float]] = None) -> dict:
   """The paper's analysis of a BERT (``models.bert.BertModel``) on ``texts`` (a text or a
-  ``(first, second)`` pair each):
+  ``(first, second)`` pair each), under a masking and averaging ``protocol`` (``PROTOCOLS``:
+  "paper" or "authors"; ``mask_rate`` and ``mask_prob``, when given, replace its own):
 
   - ``summary``: ``summarize`` of the ratios with ``mask_rate`` of the ordinary tokens masked
     (``mask_tokens``; 0 for none), as Table 2 and Fig. 3;
@@ -413,6 +487,13 @@ def analyze_bert(model: nn.Module, params: Mapping, tokenizer, texts: Sequence, 
   """
   from normattn_jax.models.bert import tokenize
 
+  chosen = get_protocol(protocol)
+  mask_rate = chosen.mask_rate if mask_rate is None else mask_rate
+  mask_prob = chosen.mask_prob if mask_prob is None else mask_prob
+  if not 0.0 <= mask_rate <= 1.0:
+    raise ValueError(f"mask_rate must lie in [0, 1], got {mask_rate!r}")
+  if not 0.0 <= mask_prob <= 1.0:
+    raise ValueError(f"mask_prob must lie in [0, 1], got {mask_prob!r}")
   if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
       or batch_size < 1:
     raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
@@ -451,13 +532,17 @@ def analyze_bert(model: nn.Module, params: Mapping, tokenizer, texts: Sequence, 
       raise ValueError("mask_rate > 0 needs a [MASK] token, and the tokenizer has none")
     masked_ids = mask_tokens(plain_ids, valid, mask_id=special["[MASK]"],
                              special_ids=[i for i in special.values() if i is not None],
-                             rate=mask_rate, mask_prob=mask_prob, seed=seed)
+                             rate=mask_rate, mask_prob=mask_prob, seed=seed,
+                             count_rounding=chosen.count_rounding)
   else:
     masked_ids = plain_ids
   masked_ratios = run(masked_ids)
-  summary = summarize(masked_ratios, valid, token_type_codes(masked_ids, special))
+  summary = summarize(masked_ratios, valid, token_type_codes(masked_ids, special),
+                      per_sequence=chosen.per_sequence_means)
   rates = expansion_rates(found["blocks"])
-  out = {"summary": summary, "num_sequences": int(len(plain_ids)),
+  out = {"summary": summary, "protocol": protocol, "mask_rate": mask_rate,
+         "mask_prob": mask_prob, "count_rounding": chosen.count_rounding,
+         "num_sequences": int(len(plain_ids)),
          "num_tokens": int(valid.sum()),
          "num_masked": int(np.sum(masked_ids != plain_ids)),
          "expansion_rate": {"per_layer": rates, "mean": float(np.mean(rates)),

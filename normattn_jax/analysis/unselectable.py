@@ -8,13 +8,23 @@ import numpy as np
 
 from normattn_jax._extras import require
 
-TOLERANCE = 1e-9  # a key is selectable if some unit-box query beats every other key by more
+# A key is selectable if some query in the unit box [-1, 1]^d beats every other key by more than
+# TOLERANCE times the key's spread (its largest coordinate difference to another key): a
+# scale-free margin, so that the answer does not change when all keys are scaled together.
+TOLERANCE = 1e-9
+
+
+def spreads(points: np.ndarray) -> np.ndarray:
+  """``max_{j, k} |x_jk - x_ik|`` for every point i: the scale its margin is measured against."""
+  return np.max(np.maximum(points.max(axis=0) - points, points - points.min(axis=0)), axis=1)
 
 
 def _selectable_by_lp(points: np.ndarray, i: int, tol: float) -> bool:
-  """max t s.t. q . (x_i - x_j) >= t for all j != i, q in [-1, 1]^d (HiGHS); selectable iff t > tol.
+  """max t s.t. q . (x_i - x_j) >= t for all j != i, q in [-1, 1]^d (HiGHS); selectable iff
+  t > tol * spread_i.
 
-  The box bounds the problem; its optimum is the Chebyshev-style margin of the best query."""
+  The box bounds the problem; by LP duality t is the l1 distance from x_i to the convex hull of
+  the other points."""
   diffs = np.delete(points, i, axis=0) - points[i]            # rows x_j - x_i
   n, d = diffs.shape
   if n == 0:
@@ -27,20 +37,25 @@ def _selectable_by_lp(points: np.ndarray, i: int, tol: float) -> bool:
                    method="highs")
   if result.status != 0:
     raise RuntimeError(f"linprog failed for point {i}: {result.message}")
-  return -result.fun > tol * max(1.0, float(np.abs(diffs).max()))
+  return -result.fun > tol * float(np.abs(diffs).max())
 
 
-def _obviously_selectable(points: np.ndarray, directions: int, seed: int) -> np.ndarray:
-  """A cheap first pass: the strict argmax of the points along random directions and along each
-  point's own direction from the centroid is selectable."""
+def _obviously_selectable(points: np.ndarray, directions: int, seed: int,
+                          tol: float = TOLERANCE) -> np.ndarray:
+  """A cheap first pass: the argmax of the points along random directions and along each
+  point's own direction from the centroid, where it wins by the LP's margin (the query scaled
+  into the unit box), is selectable."""
   rng = np.random.default_rng(seed)
   queries = np.vstack([rng.standard_normal((directions, points.shape[1])),
                        points - points.mean(axis=0)])
+  size = np.abs(queries).max(axis=1, keepdims=True)
+  queries = queries[size[:, 0] > 0] / size[size[:, 0] > 0]      # into the unit box
   scores = queries @ points.T                                   # [queries, points]
   order = np.argsort(scores, axis=1)
   best, second = order[:, -1], order[:, -2] if points.shape[0] > 1 else order[:, -1]
   rows = np.arange(len(queries))
-  strict = scores[rows, best] - scores[rows, second] > 1e-6 * (1 + np.abs(scores).max())
+  margin = scores[rows, best] - scores[rows, second]
+  strict = margin > tol * spreads(points)[best]
   found = np.zeros(points.shape[0], bool)
   found[best[strict]] = True
   return found
@@ -50,17 +65,28 @@ def unselectable(points, tol: float = TOLERANCE, directions: int = 64, seed: int
                  stop_at_first: bool = False) -> np.ndarray:
   """Bool array [n]: True where no query direction gives that point the strictly highest dot
   product among ``points [n, d]`` (it lies in the convex hull of the others). Exact, up to
-  ``tol``, through one LP per point not settled by the first pass. ``stop_at_first`` returns as
-  soon as one unselectable point is found (the rest are then reported selectable)."""
+  ``tol`` (relative to the point's spread, ``spreads``), through one LP per point not settled by
+  the first pass. Vectors computed in float32 need a ``tol`` above its rounding (e.g. 1e-6):
+  keys projected onto a subspace lie ~1e-7 off it, which makes hull points spuriously
+  selectable by margins of that size. ``stop_at_first`` returns as soon as one unselectable
+  point is found (the rest are then reported selectable)."""
   points = np.asarray(points, np.float64)
   if points.ndim != 2 or points.shape[0] < 1:
     raise ValueError(f"points must have shape [n >= 1, d], got {points.shape}")
   if not np.isfinite(points).all():
     raise ValueError("points must be finite")
+  if not tol >= 0:
+    raise ValueError(f"tol must be >= 0, got {tol!r}")
+  # The answer does not change when all points move or scale together; the LP solver's absolute
+  # tolerances do, so it sees them centred and of unit size.
+  points = points - points.mean(axis=0)
+  size = np.abs(points).max()
+  if size > 0:
+    points = points / size
   result = np.zeros(points.shape[0], bool)
   if points.shape[0] == 1:
     return result
-  settled = _obviously_selectable(points, directions, seed)
+  settled = _obviously_selectable(points, directions, seed, tol)
   for i in np.flatnonzero(~settled):
     if not _selectable_by_lp(points, i, tol):
       result[i] = True

@@ -1,0 +1,166 @@
+"""``CausalLM``: a GPT-2-style decoder built from the project's ``MultiHeadAttention`` and
+``LayerNorm``, with a choice of the LayerNorm before each attention.
+
+GPT-2's layout: token and learned position embeddings, pre-LN blocks
+``x + ATTN(LN_1(x))`` then ``x + MLP(LN_2(x))`` (GELU, tanh form, 4x wide), a final LayerNorm and
+the output projection tied to the token embedding; normal(0.02) initialisation, the residual
+output projections scaled by ``1 / sqrt(2 * num_layers)``.
+
+Brody et al. train it with ``LN_1`` of kind "standard" and "no_scaling" (projection only) and
+ask which keys no query can select. As in their set-up, ``LN_1`` has no gain or bias and the
+query, key and value projections no bias, so the keys of a layer are a linear image of
+``LN_1``'s output: ``capture_attention_inputs`` returns it (and its input) for every layer.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from normattn_jax.attention.module import MultiHeadAttention
+from normattn_jax.norms import LayerNorm, check_layer_norm_kind
+
+Array = jax.Array
+
+# The names under which each block sows the input and output of its LayerNorm before attention.
+NORM_INPUTS, ATTENTION_INPUTS = "attention_norm_inputs", "attention_inputs"
+
+
+def _check_positive_int(name: str, value) -> None:
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+    raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+class DecoderBlock(nn.Module):
+  """One pre-LN GPT-2 block; sows ``NORM_INPUTS`` and ``ATTENTION_INPUTS`` ([..., n, d])."""
+  num_heads: int
+  attention_norm: str = "standard"
+  mlp_ratio: int = 4
+  dropout_rate: float = 0.0
+  layer_norm_epsilon: float = 1e-5
+  init_std: float = 0.02
+  residual_init_std: float = 0.02
+  attention_implementation: str = "auto"
+
+  @nn.compact
+  def __call__(self, x: Array, deterministic: bool = True) -> Array:
+    d = x.shape[-1]
+    init = nn.initializers.normal(self.init_std)
+    residual_init = nn.initializers.normal(self.residual_init_std)
+    drop = lambda h: nn.Dropout(self.dropout_rate)(h, deterministic=deterministic)
+    self.sow("intermediates", NORM_INPUTS, x)
+    keys = LayerNorm(kind=self.attention_norm, epsilon=self.layer_norm_epsilon, use_scale=False,
+                     use_bias=False, name="pre_attention_norm")(x)
+    self.sow("intermediates", ATTENTION_INPUTS, keys)
+    attended = MultiHeadAttention(
+        num_heads=self.num_heads, use_bias=False, kernel_init=init, out_kernel_init=residual_init,
+        dropout_rate=self.dropout_rate, implementation=self.attention_implementation,
+        name="attention")(keys, causal=True, deterministic=deterministic)
+    # GPT-2's output projection has a bias; the query, key and value ones are left out.
+    attended = attended + self.param("attention_bias", nn.initializers.zeros, (d,))
+    x = x + drop(attended)
+    h = LayerNorm(epsilon=self.layer_norm_epsilon, name="pre_mlp_norm")(x)
+    h = nn.Dense(self.mlp_ratio * d, kernel_init=init, name="mlp_in")(h)
+    h = nn.Dense(d, kernel_init=residual_init, name="mlp_out")(nn.gelu(h, approximate=True))
+    return x + drop(h)
+
+
+class CausalLM(nn.Module):
+  """Tokens ``[..., n]`` (int, n <= ``max_len``) -> next-token logits ``[..., n, vocab_size]``.
+
+  Fields:
+    vocab_size, max_len: token ids in ``[0, vocab_size)``; ``max_len`` learned positions.
+    d_model, num_layers, num_heads, mlp_ratio: the sizes (Brody et al.: 8, 4, 4, 4).
+    attention_norm: the kind of the LayerNorm before each attention (``norms.LAYER_NORM_KINDS``;
+      "no_scaling" is Brody et al.'s model without scaling). The other LayerNorms are standard.
+    dropout_rate: GPT-2's embedding, attention and residual dropout (active when not
+      ``deterministic``; needs a "dropout" rng).
+  """
+  vocab_size: int
+  max_len: int
+  d_model: int = 8
+  num_layers: int = 4
+  num_heads: int = 4
+  mlp_ratio: int = 4
+  attention_norm: str = "standard"
+  dropout_rate: float = 0.0
+  layer_norm_epsilon: float = 1e-5
+  init_std: float = 0.02
+  attention_implementation: str = "auto"
+
+  def __post_init__(self):
+    for name in ("vocab_size", "max_len", "d_model", "num_layers", "num_heads", "mlp_ratio"):
+      _check_positive_int(name, getattr(self, name))
+    if self.d_model % self.num_heads:
+      raise ValueError(f"num_heads ({self.num_heads}) must divide d_model ({self.d_model})")
+    check_layer_norm_kind(self.attention_norm, "attention_norm")
+    if not 0.0 <= self.dropout_rate < 1.0:
+      raise ValueError(f"dropout_rate must lie in [0, 1), got {self.dropout_rate!r}")
+    if not self.layer_norm_epsilon >= 0:
+      raise ValueError(f"layer_norm_epsilon must be >= 0, got {self.layer_norm_epsilon!r}")
+    if not self.init_std > 0:
+      raise ValueError(f"init_std must be > 0, got {self.init_std!r}")
+    super().__post_init__()
+
+  @nn.compact
+  def __call__(self, tokens: Array, deterministic: bool = True) -> Array:
+    n = tokens.shape[-1]
+    if n > self.max_len:
+      raise ValueError(f"the sequence length {n} exceeds max_len={self.max_len}")
+    init = nn.initializers.normal(self.init_std)
+    embed = nn.Embed(self.vocab_size, self.d_model, embedding_init=init, name="token_embedding")
+    positions = self.param("position_embedding", init, (self.max_len, self.d_model))
+    x = embed(tokens) + positions[:n]
+    x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
+    residual_std = self.init_std / np.sqrt(2 * self.num_layers)
+    for layer in range(self.num_layers):
+      x = DecoderBlock(
+          num_heads=self.num_heads, attention_norm=self.attention_norm, mlp_ratio=self.mlp_ratio,
+          dropout_rate=self.dropout_rate, layer_norm_epsilon=self.layer_norm_epsilon,
+          init_std=self.init_std, residual_init_std=residual_std,
+          attention_implementation=self.attention_implementation,
+          name=f"block_{layer}")(x, deterministic)
+    x = LayerNorm(epsilon=self.layer_norm_epsilon, name="final_norm")(x)
+    return embed.attend(x)
+
+
+def next_token_loss(logits: Array, tokens: Array) -> Array:
+  """Mean cross-entropy of predicting ``tokens[..., t + 1]`` from ``logits[..., t, :]``."""
+  return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits[..., :-1, :],
+                                                                   tokens[..., 1:]))
+
+
+def capture_attention_inputs(model: CausalLM, variables: Mapping[str, Any],
+                             tokens: Array) -> dict:
+  """The vectors each layer's attention sees, from one deterministic forward pass.
+
+  Args:
+    model: the ``CausalLM``.
+    variables: its variables (``{"params": ...}``).
+    tokens: int ids ``[..., n]``.
+
+  Returns:
+    ``{"norm_inputs", "attention_inputs"}``, each ``[num_layers, ..., n, d_model]``: the input
+    and the output of the LayerNorm before each attention (the keys and queries are linear
+    images of the output).
+  """
+  _, state = model.apply(variables, tokens, mutable=["intermediates"])
+  blocks = state["intermediates"]
+  stack = lambda name: jnp.stack([blocks[f"block_{layer}"][name][0]
+                                  for layer in range(model.num_layers)])
+  return {"norm_inputs": stack(NORM_INPUTS), "attention_inputs": stack(ATTENTION_INPUTS)}
+
+
+def count_parameters(params) -> int:
+  """The number of scalars in a parameter tree."""
+  return int(sum(np.prod(np.shape(leaf)) for leaf in jax.tree.leaves(params)))
+
+
+def init_params(model: CausalLM, key: Array, seq_len: Optional[int] = None):
+  """``model``'s parameters for sequences of ``seq_len`` (default ``max_len``) tokens."""
+  tokens = jnp.zeros((1, seq_len or model.max_len), jnp.int32)
+  return model.init(key, tokens)["params"]
