@@ -5,9 +5,8 @@ import numpy as np
 import pytest
 
 from normattn_jax.train import base_config
-from normattn_jax.train.grid import Grid, Setup
+from normattn_jax.train.grid import Grid, Setup, model_keys
 from normattn_jax.train.layout import ModelsAxis
-from normattn_jax.train.sweep import model_keys
 
 CHUNKS = 3
 

@@ -17,7 +17,9 @@ from normattn_jax.train.optim import (clip_by_tensor_norm, learning_rate_of, sch
                                      with_learning_rate)
 from normattn_jax.reporting.tables import regularization_table
 from normattn_jax.train.scoring import summarise
-from normattn_jax.train.sweep import Interrupted, resummarise, run_sweep
+from normattn_jax.train.config import point_config, static_points
+from normattn_jax.train.sweep import LOGGED, Budget, Interrupted, resummarise, \
+    run_sweep
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -52,6 +54,16 @@ def read(workdir, name="summary.json"):
     return json.load(f)
 
 
+def history(workdir):
+  with open(os.path.join(workdir, "history.jsonl")) as f:
+    return [json.loads(line) for line in f]
+
+
+def history_bytes(workdir):
+  with open(os.path.join(workdir, "history.jsonl"), "rb") as f:
+    return f.read()
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
   workdir = tmp_path_factory.mktemp("reference")
@@ -72,6 +84,20 @@ def test_outputs(reference):
   assert metrics["nap/val_acc"].shape == (3, 2, 1, 2)  # evals, lrs, swept, seeds
   for figure in ("accuracy.png", "case_accuracy.png", "learning_curves.png", "config.json"):
     assert os.path.exists(os.path.join(reference, figure))
+
+
+def test_history_holds_each_learning_rates_means_per_grid_and_evaluation(reference):
+  """history.jsonl: per grid, evaluation and learning rate (seed innermost), the seeds' mean."""
+  rows = history(reference)
+  metrics = np.load(os.path.join(reference, "metrics.npz"))
+  expected = []
+  for arch in ("nap", "sum"):
+    for e, step in enumerate(metrics["eval_steps"]):
+      for i, lr in enumerate(("0.001", "0.0003")):
+        expected.append({"step": int(step), "grid": arch, "learning_rate": lr,
+                         **{key: pytest.approx(float(np.mean(metrics[f"{arch}/{key}"][e, i])))
+                            for key in LOGGED}})
+  assert rows == expected
 
 
 def test_seeds_are_averaged_before_the_best_over_training_is_taken():
@@ -123,12 +149,50 @@ def test_same_config_same_summary(reference, tmp_path):
   assert read(tmp_path) == read(reference)
 
 
-def test_killed_run_resumes_to_the_same_numbers(reference, tmp_path):
+def test_killed_run_resumes_to_the_same_numbers_and_history(reference, tmp_path):
   with pytest.raises(Interrupted):
     run(tiny_config(), tmp_path, max_chunks=4)  # nap done, sum stopped after one evaluation
   assert not os.path.exists(tmp_path / "summary.json")
+  assert [(row["grid"], row["step"]) for row in history(tmp_path)][-3:] == \
+      [("nap", 30), ("sum", 10), ("sum", 10)]
   run(tiny_config(), tmp_path)
   assert read(tmp_path) == read(reference)
+  assert history_bytes(tmp_path) == history_bytes(reference)
+
+
+def test_rows_past_the_last_checkpoint_are_logged_once(reference, tmp_path):
+  """Checkpoints every second evaluation: the killed run logged sum's evaluation 1 past its
+  last checkpoint (none); the resumed run trains and logs it again, once."""
+  config = tiny_config(**{"train.checkpoint_every": 2})
+  with pytest.raises(Interrupted):
+    run(config, tmp_path, max_chunks=4)
+  run(config, tmp_path)
+  assert history_bytes(tmp_path) == history_bytes(reference)
+
+
+def test_the_budget_stops_before_a_chunk_it_cannot_pay():
+  budget = Budget(2)
+  budget.check("nap", 0, 3)
+  budget.spend()
+  budget.spend()
+  budget.check("nap", 3, 3)  # that grid is done: nothing to stop
+  with pytest.raises(Interrupted, match="nap: stopped after evaluation 1 of 3"):
+    budget.check("nap", 1, 3)
+  Budget(None).check("nap", 0, 3)
+
+
+def test_a_grid_of_a_steps_scaled_sweep_validates_as_it_is():
+  """Fig. 13's batch sizes, each with its own steps (scaled once): the point, not the sweep
+  again, is validated."""
+  from configs import fig13_case_lr_x_batch
+  c = fig13_case_lr_x_batch.get_config()
+  validate(c)
+  points = [point_config(c, values) for values in static_points(c)]
+  for point in points:
+    validate(point)
+  assert [(p.train.batch_size, p.train.num_steps, p.train.eval_every) for p in points[-3:]] == \
+      [(32, 3200, 100), (64, 1600, 50), (128, 800, 25)]
+  assert all(p.sweep.name == "" for p in points)
 
 
 def test_a_diverging_model_does_not_disturb_the_others(tmp_path):
@@ -161,7 +225,7 @@ def test_vmapped_sweep_and_static_sweep(tmp_path):
 
 def test_majority_task_trains_with_a_class_per_token(tmp_path):
   c = tiny_config(archs=("mte",), num_seeds=1, learning_rates=(0.01,))
-  c.task.name, c.task.output, c.task.vocab_size, c.task.min_margin = "majority", "token_classes", 5, 2
+  c.task.update(name="majority", output="token_classes", vocab_size=5, min_margin=2)
   c.model.positional = False
   summary = run(c, tmp_path)
   acc = summary["cells"][0]["metrics"]["val_acc"]["mean"]

@@ -131,7 +131,8 @@ def test_sweep_afresh_moves_the_old_workdir_aside(finished_sweep, tmp_path):
   [old] = glob.glob(str(tmp_path / "run.replaced-*"))
   assert snapshot(old) == before
   assert [cell["learning_rate"] for cell in summary["cells"]] == [0.01, 0.003]
-  assert read(workdir) == summary and read(workdir, "config.json")["learning_rates"] == [0.01, 0.003]
+  assert read(workdir) == summary
+  assert read(workdir, "config.json")["learning_rates"] == [0.01, 0.003]
 
 
 @pytest.mark.parametrize("damage", DAMAGES)
@@ -146,6 +147,8 @@ def test_sweep_resumes_past_a_damaged_latest_checkpoint(damage, interrupted_swee
   assert set(resumed) == set(whole)
   for key in whole:
     np.testing.assert_array_equal(resumed[key], whole[key], err_msg=key)
+  # restored from checkpoint 1: its rows kept, those of evaluation 2 logged again, once
+  assert (workdir / "history.jsonl").read_bytes() == (finished_sweep / "history.jsonl").read_bytes()
 
 
 def test_sweep_with_no_checkpoint_that_restores_fails_naming_the_workdir(interrupted_sweep,
@@ -263,9 +266,10 @@ def test_sweep_command_refuses_another_config_in_one_line(tmp_path):
   (tmp_path / "config.json").write_text(json.dumps(stored))
   done = command("sweep.py", "--config", "configs/case_distinction.py", "--workdir", str(tmp_path))
   assert done.returncode == 2, done.stderr
-  assert done.stderr.splitlines()[-1] == (f"error: workdir {tmp_path} holds a run of another config: num_seeds was 3, "
-                    "now 5. Rerun with its config, use another workdir, or start afresh "
-                    "(--afresh, afresh=True) to move it aside")
+  assert done.stderr.splitlines()[-1] == (
+      f"error: workdir {tmp_path} holds a run of another config: num_seeds was 3, now 5. Rerun "
+      "with its config, use another workdir, or start afresh (--afresh, afresh=True) to move it "
+      "aside")
   assert "Traceback" not in done.stderr and os.listdir(tmp_path) == ["config.json"]
 
 

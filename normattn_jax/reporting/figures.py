@@ -11,6 +11,7 @@ import matplotlib.patheffects as path_effects  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from normattn_jax import tasks  # noqa: E402
 from normattn_jax.train.config import static_points  # noqa: E402
 from normattn_jax.train.layout import ModelsAxis, grid_name  # noqa: E402
 
@@ -77,33 +78,48 @@ def accuracy_figure(config, summary, path):
   plt.close(fig)
 
 
-def case_figure(config, summary, path):
-  """Per arch R/G/B = mean argmin / first / argmax case accuracy, at N and at N/2."""
+def group_image(config, summary, arch, group):
+  """A metric group's pixel image: its three metrics' means as R/G/B, or, for a group of another
+  size, the mean of its metrics' means in grey."""
+  grids = [cell_grid(config, summary, arch, metric, "mean") for metric in group.metrics]
+  if len(grids) != 3:
+    grids = [np.mean(grids, axis=0)] * 3
+  return pixel_image(grids)
+
+
+def case_figure(config, summary, path, groups):
+  """Accuracy per case: a row per metric group of the task (``Task.metric_groups``, e.g. the
+  case task's argmin / first / argmax accuracy at N and at N/2), a column per arch; each pixel
+  the group's mean accuracies as R/G/B (``group_image``)."""
   archs = list(config.archs)
-  rows = [("case_acc", f"N={config.task.seq_len}"),
-          ("val_case_acc", f"N={config.task.seq_len // 2}")]
-  fig, axes = plt.subplots(2, len(archs), figsize=(2.2 * len(archs) + 1, 5.2), squeeze=False)
-  for r, (prefix, label) in enumerate(rows):
+  fig, axes = plt.subplots(len(groups), len(archs),
+                           figsize=(2.2 * len(archs) + 1, 2.6 * len(groups)), squeeze=False)
+  for r, group in enumerate(groups):
     for a, arch in enumerate(archs):
-      grids = [cell_grid(config, summary, arch, f"{prefix}_{c}", "mean")
-               for c in ("argmin", "first", "argmax")]
-      _pixel_axes(axes[r, a], config, pixel_image(grids), f"{arch} cases {label}")
+      _pixel_axes(axes[r, a], config, group_image(config, summary, arch, group),
+                  f"{arch} cases {group.label}")
     axes[r, 0].set_ylabel("learning rate")
   fig.tight_layout()
   fig.savefig(path, dpi=120)
   plt.close(fig)
 
 
-def learning_curves_figure(config, summary, metrics_path, path):
+def curve_colours(count: int) -> tuple[str, ...]:
+  """The learning curves' colours: three match the pixel images' R/G/B, others cycle."""
+  return ("tab:red", "tab:green", "tab:blue") if count == 3 else \
+      tuple(f"C{i}" for i in range(count))
+
+
+def learning_curves_figure(config, summary, metrics_path, path, groups=()):
   """Per arch, at its best learning rate (first swept value): mean curves over seeds with
-  min-max bands; for the case task a second row of case accuracies (the paper's Fig. 10-12)."""
+  min-max bands; a second row of the first metric group's curves when there is one, e.g. the
+  case accuracies at N (the paper's Fig. 10-12)."""
   data = np.load(metrics_path)
   steps = data["eval_steps"]
   archs = list(config.archs)
   rows = [(("train_acc", "tab:blue"), ("val_acc", "tab:orange"))]
-  if config.task.name == "case_distinction":
-    rows.append(tuple((f"case_acc_{c}", colour) for c, colour in
-                      (("argmin", "tab:red"), ("first", "tab:green"), ("argmax", "tab:blue"))))
+  if groups:
+    rows.append(tuple(zip(groups[0].metrics, curve_colours(len(groups[0].metrics)))))
   fig, axes = plt.subplots(len(rows), len(archs), figsize=(2.6 * len(archs), 2.6 * len(rows)),
                            squeeze=False, sharey=True)
   axis = ModelsAxis.of(config)
@@ -132,8 +148,8 @@ def learning_curves_figure(config, summary, metrics_path, path):
 
 
 def draw_sweep(config, summary, metrics_path, workdir):
-  """Draw a sweep's figures into its workdir: accuracy.png, learning_curves.png and, for the
-  case task, case_accuracy.png.
+  """Draw a sweep's figures into its workdir: accuracy.png, learning_curves.png and, for a task
+  with metric groups (``Task.metric_groups``), case_accuracy.png.
 
   Args:
     config: the sweep config.
@@ -141,8 +157,9 @@ def draw_sweep(config, summary, metrics_path, workdir):
     metrics_path: its ``metrics.npz``.
     workdir: the folder the figures go to.
   """
+  groups = tasks.get(config.task.name).metric_groups(config.task.seq_len)
   accuracy_figure(config, summary, os.path.join(workdir, "accuracy.png"))
-  if config.task.name == "case_distinction":
-    case_figure(config, summary, os.path.join(workdir, "case_accuracy.png"))
+  if groups:
+    case_figure(config, summary, os.path.join(workdir, "case_accuracy.png"), groups)
   learning_curves_figure(config, summary, metrics_path,
-                         os.path.join(workdir, "learning_curves.png"))
+                         os.path.join(workdir, "learning_curves.png"), groups)

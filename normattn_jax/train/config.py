@@ -238,8 +238,11 @@ def static_points(config) -> list[dict]:
 
 def point_config(config: ml_collections.ConfigDict, values: dict, *,
                  cast: bool = True) -> ml_collections.ConfigDict:
-  """A copy of ``config`` with the sweep ``values`` ({"model.d_model": 64}) applied. ``cast=False``
-  keeps each value as listed (16.5 stays 16.5, not d_model=16), for validation."""
+  """The config of one point of a sweep: a copy of ``config`` with ``values``
+  ({"model.d_model": 64}) applied, its steps scaled by ``sweep.steps_scale``, and the sweep
+  cleared, so that the point is one plain config that validates as it is (and is not scaled
+  twice). ``values={}`` keeps the sweep: a vmapped sweep is the models axis of the one point.
+  ``cast=False`` keeps each value as listed (16.5 stays 16.5, not d_model=16), for validation."""
   c = ml_collections.ConfigDict(config.to_dict(), type_safe=cast)
   for field, value in values.items():
     if field == "ablation":
@@ -252,6 +255,8 @@ def point_config(config: ml_collections.ConfigDict, values: dict, *,
       factor = 1 / ratio if config.sweep.steps_scale == "inverse" else ratio
       c.train.num_steps = int(round(config.train.num_steps * factor))
       c.train.eval_every = int(round(config.train.eval_every * factor))
+  if values:
+    c.sweep.update(name="", grid=(), steps_scale="")
   return c
 
 

@@ -313,9 +313,13 @@ def train_grid(config: ml_collections.ConfigDict, arch: str, *,
     keys: per-model raw key data ``[models, 2]``; by default ``model_keys`` of the config's
       seeds. Give both or neither.
     resume: ``(grid, state, hp) -> (chunks done, state, metrics so far)``, called once with the
-      freshly initialised sharded state: how a caller restores a checkpoint.
-    on_chunk: ``(chunks done, state, metrics so far) -> None``, called after every chunk (for
-      logging and checkpoints; raising stops the run).
+      freshly initialised sharded state, before any chunk: how a caller restores a checkpoint
+      (the state sharded as the one given; the metrics ``{name: [evaluations, models]}``
+      writable arrays that the run goes on filling, or ``{}`` with 0 chunks done). Raising
+      stops the run before it trains.
+    on_chunk: ``(chunks done, state, metrics so far) -> None``, called after every chunk with
+      the sharded state and the metrics filled up to that chunk (for logging, checkpoints and
+      budgets; raising stops the run).
 
   Returns:
     ``GridRun``: the metrics ``{name: [evaluations, models]}`` (train_loss, train_acc, val_acc,

@@ -91,7 +91,7 @@ class ModelsAxis:
     return self._indices(1)
 
   def seed_indices(self) -> np.ndarray:
-    """Each model's seed index, which ``sweep.model_keys`` turns into its key."""
+    """Each model's seed index, which ``grid.model_keys`` turns into its key."""
     return self._indices(2)
 
   def hyperparameters(self) -> dict[str, np.ndarray]:

@@ -1,6 +1,14 @@
 """Run a whole sweep: for every static point (shape sweeps) and architecture, train the grid of
-models as one compiled program, resuming from checkpoints, then score it (``scoring``) and write
-``metrics.npz``, the figures and ``summary.json`` (``artifacts``, ``normattn_jax.reporting``)."""
+models (``grid.train_grid``), resuming from checkpoints, then score it (``scoring``) and write
+``metrics.npz``, the figures and ``summary.json`` (``artifacts``, ``normattn_jax.reporting``).
+
+One ``RunLog`` per workdir logs every grid: ``history.jsonl`` and TensorBoard get, per grid,
+learning rate and evaluation, the mean over that learning rate's models of ``LOGGED``. A resumed
+sweep starts its log empty and each grid replays the rows of the evaluations its checkpoint
+restored (the checkpoint holds their metrics) before it logs new ones: rows past a checkpoint,
+which will be trained again, are not kept twice, and the history ends as an uninterrupted
+run's, row for row.
+"""
 from __future__ import annotations
 
 import os
@@ -11,86 +19,124 @@ import jax
 import ml_collections
 import numpy as np
 
-from normattn_jax._extras import require
 from normattn_jax.train import artifacts
 from normattn_jax.train import config as config_lib
 from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir
-from normattn_jax.train.grid import Grid, Setup
+from normattn_jax.train.grid import Grid, model_keys, train_grid
 from normattn_jax.train.layout import ModelsAxis, grid_name
+from normattn_jax.train.run_log import RunLog
 from normattn_jax.train.scoring import summarise
+
+# The metrics a sweep's history.jsonl and TensorBoard follow, per grid and learning rate.
+LOGGED = ("train_loss", "train_acc", "val_acc")
 
 
 class Interrupted(Exception):
   """Raised when ``max_chunks`` ran out: the run resumes from its checkpoints."""
 
 
-def model_keys(seed: int, seed_indices: np.ndarray) -> np.ndarray:
-  """Seed s gets the same initialisation and data at every learning rate (paired comparisons)."""
-  base = jax.random.key(seed)
-  return np.stack([np.asarray(jax.random.key_data(jax.random.fold_in(base, int(s))))
-                   for s in seed_indices])
+class Budget:
+  """The evaluations this call may still run (``run_sweep``'s ``max_chunks``, None: no limit):
+  a simulated kill, for tests."""
+
+  def __init__(self, chunks: Optional[int] = None):
+    self.left = chunks
+
+  def spend(self) -> None:
+    if self.left is not None:
+      self.left -= 1
+
+  def check(self, name: str, done: int, num_chunks: int) -> None:
+    """Raise ``Interrupted`` before a chunk of grid ``name`` that the budget cannot pay."""
+    if self.left is not None and self.left <= 0 and done < num_chunks:
+      raise Interrupted(f"{name}: stopped after evaluation {done} of {num_chunks}")
 
 
-def _chunk_count(config):
-  return config.train.num_steps // config.train.eval_every
+def log_evaluations(log: RunLog, name: str, axis: ModelsAxis, every: int, metrics: dict,
+                    indices) -> None:
+  """Record, per evaluation in ``indices`` and learning rate, the mean of ``LOGGED`` over that
+  learning rate's models (swept values and seeds).
+
+  Args:
+    log: the sweep's log.
+    name: the grid's name (``layout.grid_name``), the rows' ``grid`` label.
+    axis: the grid's models axis.
+    every: training steps between evaluations.
+    metrics: ``{name: [evaluations, models]}``.
+    indices: the evaluations to record, 0 the first.
+  """
+  lr_index = axis.lr_indices()
+  for index in indices:
+    for i, learning_rate in enumerate(axis.learning_rates):
+      models = lr_index == i
+      log.record((index + 1) * every,
+                 {key: float(np.mean(metrics[key][index, models])) for key in LOGGED},
+                 grid=name, learning_rate=f"{learning_rate:g}")
 
 
-def to_host(x: jax.Array) -> np.ndarray:
-  """The whole models axis as numpy, also when it is sharded over several hosts."""
-  if jax.process_count() > 1:
-    from jax.experimental import multihost_utils
-    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
-  return np.asarray(x)
+def restore(checkpoints: Optional[GridCheckpoints], grid: Grid, state, hp, num_chunks: int):
+  """``train_grid``'s ``resume``: the newest checkpoint that restores, else a fresh start.
+
+  Returns:
+    ``(evaluations done, state sharded as ``state``, metrics {name: [evaluations, models]})``.
+  """
+  if checkpoints is None or checkpoints.latest() is None:
+    return 0, state, {}
+  shapes = grid.metric_shapes(state, hp)
+  like = {"state": state,
+          "metrics": {k: np.zeros((num_chunks, grid.num_models), v.dtype)
+                      for k, v in shapes.items()}}
+  done, restored = checkpoints.restore_newest(like)
+  state = jax.device_put(restored["state"], jax.tree.map(lambda a: a.sharding, state))
+  return done, state, {k: np.array(v) for k, v in restored["metrics"].items()}
 
 
-def train_point(config, arch, values, workdir, progress=None, max_chunks=None, writer=None):
-  """Train the grid of one arch at one static point; returns metrics ``{name: [evals, models]}``."""
+def train_point(config, arch, values, workdir, log: RunLog,
+                budget: Optional[Budget] = None) -> dict:
+  """Train (or resume) the grid of one arch at one static point.
+
+  Args:
+    config: the sweep config.
+    arch: one of ``config.archs``.
+    values: the static point (one of ``config.static_points(config)``).
+    workdir: the sweep's workdir; checkpoints go to ``checkpoints/<grid name>``.
+    log: the sweep's log (rows, TensorBoard, progress).
+    budget: evaluations this call may run before ``Interrupted``; None: no limit.
+
+  Returns:
+    The metrics ``{name: [evaluations, models]}``.
+  """
   point = config_lib.point_config(config, values)
-  setup = Setup(arch, point)
   axis = ModelsAxis.of(point)
-  hp, seeds = axis.hyperparameters(), axis.seed_indices()
-  num_models, num_chunks = axis.num_models, _chunk_count(point)
   name = grid_name(arch, values)
-  grid = Grid.build(setup, num_models)
-  hp_dev = grid.shard(hp)
-  state = grid.init(grid.shard(model_keys(point.seed, seeds)), hp_dev)
-  history: dict[str, np.ndarray] = {}
-  done = 0
-  checkpoints = None
-  if point.train.checkpoint_every:
-    checkpoints = GridCheckpoints(os.path.join(workdir, "checkpoints", name))
-    if checkpoints.latest() is not None:
-      like = {"state": state, "metrics": _empty_history(grid, hp_dev, state, num_chunks)}
-      done, restored = checkpoints.restore_newest(like)
-      state = jax.device_put(restored["state"], jax.tree.map(lambda a: a.sharding, state))
-      history = {k: np.asarray(v) for k, v in restored["metrics"].items()}
-  if progress is not None:
-    progress.update(done * point.train.eval_every * num_models)
-  for index in range(done, num_chunks):
-    if max_chunks is not None and max_chunks[0] <= 0:
-      raise Interrupted(name)
-    state, metrics = grid.chunk(state, hp_dev)
-    metrics = {k: to_host(v)[:num_models] for k, v in metrics.items()}
-    for key, value in metrics.items():
-      history.setdefault(key, np.zeros((num_chunks, num_models), value.dtype))[index] = value
-    if writer is not None:
-      writer(name, axis, (index + 1) * point.train.eval_every, metrics)
-    if progress is not None:
-      progress.update(point.train.eval_every * num_models)
-    if max_chunks is not None:
-      max_chunks[0] -= 1
-    last = index + 1 == num_chunks
-    if checkpoints and ((index + 1) % point.train.checkpoint_every == 0 or last):
-      checkpoints.save(index + 1, {"state": state, "metrics": history})
-  if checkpoints:
-    checkpoints.close()
-  return history
+  every, checkpoint_every = point.train.eval_every, point.train.checkpoint_every
+  num_chunks = point.train.num_steps // every
+  budget = budget or Budget()
+  checkpoints = GridCheckpoints(os.path.join(workdir, "checkpoints", name)) \
+      if checkpoint_every else None
 
+  def resume(grid, state, hp):
+    done, state, metrics = restore(checkpoints, grid, state, hp, num_chunks)
+    log_evaluations(log, name, axis, every, metrics, range(done))
+    log.advance(done * every * axis.num_models)
+    budget.check(name, done, num_chunks)
+    return done, state, metrics
 
-def _empty_history(grid, hp_dev, state, num_chunks):
-  """The metrics tree of a checkpoint, shaped but empty (the restore target)."""
-  shapes = jax.eval_shape(grid.chunk, state, hp_dev)[1]
-  return {k: np.zeros((num_chunks, grid.num_models), v.dtype) for k, v in shapes.items()}
+  def on_chunk(done, state, metrics):
+    log_evaluations(log, name, axis, every, metrics, [done - 1])
+    log.advance(every * axis.num_models)
+    if checkpoints is not None and (done % checkpoint_every == 0 or done == num_chunks):
+      checkpoints.save(done, {"state": state, "metrics": metrics})
+    budget.spend()
+    budget.check(name, done, num_chunks)
+
+  try:
+    return train_grid(point, arch, hyperparameters=axis.hyperparameters(),
+                      keys=model_keys(point.seed, axis.seed_indices()), resume=resume,
+                      on_chunk=on_chunk).metrics
+  finally:
+    if checkpoints is not None:
+      checkpoints.close()
 
 
 def resummarise(workdir: str) -> dict:
@@ -122,7 +168,21 @@ def run_sweep(config: ml_collections.ConfigDict, workdir: str, *, max_chunks: Op
               show_progress: bool = True, tensorboard: bool = True, afresh: bool = False) -> dict:
   """Validate, train every (point, arch) grid, write the results; returns the summary. The
   workdir resumes a run of this config, or returns a finished one's summary untouched; another
-  config's is refused (``WorkdirError``) unless ``afresh`` moves it aside (``open_workdir``)."""
+  config's is refused (``WorkdirError``) unless ``afresh`` moves it aside (``open_workdir``).
+
+  Args:
+    config: the sweep config.
+    workdir: where config.json, checkpoints, history.jsonl, TensorBoard scalars, metrics.npz,
+      the figures and summary.json go.
+    max_chunks: stop after that many evaluations of this call by raising ``Interrupted`` (a
+      simulated kill, for tests); None runs to the end.
+    show_progress: show a progress bar (in model-steps).
+    tensorboard: write TensorBoard scalars besides history.jsonl.
+    afresh: move a workdir of another config aside instead of refusing it.
+
+  Returns:
+    The summary (``scoring.summarise``).
+  """
   config_lib.validate(config)
   finished = open_workdir(workdir, config, "sweep", afresh=afresh)
   if finished is not None:
@@ -132,20 +192,14 @@ def run_sweep(config: ml_collections.ConfigDict, workdir: str, *, max_chunks: Op
   jobs = [(arch, values) for values in points for arch in config.archs]
   total = sum(config_lib.point_config(config, v).train.num_steps for _, v in jobs) \
       * ModelsAxis.of(config).num_models
-  progress = _progress(total, show_progress and chief)
-  writer = _Writer(workdir) if tensorboard and chief else None
-  budget = None if max_chunks is None else [max_chunks]
+  budget = Budget(max_chunks)
   results = {}
   started = time.perf_counter()
-  try:
+  with RunLog(workdir, total=total, unit="model-step", tensorboard=tensorboard,
+              progress=show_progress) as log:
     for arch, values in jobs:
-      results[(arch, tuple(values.items()))] = train_point(
-          config, arch, values, workdir, progress, budget, writer)
-  finally:
-    if progress is not None:
-      progress.close()
-    if writer is not None:
-      writer.close()
+      results[(arch, tuple(values.items()))] = train_point(config, arch, values, workdir, log,
+                                                           budget)
   summary = summarise(config, results)
   if not chief:
     return summary
@@ -154,29 +208,3 @@ def run_sweep(config: ml_collections.ConfigDict, workdir: str, *, max_chunks: Op
   print(f"trained {len(jobs)} grid(s) in {time.perf_counter() - started:.0f} s; "
         f"results in {workdir}")
   return summary
-
-
-def _progress(total, show):
-  if not show:
-    return None
-  tqdm = require("tqdm", "experiments").tqdm
-  return tqdm(total=total, unit="model-step", unit_scale=True, smoothing=0.1)
-
-
-class _Writer:
-  """TensorBoard scalars: per arch and learning rate, the mean over the other models."""
-
-  def __init__(self, workdir):
-    SummaryWriter = require("tensorboardX", "experiments").SummaryWriter
-    self.summary = SummaryWriter(os.path.join(workdir, "tensorboard"))
-
-  def __call__(self, name, axis, step, metrics):
-    for index, lr in enumerate(axis.learning_rates):
-      rows = axis.lr_indices() == index
-      for key in ("train_loss", "train_acc", "val_acc"):
-        self.summary.add_scalar(f"{name}/lr={lr:.3g}/{key}", float(np.mean(metrics[key][rows])),
-                                step)
-
-  def close(self):
-    self.summary.close()
-

@@ -1,0 +1,106 @@
+"""The sweep figures draw the task's metric groups (``Task.metric_groups``): the case task's as
+the NAP paper does (R/G/B = argmin / first / argmax), a group of another size in grey, a task
+without groups without them. Drawn from made-up curves, no training."""
+import os
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from matplotlib.colors import to_rgb
+
+from normattn_jax import tasks
+from normattn_jax.reporting import figures
+from normattn_jax.train import artifacts
+from normattn_jax.train.layout import ModelsAxis
+from normattn_jax.train.scoring import summarise
+from test_grid import tiny_config
+
+BASE = ("train_acc", "val_acc", "train_loss", "diverged")
+
+
+def made_up_results(config, metrics):
+  """Distinct curves ``[evals, models]`` per arch and metric, no model diverged."""
+  axis = ModelsAxis.of(config)
+  evals = config.train.num_steps // config.train.eval_every
+  rng = np.random.default_rng(0)
+  results = {}
+  for arch in config.archs:
+    curves = {name: rng.uniform(size=(evals, axis.num_models)).astype(np.float32)
+              for name in metrics}
+    curves["diverged"] = np.zeros((evals, axis.num_models), bool)
+    results[(arch, ())] = curves
+  return results
+
+
+def draw(config, metrics, workdir, monkeypatch):
+  """Draw the sweep's figures of made-up curves; returns the summary and the figures by file."""
+  results = made_up_results(config, metrics)
+  summary = summarise(config, results)
+  metrics_path = os.path.join(workdir, artifacts.METRICS)
+  artifacts.save_metrics(metrics_path, config, results)
+  drawn = {}
+  monkeypatch.setattr(figures.plt, "close", lambda fig: None)
+  save = figures.plt.Figure.savefig
+  monkeypatch.setattr(figures.plt.Figure, "savefig",
+                      lambda fig, path, **kw: (drawn.__setitem__(os.path.basename(path), fig),
+                                               save(fig, path, **kw)))
+  figures.draw_sweep(config, summary, metrics_path, str(workdir))
+  return summary, drawn
+
+
+def titles(fig):
+  return [ax.get_title() for ax in fig.axes]
+
+
+def legend(ax):
+  """(label, colour) of each curve of a panel."""
+  return [(line.get_label(), to_rgb(line.get_color())) for line in ax.get_lines()]
+
+
+def test_the_case_figure_is_the_papers(tmp_path, monkeypatch):
+  config = tiny_config()
+  case = tasks.get("case_distinction")
+  summary, drawn = draw(config, BASE + case.extra_metrics(), tmp_path, monkeypatch)
+  assert set(drawn) == {"accuracy.png", "case_accuracy.png", "learning_curves.png"}
+  assert titles(drawn["case_accuracy.png"]) == ["nap cases N=8", "sum cases N=8",
+                                                "nap cases N=4", "sum cases N=4"]
+  image = drawn["case_accuracy.png"].axes[2].images[0].get_array()  # nap at N/2
+  for channel, case_name in enumerate(("argmin", "first", "argmax")):
+    np.testing.assert_allclose(image[..., channel], figures.cell_grid(
+        config, summary, "nap", f"val_case_acc_{case_name}", "mean"))
+  curves = drawn["learning_curves.png"].axes
+  assert len(curves) == 4  # two rows, two archs
+  assert legend(curves[2]) == [("case_acc_argmin", to_rgb("tab:red")),
+                               ("case_acc_first", to_rgb("tab:green")),
+                               ("case_acc_argmax", to_rgb("tab:blue"))]
+
+
+@pytest.fixture
+def parity_task():
+  sample = lambda key, b, n, s: (jnp.zeros((b, n), jnp.int32), jnp.zeros(b, jnp.int32))
+  task = tasks.register(tasks.Task(
+      "first_parity", sample, outputs=("classes",), validation_length=lambda n: 2 * n,
+      grouped_eval=tasks.GroupedEval("first_acc", ("even", "odd"), sample)))
+  yield task
+  tasks.unregister(task.name)
+
+
+def test_a_group_of_two_is_drawn_as_its_mean_in_grey(parity_task, tmp_path, monkeypatch):
+  config = tiny_config(**{"task.name": parity_task.name, "archs": ("mte",)})
+  summary, drawn = draw(config, BASE + parity_task.extra_metrics(), tmp_path, monkeypatch)
+  assert titles(drawn["case_accuracy.png"]) == ["mte cases N=8", "mte cases N=16"]
+  image = drawn["case_accuracy.png"].axes[1].images[0].get_array()
+  mean = np.mean([figures.cell_grid(config, summary, "mte", f"val_first_acc_{group}", "mean")
+                  for group in ("even", "odd")], axis=0)
+  for channel in range(3):
+    np.testing.assert_allclose(image[..., channel], mean, rtol=1e-6)
+  assert [label for label, _ in legend(drawn["learning_curves.png"].axes[1])] == \
+      ["first_acc_even", "first_acc_odd"]
+
+
+def test_a_task_without_groups_has_no_case_figure(tmp_path, monkeypatch):
+  config = tiny_config(**{"task.name": "mode_finding", "task.output": "classes"})
+  _, drawn = draw(config, BASE, tmp_path, monkeypatch)
+  assert set(drawn) == {"accuracy.png", "learning_curves.png"}
+  assert len(drawn["learning_curves.png"].axes) == 2  # one row, two archs
+  assert not os.path.exists(tmp_path / "case_accuracy.png")
