@@ -54,7 +54,9 @@ class LayerNorm(nn.Module):
     y = normalize(x, self.kind, self.epsilon)
     features = x.shape[-1]
     if self.use_scale:
-      y = y * self.param("scale", nn.initializers.ones, (features,), self.param_dtype).astype(y.dtype)
+      scale = self.param("scale", nn.initializers.ones, (features,), self.param_dtype)
+      y = y * scale.astype(y.dtype)
     if self.use_bias:
-      y = y + self.param("bias", nn.initializers.zeros, (features,), self.param_dtype).astype(y.dtype)
+      bias = self.param("bias", nn.initializers.zeros, (features,), self.param_dtype)
+      y = y + bias.astype(y.dtype)
     return y

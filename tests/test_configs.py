@@ -62,6 +62,7 @@ def count_pretraining_params(c):
   import jax
   import jax.numpy as jnp
   import numpy as np
+
   from normattn_jax.train.pretrain import build_model
   model = build_model(c, c.data.vocab_size)
   batch = {k: jnp.zeros((1, 8), jnp.int32) for k in ("input_ids", "input_mask", "segment_ids")}
@@ -90,7 +91,8 @@ def test_paper_scale_defaults():
   c = load(os.path.join(REPO, "configs", "case_distinction.py"))
   assert c.archs == ("bert", "mte", "nap", "non", "sum", "max")
   assert len(c.learning_rates) == 10 and abs(c.learning_rates[0] - 0.3) < 1e-12
-  assert (c.model.d_model, c.model.num_layers, c.model.num_heads, c.task.seq_len) == (128, 2, 4, 128)
+  shape = (c.model.d_model, c.model.num_layers, c.model.num_heads, c.task.seq_len)
+  assert shape == (128, 2, 4, 128)
   assert (c.train.num_steps, c.train.batch_size, c.num_seeds) == (3200, 32, 5)
 
 

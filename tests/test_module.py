@@ -106,7 +106,7 @@ def test_nap_logits_are_not_scaled_but_others_are(normalization):
   from normattn_jax.attention import registry
   layer = MultiHeadAttention(num_heads=2, normalization=normalization, implementation="quadratic")
   params = layer.init(KEY, X)
-  params = jax.tree.map(lambda w: 0.05 * w, params)  # small logits: NAP's eps tells the scales apart
+  params = jax.tree.map(lambda w: 0.05 * w, params)  # small logits: NAP's eps tells scales apart
   _, sown = layer.apply(params, X, sow_weights=True, mutable=["intermediates"])
   weights = sown["intermediates"]["attention_weights"][0]
   p = params["params"]

@@ -15,7 +15,8 @@ def test_integers_at_least_low_pass(value):
 
 @pytest.mark.parametrize("value", [0, -2, True, 2.0, "3", None, np.float32(4)])
 def test_anything_else_is_refused_naming_the_field_and_value(value):
-  with pytest.raises(ValueError, match=re.escape(f"num_heads must be a positive integer, got {value!r}")):
+  message = f"num_heads must be a positive integer, got {value!r}"
+  with pytest.raises(ValueError, match=re.escape(message)):
     check_int("num_heads", value)
 
 

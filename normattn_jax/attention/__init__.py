@@ -6,7 +6,8 @@ from normattn_jax.attention.registry import (BUILTIN_NORMALIZATIONS, NORMALIZATI
 from normattn_jax.attention.module import MultiHeadAttention
 
 __all__ = [
-    "BUILTIN_NORMALIZATIONS", "NORMALIZATIONS", "HeadParam", "MultiHeadAttention", "Normalization", "dnas_weights", "get",
+    "BUILTIN_NORMALIZATIONS", "NORMALIZATIONS", "HeadParam", "MultiHeadAttention", "Normalization",
+    "dnas_weights", "get",
     "hnas_weights", "nap_weights", "names", "non_weights", "register", "sinkhorn_weights",
     "softmax_weights", "unregister",
 ]
