@@ -1,4 +1,4 @@
-# make run: the main job; make test: the fast suite; make test-all: with the slow tests.
+# make run: the main job; make test: ruff, then the fast suite; make test-all: with the slow tests.
 # Each creates .venv and installs the project with every extra on first use, at the versions
 # of constraints.txt; make constraints pins that file to what .venv holds.
 PYTHON ?= python3
@@ -19,9 +19,11 @@ run: $(STAMP)
 	$(PY) experiments/sweep.py --config configs/demo.py --workdir runs/demo
 
 test: $(STAMP)
+	$(PY) -m ruff check .
 	$(PY) -m pytest -q -n 2 -m "not slow" tests
 
 test-all: $(STAMP)
+	$(PY) -m ruff check .
 	$(PY) -m pytest -q -n 2 tests
 
 constraints: $(STAMP)

@@ -47,6 +47,6 @@ setup(
         "bert": BERT,
         "analysis": ANALYSIS,
         "all": sorted(set(PRETRAIN + ANALYSIS)),
-        "test": ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100"],
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100", "ruff>=0.6"],
     },
 )
