@@ -27,7 +27,19 @@ RECORDED = ("normattn_jax", "jax", "jaxlib", "flax", "optax", "chex", "numpy", "
 
 
 def require(module: str, extra: str):
-  """Import ``module``, or raise an ImportError naming the extra that installs it."""
+  """Import ``module``, or raise an ImportError naming the extra that installs it.
+
+  Args:
+    module: the module's import name, e.g. "safetensors.numpy".
+    extra: the extra that installs it, one of ``EXTRAS``.
+
+  Returns:
+    The imported module.
+
+  Raises:
+    ImportError: if ``module`` cannot be imported.
+    ValueError: if ``extra`` is not one of ``EXTRAS``.
+  """
   if extra not in EXTRAS:
     raise ValueError(f"unknown extra {extra!r}; one of {EXTRAS}")
   try:
@@ -40,7 +52,12 @@ def require(module: str, extra: str):
 
 
 def versions() -> dict:
-  """Python, the platform, the devices and the versions of ``RECORDED``: what a result ran with."""
+  """Python, the platform, the devices and the versions of ``RECORDED``: what a result ran with.
+
+  Returns:
+    ``{"python", "platform", "backend", "device_kind", "device_count", "process_count",
+    "packages"}``; ``packages`` maps each installed distribution of ``RECORDED`` to its version.
+  """
   import jax
 
   packages = {}

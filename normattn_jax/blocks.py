@@ -62,7 +62,20 @@ ARCHITECTURES = {
 def resolve_architecture(arch: str, normalization: Optional[str] = None,
                          normalize: Optional[bool] = None,
                          attention_gelu: Optional[bool] = None) -> Architecture:
-  """The preset ``arch`` with any of its fields overridden (None keeps the preset's)."""
+  """The preset ``arch`` with any of its fields overridden (None keeps the preset's).
+
+  Args:
+    arch: a key of ``ARCHITECTURES``.
+    normalization: a registered attention normalisation, for attention archs only; or None.
+    normalize: the MTE layout (True) or the BERT post-LN layout (False); or None.
+    attention_gelu: GELU after the attention sub-module's hidden LayerNorm; or None.
+
+  Returns:
+    The resolved ``Architecture``.
+
+  Raises:
+    ValueError: if ``arch`` is unknown, or ``normalization`` is given for a pooling arch.
+  """
   if arch not in ARCHITECTURES:
     raise ValueError(f"arch must be one of {tuple(ARCHITECTURES)}, got {arch!r}")
   spec = ARCHITECTURES[arch]
@@ -80,14 +93,31 @@ def resolve_architecture(arch: str, normalization: Optional[str] = None,
 
 def default_ffn_features(d_model: int, mixer: str) -> int:
   """4d for attention; for pooling, round((12d + 8) / (2d + 1) * d) ~ 6d so that the parameter
-  counts match the attention models (8 -> 49, 128 -> 769), as in the paper's code."""
+  counts match the attention models (8 -> 49, 128 -> 769), as in the paper's code.
+
+  Args:
+    d_model: the model width.
+    mixer: "attention", "sum" or "max".
+
+  Returns:
+    The feed-forward hidden width.
+  """
   if mixer == "attention":
     return 4 * d_model
   return int(round((12.0 * d_model + 8) / (2 * d_model + 1) * d_model))
 
 
 def pool(x: Array, mixer: str, mask: Optional[Array]) -> Array:
-  """Sum- or max-reduce over the valid positions of ``x [..., N, d]``, broadcast back to N."""
+  """Sum- or max-reduce over the valid positions of ``x [..., N, d]``, broadcast back to N.
+
+  Args:
+    x: the inputs, shape ``[..., N, d]``.
+    mixer: "sum" sums; any other value takes the maximum.
+    mask: boolean ``[..., N]``, True = valid position; None: all valid.
+
+  Returns:
+    The pooled vector broadcast to ``x``'s shape (0 for max-pooling with no valid position).
+  """
   if mixer == "sum":
     if mask is not None:
       x = jnp.where(mask[..., None], x, 0)
@@ -101,7 +131,18 @@ def pool(x: Array, mixer: str, mask: Optional[Array]) -> Array:
 
 
 def check_layer_fields(module, d_model: Optional[int] = None) -> Architecture:
-  """Validate the fields a block and a model share; returns the resolved architecture."""
+  """Validate the fields a block and a model share; returns the resolved architecture.
+
+  Args:
+    module: a ``TransformerBlock`` or model with its fields (``arch``, ``num_heads``, ...).
+    d_model: the model width, checked to be divisible by ``num_heads``; None skips that check.
+
+  Returns:
+    The resolved ``Architecture``.
+
+  Raises:
+    ValueError: naming the first field out of range.
+  """
   spec = resolve_architecture(module.arch, module.normalization, module.normalize,
                               module.attention_gelu)
   check_block_fields(num_heads=module.num_heads, ffn_features=module.ffn_features,
@@ -118,6 +159,17 @@ def check_layer_fields(module, d_model: Optional[int] = None) -> Architecture:
 
 def check_block_fields(*, num_heads: int, ffn_features: Optional[int], dropout_rate: float,
                        layer_norm_epsilon: float) -> None:
+  """Refuse block fields out of range.
+
+  Args:
+    num_heads: must be a positive integer.
+    ffn_features: must be a positive integer, or None.
+    dropout_rate: must lie in [0, 1).
+    layer_norm_epsilon: must be > 0.
+
+  Raises:
+    ValueError: naming the first field out of range.
+  """
   check_int("num_heads", num_heads)
   if ffn_features is not None:
     check_int("ffn_features", ffn_features)
@@ -155,6 +207,11 @@ class TransformerBlock(nn.Module):
 
   @property
   def spec(self) -> Architecture:
+    """The resolved ``Architecture`` of the block's fields.
+
+    Returns:
+      ``resolve_architecture(arch, normalization, normalize, attention_gelu)``.
+    """
     return resolve_architecture(self.arch, self.normalization, self.normalize,
                                 self.attention_gelu)
 

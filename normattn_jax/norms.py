@@ -18,13 +18,37 @@ LAYER_NORM_KINDS = ("standard", "no_projection", "no_scaling", "none")
 
 
 def check_layer_norm_kind(kind: str, field: str = "kind") -> str:
+  """Refuse a LayerNorm kind not in ``LAYER_NORM_KINDS``.
+
+  Args:
+    kind: the kind to check.
+    field: the name the error gives the value (e.g. the config field).
+
+  Returns:
+    ``kind``, unchanged.
+
+  Raises:
+    ValueError: if ``kind`` is not one of ``LAYER_NORM_KINDS``.
+  """
   if kind not in LAYER_NORM_KINDS:
     raise ValueError(f"{field} must be one of {LAYER_NORM_KINDS}, got {kind!r}")
   return kind
 
 
 def normalize(x: jax.Array, kind: str = "standard", epsilon: float = 1e-6) -> jax.Array:
-  """The parameter-free part of a LayerNorm variant over the last axis (float32 inside)."""
+  """The parameter-free part of a LayerNorm variant over the last axis (float32 inside).
+
+  Args:
+    x: floating-point array ``[..., features]``.
+    kind: one of ``LAYER_NORM_KINDS``.
+    epsilon: added to the mean square under the square root (for "standard", "no_projection").
+
+  Returns:
+    The normalised ``x``, of its shape and dtype.
+
+  Raises:
+    ValueError: if ``kind`` is not one of ``LAYER_NORM_KINDS``.
+  """
   check_layer_norm_kind(kind)
   dtype = x.dtype
   x = x.astype(jnp.promote_types(dtype, jnp.float32))

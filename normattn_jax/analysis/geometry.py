@@ -18,7 +18,15 @@ POOLINGS = ("softmax attention", "mean", "sum", "max", "normalised sum")
 
 
 def sinkhorn_residuals(logits: jax.Array, max_iters: int) -> dict:
-  """Per iteration 1..max_iters: the largest |row sum - 1| and |column sum - 1|."""
+  """Per iteration 1..max_iters: the largest |row sum - 1| and |column sum - 1|.
+
+  Args:
+    logits: floating-point logits ``[..., q, k]``.
+    max_iters: the most Sinkhorn iterations, >= 1.
+
+  Returns:
+    ``{"row": [...], "column": [...]}``: ``max_iters`` floats each, iteration 1 first.
+  """
   rows, cols = [], []
   for iters in range(1, max_iters + 1):
     w = sinkhorn_weights(logits, iters)
@@ -28,7 +36,20 @@ def sinkhorn_residuals(logits: jax.Array, max_iters: int) -> dict:
 
 
 def pool(values: jax.Array, queries: jax.Array, keys: jax.Array, method: str) -> jax.Array:
-  """One pooled output per position of ``values [sequences, N, d]`` (broadcast for reductions)."""
+  """One pooled output per position of ``values [sequences, N, d]`` (broadcast for reductions).
+
+  Args:
+    values: ``[sequences, N, d]``.
+    queries: ``[sequences, N, d]`` (softmax attention only).
+    keys: ``[sequences, N, d]`` (softmax attention only).
+    method: one of ``POOLINGS``.
+
+  Returns:
+    ``[sequences, N, d]`` for softmax attention, ``[sequences, 1, d]`` for the reductions.
+
+  Raises:
+    ValueError: if ``method`` is not one of ``POOLINGS``.
+  """
   if method == "softmax attention":
     logits = jnp.einsum("bqd,bkd->bqk", queries, keys) / jnp.sqrt(queries.shape[-1])
     return softmax_weights(logits) @ values
@@ -47,7 +68,17 @@ def pool(values: jax.Array, queries: jax.Array, keys: jax.Array, method: str) ->
 def pooled_output_scale(length: int, head_dim: int = 128, total: int = 16384,
                         seed: int = 0) -> dict:
   """Std over all output values and mean output norm, per pooling, for ``total`` standard-normal
-  value/key/query vectors split into sequences of ``length`` (the paper: 16,384, d_h = 128)."""
+  value/key/query vectors split into sequences of ``length`` (the paper: 16,384, d_h = 128).
+
+  Args:
+    length: the sequence length N.
+    head_dim: the vectors' dimension d_h.
+    total: the number of vectors of each kind, split into ``max(total // length, 1)`` sequences.
+    seed: the seed of the random vectors.
+
+  Returns:
+    ``{pooling: {"std": float, "norm": float}}`` for each of ``POOLINGS``.
+  """
   sequences = max(total // length, 1)
   kq, kk, kv = jax.random.split(jax.random.key(seed), 3)
   shape = (sequences, length, head_dim)
@@ -61,5 +92,13 @@ def pooled_output_scale(length: int, head_dim: int = 128, total: int = 16384,
 
 
 def scaling_exponent(lengths, values) -> float:
-  """Slope of log(value) against log(N): -0.5 for mean pooling, +0.5 for sum."""
+  """Slope of log(value) against log(N): -0.5 for mean pooling, +0.5 for sum.
+
+  Args:
+    lengths: the sequence lengths, positive.
+    values: one positive value per length.
+
+  Returns:
+    The least-squares slope.
+  """
   return float(np.polyfit(np.log(lengths), np.log(values), 1)[0])

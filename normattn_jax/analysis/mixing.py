@@ -159,6 +159,20 @@ def trace_attention_blocks(model: nn.Module, variables: Mapping, *args,
   Every ``MultiHeadAttention`` must be followed by a sibling LayerNorm named ``attention_norm``
   whose input is ``x + ATTN(x)`` (checked to ``rtol`` of its scale); anything else raises a
   ValueError naming the block.
+
+  Args:
+    model: the flax model.
+    variables: its variables (``{"params": ...}``).
+    *args: the model's inputs, e.g. ``input_ids [B, n]``.
+    rtol: the largest ``|y - (x + ATTN(x))|``, relative to ``max(|y|, 1)``.
+    **kwargs: the model's keyword inputs, e.g. ``attention_mask``.
+
+  Returns:
+    One ``AttentionBlock`` per attention call.
+
+  Raises:
+    ValueError: naming the block, for an attention that is not post-LN self-attention or cannot
+      form its weights.
   """
   blocks, residuals = _collect(model, variables, *args, **kwargs)
   _check_post_ln(blocks, residuals, rtol)
@@ -172,19 +186,42 @@ def _center(z: Array, kind: str) -> Array:
 
 
 def ln_divisor(y: Array, kind: str, epsilon: float) -> Array:
-  """``s(y)`` of the real LN input ``y [..., d]`` (1 for the kinds that do not scale)."""
+  """``s(y)`` of the real LN input ``y [..., d]`` (1 for the kinds that do not scale).
+
+  Args:
+    y: the LN input ``[..., d]``.
+    kind: the LN's kind (``norms.LAYER_NORM_KINDS``).
+    epsilon: the LN's epsilon.
+
+  Returns:
+    ``[..., 1]``.
+  """
   if kind in ("standard", "no_projection"):
     return jnp.sqrt(jnp.mean(jnp.square(_center(y, kind)), -1, keepdims=True) + epsilon)
   return jnp.ones(y.shape[:-1] + (1,), y.dtype)
 
 
 def distribute_ln(z: Array, divisor: Array, scale: Array, kind: str) -> Array:
-  """``g_y(z) = c(z) / s(y) * gamma``: LN's share of one summand ``z`` of its input ``y``."""
+  """``g_y(z) = c(z) / s(y) * gamma``: LN's share of one summand ``z`` of its input ``y``.
+
+  Args:
+    z: a summand of the LN input, ``[..., d]``.
+    divisor: ``ln_divisor`` of the whole input, broadcastable to ``z``.
+    scale: the LN's gamma, ``[d]``.
+    kind: the LN's kind.
+
+  Returns:
+    ``[..., d]``.
+  """
   return _center(z, kind) / divisor * scale
 
 
 def transformed_values(block: AttentionBlock) -> Array:
-  """``f^h(x_j) = (x_j W_V^h + b_V^h) W_O^h`` for every head and token, ``[B, h, n, d]``."""
+  """``f^h(x_j) = (x_j W_V^h + b_V^h) W_O^h`` for every head and token, ``[B, h, n, d]``.
+
+  Args:
+    block: a traced block (``trace_attention_blocks``).
+  """
   values = jnp.einsum("bnd,dhe->bnhe", block.x, block.value_kernel) + block.value_bias
   return jnp.einsum("bnhe,hed->bhnd", values, block.out_kernel)
 
@@ -193,7 +230,14 @@ def decompose(block: AttentionBlock) -> dict:
   """The per-token vectors of the decomposition, each ``[B, n, d]``:
   ``attn_mixing``/``attn_self`` (sum_{j!=i} / j=i of sum_h alpha f^h, before RES and LN),
   ``mixing``/``preserving`` (after RES and LN) and ``bias`` (g_y(b_O) + beta); their sum
-  ``mixing + preserving + bias`` is the block output."""
+  ``mixing + preserving + bias`` is the block output.
+
+  Args:
+    block: a traced block (``trace_attention_blocks``).
+
+  Returns:
+    ``{"attn_mixing", "attn_self", "mixing", "preserving", "bias"}`` -> ``[B, n, d]``.
+  """
   f = transformed_values(block)
   total = jnp.einsum("bhij,bhjd->bid", block.weights, f)
   diagonal = jnp.diagonal(block.weights, axis1=-2, axis2=-1)  # [B, h, n]
@@ -210,7 +254,15 @@ def token_contributions(block: AttentionBlock, index: int = 0) -> dict:
   """Token-by-token vectors of sequence ``index``, each ``[n, n, d]`` (row i = output token,
   column j = input token): ``attention`` = sum_h alpha^h_ij f^h(x_j) (ATTN alone) and
   ``block`` = F_i(x_j) = g_y(sum_h alpha^h_ij f^h(x_j)) + [i = j] g_y(x_i) (ATTN, RES and LN),
-  with ``sum_j F_i(x_j) = LN(y_i) - g_y(b_O) - beta``."""
+  with ``sum_j F_i(x_j) = LN(y_i) - g_y(b_O) - beta``.
+
+  Args:
+    block: a traced block (``trace_attention_blocks``).
+    index: the sequence of the batch.
+
+  Returns:
+    ``{"attention", "block"}`` -> ``[n, n, d]``.
+  """
   take = lambda a: a[index:index + 1]
   one = block.replace( x=take(block.x), weights=take(block.weights),
                             ln_input=take(block.ln_input))
@@ -229,7 +281,11 @@ def _ratio(mix: Array, pres: Array) -> Array:
 
 
 def mixing_ratios(block: AttentionBlock) -> dict:
-  """The five methods' mixing ratios, ``METHODS`` -> ``[B, n]`` (rows without any weight get 0)."""
+  """The five methods' mixing ratios, ``METHODS`` -> ``[B, n]`` (rows without any weight get 0).
+
+  Args:
+    block: a traced block (``trace_attention_blocks``).
+  """
   norm = lambda v: jnp.linalg.norm(v, axis=-1)
   parts = decompose(block)
   w = jnp.abs(block.weights)
@@ -253,7 +309,16 @@ def mixing_ratios(block: AttentionBlock) -> dict:
 def expansion_rate(value_kernel, value_bias, out_kernel) -> float:
   """RMS singular value of the homogeneous ``(d+1) x (d+1)`` map of ``f(x) = (x W_V + b_V) W_O``
   (all heads together; row vectors ``[x, 1]``), i.e. ``sqrt(sum sigma_k^2 / (d + 1))``: the
-  expected ``|f(x)| / |x|`` for a standard normal ``x``. Below 1 the map shrinks its input."""
+  expected ``|f(x)| / |x|`` for a standard normal ``x``. Below 1 the map shrinks its input.
+
+  Args:
+    value_kernel: ``W_V``, ``[d, h, dh]`` (or ``[d, h * dh]``).
+    value_bias: ``b_V``, ``[h, dh]``.
+    out_kernel: ``W_O``, ``[h, dh, d_out]``.
+
+  Returns:
+    The rate.
+  """
   value_kernel = np.asarray(value_kernel, np.float64)
   d_in = value_kernel.shape[0]
   w_v = value_kernel.reshape(d_in, -1)
@@ -269,7 +334,14 @@ def expansion_rate(value_kernel, value_bias, out_kernel) -> float:
 
 
 def expansion_rates(blocks: Iterable[AttentionBlock]) -> list[float]:
-  """``expansion_rate`` of every traced block."""
+  """``expansion_rate`` of every traced block.
+
+  Args:
+    blocks: traced blocks (``trace_attention_blocks``).
+
+  Returns:
+    One rate per block, in order.
+  """
   return [expansion_rate(b.value_kernel, b.value_bias, b.out_kernel) for b in blocks]
 
 
@@ -305,7 +377,17 @@ COUNT_ROUNDINGS = ("round", "floor")
 
 
 def get_protocol(name: str) -> Protocol:
-  """The ``PROTOCOLS`` entry of ``name``, or a ValueError naming the choices."""
+  """The ``PROTOCOLS`` entry of ``name``, or a ValueError naming the choices.
+
+  Args:
+    name: "paper" or "authors".
+
+  Returns:
+    The ``Protocol``.
+
+  Raises:
+    ValueError: if ``name`` is not a key of ``PROTOCOLS``.
+  """
   if name not in PROTOCOLS:
     raise ValueError(f"protocol must be one of {tuple(PROTOCOLS)}, got {name!r}")
   return PROTOCOLS[name]
@@ -313,7 +395,19 @@ def get_protocol(name: str) -> Protocol:
 
 def masked_count(ordinary: int, rate: float, rounding: str = "round") -> int:
   """How many of a sequence's ``ordinary`` tokens are chosen: ``rate * ordinary`` rounded
-  (``"round"``) or truncated (``"floor"``), at least 1 (0 without ordinary tokens or at rate 0)."""
+  (``"round"``) or truncated (``"floor"``), at least 1 (0 without ordinary tokens or at rate 0).
+
+  Args:
+    ordinary: the sequence's ordinary tokens.
+    rate: the share chosen, in [0, 1].
+    rounding: "round" or "floor".
+
+  Returns:
+    An integer in [0, ordinary].
+
+  Raises:
+    ValueError: if ``rounding`` is not one of ``COUNT_ROUNDINGS``.
+  """
   if rounding not in COUNT_ROUNDINGS:
     raise ValueError(f"count_rounding must be one of {COUNT_ROUNDINGS}, got {rounding!r}")
   if ordinary == 0 or rate == 0:
@@ -323,7 +417,18 @@ def masked_count(ordinary: int, rate: float, rounding: str = "round") -> int:
 
 def token_type_codes(input_ids, special_ids: Mapping[str, Optional[int]]) -> np.ndarray:
   """Index into ``TOKEN_TYPES`` for every token; ``special_ids`` maps "[MASK]", "[CLS]",
-  "[SEP]" to ids (None or absent for a model without that token)."""
+  "[SEP]" to ids (None or absent for a model without that token).
+
+  Args:
+    input_ids: int token ids, any shape.
+    special_ids: "[MASK]", "[CLS]", "[SEP]" -> id or None.
+
+  Returns:
+    int32 codes of ``input_ids``' shape (0 normal, 1 [MASK], 2 [CLS], 3 [SEP]).
+
+  Raises:
+    ValueError: if ``special_ids`` has another key.
+  """
   unknown = set(special_ids) - set(TOKEN_TYPES[1:])
   if unknown:
     raise ValueError(f"special_ids keys must be among {TOKEN_TYPES[1:]}, got {sorted(unknown)}")
@@ -340,7 +445,24 @@ def mask_tokens(input_ids, attention_mask, *, mask_id: int, special_ids: Iterabl
                 count_rounding: str = "round") -> np.ndarray:
   """The input masking: in every sequence ``masked_count(m, rate, count_rounding)`` of its
   ``m`` ordinary tokens (not special, not padding) are chosen, and each chosen token becomes
-  ``mask_id`` with probability ``mask_prob`` (otherwise it stays). Returns new ids."""
+  ``mask_id`` with probability ``mask_prob`` (otherwise it stays). Returns new ids.
+
+  Args:
+    input_ids: int ``[B, n]``.
+    attention_mask: ``[B, n]``, nonzero = real token.
+    mask_id: the id of [MASK].
+    special_ids: the ids never chosen (e.g. [CLS], [SEP]).
+    rate: the share of ordinary tokens chosen, in [0, 1].
+    mask_prob: the probability that a chosen token becomes ``mask_id``, in [0, 1].
+    seed: the seed of the choice.
+    count_rounding: "round" or "floor" (``masked_count``).
+
+  Returns:
+    A copy of ``input_ids`` with the masked tokens replaced.
+
+  Raises:
+    ValueError: if ``rate`` or ``mask_prob`` is outside [0, 1] or ``count_rounding`` is unknown.
+  """
   if not 0.0 <= rate <= 1.0:
     raise ValueError(f"rate must lie in [0, 1], got {rate!r}")
   if not 0.0 <= mask_prob <= 1.0:
@@ -389,7 +511,18 @@ def summarize(ratios: Sequence[Mapping[str, np.ndarray]], valid, types,
 
   Returns ``per_layer`` (method -> per-layer mean), ``per_layer_token_type`` (method -> type ->
   per-layer mean, None where a type is absent, "overall" included), ``overall`` (method ->
-  {mean, max, min} over all layers and tokens) and ``token_counts`` (type -> tokens per layer)."""
+  {mean, max, min} over all layers and tokens) and ``token_counts`` (type -> tokens per layer).
+
+  Args:
+    ratios: per layer, ``METHODS`` -> ratios (``mixing_ratios``), each of ``valid``'s shape.
+    valid: bool, True = non-padding token, ``[T]`` or ``[B, n]``.
+    types: ``token_type_codes``, of ``valid``'s shape.
+    per_sequence: average per sequence first (needs ``[B, n]``).
+
+  Raises:
+    ValueError: if ``valid`` marks no token, or ``per_sequence`` is set for input that is not
+      ``[B, n]``.
+  """
   valid = np.asarray(valid).astype(bool)
   types = np.asarray(types)
   if not valid.any():
@@ -420,7 +553,15 @@ def summarize(ratios: Sequence[Mapping[str, np.ndarray]], valid, types,
 
 def frequency_ranks(tokens: Sequence[str], frequencies: Mapping[str, float]) -> np.ndarray:
   """Frequency rank of each token (1 = most frequent; ties share the best rank) among the
-  token types of ``frequencies``; tokens without a positive frequency get NaN."""
+  token types of ``frequencies``; tokens without a positive frequency get NaN.
+
+  Args:
+    tokens: the tokens to rank.
+    frequencies: token type -> relative frequency.
+
+  Returns:
+    float64 ``[len(tokens)]``.
+  """
   table = np.sort(np.array([f for f in frequencies.values() if f > 0], np.float64))
   f = np.array([frequencies.get(token, 0.0) for token in tokens], np.float64)
   higher = table.size - np.searchsorted(table, f, side="right")  # types strictly more frequent
@@ -429,7 +570,18 @@ def frequency_ranks(tokens: Sequence[str], frequencies: Mapping[str, float]) -> 
 
 def wordfreq_frequencies(vocabulary: Iterable[str], lang: str = "en") -> dict:
   """English word frequencies (the ``wordfreq`` package's data) of the whole-word tokens of a
-  vocabulary; word pieces ("##...") and tokens that ``wordfreq`` does not know get 0."""
+  vocabulary; word pieces ("##...") and tokens that ``wordfreq`` does not know get 0.
+
+  Args:
+    vocabulary: the tokens (e.g. ``tokenizer.get_vocab()``'s keys); bracketed tokens get 0 too.
+    lang: ``wordfreq``'s language code.
+
+  Returns:
+    token -> relative frequency.
+
+  Raises:
+    ImportError: if ``wordfreq`` is not installed (the ``analysis`` extra).
+  """
   wordfreq = require("wordfreq", "analysis")
 
   out = {}
@@ -445,7 +597,21 @@ def frequency_correlation(ratios: Sequence[Mapping[str, np.ndarray]], ranks, val
                           special) -> dict:
   """Spearman's rho between the frequency rank and the layer-mean mixing ratio of every
   token occurrence with a rank (Table 3), method -> {"with_special", "without_special",
-  "tokens"}; ``special`` marks [CLS]/[SEP] occurrences (left out in "without_special")."""
+  "tokens"}; ``special`` marks [CLS]/[SEP] occurrences (left out in "without_special").
+
+  Args:
+    ratios: per layer, ``METHODS`` -> ratios (``mixing_ratios``), each of ``valid``'s shape.
+    ranks: each token's frequency rank (NaN: none), of ``valid``'s shape.
+    valid: bool, True = non-padding token.
+    special: bool, True at [CLS]/[SEP].
+
+  Returns:
+    ``METHODS`` -> ``{"with_special", "without_special", "tokens"}``; rho is NaN for 2 tokens
+    or fewer.
+
+  Raises:
+    ImportError: if scipy is not installed (the ``analysis`` extra).
+  """
   spearmanr = require("scipy.stats", "analysis").spearmanr
 
   ranks = np.asarray(ranks, np.float64)
@@ -464,7 +630,14 @@ def frequency_correlation(ratios: Sequence[Mapping[str, np.ndarray]], ranks, val
 # ----- one call for a HuggingFace-format BERT -----
 
 def special_token_ids(tokenizer) -> dict:
-  """``{"[MASK]", "[CLS]", "[SEP]"} -> id`` of a ``tokenizers.Tokenizer`` (None if absent)."""
+  """``{"[MASK]", "[CLS]", "[SEP]"} -> id`` of a ``tokenizers.Tokenizer`` (None if absent).
+
+  Args:
+    tokenizer: a ``tokenizers.Tokenizer``.
+
+  Returns:
+    "[MASK]", "[CLS]", "[SEP]" -> id or None.
+  """
   return {name: tokenizer.token_to_id(name) for name in TOKEN_TYPES[1:]}
 
 
@@ -484,6 +657,29 @@ def analyze_bert(model: nn.Module, params: Mapping, tokenizer, texts: Sequence, 
     ``frequencies`` (token -> relative frequency; default ``wordfreq_frequencies`` of the
     vocabulary, [CLS]/[SEP] at their share of the analysed tokens), or None if ``wordfreq``
     is not installed and no frequencies are given.
+
+  Args:
+    model: a ``BertModel`` with quadratic attention.
+    params: its params.
+    tokenizer: its ``tokenizers.Tokenizer``.
+    texts: the texts, or ``(first, second)`` pairs.
+    protocol: a key of ``PROTOCOLS``.
+    mask_rate: the share of ordinary tokens chosen, in [0, 1]; None: the protocol's.
+    mask_prob: the probability that a chosen token becomes [MASK], in [0, 1]; None: the
+      protocol's.
+    seed: the seed of the masking.
+    batch_size: sequences per model call, a positive integer.
+    max_length: the most tokens per sequence.
+    frequencies: token -> relative frequency, or None.
+
+  Returns:
+    ``summary``, ``expansion_rate`` and ``frequency_spearman`` as above, plus the settings
+    (``protocol``, ``mask_rate``, ``mask_prob``, ``count_rounding``) and ``num_sequences``,
+    ``num_tokens``, ``num_masked``.
+
+  Raises:
+    ValueError: if a setting is out of range, the model is not post-LN, or ``mask_rate > 0``
+      and the tokenizer has no [MASK].
   """
   from normattn_jax.models.bert import tokenize
 

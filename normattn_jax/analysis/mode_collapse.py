@@ -15,7 +15,19 @@ UPDATES = {"unas": softmax_weights, "dnas": dnas_weights}
 
 def two_gaussians(n0: int = 500, n1: int = 50, center0=(1.8, 0.7), center1=(-1.0, -1.0),
                   variance: float = 0.1, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-  """The paper's toy data: (points [n0 + n1, 2], cluster label per point)."""
+  """The paper's toy data: (points [n0 + n1, 2], cluster label per point).
+
+  Args:
+    n0: points of cluster 0 (the large one).
+    n1: points of cluster 1.
+    center0: cluster 0's centre, 2-D.
+    center1: cluster 1's centre, 2-D.
+    variance: each coordinate's variance.
+    seed: the seed of the draw.
+
+  Returns:
+    ``(points, labels)``: float ``[n0 + n1, 2]`` and int ``[n0 + n1]`` (0 or 1), cluster 0 first.
+  """
   rng = np.random.default_rng(seed)
   points = np.vstack([rng.normal(center0, np.sqrt(variance), (n0, 2)),
                       rng.normal(center1, np.sqrt(variance), (n1, 2))])
@@ -23,14 +35,31 @@ def two_gaussians(n0: int = 500, n1: int = 50, center0=(1.8, 0.7), center1=(-1.0
 
 
 def attention_step(points: np.ndarray, scheme: str) -> np.ndarray:
-  """x_i <- sum_j pi_ij x_j with logits -|x_i - x_j|^2 / 2, normalised by UNAS or DNAS."""
+  """x_i <- sum_j pi_ij x_j with logits -|x_i - x_j|^2 / 2, normalised by UNAS or DNAS.
+
+  Args:
+    points: ``[n, d]``.
+    scheme: "unas" or "dnas".
+
+  Returns:
+    float32 ``[n, d]``: the updated points.
+  """
   x = jnp.asarray(points, jnp.float32)
   logits = -0.5 * jnp.sum((x[:, None, :] - x[None, :, :]) ** 2, axis=-1)
   return np.asarray(UPDATES[scheme](logits) @ x)
 
 
 def trajectory(points: np.ndarray, scheme: str, steps: int = 4) -> list[np.ndarray]:
-  """The point cloud before and after each of ``steps`` attention updates."""
+  """The point cloud before and after each of ``steps`` attention updates.
+
+  Args:
+    points: ``[n, d]``.
+    scheme: "unas" or "dnas".
+    steps: the number of updates.
+
+  Returns:
+    ``steps + 1`` arrays ``[n, d]``, the given points first.
+  """
   clouds = [np.asarray(points)]
   for _ in range(steps):
     clouds.append(attention_step(clouds[-1], scheme))
@@ -39,7 +68,19 @@ def trajectory(points: np.ndarray, scheme: str, steps: int = 4) -> list[np.ndarr
 
 def count_clusters(points: np.ndarray, gap: float = 0.5, min_fraction: float = 0.02) -> int:
   """Modes left: single-linkage components (members within ``gap`` of each other) holding at
-  least ``min_fraction`` of the points, so that a stray sample is not counted as a mode."""
+  least ``min_fraction`` of the points, so that a stray sample is not counted as a mode.
+
+  Args:
+    points: ``[n, d]``.
+    gap: the largest distance that links two points, in the points' units.
+    min_fraction: the smallest share of the points a counted mode holds.
+
+  Returns:
+    The number of modes (``n`` for fewer than 2 points).
+
+  Raises:
+    ImportError: if scipy is not installed (the ``analysis`` extra).
+  """
   if len(points) < 2:
     return len(points)
   hierarchy = require("scipy.cluster.hierarchy", "analysis")
@@ -49,20 +90,46 @@ def count_clusters(points: np.ndarray, gap: float = 0.5, min_fraction: float = 0
 
 
 def center_distance_unas(r, a):
-  """Eq. 13: distance of the two 1-D cluster centres (at +-a, mass ratio r = N0/N1) after UNAS."""
+  """Eq. 13: distance of the two 1-D cluster centres (at +-a, mass ratio r = N0/N1) after UNAS.
+
+  Args:
+    r: the mass ratio N0/N1 (array-like).
+    a: the centres' distance from 0, before the update (array-like).
+
+  Returns:
+    The distance of the centres after the update, ``r`` and ``a`` broadcast.
+  """
   r, s = np.asarray(r, float), np.exp(-2.0 * np.asarray(a, float) ** 2)
   return 2 * r * (1 - s ** 2) * a / ((1 + r * s) * (r + s))
 
 
 def center_distance_dnas(r, a):
-  """Eq. 14: the same after DNAS, with q = (r + s) / (r s + 1)."""
+  """Eq. 14: the same after DNAS, with q = (r + s) / (r s + 1).
+
+  Args:
+    r: the mass ratio N0/N1 (array-like).
+    a: the centres' distance from 0, before the update (array-like).
+
+  Returns:
+    The distance of the centres after the update, ``r`` and ``a`` broadcast.
+  """
   r, s = np.asarray(r, float), np.exp(-2.0 * np.asarray(a, float) ** 2)
   q = (r + s) / (r * s + 1)
   return 2 * q * r * (1 - s ** 2) * a / ((q + r * s) * (r + s * q))
 
 
 def simulated_center_distance(n0: int, n1: int, a: float, scheme: str) -> float:
-  """One update of two point masses (n0 copies of +a, n1 of -a) in 1-D: Eq. 13/14's setting."""
+  """One update of two point masses (n0 copies of +a, n1 of -a) in 1-D: Eq. 13/14's setting.
+
+  Args:
+    n0: copies of +a, at least 1.
+    n1: copies of -a, at least 1.
+    a: the masses' distance from 0.
+    scheme: "unas" or "dnas".
+
+  Returns:
+    The distance of the two masses after the update.
+  """
   points = np.r_[np.full(n0, a), np.full(n1, -a)][:, None]
   moved = attention_step(points, scheme)[:, 0]
   return float(moved[0] - moved[-1])

@@ -15,7 +15,14 @@ TOLERANCE = 1e-9
 
 
 def spreads(points: np.ndarray) -> np.ndarray:
-  """``max_{j, k} |x_jk - x_ik|`` for every point i: the scale its margin is measured against."""
+  """``max_{j, k} |x_jk - x_ik|`` for every point i: the scale its margin is measured against.
+
+  Args:
+    points: ``[n, d]``.
+
+  Returns:
+    ``[n]``.
+  """
   return np.max(np.maximum(points.max(axis=0) - points, points - points.min(axis=0)), axis=1)
 
 
@@ -69,7 +76,22 @@ def unselectable(points, tol: float = TOLERANCE, directions: int = 64, seed: int
   the first pass. Vectors computed in float32 need a ``tol`` above its rounding (e.g. 1e-6):
   keys projected onto a subspace lie ~1e-7 off it, which makes hull points spuriously
   selectable by margins of that size. ``stop_at_first`` returns as soon as one unselectable
-  point is found (the rest are then reported selectable)."""
+  point is found (the rest are then reported selectable).
+
+  Args:
+    points: ``[n, d]``, finite, n >= 1 (array-like).
+    tol: the margin a query must win by, relative to the point's spread; >= 0.
+    directions: random query directions of the first pass.
+    seed: the seed of those directions.
+    stop_at_first: stop at the first unselectable point.
+
+  Returns:
+    bool ``[n]``.
+
+  Raises:
+    ValueError: if ``points`` is not ``[n >= 1, d]`` or not finite, or ``tol < 0``.
+    RuntimeError: if an LP fails.
+  """
   points = np.asarray(points, np.float64)
   if points.ndim != 2 or points.shape[0] < 1:
     raise ValueError(f"points must have shape [n >= 1, d], got {points.shape}")
@@ -96,7 +118,15 @@ def unselectable(points, tol: float = TOLERANCE, directions: int = 64, seed: int
 
 
 def layer_norm(points: np.ndarray, eps: float = 0.0) -> np.ndarray:
-  """LayerNorm without gain and bias: projection onto 1^perp, then scaling to norm sqrt(d)."""
+  """LayerNorm without gain and bias: projection onto 1^perp, then scaling to norm sqrt(d).
+
+  Args:
+    points: ``[..., d]``.
+    eps: added to the variance.
+
+  Returns:
+    The normalised points, of ``points``' shape.
+  """
   centred = points - points.mean(axis=-1, keepdims=True)
   return centred / np.sqrt(np.mean(centred ** 2, axis=-1, keepdims=True) + eps)
 
@@ -104,7 +134,18 @@ def layer_norm(points: np.ndarray, eps: float = 0.0) -> np.ndarray:
 def fraction_with_unselectable(d: int, n: int, runs: int, with_layer_norm: bool,
                                seed: int = 0) -> float:
   """Fig. 1c/1d: the fraction of ``runs`` draws of ``n`` standard-normal vectors in ``d`` dims
-  (LayerNorm'd or not) with at least one unselectable vector."""
+  (LayerNorm'd or not) with at least one unselectable vector.
+
+  Args:
+    d: the vectors' dimension.
+    n: vectors per draw.
+    runs: the number of draws, >= 1.
+    with_layer_norm: LayerNorm each draw (``layer_norm``) first.
+    seed: the seed; each (seed, d, n, with_layer_norm) has its own stream.
+
+  Returns:
+    A fraction in [0, 1].
+  """
   rng = np.random.default_rng([seed, d, n, int(with_layer_norm)])
   hits = 0
   for _ in range(runs):

@@ -187,7 +187,20 @@ def _prepare(q, k, v, query_mask, key_mask, causal):
 
 def softmax_attention(q, k, v, *, query_mask=None, key_mask=None, causal=False,
                       block_size: int = DEFAULT_BLOCK) -> Array:
-  """Softmax (UNAS) attention in query blocks: O(block x N) memory."""
+  """Softmax (UNAS) attention in query blocks: O(block x N) memory.
+
+  Args:
+    q: floating-point queries, shape ``[..., h, n_q, d]`` (already scaled).
+    k: keys, shape ``[..., h, n_k, d]``.
+    v: values, shape ``[..., h, n_k, e]``.
+    query_mask: boolean ``[..., n_q]``, True = valid query; None: all valid.
+    key_mask: boolean ``[..., n_k]``, True = valid key; None: all valid.
+    causal: query i sees only the keys j <= i + n_k - n_q.
+    block_size: the number of queries per block, a positive integer.
+
+  Returns:
+    The outputs, shape ``[..., h, n_q, e]`` in ``q``'s dtype; 0 for rows without a valid key.
+  """
   q, k, v, out_dtype = _prepare(q, k, v, query_mask, key_mask, causal)
   blocks = _Blocks(q, query_mask, key_mask, causal, block_size)
   return _biased_softmax_attention(blocks, k, v, None).astype(out_dtype)
@@ -195,7 +208,21 @@ def softmax_attention(q, k, v, *, query_mask=None, key_mask=None, causal=False,
 
 def sinkhorn_attention(q, k, v, num_iters: int, *, query_mask=None, key_mask=None,
                        causal=False, block_size: int = DEFAULT_BLOCK) -> Array:
-  """``num_iters`` Sinkhorn iterations as key biases: 2 num_iters - 1 blockwise passes."""
+  """``num_iters`` Sinkhorn iterations as key biases: 2 num_iters - 1 blockwise passes.
+
+  Args:
+    q: floating-point queries, shape ``[..., h, n_q, d]`` (already scaled).
+    k: keys, shape ``[..., h, n_k, d]``.
+    v: values, shape ``[..., h, n_k, e]``.
+    num_iters: the number of Sinkhorn iterations, a positive integer.
+    query_mask: boolean ``[..., n_q]``, True = valid query; None: all valid.
+    key_mask: boolean ``[..., n_k]``, True = valid key; None: all valid.
+    causal: query i sees only the keys j <= i + n_k - n_q.
+    block_size: the number of queries per block, a positive integer.
+
+  Returns:
+    The outputs, shape ``[..., h, n_q, e]`` in ``q``'s dtype; 0 for rows without a valid key.
+  """
   check_int("num_iters", num_iters)
   q, k, v, out_dtype = _prepare(q, k, v, query_mask, key_mask, causal)
   blocks = _Blocks(q, query_mask, key_mask, causal, block_size)
@@ -209,14 +236,41 @@ def sinkhorn_attention(q, k, v, num_iters: int, *, query_mask=None, key_mask=Non
 
 def dnas_attention(q, k, v, *, query_mask=None, key_mask=None, causal=False,
                    block_size: int = DEFAULT_BLOCK) -> Array:
-  """DNAS: softmax attention with the key bias c_j = logsumexp_i l_ij (one column pass)."""
+  """DNAS: softmax attention with the key bias c_j = logsumexp_i l_ij (one column pass).
+
+  Args:
+    q: floating-point queries, shape ``[..., h, n_q, d]`` (already scaled).
+    k: keys, shape ``[..., h, n_k, d]``.
+    v: values, shape ``[..., h, n_k, e]``.
+    query_mask: boolean ``[..., n_q]``, True = valid query; None: all valid.
+    key_mask: boolean ``[..., n_k]``, True = valid key; None: all valid.
+    causal: query i sees only the keys j <= i + n_k - n_q.
+    block_size: the number of queries per block, a positive integer.
+
+  Returns:
+    The outputs, shape ``[..., h, n_q, e]`` in ``q``'s dtype; 0 for rows without a valid key.
+  """
   return sinkhorn_attention(q, k, v, 1, query_mask=query_mask, key_mask=key_mask,
                             causal=causal, block_size=block_size)
 
 
 def hnas_attention(q, k, v, u, *, query_mask=None, key_mask=None, causal=False,
                    block_size: int = DEFAULT_BLOCK) -> Array:
-  """HNAS: ``u * DNAS-out + (1 - u) * softmax-out``; ``u`` broadcasts to ``[..., h, 1, 1]``."""
+  """HNAS: ``u * DNAS-out + (1 - u) * softmax-out``; ``u`` broadcasts to ``[..., h, 1, 1]``.
+
+  Args:
+    q: floating-point queries, shape ``[..., h, n_q, d]`` (already scaled).
+    k: keys, shape ``[..., h, n_k, d]``.
+    v: values, shape ``[..., h, n_k, e]``.
+    u: the DNAS share, in [0, 1], broadcastable to ``[..., h, 1, 1]``.
+    query_mask: boolean ``[..., n_q]``, True = valid query; None: all valid.
+    key_mask: boolean ``[..., n_k]``, True = valid key; None: all valid.
+    causal: query i sees only the keys j <= i + n_k - n_q.
+    block_size: the number of queries per block, a positive integer.
+
+  Returns:
+    The outputs, shape ``[..., h, n_q, e]`` in ``q``'s dtype; 0 for rows without a valid key.
+  """
   kwargs = dict(query_mask=query_mask, key_mask=key_mask, causal=causal, block_size=block_size)
   u = jnp.asarray(u, jnp.promote_types(q.dtype, jnp.float32))
   out = u * dnas_attention(q, k, v, **kwargs) + (1 - u) * softmax_attention(q, k, v, **kwargs)
@@ -299,6 +353,20 @@ def nap_attention(q, k, v, gain=1.0, bias=0.0, *, query_mask=None, key_mask=None
   As in ``nap_weights``, the logits are first divided by a power of two: q_i by 2**a_i just above
   its largest |entry|, the keys of each head by one 2**c, eps by 2**(a_i + c). The ratio is the
   same number (the scaling is exact), and the moments cannot overflow for any finite q, k.
+
+  Args:
+    q: floating-point queries, shape ``[..., h, n_q, d]`` (already scaled).
+    k: keys, shape ``[..., h, n_k, d]``.
+    v: values, shape ``[..., h, n_k, e]``.
+    gain: NAP's scale g, broadcastable to ``[..., h, 1, 1]`` (e.g. one per head).
+    bias: NAP's shift b, broadcastable to ``[..., h, 1, 1]``.
+    query_mask: boolean ``[..., n_q]``, True = valid query; None: all valid.
+    key_mask: boolean ``[..., n_k]``, True = valid key; None: all valid.
+    causal: query i sees only the keys j <= i + n_k - n_q.
+    eps: added to the standard deviation of the logits (in logit units), > 0.
+
+  Returns:
+    The outputs, shape ``[..., h, n_q, e]`` in ``q``'s dtype; 0 for rows without a valid key.
   """
   check_nap_eps(eps)
   q, k, v, out_dtype = _prepare(q, k, v, query_mask, key_mask, causal)
@@ -322,7 +390,19 @@ def nap_attention(q, k, v, gain=1.0, bias=0.0, *, query_mask=None, key_mask=None
 
 
 def non_attention(q, k, v, *, query_mask=None, key_mask=None, causal=False) -> Array:
-  """NON in O(N d^2): o_i = q_i^T sum_j k_j v_j^T / sqrt(n_i)."""
+  """NON in O(N d^2): o_i = q_i^T sum_j k_j v_j^T / sqrt(n_i).
+
+  Args:
+    q: floating-point queries, shape ``[..., h, n_q, d]`` (already scaled).
+    k: keys, shape ``[..., h, n_k, d]``.
+    v: values, shape ``[..., h, n_k, e]``.
+    query_mask: boolean ``[..., n_q]``, True = valid query; None: all valid.
+    key_mask: boolean ``[..., n_k]``, True = valid key; None: all valid.
+    causal: query i sees only the keys j <= i + n_k - n_q.
+
+  Returns:
+    The outputs, shape ``[..., h, n_q, e]`` in ``q``'s dtype; 0 for rows without a valid key.
+  """
   q, k, v, out_dtype = _prepare(q, k, v, query_mask, key_mask, causal)
   w = _valid(key_mask, k.shape[-2], k.dtype)[..., None]
   kw = k * w

@@ -30,7 +30,19 @@ IMPLEMENTATIONS = ("auto", "quadratic", "fast")
 def fast_is_faster(normalization: str, q_len: int, k_len: int, head_dim: int, causal: bool,
                    num_logits: int = 0) -> bool:
   """``implementation="auto"``'s rule: the registered normalisation's ``fast_pays_off``
-  (measured by benchmarks/attention_scaling.py, BENCHMARKS.md); never without a fast path."""
+  (measured by benchmarks/attention_scaling.py, BENCHMARKS.md); never without a fast path.
+
+  Args:
+    normalization: a registered normalisation's name.
+    q_len: the number of queries.
+    k_len: the number of keys.
+    head_dim: the size of each head.
+    causal: whether the attention is causal.
+    num_logits: the number of logits per head (0: unknown), passed to ``fast_pays_off``.
+
+  Returns:
+    True where the fast path exists and pays off.
+  """
   norm = registry.get(normalization)
   return norm.fast is not None and bool(
       norm.fast_pays_off(q_len, k_len, head_dim, causal, num_logits))
@@ -41,6 +53,18 @@ def structured_mask(mask, query_mask, key_mask, causal, q_len, k_len):
 
   ``causal`` aligns the sequences at their ends, as the fast paths do (queries continuing a key
   cache): query i attends the keys j <= i + k_len - q_len.
+
+  Args:
+    mask: dense boolean mask broadcastable to ``[..., h, q_len, k_len]``, or None.
+    query_mask: boolean ``[..., q_len]``, True = valid query, or None.
+    key_mask: boolean ``[..., k_len]``, True = valid key, or None.
+    causal: add the causal mask.
+    q_len: the number of queries.
+    k_len: the number of keys.
+
+  Returns:
+    The and of the given masks, boolean and broadcastable to ``[..., h, q_len, k_len]``, or
+    None when no mask is given.
   """
   parts = [] if mask is None else [mask]
   if query_mask is not None:
@@ -61,7 +85,21 @@ def padding_masks(padding_mask, query_mask, key_mask, length: int):
   """``padding_mask [..., n]`` as both the query and the key mask (and-ed with any given).
 
   Masking the keys alone is not enough: DNAS, HNAS and Sinkhorn normalise each key's column
-  over the queries, so a padded query would change the weights of the real ones."""
+  over the queries, so a padded query would change the weights of the real ones.
+
+  Args:
+    padding_mask: boolean ``[..., length]``, True = real token.
+    query_mask: boolean ``[..., length]`` to and with it, or None.
+    key_mask: boolean ``[..., length]`` to and with it, or None.
+    length: the sequence length.
+
+  Returns:
+    ``(query_mask, key_mask)``, each boolean ``[..., length]``.
+
+  Raises:
+    TypeError: if ``padding_mask`` is not boolean.
+    ValueError: if its last axis is not ``length`` long.
+  """
   padding_mask = jnp.asarray(padding_mask)
   if padding_mask.dtype != jnp.bool_:
     raise TypeError(f"padding_mask must be boolean (True = real token), got dtype "
@@ -75,6 +113,19 @@ def padding_masks(padding_mask, query_mask, key_mask, length: int):
 
 def check_attention_fields(*, normalization: str, hybrid_init: float, sinkhorn_iters: int,
                            dropout_rate: float, implementation: str = "auto") -> None:
+  """Refuse ``MultiHeadAttention`` fields out of range, before any parameter is made.
+
+  Args:
+    normalization: must be a registered normalisation's name.
+    hybrid_init: HNAS's initial u, must lie in [0, 1].
+    sinkhorn_iters: the number of Sinkhorn iterations, must be a positive integer.
+    dropout_rate: the attention dropout rate, must lie in [0, 1).
+    implementation: must be one of ``IMPLEMENTATIONS``.
+
+  Raises:
+    ValueError: naming the first field out of range (``registry.get``'s error for an unknown
+      normalisation).
+  """
   if implementation not in IMPLEMENTATIONS:
     raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
   registry.get(normalization)  # a clear error naming the registered normalisations

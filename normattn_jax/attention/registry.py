@@ -29,7 +29,16 @@ def _identity(x: Array) -> Array:
 
 def straight_through_clip(u: Array, low: float = 0.0, high: float = 1.0) -> Array:
   """``clip(u)`` in the forward pass, identity gradient: a parameter kept in [low, high] that is
-  never stuck at a bound (the projection of a constrained optimiser, without its extra step)."""
+  never stuck at a bound (the projection of a constrained optimiser, without its extra step).
+
+  Args:
+    u: the stored parameter (any shape, floating point).
+    low: the lower bound.
+    high: the upper bound.
+
+  Returns:
+    ``clip(u, low, high)``, of ``u``'s shape and dtype, whose gradient is that of ``u``.
+  """
   return u + jax.lax.stop_gradient(jnp.clip(u, low, high) - u)
 
 
@@ -46,7 +55,18 @@ class HeadParam:
 
 
 def never(q_len: int, k_len: int, head_dim: int, causal: bool, num_logits: int) -> bool:
-  """``fast_pays_off`` of a normalisation whose fast path never beats the quadratic one."""
+  """``fast_pays_off`` of a normalisation whose fast path never beats the quadratic one.
+
+  Args:
+    q_len: the number of queries (ignored).
+    k_len: the number of keys (ignored).
+    head_dim: the size of each head (ignored).
+    causal: whether the attention is causal (ignored).
+    num_logits: the number of logits per head (ignored).
+
+  Returns:
+    False.
+  """
   return False
 
 
@@ -75,28 +95,80 @@ class Normalization:
 
   @property
   def param_names(self) -> tuple:
+    """The names of the per-head parameters (``params``), in order.
+
+    Returns:
+      A tuple of strings.
+    """
     return tuple(p.name for p in self.params)
 
   def select_options(self, options: Mapping[str, Any]) -> dict:
-    """The module options this normalisation's functions take."""
+    """The module options this normalisation's functions take.
+
+    Args:
+      options: the module's option values by name; must hold every name in ``self.options``.
+
+    Returns:
+      ``{name: options[name]}`` for the names in ``self.options``.
+    """
     return {name: options[name] for name in self.options}
 
   def initial_params(self, num_heads: int, options: Mapping[str, Any] = DEFAULT_OPTIONS,
                      dtype=jnp.float32) -> dict:
-    """The per-head parameters at initialisation, outside a module (e.g. for benchmarks)."""
+    """The per-head parameters at initialisation, outside a module (e.g. for benchmarks).
+
+    Args:
+      num_heads: the number of heads.
+      options: the module's option values by name (e.g. ``hybrid_init``).
+      dtype: the parameters' dtype.
+
+    Returns:
+      ``{param name: array [num_heads]}``, initialised with a fixed random key.
+    """
     key = jax.random.key(0)
     return {p.name: p.init(options)(key, (num_heads,), dtype) for p in self.params}
 
   def attention_weights(self, logits: Array, mask: Optional[Array], params: Mapping[str, Array],
                         options: Mapping[str, Any] = DEFAULT_OPTIONS) -> Array:
-    """``weights`` with ``[heads]`` params broadcast over queries and keys."""
+    """``weights`` with ``[heads]`` params broadcast over queries and keys.
+
+    Args:
+      logits: floating-point logits, shape ``[..., heads, q, k]``.
+      mask: boolean, broadcastable to ``logits``, True = attend; or None.
+      params: ``{param name: array [heads]}``, holding every name in ``param_names``.
+      options: the module's option values by name.
+
+    Returns:
+      The weights, of ``logits``' shape and dtype.
+
+    Raises:
+      ValueError: if a per-head parameter is missing.
+    """
     return self.weights(logits, mask, **_per_head(self, params), **self.select_options(options))
 
   def fast_attention(self, q: Array, k: Array, v: Array, params: Mapping[str, Array],
                      options: Mapping[str, Any] = DEFAULT_OPTIONS, *, query_mask=None,
                      key_mask=None, causal: bool = False,
                      block_size: int = fast_lib.DEFAULT_BLOCK) -> Array:
-    """``fast`` with ``[heads]`` params broadcast over positions and features."""
+    """``fast`` with ``[heads]`` params broadcast over positions and features.
+
+    Args:
+      q: floating-point queries, shape ``[..., h, n_q, d]`` (already scaled).
+      k: keys, shape ``[..., h, n_k, d]``.
+      v: values, shape ``[..., h, n_k, e]``.
+      params: ``{param name: array [h]}``, holding every name in ``param_names``.
+      options: the module's option values by name.
+      query_mask: boolean ``[..., n_q]``, True = valid query; or None.
+      key_mask: boolean ``[..., n_k]``, True = valid key; or None.
+      causal: query i sees only the keys j <= i + n_k - n_q.
+      block_size: queries per block of the blockwise paths (the linear ones ignore it).
+
+    Returns:
+      The outputs, shape ``[..., h, n_q, e]`` in ``q``'s dtype.
+
+    Raises:
+      ValueError: if the normalisation has no fast path or a per-head parameter is missing.
+    """
     if self.fast is None:
       raise ValueError(f"normalization {self.name!r} has no fast path; use "
                        f"implementation='quadratic'")
@@ -117,7 +189,20 @@ _REGISTRY: dict = {}
 
 
 def register(normalization: Normalization, *, replace: bool = False) -> Normalization:
-  """Make ``normalization`` available by its name everywhere; returns it."""
+  """Make ``normalization`` available by its name everywhere; returns it.
+
+  Args:
+    normalization: the normalisation to register under ``normalization.name``.
+    replace: replace another normalisation registered under the same name.
+
+  Returns:
+    ``normalization``.
+
+  Raises:
+    TypeError: if ``normalization`` is not a ``Normalization``.
+    ValueError: if its name is empty or not a string, it takes options that are not in
+      ``DEFAULT_OPTIONS``, or the name is taken and ``replace`` is False.
+  """
   if not isinstance(normalization, Normalization):
     raise TypeError(f"register takes a Normalization, got {type(normalization).__name__}")
   if not isinstance(normalization.name, str) or not normalization.name:
@@ -135,13 +220,30 @@ def register(normalization: Normalization, *, replace: bool = False) -> Normaliz
 
 
 def unregister(name: str) -> None:
-  """Remove a registered normalisation (built-ins too)."""
+  """Remove a registered normalisation (built-ins too).
+
+  Args:
+    name: the registered name.
+
+  Raises:
+    ValueError: if no normalisation is registered as ``name``.
+  """
   get(name)
   del _REGISTRY[name]
 
 
 def get(name: str) -> Normalization:
-  """The normalisation registered as ``name``."""
+  """The normalisation registered as ``name``.
+
+  Args:
+    name: the registered name.
+
+  Returns:
+    The ``Normalization``.
+
+  Raises:
+    ValueError: naming the registered normalisations, if ``name`` is not one of them.
+  """
   try:
     return _REGISTRY[name]
   except (KeyError, TypeError):
@@ -149,7 +251,11 @@ def get(name: str) -> Normalization:
 
 
 def names() -> tuple:
-  """The registered names, in registration order."""
+  """The registered names, in registration order.
+
+  Returns:
+    A tuple of strings.
+  """
   return tuple(_REGISTRY)
 
 
@@ -180,7 +286,11 @@ NORMALIZATIONS = _Names()
 
 def load_plugins(modules: Sequence[str]) -> None:
   """Import the named modules, which register their normalisations as they load (how a
-  command line, e.g. ``experiments/sweep.py --plugins=my_norms``, learns of the user's)."""
+  command line, e.g. ``experiments/sweep.py --plugins=my_norms``, learns of the user's).
+
+  Args:
+    modules: importable module names, e.g. ``["my_norms"]``.
+  """
   for module in modules:
     importlib.import_module(module)
 

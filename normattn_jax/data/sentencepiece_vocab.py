@@ -27,6 +27,17 @@ class Vocab:
 
   @classmethod
   def load(cls, path: str) -> "Vocab":
+    """Load a SentencePiece model with ALBERT's special pieces.
+
+    Args:
+      path: the ``.model`` file.
+
+    Returns:
+      The ``Vocab``.
+
+    Raises:
+      ValueError: if ids 0..4 are not <pad>, <unk>, [CLS], [SEP], [MASK].
+    """
     processor = spm.SentencePieceProcessor(model_file=path)
     pieces = [processor.id_to_piece(i) for i in range(NUM_SPECIAL)]
     if pieces != ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]:
@@ -36,9 +47,18 @@ class Vocab:
 
   @property
   def size(self) -> int:
+    """The number of pieces (ids), special ones included."""
     return self.processor.get_piece_size()
 
   def encode(self, texts: list[str]) -> list[list[int]]:
+    """Tokenise a batch of texts.
+
+    Args:
+      texts: the texts.
+
+    Returns:
+      One list of piece ids per text.
+    """
     return self.processor.encode(texts)
 
   def word_starts(self) -> np.ndarray:
@@ -52,7 +72,19 @@ class Vocab:
 
 def train_sentencepiece(sentences: Iterable[str], model_path: str, vocab_size: int) -> Vocab:
   """Train on ``sentences`` (one per line) and write ``model_path`` atomically. The vocabulary
-  is a soft limit (``hard_vocab_limit=false``): a small corpus may yield fewer pieces."""
+  is a soft limit (``hard_vocab_limit=false``): a small corpus may yield fewer pieces.
+
+  Args:
+    sentences: the training sentences (newlines inside one become spaces).
+    model_path: where the ``.model`` goes (its folder is created).
+    vocab_size: the vocabulary size asked for, an integer > ``NUM_SPECIAL``.
+
+  Returns:
+    The trained ``Vocab``.
+
+  Raises:
+    ValueError: if ``vocab_size`` is not an integer > ``NUM_SPECIAL``.
+  """
   if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= NUM_SPECIAL:
     raise ValueError(f"vocab_size must be an integer > {NUM_SPECIAL}, got {vocab_size!r}")
   folder = os.path.dirname(os.path.abspath(model_path))

@@ -30,14 +30,30 @@ def _fingerprint(files: Sequence[str], *settings) -> str:
 
 
 def split_of(document_id: str, validation_fraction: float) -> str:
-  """"validation" for a deterministic ``validation_fraction`` of the document ids."""
+  """"validation" for a deterministic ``validation_fraction`` of the document ids.
+
+  Args:
+    document_id: the document's id (a file's name and index, or an article's title).
+    validation_fraction: the share of ids held out, in [0, 1].
+
+  Returns:
+    "validation" or "train".
+  """
   bucket = int(hashlib.sha256(document_id.encode()).hexdigest()[:8], 16) / 0x100000000
   return "validation" if bucket < validation_fraction else "train"
 
 
 def file_documents(path: str, lines_per_document: int):
   """``(id, text)`` of the documents of one file: runs of non-empty, whitespace-normalised
-  lines joined by newlines."""
+  lines joined by newlines.
+
+  Args:
+    path: a UTF-8 text file (undecodable bytes are replaced).
+    lines_per_document: non-empty lines per document (the last may have fewer).
+
+  Yields:
+    ``("<file name>:<index>", text)``.
+  """
   with open(path, encoding="utf-8", errors="replace") as f:
     lines = [" ".join(line.split()) for line in f]
   lines = [line for line in lines if line]
@@ -109,7 +125,20 @@ class TextFiles(tfds.core.GeneratorBasedBuilder):
 
 def text_file_sources(files: Sequence[str], data_dir: str, *, lines_per_document: int = 64,
                       validation_fraction: float = 0.05) -> dict:
-  """Build (once) and open the dataset: split name -> random-access data source."""
+  """Build (once) and open the dataset: split name -> random-access data source.
+
+  Args:
+    files: local text files, at least one.
+    data_dir: TFDS's data folder.
+    lines_per_document: non-empty lines per document, an integer >= 2.
+    validation_fraction: the share of documents held out, in (0, 1).
+
+  Returns:
+    ``{"train": source, "validation": source}``, each yielding ``{"id", "text"}``.
+
+  Raises:
+    ValueError: if a file is missing, a setting is out of range, or a split would be empty.
+  """
   builder = TextFiles(files=files, lines_per_document=lines_per_document,
                       validation_fraction=validation_fraction, data_dir=data_dir)
   builder.download_and_prepare()
@@ -120,7 +149,16 @@ def wikipedia_sources(data_dir: str, config: str = "20231101.en",
                       validation_fraction: float = 0.05) -> dict:
   """English Wikipedia through TFDS's ``wikipedia`` builder (array_record): needs a network,
   and TFDS prepares it with Apache Beam (``pip install apache-beam mwparserfromhell``). It has
-  one split; validation takes a deterministic fraction of the articles by title."""
+  one split; validation takes a deterministic fraction of the articles by title.
+
+  Args:
+    data_dir: TFDS's data folder.
+    config: the ``wikipedia`` config (dump date and language).
+    validation_fraction: the share of articles held out.
+
+  Returns:
+    ``{"train": source, "validation": source}``, iterables of ``{"id", "text"}``.
+  """
   builder = tfds.builder(f"wikipedia/{config}", data_dir=data_dir, file_format="array_record")
   builder.download_and_prepare()
   source = builder.as_data_source(split="train")
@@ -146,7 +184,14 @@ def _text(value) -> str:
 
 
 def sentences(text: str) -> list[str]:
-  """Lines of a text split further at sentence ends (". ", "! ", "? ")."""
+  """Lines of a text split further at sentence ends (". ", "! ", "? ").
+
+  Args:
+    text: the text.
+
+  Returns:
+    The non-empty sentences, stripped.
+  """
   out = []
   for line in text.split("\n"):
     out += [s.strip() for s in re.split(r"(?<=[.!?])\s+", line) if s.strip()]

@@ -65,14 +65,37 @@ class AlbertConfig(BertConfig):
 
   @property
   def num_layer_applications(self) -> int:
+    """The number of layer applications: ``num_hidden_layers * inner_group_num``.
+
+    Returns:
+      A positive integer.
+    """
     return self.num_hidden_layers * self.inner_group_num
 
   def group_of_layer(self, layer: int) -> int:
+    """The group whose shared layers layer ``layer`` applies: ``floor(layer G / L)``.
+
+    Args:
+      layer: the layer index, in [0, num_hidden_layers).
+
+    Returns:
+      The group index, in [0, num_hidden_groups).
+    """
     return layer * self.num_hidden_groups // self.num_hidden_layers
 
 
 def per_layer_params(attention: str) -> tuple:
-  """The normalisation's per-head parameters that ALBERT keeps per layer application."""
+  """The normalisation's per-head parameters that ALBERT keeps per layer application.
+
+  Args:
+    attention: a registered normalisation's name.
+
+  Returns:
+    A tuple of ``HeadParam`` with ``per_layer`` set (e.g. HNAS's ``hybrid_weight``).
+
+  Raises:
+    ValueError: if ``attention`` is not registered.
+  """
   return tuple(p for p in registry.get(attention).params if p.per_layer)
 
 
@@ -175,7 +198,18 @@ class AlbertForPretraining(nn.Module):
 
 def pretraining_loss(outputs: dict, batch: dict) -> tuple[Array, dict]:
   """ALBERT's loss: sum_p w_p CE_p / (sum_p w_p + 1e-5) for the MLM plus the mean SOP
-  cross-entropy; also the accuracies (weighted over real masked positions)."""
+  cross-entropy; also the accuracies (weighted over real masked positions).
+
+  Args:
+    outputs: ``AlbertForPretraining``'s outputs: ``mlm_logits [B, P, vocab]``,
+      ``sop_logits [B, 2]``.
+    batch: the example arrays: ``masked_lm_ids [B, P]`` (int), ``masked_lm_weights [B, P]``
+      (1 = real masked position, 0 = padding) and ``sentence_order_label [B]`` (int, 0 or 1).
+
+  Returns:
+    ``(loss, metrics)``: the scalar loss and a dict of scalars ``loss``, ``mlm_loss``,
+    ``sop_loss``, ``mlm_accuracy``, ``sop_accuracy`` and ``mlm_weight`` (the sum of the weights).
+  """
   mlm_logp = jax.nn.log_softmax(outputs["mlm_logits"])
   ids = batch["masked_lm_ids"]
   w = batch["masked_lm_weights"].astype(jnp.float32)

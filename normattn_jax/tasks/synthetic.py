@@ -24,13 +24,30 @@ class CaseBatch(NamedTuple):
 
 
 def check_case_vocab(vocab_size: int, field: str = "vocab_size") -> None:
+  """Refuse a vocabulary too small to hold the case task's switch tokens 50 and 64.
+
+  Args:
+    vocab_size: the number of token types.
+    field: the name the error gives the value.
+
+  Raises:
+    ValueError: if ``vocab_size <= ARGMIN_TOKEN``.
+  """
   if vocab_size <= ARGMIN_TOKEN:
     raise ValueError(f"{field} must exceed {ARGMIN_TOKEN} for the case task (tokens "
                      f"{ARGMIN_TOKEN} and {FIRST_TOKEN} switch the case), got {vocab_size}")
 
 
 def case_labels(inputs: jax.Array) -> CaseBatch:
-  """argmin if 64 occurs, else position 0 if 50 occurs, else argmax; ties to the first."""
+  """argmin if 64 occurs, else position 0 if 50 occurs, else argmax; ties to the first.
+
+  Args:
+    inputs: int tokens ``[batch, seq_len]``.
+
+  Returns:
+    A ``CaseBatch`` of ``inputs``, the int32 label positions ``[batch]`` and the int32 cases
+    ``[batch]`` (0 argmin, 1 first, 2 argmax).
+  """
   has_argmin = jnp.any(inputs == ARGMIN_TOKEN, axis=-1)
   has_first = jnp.any(inputs == FIRST_TOKEN, axis=-1)
   labels = jnp.where(has_argmin, jnp.argmin(inputs, axis=-1),
@@ -41,7 +58,20 @@ def case_labels(inputs: jax.Array) -> CaseBatch:
 
 def case_distinction(key: jax.Array, batch_size: int, seq_len: int,
                      vocab_size: int = 100) -> CaseBatch:
-  """Uniform random tokens; at S=100, N=128 the cases occur 72.4% / 20.1% / 7.5% of the time."""
+  """Uniform random tokens; at S=100, N=128 the cases occur 72.4% / 20.1% / 7.5% of the time.
+
+  Args:
+    key: a PRNG key.
+    batch_size: the number of sequences.
+    seq_len: the tokens per sequence.
+    vocab_size: the number of token types, > 64.
+
+  Returns:
+    A ``CaseBatch`` with int32 ``inputs [batch_size, seq_len]``.
+
+  Raises:
+    ValueError: if ``vocab_size <= 64``.
+  """
   check_case_vocab(vocab_size)
   inputs = jax.random.randint(key, (batch_size, seq_len), 0, vocab_size, jnp.int32)
   return case_labels(inputs)
@@ -59,7 +89,20 @@ def balanced_case_set(key: jax.Array, num_per_case: int, seq_len: int,
                       vocab_size: int = 100) -> CaseBatch:
   """``num_per_case`` sequences of each case, forced as the paper's code does: argmin sequences
   get a 64 at a random position; first sequences have no 64 and get a 50; argmax sequences
-  have neither."""
+  have neither.
+
+  Args:
+    key: a PRNG key.
+    num_per_case: the number of sequences of each case.
+    seq_len: the tokens per sequence.
+    vocab_size: the number of token types, > 64.
+
+  Returns:
+    A ``CaseBatch`` of ``3 * num_per_case`` sequences: the argmin ones, then first, then argmax.
+
+  Raises:
+    ValueError: if ``vocab_size <= 64``.
+  """
   check_case_vocab(vocab_size)
   shape = (num_per_case, seq_len)
   k_min, k_first, k_max, k_pos1, k_pos2 = jax.random.split(key, 5)
@@ -76,13 +119,31 @@ def balanced_case_set(key: jax.Array, num_per_case: int, seq_len: int,
 
 def mode_finding(key: jax.Array, batch_size: int, seq_len: int,
                  vocab_size: int = 10) -> tuple[jax.Array, jax.Array]:
-  """Uniform random tokens; the label is the most frequent token, ties to the smallest value."""
+  """Uniform random tokens; the label is the most frequent token, ties to the smallest value.
+
+  Args:
+    key: a PRNG key.
+    batch_size: the number of sequences.
+    seq_len: the tokens per sequence.
+    vocab_size: the number of token types.
+
+  Returns:
+    ``(inputs, labels)``: int32 ``[batch_size, seq_len]`` and int32 ``[batch_size]``.
+  """
   inputs = jax.random.randint(key, (batch_size, seq_len), 0, vocab_size, jnp.int32)
   return inputs, mode_labels(inputs, vocab_size)
 
 
 def mode_labels(inputs: jax.Array, vocab_size: int) -> jax.Array:
-  """The most frequent token of each row; argmax picks the smallest value among ties."""
+  """The most frequent token of each row; argmax picks the smallest value among ties.
+
+  Args:
+    inputs: int tokens ``[batch, seq_len]`` in ``range(vocab_size)``.
+    vocab_size: the number of token types.
+
+  Returns:
+    int32 ``[batch]``.
+  """
   counts = jnp.sum(jax.nn.one_hot(inputs, vocab_size, dtype=jnp.int32), axis=-2)
   return jnp.argmax(counts, axis=-1).astype(jnp.int32)
 
@@ -92,7 +153,21 @@ def majority(key: jax.Array, batch_size: int, seq_len: int, num_classes: int = 2
   """The majority task of Brody et al.: uniform tokens of ``num_classes`` types; the label of
   every position is the most frequent type. With ``min_margin`` > 0 the majority type leads the
   runner-up by at least that many tokens (the paper uses 6): random positions of other types are
-  turned into the majority type until it does. Returns (inputs, labels), both [batch, seq_len]."""
+  turned into the majority type until it does. Returns (inputs, labels), both [batch, seq_len].
+
+  Args:
+    key: a PRNG key.
+    batch_size: the number of sequences.
+    seq_len: the tokens per sequence.
+    num_classes: the number of token types.
+    min_margin: the smallest lead of the majority type over the runner-up, in tokens.
+
+  Returns:
+    ``(inputs, labels)``, both int32 ``[batch_size, seq_len]`` (the labels constant per row).
+
+  Raises:
+    ValueError: if ``min_margin`` is not in [0, seq_len].
+  """
   if not 0 <= min_margin <= seq_len:
     raise ValueError(f"min_margin must lie in [0, seq_len={seq_len}], got {min_margin}")
   k_tokens, k_order = jax.random.split(key)

@@ -34,6 +34,12 @@ SWEEPS = ("",) + VMAPPED_SWEEPS + STATIC_SWEEPS
 
 
 def base_config() -> ml_collections.ConfigDict:
+  """The default sweep config: the NAP paper's settings, the case task, all six archs.
+
+  Returns:
+    A fresh ``ml_collections.ConfigDict`` (sections ``sweep``, ``task``, ``model``, ``train``,
+    ``eval``) for an experiment config to change.
+  """
   c = ml_collections.ConfigDict()
   c.archs = PAPER_ARCHS
   c.normalization = ""          # "" keeps each arch's own; else e.g. "dnas" on attention archs
@@ -98,6 +104,14 @@ def _non_negative_int(config, field):
 
 
 def point_label(values: dict) -> str:
+  """A short label of a sweep point, e.g. ``"model.d_model=64,train.l2=0.01"``.
+
+  Args:
+    values: field -> number (formatted with ``:g``).
+
+  Returns:
+    ``"field=value"`` per entry, joined by commas ("" for ``{}``).
+  """
   return ",".join(f"{k}={v:g}" for k, v in values.items())
 
 
@@ -154,7 +168,15 @@ def _task(config) -> tasks.Task:
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raise ``ValueError`` naming the field for any invalid value. Each swept value must pass the
-  rules of the field it sets, on the config it trains with: one rule per field."""
+  rules of the field it sets, on the config it trains with: one rule per field.
+
+  Args:
+    config: a sweep config (as ``base_config()`` makes).
+
+  Raises:
+    ValueError: ``config.<field>=<value>: <why>`` for the first invalid field; for a swept value,
+      prefixed with ``config.sweep.grid[i]=<value> (as <sweep.name>)``.
+  """
   _validate_fields(config)
   _validate_sweep(config)
   for i, value in enumerate(config.sweep.grid):
@@ -225,7 +247,14 @@ def _validate_sweep(config):
 
 
 def static_points(config) -> list[dict]:
-  """One dict per compiled program: ``{sweep.name: value}`` for shape sweeps, else ``[{}]``."""
+  """One dict per compiled program: ``{sweep.name: value}`` for shape sweeps, else ``[{}]``.
+
+  Args:
+    config: a validated sweep config.
+
+  Returns:
+    One dict per compiled program, its value cast to the field's type (int for ``ablation``).
+  """
   name = config.sweep.name
   if name == "ablation":
     return [{name: int(v)} for v in config.sweep.grid]
@@ -242,7 +271,16 @@ def point_config(config: ml_collections.ConfigDict, values: dict, *,
   ({"model.d_model": 64}) applied, its steps scaled by ``sweep.steps_scale``, and the sweep
   cleared, so that the point is one plain config that validates as it is (and is not scaled
   twice). ``values={}`` keeps the sweep: a vmapped sweep is the models axis of the one point.
-  ``cast=False`` keeps each value as listed (16.5 stays 16.5, not d_model=16), for validation."""
+  ``cast=False`` keeps each value as listed (16.5 stays 16.5, not d_model=16), for validation.
+
+  Args:
+    config: a sweep config.
+    values: field -> value, e.g. ``{"model.d_model": 64}`` or ``{"ablation": 2}``.
+    cast: cast each value to the type of the field it sets.
+
+  Returns:
+    A new ``ConfigDict`` (``config`` is not changed).
+  """
   c = ml_collections.ConfigDict(config.to_dict(), type_safe=cast)
   for field, value in values.items():
     if field == "ablation":

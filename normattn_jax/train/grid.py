@@ -57,6 +57,7 @@ class Setup:
 
   @property
   def val_len(self) -> int:
+    """The validation sequence length: the task's ``validation_length`` of ``seq_len``."""
     return self.task.validation_length(self.settings.seq_len)
 
   @property
@@ -66,14 +67,21 @@ class Setup:
 
   @property
   def warmup_steps(self) -> int:
+    """Warm-up steps: 10% of ``train.num_steps`` if warm-up is on (BERT's default), else 0."""
     warm = _own(self.config.train.warmup, self.arch == "bert")
     return self.config.train.num_steps // 10 if warm else 0
 
   @property
   def clip_norm(self):
+    """The per-tensor gradient clipping norm: 1.0 if clipping is on (BERT's default), else None."""
     return 1.0 if _own(self.config.train.clip, self.arch == "bert") else None
 
   def model(self) -> SequenceModel:
+    """The ``SequenceModel`` of this arch and config (``max_len`` covers the validation length).
+
+    Returns:
+      The unbound flax module.
+    """
     c, task = self.config, self.task
     return SequenceModel(
         vocab_size=self.settings.vocab_size,
@@ -85,12 +93,28 @@ class Setup:
         positional=self.positional, dropout_rate=c.train.dropout)
 
   def sample(self, key: Array, batch_size: int, seq_len: int):
-    """(inputs, labels) for one batch of the task."""
+    """(inputs, labels) for one batch of the task.
+
+    Args:
+      key: a PRNG key.
+      batch_size: the number of sequences.
+      seq_len: the tokens per sequence.
+
+    Returns:
+      ``(inputs, labels)``: int32 ``[batch_size, seq_len]`` and the task's labels.
+    """
     return self.task.sample(key, batch_size, seq_len, self.settings)
 
 
 def l2_penalty(params) -> Array:
-  """Sum of squared kernels (Keras' kernel regulariser: no biases, gains or embeddings)."""
+  """Sum of squared kernels (Keras' kernel regulariser: no biases, gains or embeddings).
+
+  Args:
+    params: a flax params tree.
+
+  Returns:
+    The scalar sum of the squares of every leaf named ``kernel``.
+  """
   leaves = jax.tree_util.tree_leaves_with_path(params)
   return sum(jnp.sum(jnp.square(x)) for path, x in leaves
              if getattr(path[-1], "key", None) == "kernel")
@@ -104,7 +128,14 @@ class Programs(NamedTuple):
 
 
 def make_programs(setup: Setup) -> Programs:
-  """The training and evaluation functions of one model of ``setup``."""
+  """The training and evaluation functions of one model of ``setup``.
+
+  Args:
+    setup: the arch and config of the grid.
+
+  Returns:
+    ``Programs(init, train_step, chunk)``, each for one model.
+  """
   c = setup.config
   model = setup.model()
   batch_size = c.train.batch_size
@@ -167,7 +198,16 @@ def make_programs(setup: Setup) -> Programs:
 def eval_sets_for(setup: Setup, seed: int, chunk_size: int = 250):
   """The task's grouped evaluation sets (``Task.grouped_eval``) at N and at the validation
   length, shared by every model, each shaped ``[groups, chunks, chunk_size, ...]`` for a
-  memory-bounded ``lax.map``; empty for a task without them."""
+  memory-bounded ``lax.map``; empty for a task without them.
+
+  Args:
+    setup: the arch and config of the grid.
+    seed: the seed the sets are drawn from (``config.seed``).
+    chunk_size: the most examples per chunk; lowered until it divides ``eval.case_set_size``.
+
+  Returns:
+    ``((inputs, labels) at N, (inputs, labels) at the validation length)``, or ().
+  """
   grouped = setup.task.grouped_eval
   if grouped is None:
     return ()
@@ -186,6 +226,11 @@ def eval_sets_for(setup: Setup, seed: int, chunk_size: int = 250):
 
 
 def models_sharding() -> NamedSharding:
+  """The sharding of a leading models axis over all devices (a 1-D mesh named "models").
+
+  Returns:
+    A ``NamedSharding`` of ``PartitionSpec("models")``.
+  """
   mesh = Mesh(np.asarray(jax.devices()), ("models",))
   return NamedSharding(mesh, P("models"))
 
@@ -193,19 +238,43 @@ def models_sharding() -> NamedSharding:
 def models_per_vmap(config: ml_collections.ConfigDict, num_models: int) -> int:
   """How many models one vmap holds: ``train.models_per_vmap``, or when it is 0 one on a CPU
   (the fastest there at the NAP paper's defaults, BENCHMARKS.md) and each device's
-  whole share on an accelerator."""
+  whole share on an accelerator.
+
+  Args:
+    config: the sweep config.
+    num_models: the number of models of the grid.
+
+  Returns:
+    A positive integer.
+  """
   if config.train.models_per_vmap:
     return config.train.models_per_vmap
   return 1 if jax.default_backend() == "cpu" else -(-num_models // jax.device_count())
 
 
 def padded_count(num_models: int, per_vmap: int) -> int:
-  """The models axis rounded up so that every device holds whole vmaps."""
+  """The models axis rounded up so that every device holds whole vmaps.
+
+  Args:
+    num_models: the number of models.
+    per_vmap: the models per vmap.
+
+  Returns:
+    The smallest multiple of ``per_vmap * jax.device_count()`` that is >= ``num_models``.
+  """
   return -(-num_models // (per_vmap * jax.device_count())) * per_vmap * jax.device_count()
 
 
 def pad_models(x: np.ndarray, count: int) -> np.ndarray:
-  """Repeat the last model until the models axis has ``count`` entries."""
+  """Repeat the last model until the models axis has ``count`` entries.
+
+  Args:
+    x: an array with a leading models axis, at least one model.
+    count: the length wanted, >= ``len(x)``.
+
+  Returns:
+    ``x`` with ``count`` entries on its leading axis (``x`` itself if it has them).
+  """
   extra = count - len(x)
   return np.concatenate([x, np.repeat(x[-1:], extra, axis=0)]) if extra else x
 
@@ -214,7 +283,16 @@ def over_models(fn: Callable, per_vmap: int) -> Callable:
   """``fn`` of one model -> ``fn`` over the models axis: each device's share runs as a
   ``lax.map`` over vmaps of ``per_vmap`` models. XLA compiles a model's arithmetic by the
   shapes it runs in, so fixing the vmap's width makes each model's numbers independent of how
-  many other models, and which, share the program (a vmap over the whole axis would not)."""
+  many other models, and which, share the program (a vmap over the whole axis would not).
+
+  Args:
+    fn: a function of one model's arguments.
+    per_vmap: the models per vmap.
+
+  Returns:
+    A function of the same arguments with a leading models axis (``padded_count`` long),
+    returning ``fn``'s outputs with that axis.
+  """
   devices = jax.device_count()
 
   def run(*args):
@@ -238,6 +316,15 @@ class Grid:
 
   @classmethod
   def build(cls, setup: Setup, num_models: int) -> "Grid":
+    """Compile the sharded ``init`` and ``chunk`` of ``setup`` for ``num_models`` models.
+
+    Args:
+      setup: the arch and config of the grid.
+      num_models: the number of models before padding.
+
+    Returns:
+      The ``Grid``.
+    """
     init_one, _, chunk_one = make_programs(setup)
     eval_sets = eval_sets_for(setup, setup.config.seed)
     per_vmap = models_per_vmap(setup.config, num_models)
@@ -248,26 +335,56 @@ class Grid:
     return cls(setup, num_models, per_vmap, padded_count(num_models, per_vmap), init, chunk)
 
   def shard(self, tree):
-    """Pad the models axis of a host tree and place it on the devices."""
+    """Pad the models axis of a host tree and place it on the devices.
+
+    Args:
+      tree: a tree of host arrays, each with a leading ``[num_models]`` axis.
+
+    Returns:
+      The tree with each leading axis padded to ``padded``, sharded over the devices.
+    """
     return jax.device_put(jax.tree.map(lambda x: pad_models(x, self.padded), tree),
                           models_sharding())
 
   def metric_shapes(self, state: TrainState, hp) -> dict:
     """The shapes and dtypes of one chunk's metrics (``{name: [padded models]}``), traced
-    without running: a restore target for the metrics of a checkpoint."""
+    without running: a restore target for the metrics of a checkpoint.
+
+    Args:
+      state: the grid's ``TrainState`` (arrays or shapes) with a leading ``[padded]`` axis.
+      hp: the hyper-parameters, name -> ``[padded]``.
+
+    Returns:
+      name -> ``jax.ShapeDtypeStruct``.
+    """
     return jax.eval_shape(self.chunk, state, hp)[1]
 
 
 def model_keys(seed: int, seed_indices: np.ndarray) -> np.ndarray:
   """Raw key data per model: seed s gets the same initialisation and data at every learning rate
-  (paired comparisons)."""
+  (paired comparisons).
+
+  Args:
+    seed: the grid's seed (``config.seed``).
+    seed_indices: the seed index of each model, ``[models]``.
+
+  Returns:
+    uint32 key data ``[models, key size]``.
+  """
   base = jax.random.key(seed)
   return np.stack([np.asarray(jax.random.key_data(jax.random.fold_in(base, int(s))))
                    for s in seed_indices])
 
 
 def to_host(x: jax.Array) -> np.ndarray:
-  """The whole models axis as numpy, also when it is sharded over several hosts."""
+  """The whole models axis as numpy, also when it is sharded over several hosts.
+
+  Args:
+    x: an array with a leading models axis, sharded over the devices.
+
+  Returns:
+    The whole array, on every process.
+  """
   if jax.process_count() > 1:
     from jax.experimental import multihost_utils
     return np.asarray(multihost_utils.process_allgather(x, tiled=True))

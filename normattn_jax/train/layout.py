@@ -22,7 +22,15 @@ HYPERPARAMETER_OF = {"train.l2": "l2"}
 
 def grid_name(arch: str, point: dict) -> str:
   """The name of one grid of a sweep, ``arch`` or ``arch[field=value]`` at a static point: its
-  key prefix in ``metrics.npz``, its checkpoint folder and its TensorBoard tag."""
+  key prefix in ``metrics.npz``, its checkpoint folder and its TensorBoard tag.
+
+  Args:
+    arch: the architecture's name, e.g. "nap".
+    point: the static sweep point, field -> value (``{}`` without a static sweep).
+
+  Returns:
+    E.g. ``"nap"`` or ``"nap[model.d_model=64]"``.
+  """
   return arch + (f"[{point_label(point)}]" if point else "")
 
 
@@ -78,6 +86,7 @@ class ModelsAxis:
 
   @property
   def num_models(self) -> int:
+    """The number of models: learning rates x swept values x seeds."""
     return int(np.prod(self.shape))
 
   def _indices(self, axis: int) -> np.ndarray:
@@ -85,9 +94,11 @@ class ModelsAxis:
     return np.indices(self.shape).reshape(3, -1)[axis].astype(np.int32)
 
   def lr_indices(self) -> np.ndarray:
+    """Each model's learning-rate index, ``[models]`` int32 in flat order."""
     return self._indices(0)
 
   def value_indices(self) -> np.ndarray:
+    """Each model's swept-value index, ``[models]`` int32 in flat order."""
     return self._indices(1)
 
   def seed_indices(self) -> np.ndarray:
@@ -125,17 +136,44 @@ class ModelsAxis:
     return (lr_index * n_values + value_index) * n_seeds + np.arange(n_seeds)
 
   def swept_params(self, value_index: int) -> dict[str, float]:
-    """``{swept_field: value}`` of a cell, ``{}`` without a vmapped sweep."""
+    """``{swept_field: value}`` of a cell, ``{}`` without a vmapped sweep.
+
+    Args:
+      value_index: index into ``swept_values``.
+
+    Returns:
+      A dict of at most one entry.
+    """
     return {self.swept_field: self.swept_values[value_index]} if self.swept_field else {}
 
   def unflatten(self, curves: np.ndarray) -> np.ndarray:
-    """``[evals, models]`` -> ``[evals, learning rates, swept values, seeds]``."""
+    """``[evals, models]`` -> ``[evals, learning rates, swept values, seeds]``.
+
+    Args:
+      curves: ``[evals, num_models]``, in flat order.
+
+    Returns:
+      A reshaped view of ``curves``.
+
+    Raises:
+      ValueError: if ``curves`` is not ``[evals, num_models]``.
+    """
     if curves.ndim != 2 or curves.shape[1] != self.num_models:
       raise ValueError(f"curves of shape {curves.shape}: expected [evals, {self.num_models}]")
     return curves.reshape((curves.shape[0],) + self.shape)
 
   def flatten(self, curves: np.ndarray) -> np.ndarray:
-    """``[evals, learning rates, swept values, seeds]`` -> ``[evals, models]``."""
+    """``[evals, learning rates, swept values, seeds]`` -> ``[evals, models]``.
+
+    Args:
+      curves: ``[evals, learning rates, swept values, seeds]``, as ``shape`` says.
+
+    Returns:
+      ``curves`` reshaped to ``[evals, num_models]``, in flat order.
+
+    Raises:
+      ValueError: if the axes after the first are not ``shape``.
+    """
     if curves.shape[1:] != self.shape:
       raise ValueError(f"curves of shape {curves.shape}: expected [evals, *{self.shape}]")
     return curves.reshape(curves.shape[0], self.num_models)

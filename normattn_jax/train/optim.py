@@ -19,7 +19,14 @@ _INJECTED = (optax.InjectHyperparamsState, optax.InjectStatefulHyperparamsState)
 
 
 def clip_by_tensor_norm(max_norm: float) -> optax.GradientTransformation:
-  """Rescale each gradient tensor to norm <= ``max_norm`` on its own (Keras' ``clipnorm``)."""
+  """Rescale each gradient tensor to norm <= ``max_norm`` on its own (Keras' ``clipnorm``).
+
+  Args:
+    max_norm: each tensor's largest L2 norm after clipping.
+
+  Returns:
+    A stateless optax transformation.
+  """
   def update(updates, state, params=None):
     del params
     def clip(g):
@@ -32,7 +39,15 @@ def clip_by_tensor_norm(max_norm: float) -> optax.GradientTransformation:
 def schedule_shape(num_steps: int, warmup_steps: int = 0) -> optax.Schedule:
   """Peak-1 schedule: linear decay to 0 at the end, replaced by a linear warm-up over
   ``warmup_steps`` (the BERT code's shape, which the NAP code copies for BERT: the decay has
-  already begun when the warm-up ends)."""
+  already begun when the warm-up ends).
+
+  Args:
+    num_steps: the decay reaches 0 here.
+    warmup_steps: linear warm-up steps (0: none).
+
+  Returns:
+    ``step -> multiplier`` (float32), at most 1.
+  """
   return albert_schedule(1.0, num_steps, warmup_steps)
 
 
@@ -83,7 +98,17 @@ def with_learning_rate(opt_state, learning_rate) -> optax.OptState:
 
 
 def learning_rate_of(opt_state) -> jax.Array:
-  """The learning rate held by a state of ``make_optimizer``."""
+  """The learning rate held by a state of ``make_optimizer``.
+
+  Args:
+    opt_state: a state of ``make_optimizer`` (one model's, or a vmapped one).
+
+  Returns:
+    The learning rate (``[models]`` for a vmapped state).
+
+  Raises:
+    ValueError: if the state does not hold exactly one injected learning rate.
+  """
   found = []
   _map_injected(opt_state, lambda s: found.append(-s.hyperparams[STEP_SIZE]) or s)
   if len(found) != 1:
@@ -96,7 +121,16 @@ def learning_rate_of(opt_state) -> jax.Array:
 def albert_schedule(peak: float, num_steps: int, warmup_steps: int) -> optax.Schedule:
   """ALBERT's learning rate: ``peak * (1 - step / num_steps)`` (polynomial decay, power 1,
   to 0), replaced by ``peak * step / warmup_steps`` during the warm-up (so the decay has
-  already begun when the warm-up ends, as in ALBERT)."""
+  already begun when the warm-up ends, as in ALBERT).
+
+  Args:
+    peak: the learning rate at the end of the warm-up (before the decay).
+    num_steps: the decay reaches 0 here (and stays there).
+    warmup_steps: linear warm-up steps (<= 0: none).
+
+  Returns:
+    ``step -> learning rate`` (float32).
+  """
   def schedule(step):
     step = jnp.asarray(step, jnp.float32)
     decayed = peak * (1.0 - jnp.minimum(step, num_steps) / num_steps)
@@ -109,7 +143,16 @@ def albert_schedule(peak: float, num_steps: int, warmup_steps: int) -> optax.Sch
 def scale_by_adam_without_bias_correction(b1: float = 0.9, b2: float = 0.999,
                                           eps: float = 1e-6) -> optax.GradientTransformation:
   """``m / (sqrt(v) + eps)`` with ALBERT's raw moments: its LAMB never bias-corrects them
-  (optax's ``scale_by_adam`` and ``lamb`` do)."""
+  (optax's ``scale_by_adam`` and ``lamb`` do).
+
+  Args:
+    b1: the decay rate of the first moment.
+    b2: the decay rate of the second moment.
+    eps: added to ``sqrt(v)``.
+
+  Returns:
+    An optax transformation whose state is an ``optax.ScaleByAdamState``.
+  """
   def init(params):
     zeros = lambda: jax.tree.map(jnp.zeros_like, params)
     return optax.ScaleByAdamState(count=jnp.zeros([], jnp.int32), mu=zeros(), nu=zeros())
@@ -127,7 +170,14 @@ def lamb_adapted(params) -> dict:
   """Which parameters take weight decay and the trust ratio: ALBERT excludes every name that
   matches "LayerNorm", "layer_norm" or "bias"; here every parameter of a LayerNorm module (a
   name ending in "norm"), every bias, and HNAS's hybrid weights (a mixing coefficient in [0, 1]
-  that decay would pull towards softmax)."""
+  that decay would pull towards softmax).
+
+  Args:
+    params: a flax params tree.
+
+  Returns:
+    A tree of ``params``' structure with a bool per leaf: True where decay and trust ratio apply.
+  """
   def adapted(path, _):
     names = [str(getattr(key, "key", key)) for key in path]
     return not (any(name.endswith("norm") for name in names[:-1]) or "bias" in names[-1]
@@ -141,7 +191,21 @@ def albert_lamb(learning_rate: float, num_steps: int, warmup_steps: int,
   """ALBERT's optimiser: global-norm clipping, Adam moments without bias correction, decoupled
   weight decay and the layer-wise trust ratio ``|w| / |update|`` (1 where either norm is 0),
   both skipped for LayerNorm parameters, biases and hybrid weights (``lamb_adapted``), then
-  ``albert_schedule``."""
+  ``albert_schedule``.
+
+  Args:
+    learning_rate: the peak learning rate.
+    num_steps: the learning rate decays to 0 here.
+    warmup_steps: linear warm-up steps (<= 0: none).
+    weight_decay: the decoupled weight decay rate.
+    clip_norm: the largest global gradient norm.
+    b1: Adam's first-moment decay rate.
+    b2: Adam's second-moment decay rate.
+    eps: Adam's epsilon, added to ``sqrt(v)``.
+
+  Returns:
+    The optax transformation.
+  """
   return optax.chain(
       optax.clip_by_global_norm(clip_norm),
       scale_by_adam_without_bias_correction(b1, b2, eps),

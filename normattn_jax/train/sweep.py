@@ -43,11 +43,21 @@ class Budget:
     self.left = chunks
 
   def spend(self) -> None:
+    """Count one evaluation run (nothing without a limit)."""
     if self.left is not None:
       self.left -= 1
 
   def check(self, name: str, done: int, num_chunks: int) -> None:
-    """Raise ``Interrupted`` before a chunk of grid ``name`` that the budget cannot pay."""
+    """Raise ``Interrupted`` before a chunk of grid ``name`` that the budget cannot pay.
+
+    Args:
+      name: the grid's name, for the message.
+      done: the evaluations the grid has done.
+      num_chunks: the evaluations the grid runs in all.
+
+    Raises:
+      Interrupted: if the budget is spent and the grid has evaluations left.
+    """
     if self.left is not None and self.left <= 0 and done < num_chunks:
       raise Interrupted(f"{name}: stopped after evaluation {done} of {num_chunks}")
 
@@ -76,6 +86,13 @@ def log_evaluations(log: RunLog, name: str, axis: ModelsAxis, every: int, metric
 
 def restore(checkpoints: Optional[GridCheckpoints], grid: Grid, state, hp, num_chunks: int):
   """``train_grid``'s ``resume``: the newest checkpoint that restores, else a fresh start.
+
+  Args:
+    checkpoints: the grid's checkpoints, or None (checkpoints off).
+    grid: the grid's compiled programs.
+    state: the freshly initialised, sharded state: the restore target and the fresh start.
+    hp: the hyper-parameters, name -> ``[padded models]``.
+    num_chunks: the evaluations the grid runs in all.
 
   Returns:
     ``(evaluations done, state sharded as ``state``, metrics {name: [evaluations, models]})``.
@@ -158,7 +175,13 @@ def resummarise(workdir: str) -> dict:
 
 def write_results(workdir, config, summary) -> None:
   """The figures, drawn from ``summary`` and the run's ``metrics.npz``, then ``summary.json``:
-  written last, it marks a finished run."""
+  written last, it marks a finished run.
+
+  Args:
+    workdir: the sweep's workdir, holding ``metrics.npz``.
+    config: the sweep config.
+    summary: the scores (``scoring.summarise``).
+  """
   from normattn_jax.reporting import figures  # matplotlib only when figures are drawn
   figures.draw_sweep(config, summary, os.path.join(workdir, artifacts.METRICS), workdir)
   artifacts.write_summary(workdir, summary)
