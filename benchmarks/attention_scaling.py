@@ -14,16 +14,26 @@ dnas_memory_ratio_at_4096=<quadratic / fast peak memory, forward+backward>.
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
 import jax
 import jax.numpy as jnp
+from absl import app, flags
 
 from normattn_jax.attention import registry
 
 HEADS, HEAD_DIM = 8, 64
+
+_MAX_N = flags.DEFINE_integer("max_n", 8192, "Longest sequence length N (of 128 .. 8192).",
+                              lower_bound=128)
+_REPEATS = flags.DEFINE_integer("repeats", 3, "Timed calls per variant.", lower_bound=1)
+_MAX_GIB = flags.DEFINE_float("max_gib", 6.0, "Scratch memory limit (GiB) of a variant that runs.")
+_TIME_MAX_N = flags.DEFINE_integer("time_max_n", 8192, "longer sequences get their memory "
+                                   "measured, not their time")
+_NORMALIZATIONS = flags.DEFINE_list(
+    "normalizations", [name for name in registry.names() if registry.get(name).fast is not None],
+    "Normalisations to measure (each needs a fast path).")
 
 
 def quadratic(name):
@@ -61,18 +71,15 @@ def timed(compiled, args):
   return time.perf_counter() - start
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--max_n", type=int, default=8192)
-  parser.add_argument("--repeats", type=int, default=3)
-  parser.add_argument("--max_gib", type=float, default=6.0)
-  parser.add_argument("--time_max_n", type=int, default=8192,
-                      help="longer sequences get their memory measured, not their time")
-  parser.add_argument("--normalizations", default=",".join(
-      name for name in registry.names() if registry.get(name).fast is not None))
-  args = parser.parse_args()
-  names = args.normalizations.split(",")
-  lengths = [n for n in (128, 256, 512, 1024, 2048, 4096, 8192) if n <= args.max_n]
+def main(argv):
+  del argv
+  names = _NORMALIZATIONS.value
+  for name in names:
+    if name not in registry.names():
+      raise app.UsageError(f"--normalizations: {name!r} is none of {registry.names()}")
+    if registry.get(name).fast is None:
+      raise app.UsageError(f"--normalizations: {name!r} has no fast path")
+  lengths = [n for n in (128, 256, 512, 1024, 2048, 4096, 8192) if n <= _MAX_N.value]
   print(f"devices: {jax.devices()}; batch 1, {HEADS} heads, d_h = {HEAD_DIM}")
   print(f"{'norm':>8} {'N':>5} {'mode':>7} {'quad ms':>9} {'fast ms':>9} {'speedup':>8} "
         f"{'quad MiB':>9} {'fast MiB':>9} {'mem ratio':>9} {'fast/softmax':>12}")
@@ -86,13 +93,13 @@ def main():
     if ("softmax", "quadratic") not in compiled:
       compiled[("softmax", "quadratic")] = programs(quadratic("softmax"), qkv)
     runnable = {key: {mode: c for mode, (c, mem) in modes.items()
-                      if mem <= args.max_gib * 2 ** 30 and n <= args.time_max_n}
+                      if mem <= _MAX_GIB.value * 2 ** 30 and n <= _TIME_MAX_N.value}
                 for key, modes in compiled.items()}
     samples = {(key, mode): [] for key, modes in runnable.items() for mode in modes}
     for key, modes in runnable.items():  # warm up
       for c in modes.values():
         timed(c, qkv)
-    for _ in range(args.repeats):
+    for _ in range(_REPEATS.value):
       for key, modes in runnable.items():
         for mode, c in modes.items():
           samples[(key, mode)].append(timed(c, qkv))
@@ -118,4 +125,4 @@ def main():
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)

@@ -14,16 +14,21 @@ and speedup_at_50=<one program (its better width) / one after another, d = 32>.
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import app, flags
 
 from normattn_jax.train.config import base_config
 from normattn_jax.train.grid import Setup, make_programs, over_models
+
+_REPEATS = flags.DEFINE_integer("repeats", 3, "Timed calls per variant.", lower_bound=1)
+_STEPS = flags.DEFINE_integer("steps", 4, "training steps per timed call", lower_bound=1)
+_MODELS = flags.DEFINE_list("models", ["1", "10", "50"], "Model counts M; the largest gives "
+                            "the speedup line.")
 
 
 def matmul_peak_gflops(sizes=(1024, 2048, 4096), repeats=3) -> float:
@@ -99,17 +104,20 @@ def measure(d_model, seq_len, model_counts, steps, repeats, peak):
   return rates, flops
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--repeats", type=int, default=3)
-  parser.add_argument("--steps", type=int, default=4, help="training steps per timed call")
-  parser.add_argument("--models", default="1,10,50")
-  args = parser.parse_args()
-  counts = [int(m) for m in args.models.split(",")]
+def main(argv):
+  del argv
+  try:
+    counts = [int(m) for m in _MODELS.value]
+  except ValueError:
+    raise app.UsageError(f"--models takes comma-separated integers, "
+                         f"got {','.join(_MODELS.value)}") from None
+  if not counts or min(counts) < 1 or max(counts) < 2:
+    raise app.UsageError(f"--models needs counts >= 1, one of them above 1 (for the speedup), "
+                         f"got {','.join(_MODELS.value)}")
   print(f"devices: {jax.devices()}")
   peak = matmul_peak_gflops()
-  small, _ = measure(32, 32, counts, args.steps, args.repeats, peak)
-  paper, flops = measure(128, 128, counts, args.steps, args.repeats, peak)
+  small, _ = measure(32, 32, counts, _STEPS.value, _REPEATS.value, peak)
+  paper, flops = measure(128, 128, counts, _STEPS.value, _REPEATS.value, peak)
   largest = max(counts)
   best = max(rate for name, rate in paper.items() if name.startswith("one program")
              or name == "one after another, M=1")
@@ -119,4 +127,4 @@ def main():
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)

@@ -20,12 +20,12 @@ unmasked, the same under both.
 the bundled all-MiniLM-L6-v2), --text_file has one sequence per line (a tab splits a line into a
 sentence pair; default: data/sample_text.txt).
 """
-import argparse
 import json
 import os
 import time
 
 import matplotlib
+from absl import app, flags
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -37,6 +37,29 @@ from normattn_jax.models import bert  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 COLUMNS = ("overall",) + mx.TOKEN_TYPES
+
+_MODEL = flags.DEFINE_string("model", None,
+                             "HuggingFace BERT folder (default: the bundled all-MiniLM-L6-v2)")
+_TEXT_FILE = flags.DEFINE_string("text_file", os.path.join(ROOT, "data", "sample_text.txt"),
+                                 "One sequence per line; a tab splits a line into a sentence pair.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the json and the figures.")
+_PROTOCOL = flags.DEFINE_enum(
+    "protocol", "paper", list(mx.PROTOCOLS),
+    "masking and Fig. 3 averaging: the paper's words or the authors' code")
+_MASK_RATE = flags.DEFINE_float(
+    "mask_rate", None,
+    "share of ordinary tokens chosen for masking (0: none; default: the protocol's)",
+    lower_bound=0.0, upper_bound=1.0)
+_MASK_PROB = flags.DEFINE_float(
+    "mask_prob", None, "probability that a chosen token becomes [MASK] (default: the protocol's)",
+    lower_bound=0.0, upper_bound=1.0)
+_SEED = flags.DEFINE_integer("seed", 0, "Seeds the choice of masked tokens.")
+_MAX_LENGTH = flags.DEFINE_integer("max_length", 128, "Longest sequence in tokens (longer ones are "
+                                   "truncated).", lower_bound=2)
+_BATCH_SIZE = flags.DEFINE_integer("batch_size", 16, "Sequences per forward pass.", lower_bound=1)
+_FIGURE_LINE = flags.DEFINE_integer("figure_line", 0,
+                                    "0-based line of --text_file shown token by token (Fig. 1)")
+flags.mark_flags_as_required(["workdir"])
 
 
 def read_texts(path):
@@ -108,47 +131,33 @@ def tokens_figure(model, params, tokenizer, text, path):
   plt.close(fig)
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--model", default=None,
-                      help="HuggingFace BERT folder (default: the bundled all-MiniLM-L6-v2)")
-  parser.add_argument("--text_file", default=os.path.join(ROOT, "data", "sample_text.txt"))
-  parser.add_argument("--workdir", required=True)
-  parser.add_argument("--protocol", choices=tuple(mx.PROTOCOLS), default="paper",
-                      help="masking and Fig. 3 averaging: the paper's words or the authors' code")
-  parser.add_argument("--mask_rate", type=float, default=None,
-                      help="share of ordinary tokens chosen for masking (0: none; default: the "
-                           "protocol's)")
-  parser.add_argument("--mask_prob", type=float, default=None,
-                      help="probability that a chosen token becomes [MASK] (default: the "
-                           "protocol's)")
-  parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--max_length", type=int, default=128)
-  parser.add_argument("--batch_size", type=int, default=16)
-  parser.add_argument("--figure_line", type=int, default=0,
-                      help="0-based line of --text_file shown token by token (Fig. 1)")
-  args = parser.parse_args()
-
-  model_dir = args.model or str(bert.bundled_minilm_path())
-  texts = read_texts(args.text_file)
-  if not 0 <= args.figure_line < len(texts):
-    raise ValueError(f"--figure_line must lie in [0, {len(texts)}), got {args.figure_line}")
-  os.makedirs(args.workdir, exist_ok=True)
+def main(argv):
+  del argv
+  model_dir = _MODEL.value or str(bert.bundled_minilm_path())
+  text_file, workdir, protocol = _TEXT_FILE.value, _WORKDIR.value, _PROTOCOL.value
+  try:
+    texts = read_texts(text_file)
+  except (OSError, ValueError) as err:
+    raise app.UsageError(str(err)) from err
+  if not 0 <= _FIGURE_LINE.value < len(texts):
+    raise app.UsageError(f"--figure_line must lie in [0, {len(texts)}), got {_FIGURE_LINE.value}")
+  os.makedirs(workdir, exist_ok=True)
   start = time.perf_counter()
   model, params = bert.from_pretrained(model_dir)
   tokenizer = bert.load_tokenizer(model_dir)
-  result = mx.analyze_bert(model, params, tokenizer, texts, protocol=args.protocol,
-                           mask_rate=args.mask_rate, mask_prob=args.mask_prob, seed=args.seed,
-                           batch_size=args.batch_size, max_length=args.max_length)
+  result = mx.analyze_bert(model, params, tokenizer, texts, protocol=protocol,
+                           mask_rate=_MASK_RATE.value, mask_prob=_MASK_PROB.value,
+                           seed=_SEED.value, batch_size=_BATCH_SIZE.value,
+                           max_length=_MAX_LENGTH.value)
   summary = result["summary"]
   out = {
-      "model": os.path.relpath(model_dir, ROOT) if args.model else "bundled all-MiniLM-L6-v2",
-      "text_file": os.path.relpath(os.path.abspath(args.text_file), ROOT),
+      "model": os.path.relpath(model_dir, ROOT) if _MODEL.value else "bundled all-MiniLM-L6-v2",
+      "text_file": os.path.relpath(os.path.abspath(text_file), ROOT),
       "num_layers": model.config.num_hidden_layers, "hidden_size": model.config.hidden_size,
       "num_heads": model.config.num_attention_heads,
-      "protocol": args.protocol, "mask_rate": result["mask_rate"],
+      "protocol": protocol, "mask_rate": result["mask_rate"],
       "mask_prob": result["mask_prob"], "count_rounding": result["count_rounding"],
-      "per_sequence_means": summary["per_sequence_means"], "seed": args.seed,
+      "per_sequence_means": summary["per_sequence_means"], "seed": _SEED.value,
       "num_sequences": result["num_sequences"], "num_tokens": result["num_tokens"],
       "num_masked": result["num_masked"],
       "per_layer": summary["per_layer"], "overall": summary["overall"],
@@ -159,15 +168,15 @@ def main():
       "frequency_source": "wordfreq (en) word frequencies; [CLS]/[SEP] at their share of the "
                           "analysed tokens; word pieces and tokens unknown to wordfreq left out",
   }
-  suffix = "" if args.protocol == "paper" else f"_{args.protocol}"
+  suffix = "" if protocol == "paper" else f"_{protocol}"
   # Fig. 1 shows one unmasked sequence, the same under every protocol: one file.
   names = {"mixing": f"mixing{suffix}.json", "mixing_layers": f"mixing_layers{suffix}.png",
            "mixing_tokens": "mixing_tokens.png"}
-  layers_figure(summary, os.path.join(args.workdir, names["mixing_layers"]))
-  tokens_figure(model, params, tokenizer, texts[args.figure_line],
-                os.path.join(args.workdir, names["mixing_tokens"]))
+  layers_figure(summary, os.path.join(workdir, names["mixing_layers"]))
+  tokens_figure(model, params, tokenizer, texts[_FIGURE_LINE.value],
+                os.path.join(workdir, names["mixing_tokens"]))
   out["seconds"] = round(time.perf_counter() - start, 1)
-  with open(os.path.join(args.workdir, names["mixing"]), "w") as f:
+  with open(os.path.join(workdir, names["mixing"]), "w") as f:
     json.dump(out, f, indent=1)
   print(f"{out['num_sequences']} sequences, {out['num_tokens']} tokens "
         f"({out['num_masked']} masked), {out['seconds']} s")
@@ -182,8 +191,8 @@ def main():
   e = result["expansion_rate"]
   print(f"expansion rate: mean {e['mean']:.2f}, min {e['min']:.2f}, max {e['max']:.2f}; "
         f"per layer {', '.join(f'{r:.2f}' for r in e['per_layer'])}")
-  print(f"wrote {args.workdir}/" + ", ".join(names.values()))
+  print(f"wrote {workdir}/" + ", ".join(names.values()))
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)

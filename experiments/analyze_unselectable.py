@@ -3,12 +3,12 @@ one, without and with LayerNorm. Writes unselectable.json and unselectable.png t
 
   python experiments/analyze_unselectable.py --workdir results/unselectable --runs 20
 """
-import argparse
 import json
 import os
 import time
 
 import matplotlib
+from absl import app, flags
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -16,24 +16,37 @@ import numpy as np  # noqa: E402
 
 from normattn_jax.analysis.unselectable import fraction_with_unselectable  # noqa: E402
 
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the json and the figure.")
+_RUNS = flags.DEFINE_integer("runs", 100, "draws per cell (the paper: 100)", lower_bound=1)
+_DIMS = flags.DEFINE_list("dims", [str(d) for d in range(3, 16)], "Key dimensions d.")
+_NS = flags.DEFINE_list("ns", [str(n) for n in range(3, 61)], "Numbers of keys n.")
+flags.mark_flags_as_required(["workdir"])
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--workdir", required=True)
-  parser.add_argument("--runs", type=int, default=100, help="draws per cell (the paper: 100)")
-  parser.add_argument("--dims", default=",".join(str(d) for d in range(3, 16)))
-  parser.add_argument("--ns", default=",".join(str(n) for n in range(3, 61)))
-  args = parser.parse_args()
-  dims = [int(x) for x in args.dims.split(",")]
-  ns = [int(x) for x in args.ns.split(",")]
-  os.makedirs(args.workdir, exist_ok=True)
+
+def integers(flag):
+  """The integers of a list flag."""
+  try:
+    values = [int(x) for x in flag.value]
+  except ValueError:
+    raise app.UsageError(f"--{flag.name} takes comma-separated integers, "
+                         f"got {','.join(flag.value)}") from None
+  if not values:
+    raise app.UsageError(f"--{flag.name} must not be empty")
+  return values
+
+
+def main(argv):
+  del argv
+  dims, ns = integers(_DIMS), integers(_NS)
+  workdir, runs = _WORKDIR.value, _RUNS.value
+  os.makedirs(workdir, exist_ok=True)
   start = time.perf_counter()
   grids = {}
   for with_ln in (False, True):
     grids["with_layer_norm" if with_ln else "without_layer_norm"] = [
-        [fraction_with_unselectable(d, n, args.runs, with_ln) for n in ns] for d in dims]
-  result = {"dims": dims, "ns": ns, "runs": args.runs, **grids}
-  with open(os.path.join(args.workdir, "unselectable.json"), "w") as f:
+        [fraction_with_unselectable(d, n, runs, with_ln) for n in ns] for d in dims]
+  result = {"dims": dims, "ns": ns, "runs": runs, **grids}
+  with open(os.path.join(workdir, "unselectable.json"), "w") as f:
     json.dump(result, f, indent=1)
   fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
   for ax, (name, title) in zip(axes, (("without_layer_norm", "without LayerNorm (Fig. 1c)"),
@@ -45,10 +58,10 @@ def main():
     ax.set_xlabel("number of keys n")
   axes[0].set_ylabel("dimension d")
   fig.colorbar(image, ax=axes, label="fraction of runs with an unselectable key")
-  fig.savefig(os.path.join(args.workdir, "unselectable.png"), dpi=120)
-  print(f"{len(dims) * len(ns) * 2} cells x {args.runs} runs in "
-        f"{time.perf_counter() - start:.0f} s; {args.workdir}/unselectable.png")
+  fig.savefig(os.path.join(workdir, "unselectable.png"), dpi=120)
+  print(f"{len(dims) * len(ns) * 2} cells x {runs} runs in "
+        f"{time.perf_counter() - start:.0f} s; {workdir}/unselectable.png")
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)
