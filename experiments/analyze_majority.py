@@ -1,67 +1,253 @@
-"""Brody et al., Fig. 2a/2b/3: the majority task with LayerNorm before attention with and without
-its projection; 10 seeds in one vmapped program per variant. Writes majority.json and
-majority.png to --workdir.
+"""Brody et al., Fig. 2/3: the majority task as the paper ran it, LayerNorm before attention with
+projection, without it (the paper's scaling to norm sqrt(d)), and without it as the authors' code
+computes it (norm 1/sqrt(d)); 10 seeds each, all models one vmapped program.
 
-  python experiments/analyze_majority.py --workdir results/majority [--batch_size 6000 --steps 2000]
+  python experiments/analyze_majority.py --workdir results/majority --steps 14000 \
+      --max_minutes 70
+
+Writes to --workdir: config.json, history.jsonl (test accuracy, losses and query angle of every
+model at every evaluation), checkpoints/, majority.json (the summary) and majority.png. A run
+stopped by --max_minutes (or killed) resumes when started again with the same flags; --steps may
+grow between parts. A workdir of other settings is refused (exit code 2) unless --afresh moves
+it aside.
 """
-import argparse
+import dataclasses
 import json
+import math
 import os
 import sys
+import time
 
+from absl import app, flags, logging
+import jax
 import matplotlib
 import numpy as np
+
+from normattn_jax.analysis import majority
+from normattn_jax.train.checkpoint import (GridCheckpoints, config_differences, move_aside,
+                                           write_json)
+from normattn_jax.train.run_log import RunLog
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from normattn_jax.analysis.majority import train_majority  # noqa: E402
+_WORKDIR = flags.DEFINE_string("workdir", "results/majority", "Directory for the results.")
+_STEPS = flags.DEFINE_integer("steps", 14_000, "Training steps (rounded up to whole evaluation "
+                              "intervals); the authors' 1000 epochs are 14,000.")
+_MAX_MINUTES = flags.DEFINE_float("max_minutes", 0.0, "Stop after the evaluation interval that "
+                                  "passes this wall time (0: no limit); rerun to resume.")
+_NUM_SEEDS = flags.DEFINE_integer("num_seeds", 10, "Seeds per variant.")
+_VARIANTS = flags.DEFINE_list("variants", list(majority.VARIANTS), "LayerNorm variants.")
+_BATCH_SIZE = flags.DEFINE_integer("batch_size", 6000, "Sequences per step.")
+_EVAL_EVERY = flags.DEFINE_integer("eval_every_epochs", 2, "Epochs between evaluations.")
+_MODELS_PER_VMAP = flags.DEFINE_integer("models_per_vmap", 0, "Models per vmap (0: all).")
+_SEED = flags.DEFINE_integer("seed", 0, "Seeds the data sets and initialisations.")
+_AFRESH = flags.DEFINE_bool("afresh", False, "Move an existing workdir aside and start anew.")
 
-VARIANTS = {"with projection": "standard", "without projection": "no_projection"}
+THRESHOLDS = (0.5, 0.7, 0.8, 0.9)
+PAPER_STEPS = 17_000
+COLOURS = {"with_projection": "tab:blue", "without_projection": "tab:orange",
+           "without_projection_code": "tab:green"}
+METRICS = ("train_loss", "test_loss", "test_accuracy", "query_angle")
 
 
-def steps_to(curves, steps, threshold):
-  """First evaluation step at which the seeds' mean test accuracy reaches ``threshold``."""
-  reached = np.flatnonzero(curves["test_acc"].mean(-1) >= threshold)
-  return int(steps[reached[0]]) if len(reached) else None
+def open_run(workdir: str, config: majority.MajorityConfig, afresh: bool) -> None:
+  """Make ``workdir`` this config's: refuse one of another config, or move it aside."""
+  path = os.path.join(workdir, "config.json")
+  settings = json.loads(json.dumps(dataclasses.asdict(config)))
+  if afresh:
+    moved = move_aside(workdir)
+    if moved:
+      print(f"moved the old workdir aside to {moved}")
+  elif os.path.exists(path):
+    with open(path) as f:
+      differences = config_differences(json.load(f), settings)
+    if differences:
+      named = "; ".join(f"{k} was {old!r}, now {new!r}" for k, old, new in differences)
+      print(f"error: workdir {workdir} holds a run of other settings: {named}. Use another "
+            "workdir or --afresh.", file=sys.stderr)
+      sys.exit(2)
+  os.makedirs(workdir, exist_ok=True)
+  if not os.path.exists(path):
+    write_json(path, settings, indent=2, sort_keys=True)
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--workdir", required=True)
-  parser.add_argument("--num_seeds", type=int, default=10)
-  parser.add_argument("--batch_size", type=int, default=6000)
-  parser.add_argument("--steps", type=int, default=2000)
-  parser.add_argument("--eval_every", type=int, default=50)
-  args = parser.parse_args()
-  os.makedirs(args.workdir, exist_ok=True)
-  results = {name: train_majority(kind, num_seeds=args.num_seeds, batch_size=args.batch_size,
-                                  steps=args.steps, eval_every=args.eval_every, verbose=True)
-             for name, kind in VARIANTS.items()}
-  fig, axes = plt.subplots(1, 3, figsize=(14, 3.6))
-  summary = {"args": vars(args)}
-  for (name, curves), colour in zip(results.items(), ("tab:red", "tab:blue")):
-    steps = curves["steps"]
-    for ax, key in zip(axes, ("train_loss", "test_acc", "query_angle")):
-      values = curves[key]
-      ax.plot(steps, values.mean(-1), color=colour, label=name)
-      ax.fill_between(steps, values.min(-1), values.max(-1), color=colour, alpha=0.25)
+def model_keys(config: majority.MajorityConfig) -> np.ndarray:
+  """Raw key data per model; a seed's models (one per variant) share their key, so they start
+  from the same parameters and see the same batches."""
+  base = jax.random.key(config.seed)
+  return np.stack([np.asarray(jax.random.key_data(jax.random.fold_in(base, int(s))))
+                   for s in config.model_seeds()])
+
+
+def _stored(workdir: str, field: str):
+  """A field of the workdir's previous summary (None without one)."""
+  try:
+    with open(os.path.join(workdir, "majority.json")) as f:
+      return json.load(f).get(field)
+  except (OSError, ValueError):
+    return None
+
+
+def checked(metrics: dict) -> dict:
+  """The metrics as numpy, without ``overflow``, which must be 0 (else the losses are wrong)."""
+  metrics = {k: np.asarray(v) for k, v in metrics.items()}
+  if metrics.pop("overflow").max() > 0:
+    raise RuntimeError("a batch held more (sequence, type) pairs than its capacity; raise the "
+                       "margin of majority.train_pair_capacity")
+  return metrics
+
+
+def rounded(metrics: dict) -> dict:
+  """Per-model lists, 6 significant digits (the history's size)."""
+  return {k: [float(f"{x:.6g}") for x in np.asarray(v, np.float64)] for k, v in metrics.items()}
+
+
+def curves(history: list[dict], config: majority.MajorityConfig) -> dict:
+  """``{variant: {metric: [evals, seeds]}}`` and the evaluation steps, from the history."""
+  rows = sorted(history, key=lambda r: r["step"])
+  steps = np.array([r["step"] for r in rows])
+  out = {}
+  for v, name in enumerate(config.variants):
+    columns = slice(v * config.num_seeds, (v + 1) * config.num_seeds)
+    out[name] = {m: np.array([r[m][columns] if m in r else [np.nan] * config.num_seeds
+                              for r in rows], np.float64) for m in METRICS}
+  return {"steps": steps, "variants": out}
+
+
+def first_step(steps: np.ndarray, values: np.ndarray, threshold: float):
+  """Per seed, the first evaluation step at which ``values`` [evals, seeds] >= threshold."""
+  reached = values >= threshold
+  return [int(steps[np.argmax(col)]) if col.any() else None for col in reached.T]
+
+
+def summarise(history: list[dict], config: majority.MajorityConfig, extra: dict) -> dict:
+  """Per variant: the steps to each accuracy of ``THRESHOLDS`` and the last evaluation."""
+  c = curves(history, config)
+  steps = c["steps"]
+  summary = {"steps_run": int(steps[-1]), "paper_steps": PAPER_STEPS} | extra
+  variants = {}
+  for name, m in c["variants"].items():
+    accuracy = m["test_accuracy"]
+    to = {}
+    for threshold in THRESHOLDS:
+      per_seed = first_step(steps, accuracy, threshold)
+      hit = [s for s in per_seed if s is not None]
+      to[str(threshold)] = {"per_seed": per_seed, "reached": len(hit), "of": len(per_seed),
+                            "mean_over_reached": float(np.mean(hit)) if hit else None,
+                            "seed_mean_curve": first_step(steps, accuracy.mean(1, keepdims=True),
+                                                          threshold)[0]}
+    final = {k: {"mean": float(v[-1].mean()), "min": float(v[-1].min()),
+                 "max": float(v[-1].max())} for k, v in m.items()}
+    variants[name] = {"steps_to_test_accuracy": to, "final": final}
+  summary["variants"] = variants
+  if {"with_projection", "without_projection"} <= variants.keys():
+    summary["without_over_with_steps"] = _ratios(variants, "without_projection")
+  if {"with_projection", "without_projection_code"} <= variants.keys():
+    summary["without_code_over_with_steps"] = _ratios(variants, "without_projection_code")
+  return summary
+
+
+def _ratios(variants: dict, other: str) -> dict:
+  """Steps to each accuracy of ``other`` over those of with_projection (seeds' mean curves)."""
+  out = {}
+  for threshold in map(str, THRESHOLDS):
+    a = variants["with_projection"]["steps_to_test_accuracy"][threshold]["seed_mean_curve"]
+    b = variants[other]["steps_to_test_accuracy"][threshold]["seed_mean_curve"]
+    out[threshold] = b / a if a and b else None
+  return out
+
+
+def plot(history: list[dict], config: majority.MajorityConfig, path: str) -> None:
+  """Training loss, test accuracy and query angle against the step: each variant's mean over
+  seeds with its min-max band."""
+  c = curves(history, config)
+  steps = c["steps"]
+  fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
+  panels = (("train_loss", "training loss"), ("test_accuracy", "test accuracy"),
+            ("query_angle", "query angle to 1 (degrees)"))
+  for name, m in c["variants"].items():
+    for ax, (key, label) in zip(axes, panels):
+      values, shown = m[key], np.isfinite(m[key]).all(1)
+      colour = COLOURS.get(name)
+      ax.plot(steps[shown], values[shown].mean(1), color=colour, label=name.replace("_", " "))
+      ax.fill_between(steps[shown], values[shown].min(1), values[shown].max(1), color=colour,
+                      alpha=0.25, linewidth=0)
       ax.set_xlabel("step")
-      ax.set_ylabel(key.replace("_", " "))
-    summary[name] = {
-        "final_test_acc_mean": float(curves["test_acc"][-1].mean()),
-        "final_train_loss_mean": float(curves["train_loss"][-1].mean()),
-        "final_query_angle_deg": float(curves["query_angle"][-1].mean()),
-        "steps_to_90pct_test_acc": steps_to(curves, steps, 0.9),
-        "steps_to_50pct_test_acc": steps_to(curves, steps, 0.5)}
+      ax.set_ylabel(label)
+      ax.grid(alpha=0.3)
   axes[0].legend()
+  fig.suptitle(f"majority, {config.num_seeds} seeds per variant (mean, min-max band)")
   fig.tight_layout()
-  fig.savefig(os.path.join(args.workdir, "majority.png"), dpi=120)
-  with open(os.path.join(args.workdir, "majority.json"), "w") as f:
-    json.dump(summary, f, indent=1)
-  print(json.dumps(summary, indent=1))
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.ERROR)  # keep checkpoint chatter out of the log
+  try:
+    config = majority.MajorityConfig(
+        variants=tuple(_VARIANTS.value), num_seeds=_NUM_SEEDS.value,
+        batch_size=_BATCH_SIZE.value, eval_every_epochs=_EVAL_EVERY.value,
+        models_per_vmap=_MODELS_PER_VMAP.value, seed=_SEED.value)
+  except ValueError as err:
+    raise app.UsageError(str(err)) from None
+  if _STEPS.value < 1:
+    raise app.UsageError(f"--steps must be >= 1, got {_STEPS.value}")
+  workdir = _WORKDIR.value
+  open_run(workdir, config, _AFRESH.value)
+  started = time.time()
+  data = majority.build_data(config)
+  programs = majority.make_programs(config, data)
+  device_data = jax.device_put(data)
+  variants = jax.device_put(config.model_variants())
+  seeds = jax.device_put(config.model_seeds())
+  states = programs.init(model_keys(config))
+  chunk_steps = config.eval_every_epochs * programs.steps_per_epoch
+  target = math.ceil(_STEPS.value / chunk_steps)
+  checkpoints = GridCheckpoints(os.path.join(workdir, "checkpoints"))
+  done = 0
+  if checkpoints.latest() is not None:
+    done, restored = checkpoints.restore_newest({"state": states})
+    states = restored["state"]
+  log = RunLog(workdir, resume_from=done * chunk_steps, tensorboard=False, progress=False)
+  if not log.rows():
+    log.record(0, rounded(checked(programs.evaluate(states, variants, seeds, device_data))))
+  statistics = majority.data_statistics(data.train_counts)
+  print(f"data: {data.train_counts.shape[1]} train / {data.test_counts.shape[1]} test sequences "
+        f"per seed, {statistics}; {config.num_models} models; from step {done * chunk_steps} "
+        f"to {target * chunk_steps}", flush=True)
+  speed = []
+  for index in range(done, target):
+    tick = time.time()
+    states, metrics = programs.chunk(states, variants, seeds, device_data)
+    metrics = checked(metrics)
+    step = (index + 1) * chunk_steps
+    log.record(step, rounded(metrics))
+    checkpoints.save(index + 1, {"state": states})
+    speed.append(config.num_models * chunk_steps / (time.time() - tick))
+    accuracy = metrics["test_accuracy"].reshape(len(config.variants), -1).mean(1)
+    print(f"step {step}: test accuracy " + ", ".join(
+        f"{n} {a:.3f}" for n, a in zip(config.variants, accuracy))
+        + f"; {speed[-1]:.1f} model-steps/s", flush=True)
+    if _MAX_MINUTES.value and time.time() - started > 60 * _MAX_MINUTES.value:
+      print(f"stopping after {_MAX_MINUTES.value} minutes; rerun to resume", flush=True)
+      break
+  checkpoints.close()
+  log.close()
+  extra = {"data": statistics | {"train_size": int(data.train_counts.shape[1]),
+                                 "test_size": int(data.test_counts.shape[1])},
+           "eval_every_steps": chunk_steps,
+           "diverged_models": int(sum(np.asarray(log.history[-1].get("diverged", [0])))),
+           "model_steps_per_second_last_part": (float(np.median(speed)) if speed
+                                                else _stored(workdir, "model_steps_per_second_"
+                                                                      "last_part"))}
+  summary = summarise(log.history, config, extra)
+  write_json(os.path.join(workdir, "majority.json"), summary, indent=1)
+  plot(log.history, config, os.path.join(workdir, "majority.png"))
+  print(json.dumps({k: summary[k] for k in summary if k != "variants"}, indent=1))
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)

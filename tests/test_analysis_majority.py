@@ -1,31 +1,184 @@
-"""The majority experiment's layer, query angle and vmapped training."""
+"""The majority experiment of Brody et al.: data, model, LayerNorm variants, query angle and the
+vmapped training."""
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
-from normattn_jax.analysis.majority import MajorityLayer, query_angle, train_majority
+from normattn_jax.analysis import majority as m
 
-
-def test_layer_shapes_and_tied_output():
-  tokens = jnp.arange(10)[None] % 20
-  model = MajorityLayer()
-  params = model.init(jax.random.key(0), tokens)
-  assert model.apply(params, tokens).shape == (1, 10, 20)
-  assert "bias" not in params["params"]["attention"]["query"]
-  assert "head" not in params["params"]  # the output reuses the embedding
+D = 8
 
 
-def test_query_angle_is_zero_for_queries_along_the_ones_vector():
-  tokens = jnp.arange(20)[None]
-  params = MajorityLayer(attention_norm="no_projection").init(jax.random.key(0), tokens)
-  ones = jnp.ones((8, 1, 8)) / 8
-  params["params"]["attention"]["query"]["kernel"] = ones
-  params["params"]["attention"]["key"]["kernel"] = ones  # W_Q W_K^T = 11^T / 8
-  assert query_angle(params, tokens, "no_projection") < 0.1  # degrees; arccos near 1 is coarse
+def _partition_count(total, largest, parts):
+  """Partitions of ``total`` into at most ``parts`` parts, each <= ``largest`` (recurrence)."""
+  if total == 0:
+    return 1
+  if parts == 0 or largest == 0:
+    return 0
+  return sum(_partition_count(total - k, k, parts - 1) for k in range(1, min(largest, total) + 1))
 
 
-def test_training_reduces_the_loss_for_every_seed():
-  curves = train_majority("standard", num_seeds=2, train_size=2000, test_size=500,
-                          batch_size=200, steps=60, eval_every=30, learning_rate=1e-2)
-  assert curves["train_loss"].shape == (2, 2)
-  assert (curves["train_loss"][-1] < np.log(20)).all()
+def test_partitions_are_all_enumerated_once_in_a_random_order():
+  first = list(m._partitions(20, 1, 6, np.random.default_rng(0)))
+  second = list(m._partitions(20, 1, 6, np.random.default_rng(1)))
+  assert len(first) == len(set(first)) == _partition_count(20, 20, 6) == 282
+  assert set(first) == set(second) and first != second
+  assert all(sum(p) == 20 and list(p) == sorted(p) for p in first)
+
+
+def test_the_data_has_the_papers_statistics():
+  counts, labels = m.majority_counts(0)
+  assert counts.shape == (100_010, 20) and labels.shape == (100_010,)
+  assert (counts.sum(1) == 50).all()
+  top2 = np.sort(counts, 1)[:, -2:]
+  assert (top2[:, 1] - top2[:, 0] >= 6).all()
+  assert (counts.argmax(1) == labels).all()
+  stats = m.data_statistics(counts)
+  assert 7.5 < stats["types_per_sequence"] < 10  # ~8.6, unlike ~18.5 of a uniform draw
+  assert 18.5 < stats["majority_count"] < 20.5  # ~19.6 of 50
+  assert np.bincount(labels, minlength=20).min() > 0.8 * len(labels) / 20  # types permuted
+  tokens = m.counts_to_tokens(counts[:3])
+  assert tokens.shape == (3, 50) and (np.bincount(tokens[0], minlength=20) == counts[0]).all()
+
+
+def test_bad_data_settings_are_named():
+  with pytest.raises(ValueError, match="min_lead"):
+    m.majority_counts(0, num_samples=100, seq_len=12, num_types=5, min_lead=40)
+  with pytest.raises(ValueError, match="num_types"):
+    m.majority_counts(0, num_types=1)
+  with pytest.raises(ValueError, match="test_fraction"):
+    m.stratified_split(np.zeros(10, int), 1.5, np.random.default_rng(0))
+  with pytest.raises(ValueError, match="variants"):
+    m.MajorityConfig(variants=("standard",))
+  with pytest.raises(ValueError, match="models_per_vmap"):
+    m.MajorityConfig(num_seeds=10, models_per_vmap=7)
+
+
+def test_stratified_split_keeps_each_labels_share():
+  labels = np.random.default_rng(0).integers(0, 7, 1001)
+  train, test = m.stratified_split(labels, 0.2, np.random.default_rng(1))
+  assert len(test) == 200 and len(train) == 801
+  assert len(np.union1d(train, test)) == 1001
+  shares = np.bincount(labels[test], minlength=7) - 0.2 * np.bincount(labels, minlength=7)
+  assert np.abs(shares).max() <= 1
+
+
+def test_the_model_has_the_papers_584_parameters():
+  shapes = jax.eval_shape(m.MajorityEncoder().init, jax.random.key(0),
+                          jnp.zeros((1, 50), jnp.int32), 0)["params"]
+  assert sum(math.prod(x.shape) for x in jax.tree.leaves(shapes)) == 584
+  assert set(shapes["query"]) == {"kernel"}  # no in-projection bias
+  assert set(shapes["attention_out"]) == {"kernel", "bias"}
+  assert set(shapes["ffn_norm"]) == {"scale", "bias"}  # the norm before attention has none
+
+
+@pytest.mark.parametrize("variant, centred, norm", [
+    ("with_projection", True, math.sqrt(D)),
+    ("without_projection", False, math.sqrt(D)),
+    ("without_projection_code", False, 1 / math.sqrt(D))])
+def test_each_variants_norm(variant, centred, norm):
+  x = jax.random.normal(jax.random.key(0), (64, D)) + 0.5
+  y = m.attention_norm(x, m.VARIANTS.index(variant))
+  np.testing.assert_allclose(jnp.linalg.norm(y, axis=-1), norm, rtol=1e-5)
+  assert (np.abs(y.mean(-1)).max() < 1e-5) == centred
+  direction = x - x.mean(-1, keepdims=True) if centred else x
+  np.testing.assert_allclose(y * jnp.linalg.norm(direction, axis=-1, keepdims=True),
+                             direction * norm, rtol=1e-4, atol=1e-5)
+
+
+def test_the_norms_stay_finite_on_constant_and_zero_inputs():
+  x = jnp.stack([jnp.full(D, 3.0), jnp.zeros(D)])
+  for variant in range(len(m.VARIANTS)):
+    value, grad = jax.value_and_grad(lambda z: m.attention_norm(z, variant).sum())(x)
+    assert np.isfinite(value) and np.isfinite(grad).all()
+
+
+def test_the_pair_form_gives_the_token_forms_logits_and_loss():
+  counts, labels = m.majority_counts(3, num_samples=40)
+  tokens = jnp.asarray(m.counts_to_tokens(counts))
+  model = m.MajorityEncoder()
+  params = model.init(jax.random.key(1), tokens[:1], 0)
+  counts_f, labels = jnp.asarray(counts, jnp.float32), jnp.asarray(labels)
+  pairs = m.present_pairs(counts_f, counts.size)
+  real = np.asarray(pairs.counts) > 0
+  position = jnp.argmax(tokens[pairs.sequence] == pairs.types[:, None], axis=1)  # of the type
+
+  @jax.jit
+  def both_forms(variant):
+    by_token = model.apply(params, tokens, variant)  # [batch, 50, 20]
+    by_pair = model.apply(params, counts_f, pairs, variant, method=m.MajorityEncoder.from_pairs)
+    token_loss = -jnp.take_along_axis(jax.nn.log_softmax(by_token), labels[:, None, None],
+                                      -1).mean()
+    token_accuracy = (by_token.argmax(-1) == labels[:, None]).mean()
+    return (by_token[pairs.sequence, position], by_pair, m.pair_sums(by_pair, pairs, labels),
+            token_loss, token_accuracy)
+
+  for variant in range(len(m.VARIANTS)):
+    expected, by_pair, (loss_sum, correct), token_loss, token_accuracy = both_forms(variant)
+    np.testing.assert_allclose(by_pair[real], expected[real], atol=1e-4)
+    np.testing.assert_allclose(loss_sum / counts.sum(), token_loss, rtol=1e-5)
+    np.testing.assert_allclose(correct / counts.sum(), token_accuracy, rtol=1e-6)
+
+
+def test_present_pairs_lists_the_present_types_and_counts_an_overflow():
+  counts = jnp.array([[0, 2, 0, 3], [4, 0, 0, 0]])
+  pairs = m.present_pairs(counts, 4)
+  assert pairs.sequence.tolist() == [0, 0, 1, 0] and pairs.types.tolist()[:3] == [1, 3, 0]
+  assert pairs.counts.tolist() == [2, 3, 4, 0] and int(pairs.overflow) == 0
+  assert int(m.present_pairs(counts, 2).overflow) == 1
+
+
+def test_query_angle_of_hand_built_queries():
+  ones, unit = jnp.ones(D), jnp.eye(D)[0]
+  angles = m.query_angles(jnp.stack([3 * ones, -ones, unit - jnp.eye(D)[1], unit]))
+  np.testing.assert_allclose(angles, [0, 0, 90, math.degrees(math.acos(1 / math.sqrt(D)))],
+                             atol=0.05)  # folded: -1 is on the line; arccos near 1 is coarse
+
+
+def test_effective_queries_along_the_ones_line_give_angle_zero():
+  """W_Q W_K^T = v 1^T maps every normalised embedding h to (h . v) 1."""
+  model = m.MajorityEncoder()
+  params = model.init(jax.random.key(0), jnp.zeros((1, 5), jnp.int32), 0)
+  v = jnp.eye(D)[0] - jnp.eye(D)[1]
+  params["params"]["query"]["kernel"] = jnp.eye(D)
+  params["params"]["key"]["kernel"] = jnp.outer(jnp.ones(D), v)  # W_K^T = v 1^T
+  for variant in range(len(m.VARIANTS)):
+    queries = model.apply(params, variant, method=m.MajorityEncoder.effective_queries)
+    assert float(m.query_angles(queries).max()) < 0.1
+
+
+SMALL = dict(num_seeds=2, num_samples=1000, seq_len=20, num_types=6, min_lead=2,
+             batch_size=128, learning_rate=1e-2, eval_every_epochs=2, eval_block=96)
+
+
+def test_training_all_variants_and_seeds_in_one_program_learns():
+  config = m.MajorityConfig(**SMALL)
+  data = m.build_data(config)
+  assert data.train_counts.shape == (2, 808, 6) and data.test_counts.shape == (2, 202, 6)
+  programs = m.make_programs(config, data)
+  keys = np.stack([jax.random.key_data(jax.random.key(int(s))) for s in config.model_seeds()])
+  states = programs.init(keys)
+  embeddings = states.params["params"]["embedding"]["embedding"]
+  np.testing.assert_array_equal(embeddings[0], embeddings[2])  # a seed's variants start alike
+  args = (jnp.asarray(config.model_variants()), jnp.asarray(config.model_seeds()),
+          jax.device_put(data))
+  before = programs.evaluate(states, *args)
+  for _ in range(3):
+    states, metrics = programs.chunk(states, *args)
+  assert metrics["test_accuracy"].shape == (6,) and int(states.step[0]) == 3 * 2 * 7
+  assert not metrics["diverged"].any() and not metrics["overflow"].any()
+  assert (metrics["test_loss"] < before["test_loss"]).all()
+  assert (metrics["test_accuracy"] > before["test_accuracy"]).mean() >= 0.5
+  assert np.isfinite(metrics["query_angle"]).all()
+  assert ((0 <= metrics["query_angle"]) & (metrics["query_angle"] <= 90)).all()
+
+
+def test_the_learning_rate_decays_linearly_over_10000_epochs():
+  config = m.MajorityConfig()
+  assert m.steps_per_epoch(config, 80_008) == 14  # the last batch of an epoch holds 2008
+  schedule = m.learning_rate_schedule(config, 80_008)
+  np.testing.assert_allclose([schedule(0), schedule(14_000), schedule(140_000)],
+                             [1e-3, 0.9e-3, 0.0], atol=1e-9)

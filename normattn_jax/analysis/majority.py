@@ -1,9 +1,33 @@
-"""The majority experiment of Brody et al. (Fig. 2, 3): one pre-LN encoder layer (d = 8, one head,
-FFN width 8, no attention projection biases, output tied to the embedding) predicts at every
-position the majority token type; LayerNorm before attention with its projection (``standard``)
-against without it (``no_projection``). Seeds are one vmapped program.
+"""The majority experiment of Brody et al. (Sec. 4.1, Fig. 2, 3), as the paper ran it.
+
+Data: 50 tokens of 20 types whose type counts are an integer partition of 50 (into at most 20
+parts) with the largest part ahead of the runner-up by at least 6; 10 sequences per partition,
+each with its own random assignment of types to parts; the label of every position is the
+majority type; a stratified 80 / 20 train / test split. Model: one pre-LN encoder layer (d = 8,
+one head, ReLU FFN of width 8, no dropout, no attention in-projection bias, logits tied to the
+embedding, 584 parameters), initialised as ``torch.nn.TransformerEncoderLayer``. The LayerNorm
+before attention has no gain and bias and is one of three ``VARIANTS``:
+
+``with_projection``          (x - mean) / std             centred, norm sqrt(d)
+``without_projection``       x / ||x|| * sqrt(d)          the paper's scaling only, norm sqrt(d)
+``without_projection_code``  x / ||x|| / sqrt(d)          as the authors' released code computes
+                                                          it, norm 1 / sqrt(d)
+
+The model has no positional embedding, so a sequence acts only through its type counts: every
+position of one type gets the same output, and attention over 50 keys equals attention over the
+20 types, each weighted by its count. ``MajorityEncoder`` computes both forms (``__call__`` on
+tokens, ``from_pairs`` on the types present in each sequence); training uses the second, which
+gives the same loss and gradients (up to rounding) at a fraction of the cost.
+
+Training: Adam, learning rate 1e-3 decaying linearly to 0 over 10,000 epochs (so by about 10% in
+1,000), batches of 6000 drawn as shuffled epochs of the fixed training set (the last batch of an
+epoch smaller), all seeds and variants as one vmapped program.
 """
 from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable, Iterator, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -11,94 +35,508 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from normattn_jax.attention import MultiHeadAttention
 from normattn_jax.norms import LayerNorm, normalize
-from normattn_jax.tasks import majority
+from normattn_jax.train.state import TrainState
+
+Array = jax.Array
+
+VARIANTS = ("with_projection", "without_projection", "without_projection_code")
+# Numerically 0: added to a mean square above ~1e-12 it leaves the float32 sum unchanged, so
+# the norms are those of the paper's eps = 0, while an exactly zero or constant input gives a
+# finite output and gradient instead of NaN (a smaller eps overflows rsqrt's derivative).
+LAYER_NORM_EPSILON = 1e-20
 
 
-class MajorityLayer(nn.Module):
-  """Tokens [batch, N] -> class logits [batch, N, num_classes] (classes are the token types)."""
-  num_classes: int = 20
+# ---------------------------------------------------------------------------------------------
+# Data
+
+
+def _partitions(remaining: int, smallest: int, slots: int,
+                rng: np.random.Generator) -> Iterator[tuple[int, ...]]:
+  """Non-decreasing partitions of ``remaining`` into at most ``slots`` parts >= ``smallest``,
+  depth first, the candidate sizes of each part in a fresh random order (so the enumeration
+  order is random, but partitions that share their small parts come together)."""
+  if remaining == 0:
+    yield ()
+    return
+  if slots == 1:
+    if remaining >= smallest:
+      yield (remaining,)
+    return
+  sizes = np.arange(smallest, remaining + 1)
+  rng.shuffle(sizes)
+  for size in sizes.tolist():
+    for rest in _partitions(remaining - size, size, slots - 1, rng):
+      yield (size,) + rest
+
+
+def _check_positive(**fields) -> None:
+  """Raise naming the first field that is not a positive integer."""
+  for name, value in fields.items():
+    if not (isinstance(value, (int, np.integer)) and value >= 1):
+      raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def majority_counts(seed: int | np.random.SeedSequence, num_samples: int = 100_000, seq_len: int = 50,
+                    num_types: int = 20, min_lead: int = 6,
+                    per_partition: int = 10) -> tuple[np.ndarray, np.ndarray]:
+  """The paper's majority sequences as type counts.
+
+  Partitions of ``seq_len`` are enumerated depth first in random order; each whose largest part
+  leads the runner-up by at least ``min_lead`` gives ``per_partition`` sequences, each assigning
+  a random permutation of the types to the parts, until there are more than ``num_samples``.
+
+  Args:
+    seed: seeds numpy's generator.
+    num_samples: the sequences wanted; the result has the next multiple of ``per_partition``
+      above it.
+    seq_len: tokens per sequence.
+    num_types: token types (and classes).
+    min_lead: the least lead of the majority type over the runner-up.
+    per_partition: sequences drawn from each partition.
+
+  Returns:
+    ``(counts, labels)``: int8 [n, num_types] tokens of each type, int32 [n] the majority type.
+  """
+  _check_positive(num_samples=num_samples, seq_len=seq_len, min_lead=min_lead,
+                  per_partition=per_partition)
+  if not (isinstance(num_types, (int, np.integer)) and 2 <= num_types <= 127):
+    raise ValueError(f"num_types must be an integer in [2, 127], got {num_types!r}")
+  if seq_len > 127:
+    raise ValueError(f"seq_len must be at most 127 (counts are int8), got {seq_len!r}")
+  rng = np.random.default_rng(seed)
+  wanted = num_samples // per_partition + 1
+  kept = []
+  for parts in _partitions(seq_len, 1, min(seq_len, num_types), rng):
+    if len(parts) >= 2 and parts[-1] - parts[-2] >= min_lead:
+      kept.append(parts)
+      if len(kept) == wanted:
+        break
+  if len(kept) < wanted:
+    raise ValueError(f"min_lead={min_lead}: only {len(kept)} partitions of seq_len={seq_len} "
+                     f"qualify, fewer than num_samples/per_partition={wanted}")
+  sizes = np.zeros((wanted, num_types), np.int8)  # each partition's parts, then zeros
+  for i, parts in enumerate(kept):
+    sizes[i, :len(parts)] = parts
+  sizes = np.repeat(sizes, per_partition, axis=0)
+  num_parts = np.repeat([len(parts) for parts in kept], per_partition)
+  # Row r gives its j-th part to type types[r, j]: a random permutation per sequence.
+  types = rng.permuted(np.broadcast_to(np.arange(num_types), sizes.shape), axis=1)
+  counts = np.zeros_like(sizes)
+  np.put_along_axis(counts, types, sizes, axis=1)
+  labels = types[np.arange(len(types)), num_parts - 1].astype(np.int32)  # the largest part
+  return counts, labels
+
+
+def counts_to_tokens(counts: np.ndarray) -> np.ndarray:
+  """Token sequences [n, seq_len] with the given type counts (type order; order is irrelevant
+  to a model without positions)."""
+  types = np.arange(counts.shape[-1])
+  return np.stack([np.repeat(types, row) for row in np.asarray(counts, np.int64)])
+
+
+def stratified_split(labels: np.ndarray, test_fraction: float,
+                     rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+  """Indices ``(train, test)``: ``floor(n * test_fraction)`` test samples, each label's share
+  of them within one of its share of all samples.
+
+  Args:
+    labels: [n] class of each sample.
+    test_fraction: in (0, 1).
+    rng: numpy generator.
+
+  Returns:
+    Two sorted index arrays that partition ``range(n)``.
+  """
+  if not 0 < test_fraction < 1:
+    raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+  order = rng.permutation(len(labels))
+  order = order[np.argsort(labels[order], kind="stable")]  # grouped by label, shuffled within
+  position = np.arange(len(labels))
+  is_test = np.floor((position + 1) * test_fraction) > np.floor(position * test_fraction)
+  return np.sort(order[~is_test]), np.sort(order[is_test])
+
+
+# ---------------------------------------------------------------------------------------------
+# Model
+
+
+def _symmetric_uniform(bound: float) -> Callable:
+  """U(-bound, bound), torch's initialiser of linear layers."""
+  def init(key, shape, dtype=jnp.float32):
+    return jax.random.uniform(key, shape, dtype, -bound, bound)
+  return init
+
+
+def attention_norm(x: Array, variant: Array | int) -> Array:
+  """The LayerNorm before attention, without gain and bias, of ``VARIANTS[variant]`` (an int,
+  traced or not). All three are computed, so that one program serves every variant.
+
+  Args:
+    x: [..., d] inputs.
+    variant: index into ``VARIANTS``.
+
+  Returns:
+    [..., d] the normalised inputs.
+  """
+  d = x.shape[-1]
+  scaled = normalize(x, "no_projection", LAYER_NORM_EPSILON)  # x / ||x|| * sqrt(d)
+  candidates = jnp.stack([normalize(x, "standard", LAYER_NORM_EPSILON), scaled, scaled / d])
+  return candidates[variant]
+
+
+class Pairs(NamedTuple):
+  """The (sequence, type) pairs of a batch whose type is present, padded to a fixed capacity:
+  the sequence's row in the batch, the type, its count (0 for padding); ``overflow`` counts
+  present pairs beyond the capacity (dropped; the caller treats any as an error)."""
+  sequence: Array
+  types: Array
+  counts: Array
+  overflow: Array
+
+
+def present_pairs(counts: Array, capacity: int) -> Pairs:
+  """The pairs of ``counts`` [batch, types] with a count > 0, in row-major order.
+
+  Args:
+    counts: [batch, types] tokens of each type per sequence (rows of 0 are padding).
+    capacity: the static number of pairs returned.
+
+  Returns:
+    ``Pairs`` of [capacity] arrays.
+  """
+  num_types = counts.shape[-1]
+  present = (counts > 0).ravel()
+  flat = jnp.nonzero(present, size=capacity, fill_value=0)[0]
+  total = present.sum()
+  kept = jnp.where(jnp.arange(capacity) < total, counts.ravel()[flat], 0)
+  return Pairs(flat // num_types, flat % num_types, kept.astype(counts.dtype),
+               jnp.maximum(total - capacity, 0))
+
+
+class MajorityEncoder(nn.Module):
+  """One pre-LN encoder layer whose logits are the final hidden states times the embedding.
+
+  ``__call__`` takes tokens [batch, N] and returns logits [batch, N, num_types]; ``from_pairs``
+  takes type counts [batch, num_types] and the present pairs, and returns the logits of a
+  position of each pair's type in its sequence, [pairs, num_types].
+  """
+  num_types: int = 20
   d_model: int = 8
   ffn_features: int = 8
-  attention_norm: str = "standard"   # the LayerNorm before attention: "standard" | "no_projection"
 
-  @nn.compact
-  def __call__(self, tokens):
-    embed = nn.Embed(self.num_classes, self.d_model, name="embedding")
-    x = embed(tokens)
-    h = LayerNorm(kind=self.attention_norm, epsilon=1e-5, name="attention_norm")(x)
-    x = x + MultiHeadAttention(num_heads=1, use_bias=False, implementation="quadratic",
-                               name="attention")(h)
-    h = LayerNorm(epsilon=1e-5, name="ffn_norm")(x)
-    x = x + nn.Dense(self.d_model, name="ffn_out")(jax.nn.gelu(nn.Dense(self.ffn_features,
-                                                                       name="ffn_in")(h)))
-    return embed.attend(x)
+  def setup(self):
+    d, f = self.d_model, self.ffn_features
+    in_projection = _symmetric_uniform(math.sqrt(6 / (d + 3 * d)))  # xavier on the [3d, d] W
+    self.embedding = nn.Embed(self.num_types, d, embedding_init=nn.initializers.normal(1.0))
+    self.query = nn.Dense(d, use_bias=False, kernel_init=in_projection)
+    self.key = nn.Dense(d, use_bias=False, kernel_init=in_projection)
+    self.value = nn.Dense(d, use_bias=False, kernel_init=in_projection)
+    self.attention_out = nn.Dense(d, kernel_init=_symmetric_uniform(1 / math.sqrt(d)),
+                                  bias_init=nn.initializers.zeros)
+    self.ffn_norm = LayerNorm(kind="standard", epsilon=LAYER_NORM_EPSILON)
+    self.ffn_in = nn.Dense(f, kernel_init=_symmetric_uniform(1 / math.sqrt(d)),
+                           bias_init=_symmetric_uniform(1 / math.sqrt(d)))
+    self.ffn_out = nn.Dense(d, kernel_init=_symmetric_uniform(1 / math.sqrt(f)),
+                            bias_init=_symmetric_uniform(1 / math.sqrt(f)))
+
+  def __call__(self, tokens: Array, variant: Array | int) -> Array:
+    x = self.embedding(tokens)
+    h = attention_norm(x, variant)
+    scores = self.query(h) @ jnp.swapaxes(self.key(h), -1, -2) / math.sqrt(self.d_model)
+    x = x + self.attention_out(jax.nn.softmax(scores, axis=-1) @ self.value(h))
+    return self._ffn_and_logits(x)
+
+  def from_pairs(self, counts: Array, pairs: Pairs, variant: Array | int) -> Array:
+    """Attention of a type-t query over a sequence weighs type u by c_u exp(s_tu): with the
+    scores' rows shifted by their maximum, its numerator and denominator are two products of
+    the counts with [types, ...] tables, so no [batch, types, types] array is formed. (Were
+    every present type's score below its row's maximum by more than float32's exp range, ~87,
+    the denominator would be 0 and the loss not finite, which sets the state's ``diverged``.)"""
+    table = self.embedding.embedding
+    num_types, d = table.shape
+    h = attention_norm(table, variant)
+    scores = self.query(h) @ self.key(h).T / math.sqrt(d)  # [t, u]
+    weights = jnp.exp(scores - scores.max(-1, keepdims=True))
+    weighted_values = (weights[:, :, None] * self.value(h)).transpose(1, 0, 2)  # [u, t, d]
+    numerator = counts @ weighted_values.reshape(num_types, num_types * d)  # [batch, t * d]
+    denominator = counts @ weights.T  # [batch, t]
+    flat = pairs.sequence * num_types + pairs.types
+    attended = numerator.reshape(-1, d)[flat] / denominator.reshape(-1)[flat][:, None]
+    return self._ffn_and_logits(table[pairs.types] + self.attention_out(attended))
+
+  def _ffn_and_logits(self, x: Array) -> Array:
+    x = x + self.ffn_out(jax.nn.relu(self.ffn_in(self.ffn_norm(x))))
+    return self.embedding.attend(x)
+
+  def effective_queries(self, variant: Array | int) -> Array:
+    """[types, d]: ``norm(e_t) W_Q W_K^T / sqrt(d)``, the vector each type's query dots with
+    the normalised keys (``qQK`` of the paper's code)."""
+    h = attention_norm(self.embedding.embedding, variant)
+    return h @ self.query.variables["params"]["kernel"] \
+        @ self.key.variables["params"]["kernel"].T / math.sqrt(self.d_model)
 
 
-def query_angle(params, tokens, attention_norm: str, d_model: int = 8) -> float:
-  """Mean angle (degrees) between the effective queries norm(x) W_Q W_K^T / sqrt(d) and the
-  all-ones line: 0 means the queries only read the component along the ones vector."""
-  return float(_query_angle(params, tokens, attention_norm, d_model))
+def query_angles(queries: Array) -> Array:
+  """Degrees in [0, 90] between each query [..., d] and the all-ones line (the angle to the
+  ones vector folded at 90, as the paper measures it)."""
+  d = queries.shape[-1]
+  norm = jnp.maximum(jnp.linalg.norm(queries, axis=-1), jnp.finfo(queries.dtype).tiny)
+  cosine = jnp.abs(queries.sum(-1)) / (norm * math.sqrt(d))
+  return jnp.degrees(jnp.arccos(jnp.clip(cosine, 0.0, 1.0)))
 
 
-def _query_angle(params, tokens, attention_norm: str, d_model: int = 8) -> jax.Array:
-  p = params["params"]
-  x = jnp.take(p["embedding"]["embedding"], tokens, axis=0)
-  ln = p["attention_norm"]
-  h = normalize(x, attention_norm, 1e-5) * ln["scale"] + ln["bias"]
-  w_q = p["attention"]["query"]["kernel"].reshape(d_model, -1)
-  w_k = p["attention"]["key"]["kernel"].reshape(d_model, -1)
-  q = h @ w_q @ w_k.T / np.sqrt(d_model)
-  cos = jnp.abs(q.sum(-1)) / (jnp.linalg.norm(q, axis=-1) * np.sqrt(d_model) + 1e-12)
-  return jnp.degrees(jnp.arccos(jnp.clip(cos, 0.0, 1.0))).mean()
+def pair_sums(logits: Array, pairs: Pairs, labels: Array) -> tuple[Array, Array]:
+  """Token-weighted sums over the pairs of the cross-entropy and of the correct predictions;
+  divided by the tokens (``pairs.counts.sum()``) they are the per-token means.
+
+  Args:
+    logits: [pairs, classes] from ``from_pairs``.
+    pairs: the batch's ``Pairs``.
+    labels: [batch] the majority type of each sequence.
+
+  Returns:
+    ``(loss_sum, correct_sum)``, scalars.
+  """
+  targets = labels[pairs.sequence]
+  nll = jax.nn.logsumexp(logits, -1) - jnp.take_along_axis(logits, targets[:, None], -1)[:, 0]
+  correct = (jnp.argmax(logits, -1) == targets).astype(pairs.counts.dtype)
+  return (nll * pairs.counts).sum(), (correct * pairs.counts).sum()
 
 
-def train_majority(attention_norm: str, num_seeds: int = 10, train_size: int = 80_000,
-                   test_size: int = 20_000, batch_size: int = 6000, steps: int = 1000,
-                   eval_every: int = 50, learning_rate: float = 1e-3, seq_len: int = 50,
-                   num_classes: int = 20, min_margin: int = 6, seed: int = 0,
-                   verbose: bool = False) -> dict:
-  """Train ``num_seeds`` models on one fixed data set (the paper's 80K / 20K split); returns
-  curves [evals, seeds] of training loss, test accuracy and query angle."""
-  model = MajorityLayer(num_classes=num_classes, attention_norm=attention_norm)
-  k_train, k_test = jax.random.split(jax.random.key(seed))
-  x_train, y_train = majority(k_train, train_size, seq_len, num_classes, min_margin)
-  x_test, y_test = majority(k_test, test_size, seq_len, num_classes, min_margin)
-  optimizer = optax.adam(learning_rate)
+# ---------------------------------------------------------------------------------------------
+# Configuration and data sets
+
+
+@dataclasses.dataclass(frozen=True)
+class MajorityConfig:
+  """Everything that fixes the results of a run; the defaults are the paper's."""
+  variants: tuple[str, ...] = VARIANTS
+  num_seeds: int = 10
+  num_samples: int = 100_000
+  seq_len: int = 50
+  num_types: int = 20
+  min_lead: int = 6
+  per_partition: int = 10
+  test_fraction: float = 0.2
+  d_model: int = 8
+  ffn_features: int = 8
+  batch_size: int = 6000
+  learning_rate: float = 1e-3
+  decay_epochs: int = 10_000   # the rate reaches 0 after this many epochs
+  eval_every_epochs: int = 2
+  eval_block: int = 2000       # test sequences evaluated at once (memory, not results)
+  models_per_vmap: int = 0     # 0: all models in one vmap
+  seed: int = 0
+
+  def __post_init__(self):
+    _check_positive(num_seeds=self.num_seeds, num_samples=self.num_samples,
+                    seq_len=self.seq_len, min_lead=self.min_lead,
+                    per_partition=self.per_partition, d_model=self.d_model,
+                    ffn_features=self.ffn_features, batch_size=self.batch_size,
+                    decay_epochs=self.decay_epochs, eval_every_epochs=self.eval_every_epochs,
+                    eval_block=self.eval_block)
+    if not self.variants or any(v not in VARIANTS for v in self.variants) \
+        or len(set(self.variants)) != len(self.variants):
+      raise ValueError(f"variants must be distinct names from {VARIANTS}, got {self.variants!r}")
+    if not (isinstance(self.models_per_vmap, int) and 0 <= self.models_per_vmap):
+      raise ValueError(f"models_per_vmap must be an integer >= 0, got {self.models_per_vmap!r}")
+    if self.models_per_vmap and self.num_models % self.models_per_vmap:
+      raise ValueError(f"models_per_vmap={self.models_per_vmap} must divide the number of "
+                       f"models, {self.num_models} (variants x seeds)")
+    if not (isinstance(self.learning_rate, (int, float)) and self.learning_rate > 0):
+      raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}")
+
+  @property
+  def num_models(self) -> int:
+    return len(self.variants) * self.num_seeds
+
+  def model_variants(self) -> np.ndarray:
+    """[models] index into ``VARIANTS`` of each model: variant-major, seed-minor."""
+    return np.repeat([VARIANTS.index(v) for v in self.variants], self.num_seeds).astype(np.int32)
+
+  def model_seeds(self) -> np.ndarray:
+    """[models] the seed (data set and initialisation) of each model: variants share them."""
+    return np.tile(np.arange(self.num_seeds), len(self.variants)).astype(np.int32)
+
+
+class MajorityData(NamedTuple):
+  """Per seed [seeds, ...]: the training and test sets (type counts and labels) and the test
+  set's share of tokens of each type (the weights of the mean query angle)."""
+  train_counts: np.ndarray
+  train_labels: np.ndarray
+  test_counts: np.ndarray
+  test_labels: np.ndarray
+  test_type_share: np.ndarray
+
+
+def build_data(config: MajorityConfig) -> MajorityData:
+  """A data set and stratified split per seed (numpy, seeded by ``config.seed`` and the seed).
+
+  Args:
+    config: the run's configuration.
+
+  Returns:
+    ``MajorityData`` of numpy arrays.
+  """
+  parts = {name: [] for name in MajorityData._fields}
+  for seed in range(config.num_seeds):
+    data_seed = np.random.SeedSequence([config.seed, seed])
+    counts, labels = majority_counts(data_seed, config.num_samples, config.seq_len,
+                                     config.num_types, config.min_lead, config.per_partition)
+    train, test = stratified_split(labels, config.test_fraction,
+                                   np.random.default_rng(data_seed.spawn(1)[0]))
+    share = counts[test].sum(0, dtype=np.float64) / counts[test].sum()
+    for name, value in zip(MajorityData._fields, (counts[train], labels[train], counts[test],
+                                                  labels[test], share.astype(np.float32))):
+      parts[name].append(value)
+  return MajorityData(*(np.stack(parts[name]) for name in MajorityData._fields))
+
+
+def data_statistics(counts: np.ndarray) -> dict:
+  """Mean types per sequence and mean count of the majority type."""
+  counts = np.asarray(counts)
+  return {"types_per_sequence": float((counts > 0).sum(-1).mean()),
+          "majority_count": float(counts.max(-1).mean())}
+
+
+def train_pair_capacity(counts: np.ndarray, batch_size: int) -> int:
+  """Room for the present pairs of a batch of ``batch_size`` sequences drawn from one seed's
+  ``counts`` [seeds, n, types]: the largest over seeds of the mean plus 10 standard deviations of
+  such a sum, rounded up to 128 (so a batch that does not fit is never seen in practice; the
+  programs report one if it is)."""
+  present = (np.asarray(counts) > 0).sum(-1).reshape(-1, counts.shape[-2])
+  room = batch_size * present.mean(-1) + 10 * present.std(-1) * math.sqrt(batch_size)
+  return int(min(-(-room.max() // 128) * 128, batch_size * counts.shape[-1]))
+
+
+def _blocks(counts: np.ndarray, block: int) -> int:
+  return -(-counts.shape[-2] // block)
+
+
+def eval_pair_capacity(counts: np.ndarray, block: int) -> int:
+  """The most present pairs in any block of ``block`` test sequences of any seed (exact)."""
+  present = (np.asarray(counts) > 0).sum(-1)  # [seeds, n]
+  pad = _blocks(counts, block) * block - present.shape[-1]
+  present = np.pad(present, ((0, 0), (0, pad)))
+  return int(present.reshape(present.shape[0], -1, block).sum(-1).max())
+
+
+# ---------------------------------------------------------------------------------------------
+# Training
+
+
+class Programs(NamedTuple):
+  """The compiled programs of a run, over the models axis: ``init(keys) -> states``,
+  ``chunk(states, variants, seeds, data) -> (states, metrics)`` (``eval_every_epochs`` epochs,
+  then the evaluation) and ``evaluate(states, variants, seeds, data) -> metrics``; ``data`` is
+  the run's ``MajorityData`` on the device."""
+  model: MajorityEncoder
+  steps_per_epoch: int
+  init: Callable
+  chunk: Callable
+  evaluate: Callable
+
+
+def steps_per_epoch(config: MajorityConfig, train_size: int) -> int:
+  return -(-train_size // config.batch_size)
+
+
+def learning_rate_schedule(config: MajorityConfig, train_size: int) -> optax.Schedule:
+  """The rate, decaying linearly to 0 over ``decay_epochs`` epochs."""
+  decay_steps = config.decay_epochs * steps_per_epoch(config, train_size)
+  return optax.linear_schedule(config.learning_rate, 0.0, decay_steps)
+
+
+def make_optimizer(config: MajorityConfig, train_size: int) -> optax.GradientTransformation:
+  """Adam (torch's defaults are optax's) with ``learning_rate_schedule``."""
+  return optax.adam(learning_rate_schedule(config, train_size))
+
+
+def _over_models(fn: Callable, per_vmap: int) -> Callable:
+  """``fn`` of one model -> ``fn`` over the models axis, as a ``lax.map`` over vmaps of
+  ``per_vmap`` models (0: one vmap over all)."""
+  if not per_vmap:
+    return jax.vmap(fn)
+  return lambda *args: jax.lax.map(lambda a: fn(*a), args, batch_size=per_vmap)
+
+
+def make_programs(config: MajorityConfig, data: MajorityData) -> Programs:
+  """The jitted programs of a run on ``data`` (whose shapes fix the batching and capacities).
+
+  Args:
+    config: the run's configuration.
+    data: its ``build_data``.
+
+  Returns:
+    ``Programs``.
+  """
+  model = MajorityEncoder(config.num_types, config.d_model, config.ffn_features)
+  train_size = data.train_counts.shape[1]
+  tx = make_optimizer(config, train_size)
+  per_epoch = steps_per_epoch(config, train_size)
+  padded = per_epoch * config.batch_size
+  train_capacity = train_pair_capacity(data.train_counts, config.batch_size)
+  eval_capacity = eval_pair_capacity(data.test_counts, config.eval_block)
 
   def init(key):
-    params = model.init(key, x_train[:1])
-    return params, optimizer.init(params)
+    tokens = jnp.zeros((1, config.seq_len), jnp.int32)
+    params = model.init(jax.random.fold_in(jax.random.wrap_key_data(key), 2), tokens, 0)
+    return TrainState.create(apply_fn=model.apply, params=params, tx=tx, key=key)
 
-  def loss_fn(params, x, y):
-    return optax.softmax_cross_entropy_with_integer_labels(model.apply(params, x), y).mean()
+  def sums(params, counts, labels, variant, capacity):
+    pairs = present_pairs(counts, capacity)
+    logits = model.apply(params, counts, pairs, variant, method=MajorityEncoder.from_pairs)
+    return pair_sums(logits, pairs, labels), pairs.overflow
 
-  def step(carry, key):
-    params, opt_state = carry
-    idx = jax.random.randint(key, (batch_size,), 0, train_size)
-    loss, grads = jax.value_and_grad(loss_fn)(params, x_train[idx], y_train[idx])
-    updates, opt_state = optimizer.update(grads, opt_state)
-    return (optax.apply_updates(params, updates), opt_state), loss
+  def batch_loss(params, counts, labels, variant):
+    (loss_sum, _), overflow = sums(params, counts, labels, variant, train_capacity)
+    return loss_sum / counts.sum(), overflow
 
-  def chunk(carry, key):
-    carry, losses = jax.lax.scan(step, carry, jax.random.split(key, eval_every))
-    logits = model.apply(carry[0], x_test)
-    return carry, (losses.mean(), jnp.mean(jnp.argmax(logits, -1) == y_test))
+  def train_step(variant, seed, data, state, batch):
+    indices, real = batch
+    counts = data.train_counts[seed, indices].astype(jnp.float32) * real[:, None]
+    (loss, overflow), grads = jax.value_and_grad(batch_loss, has_aux=True)(
+        state.params, counts, data.train_labels[seed, indices], variant)
+    return state.apply_gradients(grads=grads, loss=loss), (loss * real.sum(), overflow)
 
-  seeds = jax.random.split(jax.random.key(seed + 1), num_seeds)
-  carry = jax.jit(jax.vmap(init))(seeds)
-  run_chunk = jax.jit(jax.vmap(chunk))
-  angles = jax.jit(jax.vmap(lambda p: _query_angle(p, x_test[:500], attention_norm)))
-  curves = {"train_loss": [], "test_acc": [], "query_angle": []}
-  for i in range(steps // eval_every):
-    keys = jax.vmap(lambda k: jax.random.fold_in(k, i))(seeds)
-    carry, (loss, acc) = run_chunk(carry, keys)
-    curves["train_loss"].append(np.asarray(loss))
-    curves["test_acc"].append(np.asarray(acc))
-    curves["query_angle"].append(np.asarray(angles(carry[0])))
-    if verbose:
-      print(f"{attention_norm}: step {(i + 1) * eval_every}, loss {float(loss.mean()):.3f}, "
-            f"test accuracy {float(acc.mean()):.3f}", flush=True)
-  return {k: np.asarray(v) for k, v in curves.items()} | {
-      "steps": np.arange(1, steps // eval_every + 1) * eval_every}
+  def epoch(variant, seed, data, state, _):
+    order = jax.random.permutation(state.step_key(0), train_size)
+    indices = jnp.zeros(padded, jnp.int32).at[:train_size].set(order)
+    real = (jnp.arange(padded) < train_size).astype(jnp.float32)
+    batches = (indices.reshape(per_epoch, -1), real.reshape(per_epoch, -1))
+    step = lambda s, b: train_step(variant, seed, data, s, b)
+    state, (loss_sums, overflow) = jax.lax.scan(step, state, batches)
+    return state, (loss_sums.sum() / train_size, overflow.max())
+
+  def evaluate_one(state, variant, seed, data):
+    counts, labels = data.test_counts[seed], data.test_labels[seed]
+    pad = _blocks(counts, config.eval_block) * config.eval_block - counts.shape[0]
+    counts = jnp.pad(counts, ((0, pad), (0, 0))).astype(jnp.float32)  # padding: no tokens
+    blocks = (counts.reshape(-1, config.eval_block, counts.shape[-1]),
+              jnp.pad(labels, (0, pad)).reshape(-1, config.eval_block))
+    block_sums = lambda b: sums(state.params, b[0], b[1], variant, eval_capacity)
+    (loss_sums, correct), overflow = jax.lax.map(block_sums, blocks)
+    queries = model.apply(state.params, variant, method=MajorityEncoder.effective_queries)
+    tokens = counts.sum()
+    return {"test_loss": loss_sums.sum() / tokens, "test_accuracy": correct.sum() / tokens,
+            "query_angle": (query_angles(queries) * data.test_type_share[seed]).sum(),
+            "overflow": overflow.max()}
+
+  def chunk_one(state, variant, seed, data):
+    run_epoch = lambda s, e: epoch(variant, seed, data, s, e)
+    state, (losses, overflow) = jax.lax.scan(run_epoch, state, None,
+                                             length=config.eval_every_epochs)
+    metrics = evaluate_one(state, variant, seed, data)
+    return state, metrics | {"train_loss": losses.mean(), "diverged": state.diverged,
+                             "overflow": jnp.maximum(metrics["overflow"], overflow.max())}
+
+  def over_models(fn):
+    """A jitted ``fn(states, variants, seeds, data)`` mapped over models, ``data`` shared."""
+    def run(states, variants, seeds, data):
+      per_model = lambda state, variant, seed: fn(state, variant, seed, data)
+      return _over_models(per_model, config.models_per_vmap)(states, variants, seeds)
+    return jax.jit(run)
+
+  return Programs(model, per_epoch, jax.jit(_over_models(init, config.models_per_vmap)),
+                  over_models(chunk_one), over_models(evaluate_one))
