@@ -77,8 +77,8 @@ def _check_positive(**fields) -> None:
       raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
-def majority_counts(seed: int | np.random.SeedSequence, num_samples: int = 100_000, seq_len: int = 50,
-                    num_types: int = 20, min_lead: int = 6,
+def majority_counts(seed: int | np.random.SeedSequence, num_samples: int = 100_000,
+                    seq_len: int = 50, num_types: int = 20, min_lead: int = 6,
                     per_partition: int = 10) -> tuple[np.ndarray, np.ndarray]:
   """The paper's majority sequences as type counts.
 
