@@ -1,0 +1,22 @@
+"""The experiment no paper ran: the bundled all-MiniLM-L6-v2 (pre-trained with softmax) with its
+attention normalisation switched before fine-tuning, on the offline genre task (documents held
+out from this project's pre-training; MiniLM's own pre-training data are not this corpus).
+``encoder.attention``: "" or "softmax" keeps MiniLM as it is; "dnas", "hnas" (u starts at
+``encoder.hybrid_init`` = 0: softmax's weights at the start) or "nap" switch it.
+
+  python experiments/finetune.py --config configs/finetune_minilm_genre.py \\
+    --workdir runs/finetune_minilm_genre/hnas --config.encoder.attention=hnas
+"""
+from normattn_jax.finetune.train import base_finetune_config
+
+
+def get_config():
+  c = base_finetune_config()
+  c.encoder.update(kind="minilm", path="", attention="", hybrid_init=0.0, dropout=0.0)
+  c.task.update(name="shakespeare_genre", max_seq_length=48, passage_lines=4,
+                validation_fraction=0.05, dev_fraction=0.3, cache_dir="runs/corpus")
+  c.learning_rates = (1e-4,)
+  c.num_seeds = 3  # a 6-layer, 384-wide model: sized for 2 CPU cores
+  c.train.update(batch_size=16, num_steps=120, warmup_steps=12, classifier_dropout=0.1,
+                 eval_every=60, eval_batch_size=128, checkpoint_every=1)
+  return c

@@ -1,0 +1,216 @@
+"""Starting points of fine-tuning: an encoder module, its pre-trained parameters and the
+tokenizer its vocabulary belongs to.
+
+Three sources:
+
+- a workdir of ``experiments/pretrain.py``: its ``config.json`` rebuilds ``AlbertForPretraining``,
+  the newest orbax checkpoint gives its parameters, and the ``albert`` part of them (the encoder
+  without the MLM and SOP heads) is the starting point; the run's SentencePiece model tokenises;
+- a HuggingFace BERT folder (``config.json``, ``model.safetensors``, ``tokenizer.json``) through
+  ``models.bert.from_pretrained``;
+- the bundled MiniLM (``models.bert.bundled_minilm_path()``), the same way.
+
+Any of them can have its attention normalisation switched before fine-tuning (``attention``):
+the pre-trained projections stay, and the new normalisation's own per-head parameters (HNAS's u,
+NAP's gain and bias) start from their initialisers, with HNAS's u at ``hybrid_init`` (0 keeps
+softmax's weights at the start).
+"""
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+from typing import Any, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from flax import traverse_util
+
+from normattn_jax.attention import registry
+from normattn_jax.finetune import features
+from normattn_jax.models import bert as bert_lib
+from normattn_jax.models.albert import AlbertModel
+
+ENCODER_KINDS = ("pretraining", "huggingface", "minilm")
+
+
+@dataclasses.dataclass(frozen=True)
+class StartingPoint:
+  """An encoder (``AlbertModel`` or ``BertModel`` with a pooler), the parameters it starts from
+  (possibly without the parameters a switched normalisation adds) and its tokenizer (a
+  ``finetune.features.Tokenizer``)."""
+  module: nn.Module
+  params: Any
+  tokenizer: Any
+  description: str
+  max_positions: int
+
+
+def _read_json(path: str, what: str) -> dict:
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"{what}: no {path}")
+  with open(path) as f:
+    return json.load(f)
+
+
+def pretraining_config(workdir: str) -> ml_collections.ConfigDict:
+  """The config a pre-training workdir was run with (its ``config.json``)."""
+  stored = _read_json(os.path.join(workdir, "config.json"), "encoder.path (a pre-training workdir)")
+  config = ml_collections.ConfigDict(stored)
+  config.data.files = tuple(config.data.files)
+  return config
+
+
+def pretraining_vocab_path(workdir: str, config: ml_collections.ConfigDict) -> str:
+  """The SentencePiece model a pre-training run trained, under its data cache: the workdir, or
+  ``data.cache_dir`` (``compare_pretraining.py`` shares the workdirs' parent)."""
+  roots = [workdir]
+  if config.data.cache_dir:
+    roots += [config.data.cache_dir, os.path.dirname(os.path.normpath(workdir))]
+  for root in roots:
+    found = sorted(glob.glob(os.path.join(root, "data", "*", "spm.model")))
+    if len(found) == 1:
+      return found[0]
+    if len(found) > 1:
+      raise ValueError(f"encoder.path={workdir!r}: several vocabularies under {root}/data "
+                       f"({found}); the run's data cache is ambiguous")
+  raise FileNotFoundError(f"encoder.path={workdir!r}: no SentencePiece model (data/*/spm.model) "
+                          f"under {roots}")
+
+
+def from_pretraining(workdir: str, *, attention: str = "", hybrid_init: float = 0.0,
+                     dropout: float = 0.0) -> StartingPoint:
+  """The ALBERT encoder of a finished ``experiments/pretrain.py`` run.
+
+  Args:
+    workdir: the pre-training run's workdir (``config.json``, ``summary.json``,
+      ``checkpoints/``).
+    attention: "" keeps the run's normalisation; a registered name switches to it.
+    hybrid_init: HNAS's initial u when switching to it.
+    dropout: the encoder's dropout rate during fine-tuning.
+
+  Returns:
+    The ``AlbertModel``, the ``albert`` parameters of the newest checkpoint and the run's
+    SentencePiece tokenizer.
+  """
+  from normattn_jax.data.sentencepiece_vocab import Vocab
+  from normattn_jax.train import pretrain
+
+  config = pretraining_config(workdir)
+  if not os.path.isfile(os.path.join(workdir, "summary.json")):
+    raise FileNotFoundError(f"encoder.path={workdir!r}: the pre-training run has not finished "
+                            f"(no summary.json); finish it with experiments/pretrain.py first")
+  vocab_path = pretraining_vocab_path(workdir, config)
+  vocab_size = Vocab.load(vocab_path).size
+  step, state = restore_newest_state(os.path.join(workdir, "checkpoints"))
+  params = state["params"]["albert"]
+  albert_config = pretrain.model_config(config, vocab_size)
+  if attention:
+    albert_config = dataclasses.replace(albert_config, attention=attention,
+                                        hybrid_init=hybrid_init)
+  module = AlbertModel(albert_config, dropout_rate=dropout)
+  described = f"ALBERT pre-trained with {config.model.attention} ({workdir}, step {step})"
+  if attention and attention != config.model.attention:
+    described += f", switched to {attention}"
+  return StartingPoint(module, params, features.as_tokenizer(vocab_path), described,
+                       config.model.max_position_embeddings)
+
+
+def restore_newest_state(directory: str) -> tuple[int, dict]:
+  """``(step, state)`` of the newest checkpoint in ``directory`` that restores, the state as a
+  tree of numpy arrays whatever class saved it (shapes from the checkpoint's own metadata)."""
+  from normattn_jax.train.checkpoint import GridCheckpoints
+  checkpoints = GridCheckpoints(directory)
+  try:
+    latest = checkpoints.latest()
+    if latest is None:
+      raise FileNotFoundError(f"no checkpoint in {directory} (was the run made with "
+                              f"train.checkpoint_every=0?)")
+    like = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype),
+                        checkpoints.manager.item_metadata(latest))
+    step, restored = checkpoints.restore_newest(like)
+  finally:
+    checkpoints.close()
+  return step, jax.tree.map(np.asarray, restored["state"])
+
+
+def from_huggingface(folder, *, attention: str = "", hybrid_init: float = 0.0,
+                     dropout: float = 0.0, description: Optional[str] = None) -> StartingPoint:
+  """A HuggingFace BERT folder (``bert.from_pretrained``) with a pooler (a fresh one when the
+  checkpoint has none) and, with ``attention``, another normalisation.
+
+  Args:
+    folder: holds ``config.json``, ``model.safetensors`` and ``tokenizer.json``.
+    attention: "" keeps softmax; a registered name switches to it.
+    hybrid_init: HNAS's initial u when switching to it.
+    dropout: the encoder's dropout rate during fine-tuning.
+
+  Returns:
+    The ``BertModel``, the checkpoint's parameters and the folder's tokenizer.
+  """
+  model, params = bert_lib.from_pretrained(folder)
+  module = bert_lib.BertModel(model.config, add_pooler=True, dropout_rate=dropout,
+                              normalization=attention or "softmax", hybrid_init=hybrid_init)
+  described = description or f"BERT from {folder}"
+  if attention and attention != "softmax":
+    described += f", switched to {attention}"
+  params = jax.tree.map(np.asarray, params)
+  return StartingPoint(module, params, features.as_tokenizer(str(folder)), described,
+                       model.config.max_position_embeddings)
+
+
+def load_starting_point(encoder: ml_collections.ConfigDict) -> StartingPoint:
+  """The starting point a fine-tuning config's ``encoder`` section names."""
+  options = dict(attention=encoder.attention, hybrid_init=encoder.hybrid_init,
+                 dropout=encoder.dropout)
+  if encoder.kind == "pretraining":
+    return from_pretraining(encoder.path, **options)
+  if encoder.kind == "huggingface":
+    return from_huggingface(encoder.path, **options)
+  if encoder.kind == "minilm":
+    return from_huggingface(bert_lib.bundled_minilm_path(), description="all-MiniLM-L6-v2",
+                            **options)
+  raise ValueError(f"config.encoder.kind={encoder.kind!r}: must be one of {ENCODER_KINDS}")
+
+
+def check_attention(field: str, attention: str) -> None:
+  """An encoder normalisation must be "" (keep) or registered."""
+  if attention and attention not in registry.NORMALIZATIONS:
+    raise ValueError(f"config.{field}={attention!r}: must be '' (keep the encoder's) or one of "
+                     f"{tuple(registry.NORMALIZATIONS)}")
+
+
+def overlay(initial, pretrained, where: str = "encoder"):
+  """``initial`` with every leaf that ``pretrained`` holds replaced by it; shapes must agree and
+  every pre-trained leaf must have a place. The others (a switched normalisation's new per-head
+  parameters) keep their initial values.
+
+  Args:
+    initial: freshly initialised parameters of the encoder.
+    pretrained: the starting point's parameters (a subset of ``initial``'s paths).
+    where: names the tree in errors.
+
+  Returns:
+    The merged tree, shaped as ``initial``.
+  """
+  flat = traverse_util.flatten_dict(initial)
+  given = traverse_util.flatten_dict(pretrained)
+  unknown = sorted("/".join(p) for p in given if p not in flat)
+  if unknown:
+    raise ValueError(f"{where}: pre-trained parameters the model has no place for: {unknown[:8]}")
+  for path, value in given.items():
+    if tuple(np.shape(value)) != tuple(flat[path].shape):
+      raise ValueError(f"{where}: {'/'.join(path)} is {np.shape(value)} in the starting point "
+                       f"but {flat[path].shape} in the model")
+    flat[path] = jnp.asarray(value, flat[path].dtype)
+  return traverse_util.unflatten_dict(flat)
+
+
+def new_parameter_paths(initial, pretrained) -> list[str]:
+  """The encoder parameters that start from their initialisers (not in the starting point)."""
+  given = set(traverse_util.flatten_dict(pretrained))
+  return sorted("/".join(p) for p in traverse_util.flatten_dict(initial) if p not in given)

