@@ -212,7 +212,8 @@ def write_versions(workdir: str) -> dict:
 
 
 class GridCheckpoints:
-  """Save / restore ``{"state": stacked TrainState, "metrics": {...}}`` keyed by evaluations done."""
+  """Save / restore ``{"state": stacked TrainState, "metrics": {...}}`` keyed by the evaluations
+  done."""
 
   def __init__(self, directory: str, max_to_keep: int = 2):
     self.directory = os.path.abspath(directory)
