@@ -18,8 +18,10 @@ from typing import Optional
 import jax
 import ml_collections
 import orbax.checkpoint as ocp
+from etils import epath
 
 from normattn_jax._extras import versions
+from normattn_jax.train import multihost
 
 # The fields a workdir may be resumed (or rerun) with changed, per kind of run: they change only
 # what is logged along the way, how often checkpoints are saved or where data is cached, never the
@@ -34,6 +36,7 @@ MAY_DIFFER = {
     "causal_lm": ("train.checkpoint_every", "data.cache_dir"),
 }
 _SHOWN = 8  # differing fields named in an error, the rest counted
+ITEM = "default"  # the folder of a step that holds the tree (orbax's single item)
 # Fields renamed since a workdir's config.json may have been written, per kind of run, as
 # {old name: new name}: a stored config reads with today's names.
 RENAMED = {"sweep": {"sweep.values": "sweep.grid"}}
@@ -165,7 +168,7 @@ def open_workdir(workdir: str, config: ml_collections.ConfigDict, kind: str, *,
   package versions of an unfinished run (``write_versions``). Returns the
   stored summary when the workdir holds this config's finished run (``summary.json`` is written
   last), so that a rerun leaves it as it is; else None."""
-  chief = jax.process_index() == 0  # on several hosts, one moves and writes
+  chief = multihost.is_chief()  # on several hosts, one moves and writes
   if afresh:
     moved = move_aside(workdir) if chief else None
     if moved:
@@ -179,9 +182,7 @@ def open_workdir(workdir: str, config: ml_collections.ConfigDict, kind: str, *,
   summary = os.path.join(workdir, "summary.json")
   if chief and not os.path.exists(summary):
     write_versions(workdir)
-  if jax.process_count() > 1:
-    from jax.experimental import multihost_utils
-    multihost_utils.sync_global_devices("normattn_jax open_workdir")
+  multihost.sync("normattn_jax open_workdir")
   if not os.path.exists(summary):
     return None
   print(f"{workdir} holds this config's finished run: its results stay as they are")
@@ -212,16 +213,12 @@ def write_versions(workdir: str) -> dict:
 
 
 class GridCheckpoints:
-  """Save / restore ``{"state": stacked TrainState, "metrics": {...}}`` keyed by the evaluations
-  done."""
+  """Save / restore ``{"state": stacked TrainState, "metrics": {...}}`` keyed by evaluations
+  done (for pre-training: by steps done)."""
 
   def __init__(self, directory: str, max_to_keep: int = 2):
     self.directory = os.path.abspath(directory)
     self.options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
-    self.manager = ocp.CheckpointManager(self.directory, options=self.options)
-
-  def _reopen(self) -> None:
-    self.manager.close()
     self.manager = ocp.CheckpointManager(self.directory, options=self.options)
 
   def latest(self):
@@ -232,24 +229,43 @@ class GridCheckpoints:
     self.manager.wait_until_finished()
 
   def restore(self, evals_done: int, like):
+    """The checkpoint of ``evals_done`` evaluations, shaped (and sharded) as ``like``.
+
+    It reads this process's shards without waiting for the other processes (the manager's
+    restore would wait for them, and a process whose shards do not read would never come).
+
+    Args:
+      evals_done: the step.
+      like: a tree of arrays (or ``jax.ShapeDtypeStruct``) as the checkpoint's tree.
+
+    Returns:
+      The restored tree.
+    """
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
-    return self.manager.restore(evals_done, args=ocp.args.StandardRestore(abstract))
+    handler = ocp.StandardCheckpointHandler()
+    try:
+      return handler.restore(epath.Path(self.directory) / str(evals_done) / ITEM,
+                             args=ocp.args.StandardRestore(abstract))
+    finally:
+      handler.close()
 
   def restore_newest(self, like):
-    """``(step, tree)`` of the newest checkpoint that restores, ``(None, None)`` without any.
-    Newer ones that do not (a truncated file, an empty step folder) are skipped with a warning
-    and deleted, so that the resumed run saves those steps again. None restoring is an error."""
+    """``(step, tree)`` of the newest checkpoint that restores in every process, ``(None,
+    None)`` without any. Newer ones that do not (a truncated file, an empty step folder, shards
+    of one process that do not read) are skipped with a warning and deleted, so that the
+    resumed run saves those steps again. None restoring is an error."""
     damaged, reasons = [], []
     for step in sorted(self.manager.all_steps(), reverse=True):
       try:
-        tree = self.restore(step, like)
+        tree, reason = self.restore(step, like), None
       except Exception as err:  # orbax and tensorstore raise many kinds
-        reasons.append(f"{type(err).__name__}: "
-                       + (str(err).strip().splitlines() or [""])[0][:200])
+        tree, reason = None, (f"{type(err).__name__}: "
+                              + (str(err).strip().splitlines() or [""])[0][:200])
+      if not multihost.everywhere(reason is None):  # every process resumes from the same step
+        reasons.append(reason or "another process could not restore its shards")
         warnings.warn(f"skipped checkpoint {os.path.join(self.directory, str(step))}: it does not "
                       f"restore ({reasons[-1]})", DamagedCheckpointWarning, stacklevel=2)
         damaged.append(step)
-        self._reopen()  # a manager whose restore failed fails on the older steps too
         continue
       for newer in damaged:
         self.manager.delete(newer)

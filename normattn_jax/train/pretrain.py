@@ -28,6 +28,7 @@ from normattn_jax.attention.registry import NORMALIZATIONS
 from normattn_jax.models.albert import DTYPES, AlbertConfig, AlbertForPretraining, \
     pretraining_loss
 from normattn_jax.models.bert import ACTIVATIONS
+from normattn_jax.train import multihost
 from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, write_json
 from normattn_jax.train.optim import albert_lamb, albert_schedule
 from normattn_jax.train.run_log import RunLog
@@ -285,8 +286,9 @@ def run_pretraining(c: ml_collections.ConfigDict, workdir: str, *,
   finished = open_workdir(workdir, c, "pretraining", afresh=afresh)
   if finished is not None:
     return finished
-  chief = jax.process_index() == 0
-  vocab, splits = load_data(c, workdir)
+  chief = multihost.is_chief()
+  # every process needs the data; the chief prepares it, the others then load its cache
+  vocab, splits = multihost.chief_first("normattn_jax load_data", lambda: load_data(c, workdir))
   train_data, val_data = splits["train"], splits["validation"]
   trainer = Trainer(c, vocab.size)
   t = c.train

@@ -8,10 +8,10 @@ import numbers
 import os
 from typing import Iterable, Optional
 
-import jax
 import numpy as np
 
 from normattn_jax._extras import require
+from normattn_jax.train import multihost
 
 
 def _plain(value):
@@ -37,14 +37,20 @@ class RunLog:
 
   def __init__(self, workdir: str, *, total: int = 0, resume_from: int = 0, unit: str = "step",
                tensorboard: bool = True, progress: bool = True):
-    self.chief = jax.process_index() == 0
+    self.chief = multihost.is_chief()
     self.path = os.path.join(workdir, "history.jsonl")
-    self.history = [row for row in read_history(self.path) if row["step"] <= resume_from]
     self._writer = self._bar = None
+    if self.chief:
+      self.history = [row for row in read_history(self.path) if row["step"] <= resume_from]
+      partial = self.path + ".partial"  # whole or not at all, as the others may read it
+      with open(partial, "w") as f:
+        f.writelines(json.dumps(row) + "\n" for row in self.history)
+      os.replace(partial, self.path)
+    # the others read the history once the chief has cut it, before it appends to it
+    multihost.sync("normattn_jax RunLog")
     if not self.chief:
+      self.history = [row for row in read_history(self.path) if row["step"] <= resume_from]
       return
-    with open(self.path, "w") as f:
-      f.writelines(json.dumps(row) + "\n" for row in self.history)
     if tensorboard:
       summary_writer = require("tensorboardX", "experiments").SummaryWriter
       self._writer = summary_writer(os.path.join(workdir, "tensorboard"))

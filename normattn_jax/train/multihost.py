@@ -1,0 +1,108 @@
+"""Several processes (hosts) running one program: joining them, and the few places where they
+must take turns.
+
+Every process runs the same command; ``jax.process_index() == 0`` (the chief) alone writes a
+run's files, every process saves and restores its shards of the checkpoints. Anything that
+waits for the others (``sync``) must be reached by every process in the same order, or the
+run blocks.
+"""
+from __future__ import annotations
+
+import zlib
+from typing import Callable, Optional, TypeVar
+
+import jax
+import numpy as np
+
+T = TypeVar("T")
+
+
+def initialize(coordinator_address: str = "", num_processes: int = 0,
+               process_id: int = -1) -> None:
+  """Join the processes of a multi-host run (``jax.distributed.initialize``).
+
+  What is left unset ("", 0, -1) ``jax.distributed.initialize`` detects: on a Cloud TPU pod
+  slice, under SLURM or Open MPI's ``mpirun`` all of it; elsewhere give all three.
+
+  Args:
+    coordinator_address: ``host:port`` of process 0, which every process can reach.
+    num_processes: how many processes the run has.
+    process_id: this process's index, 0 to ``num_processes - 1``.
+  """
+  if num_processes < 0 or (process_id >= 0 and num_processes and process_id >= num_processes):
+    raise ValueError(f"process_id={process_id}, num_processes={num_processes}: the id must "
+                     "lie in [0, num_processes)")
+  jax.distributed.initialize(coordinator_address=coordinator_address or None,
+                             num_processes=num_processes or None,
+                             process_id=None if process_id < 0 else process_id)
+
+
+def is_chief() -> bool:
+  """Whether this process writes the run's files (process 0)."""
+  return jax.process_index() == 0
+
+
+def sync(name: str) -> None:
+  """Wait until every process got here (nothing to wait for in a one-process run).
+
+  It waits twice: among each process's i-th device (``sync_global_devices``, as orbax's
+  barriers) and among all devices (as the runs' programs: a sweep's gather, pre-training's
+  all-reduce). On CPUs (gloo) the first collective of a group of devices opens its connections
+  and fails when a process comes more than 30 s after the others; once open, a collective waits
+  as long as the slowest process needs. ``open_workdir`` syncs before anything slow, so that a
+  process that compiles what another read from the compilation cache, or loads data another
+  prepared, is waited for.
+
+  Args:
+    name: the barrier's name, the same in every process.
+  """
+  if jax.process_count() == 1:
+    return
+  from jax.experimental import multihost_utils
+  from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+  multihost_utils.sync_global_devices(name)
+  mesh = Mesh(np.asarray(jax.devices()), ("devices",))
+  here = np.full(jax.local_device_count(), zlib.crc32(name.encode()), np.uint32)
+  names = jax.make_array_from_process_local_data(NamedSharding(mesh, P("devices")), here)
+  names = jax.jit(lambda x: x, out_shardings=NamedSharding(mesh, P()))(names)
+  if np.any(np.asarray(names.addressable_data(0)) != here[0]):
+    raise RuntimeError(f"the processes are out of step: this one waits at {name!r}, "
+                       "another one elsewhere")
+
+
+def everywhere(flag: bool) -> bool:
+  """Whether ``flag`` holds in every process (each gives its own): a decision they all take
+  alike, e.g. that a checkpoint restored in each of them.
+
+  Args:
+    flag: this process's answer.
+
+  Returns:
+    True when every process's ``flag`` is true.
+  """
+  if jax.process_count() == 1:
+    return bool(flag)
+  from jax.experimental import multihost_utils
+  return bool(np.all(multihost_utils.process_allgather(np.asarray(flag, np.int32))))
+
+
+def chief_first(name: str, fn: Callable[[], T]) -> T:
+  """``fn()`` in the chief, then in the others: a cache that ``fn`` builds in a directory they
+  share is built once, and the others load it instead of racing to write it.
+
+  Args:
+    name: the barrier's name, the same in every process.
+    fn: what every process runs; it should find the chief's work and reuse it.
+
+  Returns:
+    ``fn()``'s value in this process.
+  """
+  result: Optional[T] = None
+  if is_chief():
+    try:
+      result = fn()
+    finally:  # the others wait here also when it fails, and then fail by themselves
+      sync(name)
+    return result
+  sync(name)
+  return fn()
