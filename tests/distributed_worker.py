@@ -1,8 +1,7 @@
 """One process of a multi-process run on this machine, for tests/test_distributed.py:
 
   python tests/distributed_worker.py sweep|pretrain WORKDIR --devices 2 [--corpus DIR] \
-      [--coordinator 127.0.0.1:PORT --num_processes 2 --process_id I] [--max_chunks K] \
-      [--lag SECONDS]
+      [--coordinator 127.0.0.1:PORT --num_processes 2 --process_id I] [--max_chunks K]
 
 runs a tiny sweep or pre-training in WORKDIR on ``--devices`` CPU devices of its own, joined to
 the other processes when ``--coordinator`` is given, and writes the summary it returns to
@@ -78,9 +77,6 @@ def main():
   parser.add_argument("--num_processes", type=int, default=0)
   parser.add_argument("--process_id", type=int, default=-1)
   parser.add_argument("--max_chunks", type=int, default=None)
-  parser.add_argument("--lag", type=float, default=0.0,
-                      help="seconds process 1 spends before building each grid, as when it "
-                      "compiles what process 0 read from the compilation cache")
   args = parser.parse_args()
   os.environ["JAX_PLATFORMS"] = "cpu"
   os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={args.devices}"
@@ -90,11 +86,6 @@ def main():
   if args.coordinator:
     multihost.initialize(args.coordinator, args.num_processes, args.process_id)
   assert jax.local_device_count() == args.devices, jax.local_devices()
-  if args.lag and jax.process_index() == 1:
-    import time
-    from normattn_jax.train.grid import Grid
-    build = Grid.build.__func__
-    Grid.build = classmethod(lambda cls, *a, **k: time.sleep(args.lag) or build(cls, *a, **k))
 
   try:
     if args.job == "sweep":

@@ -8,7 +8,6 @@ run blocks.
 """
 from __future__ import annotations
 
-import zlib
 from typing import Callable, Optional, TypeVar
 
 import jax
@@ -45,29 +44,12 @@ def is_chief() -> bool:
 def sync(name: str) -> None:
   """Wait until every process got here (nothing to wait for in a one-process run).
 
-  It waits twice: among each process's i-th device (``sync_global_devices``, as orbax's
-  barriers) and among all devices (as the runs' programs: a sweep's gather, pre-training's
-  all-reduce). On CPUs (gloo) the first collective of a group of devices opens its connections
-  and fails when a process comes more than 30 s after the others; once open, a collective waits
-  as long as the slowest process needs. ``open_workdir`` syncs before anything slow, so that a
-  process that compiles what another read from the compilation cache, or loads data another
-  prepared, is waited for.
-
   Args:
     name: the barrier's name, the same in every process.
   """
-  if jax.process_count() == 1:
-    return
-  from jax.experimental import multihost_utils
-  from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-  multihost_utils.sync_global_devices(name)
-  mesh = Mesh(np.asarray(jax.devices()), ("devices",))
-  here = np.full(jax.local_device_count(), zlib.crc32(name.encode()), np.uint32)
-  names = jax.make_array_from_process_local_data(NamedSharding(mesh, P("devices")), here)
-  names = jax.jit(lambda x: x, out_shardings=NamedSharding(mesh, P()))(names)
-  if np.any(np.asarray(names.addressable_data(0)) != here[0]):
-    raise RuntimeError(f"the processes are out of step: this one waits at {name!r}, "
-                       "another one elsewhere")
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils
+    multihost_utils.sync_global_devices(name)
 
 
 def everywhere(flag: bool) -> bool:
