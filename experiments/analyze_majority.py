@@ -1,6 +1,6 @@
 """Brody et al., Fig. 2/3: the majority task as the paper ran it, LayerNorm before attention with
 projection, without it (the paper's scaling to norm sqrt(d)), and without it as the authors' code
-computes it (norm 1/sqrt(d)); 10 seeds each, all models one vmapped program.
+computes it (norm 1/sqrt(d)); 10 seeds each, all models one grid of the engine.
 
   python experiments/analyze_majority.py --workdir results/majority --steps 14000 \
       --max_minutes 70
@@ -26,6 +26,7 @@ import numpy as np
 from normattn_jax.analysis import majority
 from normattn_jax.train.checkpoint import (GridCheckpoints, config_differences, move_aside,
                                            write_json)
+from normattn_jax.train.grid import run_grid, to_host
 from normattn_jax.train.run_log import RunLog
 
 matplotlib.use("Agg")
@@ -70,14 +71,6 @@ def open_run(workdir: str, config: majority.MajorityConfig, afresh: bool) -> Non
   os.makedirs(workdir, exist_ok=True)
   if not os.path.exists(path):
     write_json(path, settings, indent=2, sort_keys=True)
-
-
-def model_keys(config: majority.MajorityConfig) -> np.ndarray:
-  """Raw key data per model; a seed's models (one per variant) share their key, so they start
-  from the same parameters and see the same batches."""
-  base = jax.random.key(config.seed)
-  return np.stack([np.asarray(jax.random.key_data(jax.random.fold_in(base, int(s))))
-                   for s in config.model_seeds()])
 
 
 def _stored(workdir: str, field: str):
@@ -183,6 +176,10 @@ def plot(history: list[dict], config: majority.MajorityConfig, path: str) -> Non
   plt.close(fig)
 
 
+class OutOfTime(Exception):
+  """--max_minutes passed: the run resumes from its checkpoints when started again."""
+
+
 def main(argv):
   del argv
   logging.set_verbosity(logging.ERROR)  # keep checkpoint chatter out of the log
@@ -199,43 +196,56 @@ def main(argv):
   open_run(workdir, config, _AFRESH.value)
   started = time.time()
   data = majority.build_data(config)
-  programs = majority.make_programs(config, data)
-  device_data = jax.device_put(data)
-  variants = jax.device_put(config.model_variants())
-  seeds = jax.device_put(config.model_seeds())
-  states = programs.init(model_keys(config))
+  grid, programs = majority.build_grid(config, data)
   chunk_steps = config.eval_every_epochs * programs.steps_per_epoch
   target = math.ceil(_STEPS.value / chunk_steps)
   checkpoints = GridCheckpoints(os.path.join(workdir, "checkpoints"))
-  done = 0
-  if checkpoints.latest() is not None:
-    done, restored = checkpoints.restore_newest({"state": states})
-    states = restored["state"]
-  log = RunLog(workdir, resume_from=done * chunk_steps, tensorboard=False, progress=False)
-  if not log.rows():
-    log.record(0, rounded(checked(programs.evaluate(states, variants, seeds, device_data))))
+  log = None
   statistics = majority.data_statistics(data.train_counts)
-  print(f"data: {data.train_counts.shape[1]} train / {data.test_counts.shape[1]} test sequences "
-        f"per seed, {statistics}; {config.num_models} models; from step {done * chunk_steps} "
-        f"to {target * chunk_steps}", flush=True)
-  speed = []
-  for index in range(done, target):
+  speed, tick = [], 0.0  # model-steps/s of each chunk, and when the last one ended
+
+  def resume(grid, states, settings):
+    nonlocal log, tick
+    done = 0
+    if checkpoints.latest() is not None:
+      done, restored = checkpoints.restore_newest({"state": states})
+      states = jax.device_put(restored["state"], jax.tree.map(lambda a: a.sharding, states))
+    log = RunLog(workdir, resume_from=done * chunk_steps, tensorboard=False, progress=False)
+    if not log.rows():
+      before = grid.program(programs.evaluate)(states, settings)
+      log.record(0, rounded(checked({k: to_host(v)[:config.num_models]
+                                     for k, v in before.items()})))
+    print(f"data: {data.train_counts.shape[1]} train / {data.test_counts.shape[1]} test "
+          f"sequences per seed, {statistics}; {config.num_models} models; from step "
+          f"{done * chunk_steps} to {target * chunk_steps}", flush=True)
     tick = time.time()
-    states, metrics = programs.chunk(states, variants, seeds, device_data)
-    metrics = checked(metrics)
-    step = (index + 1) * chunk_steps
+    return done, states, {}
+
+  def on_chunk(done, states, history):
+    nonlocal tick
+    metrics = checked({k: v[done - 1] for k, v in history.items()})
+    step = done * chunk_steps
     log.record(step, rounded(metrics))
-    checkpoints.save(index + 1, {"state": states})
-    speed.append(config.num_models * chunk_steps / (time.time() - tick))
+    checkpoints.save(done, {"state": states})
+    now = time.time()
+    speed.append(config.num_models * chunk_steps / (now - tick))
+    tick = now
     accuracy = metrics["test_accuracy"].reshape(len(config.variants), -1).mean(1)
     print(f"step {step}: test accuracy " + ", ".join(
         f"{n} {a:.3f}" for n, a in zip(config.variants, accuracy))
         + f"; {speed[-1]:.1f} model-steps/s", flush=True)
-    if _MAX_MINUTES.value and time.time() - started > 60 * _MAX_MINUTES.value:
-      print(f"stopping after {_MAX_MINUTES.value} minutes; rerun to resume", flush=True)
-      break
-  checkpoints.close()
-  log.close()
+    if _MAX_MINUTES.value and now - started > 60 * _MAX_MINUTES.value and done < target:
+      raise OutOfTime(f"stopping after {_MAX_MINUTES.value} minutes; rerun to resume")
+
+  try:
+    run_grid(grid, majority.model_keys(config), majority.per_model_settings(config), target,
+             resume=resume, on_chunk=on_chunk)
+  except OutOfTime as stop:
+    print(stop, flush=True)
+  finally:
+    checkpoints.close()
+    if log is not None:
+      log.close()
   extra = {"data": statistics | {"train_size": int(data.train_counts.shape[1]),
                                  "test_size": int(data.test_counts.shape[1])},
            "eval_every_steps": chunk_steps,

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from normattn_jax.analysis import majority as m
+from normattn_jax.train.grid import run_grid
 
 D = 8
 
@@ -158,22 +159,35 @@ def test_training_all_variants_and_seeds_in_one_program_learns():
   config = m.MajorityConfig(**SMALL)
   data = m.build_data(config)
   assert data.train_counts.shape == (2, 808, 6) and data.test_counts.shape == (2, 202, 6)
-  programs = m.make_programs(config, data)
-  keys = np.stack([jax.random.key_data(jax.random.key(int(s))) for s in config.model_seeds()])
-  states = programs.init(keys)
+  grid, programs = m.build_grid(config, data)
+  settings = grid.shard(m.per_model_settings(config))
+  states = grid.init(grid.shard(m.model_keys(config)), settings)
   embeddings = states.params["params"]["embedding"]["embedding"]
   np.testing.assert_array_equal(embeddings[0], embeddings[2])  # a seed's variants start alike
-  args = (jnp.asarray(config.model_variants()), jnp.asarray(config.model_seeds()),
-          jax.device_put(data))
-  before = programs.evaluate(states, *args)
+  before = grid.program(programs.evaluate)(states, settings)
   for _ in range(3):
-    states, metrics = programs.chunk(states, *args)
+    states, metrics = grid.chunk(states, settings)
   assert metrics["test_accuracy"].shape == (6,) and int(states.step[0]) == 3 * 2 * 7
   assert not metrics["diverged"].any() and not metrics["overflow"].any()
   assert (metrics["test_loss"] < before["test_loss"]).all()
   assert (metrics["test_accuracy"] > before["test_accuracy"]).mean() >= 0.5
   assert np.isfinite(metrics["query_angle"]).all()
   assert ((0 <= metrics["query_angle"]) & (metrics["query_angle"] <= 90)).all()
+  assert grid.chunk_program._cache_size() == 1
+
+
+def test_a_run_through_the_engine_equals_the_same_chunks_by_hand():
+  """``run_grid`` (what the experiment runs) trains the grid's programs and nothing else."""
+  config = m.MajorityConfig(**SMALL)
+  data = m.build_data(config)
+  grid, _ = m.build_grid(config, data)
+  run = run_grid(grid, m.model_keys(config), m.per_model_settings(config), 2)
+  settings = grid.shard(m.per_model_settings(config))
+  states = grid.init(grid.shard(m.model_keys(config)), settings)
+  for index in range(2):
+    states, metrics = grid.chunk(states, settings)
+    for name, value in metrics.items():
+      np.testing.assert_array_equal(run.metrics[name][index], np.asarray(value), err_msg=name)
 
 
 def test_the_learning_rate_decays_linearly_over_10000_epochs():

@@ -62,5 +62,5 @@ def test_one_compilation_per_static_configuration():
   state = grid.init(grid.shard(model_keys(c.seed, seeds)), grid.shard(hp))
   for lr in (1e-3, 1e-4):  # other learning rates, same shapes
     state, _ = grid.chunk(state, grid.shard(dict(hp, learning_rate=np.full(6, lr, np.float32))))
-  assert grid.chunk._cache_size() == 1
+  assert grid.chunk_program._cache_size() == 1
   assert grid.init._cache_size() == 1

@@ -21,7 +21,8 @@ gives the same loss and gradients (up to rounding) at a fraction of the cost.
 
 Training: Adam, learning rate 1e-3 decaying linearly to 0 over 10,000 epochs (so by about 10% in
 1,000), batches of 6000 drawn as shuffled epochs of the fixed training set (the last batch of an
-epoch smaller), all seeds and variants as one vmapped program.
+epoch smaller), all seeds and variants as one grid of the engine (``build_grid``, trained by
+``normattn_jax.train.grid.run_grid``), the data sets shared by every model.
 """
 from __future__ import annotations
 
@@ -36,7 +37,9 @@ import numpy as np
 import optax
 
 from normattn_jax.norms import LayerNorm, normalize
+from normattn_jax.train import grid as grid_lib
 from normattn_jax.train.state import TrainState
+from normattn_jax.validation import check_int
 
 Array = jax.Array
 
@@ -73,8 +76,7 @@ def _partitions(remaining: int, smallest: int, slots: int,
 def _check_positive(**fields) -> None:
   """Raise naming the first field that is not a positive integer."""
   for name, value in fields.items():
-    if not (isinstance(value, (int, np.integer)) and value >= 1):
-      raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    check_int(name, value)
 
 
 def majority_counts(seed: int | np.random.SeedSequence, num_samples: int = 100_000,
@@ -326,7 +328,7 @@ class MajorityConfig:
   decay_epochs: int = 10_000   # the rate reaches 0 after this many epochs
   eval_every_epochs: int = 2
   eval_block: int = 2000       # test sequences evaluated at once (memory, not results)
-  models_per_vmap: int = 0     # 0: all models in one vmap
+  models_per_vmap: int = 0     # 0: all of a device's models in one vmap
   seed: int = 0
 
   def __post_init__(self):
@@ -339,8 +341,7 @@ class MajorityConfig:
     if not self.variants or any(v not in VARIANTS for v in self.variants) \
         or len(set(self.variants)) != len(self.variants):
       raise ValueError(f"variants must be distinct names from {VARIANTS}, got {self.variants!r}")
-    if not (isinstance(self.models_per_vmap, int) and 0 <= self.models_per_vmap):
-      raise ValueError(f"models_per_vmap must be an integer >= 0, got {self.models_per_vmap!r}")
+    check_int("models_per_vmap", self.models_per_vmap, low=0)
     if self.models_per_vmap and self.num_models % self.models_per_vmap:
       raise ValueError(f"models_per_vmap={self.models_per_vmap} must divide the number of "
                        f"models, {self.num_models} (variants x seeds)")
@@ -427,10 +428,10 @@ def eval_pair_capacity(counts: np.ndarray, block: int) -> int:
 
 
 class Programs(NamedTuple):
-  """The compiled programs of a run, over the models axis: ``init(keys) -> states``,
-  ``chunk(states, variants, seeds, data) -> (states, metrics)`` (``eval_every_epochs`` epochs,
-  then the evaluation) and ``evaluate(states, variants, seeds, data) -> metrics``; ``data`` is
-  the run's ``MajorityData`` on the device."""
+  """The programs of ONE model, for ``grid.Grid.of``: ``init(key data, per_model) -> state``,
+  ``chunk(state, per_model, data) -> (state, metrics)`` (``eval_every_epochs`` epochs, then the
+  evaluation) and ``evaluate(state, per_model, data) -> metrics``; ``per_model`` is the model's
+  ``{"variant", "seed"}`` (``per_model_settings``), ``data`` the run's ``MajorityData``."""
   model: MajorityEncoder
   steps_per_epoch: int
   init: Callable
@@ -453,16 +454,20 @@ def make_optimizer(config: MajorityConfig, train_size: int) -> optax.GradientTra
   return optax.adam(learning_rate_schedule(config, train_size))
 
 
-def _over_models(fn: Callable, per_vmap: int) -> Callable:
-  """``fn`` of one model -> ``fn`` over the models axis, as a ``lax.map`` over vmaps of
-  ``per_vmap`` models (0: one vmap over all)."""
-  if not per_vmap:
-    return jax.vmap(fn)
-  return lambda *args: jax.lax.map(lambda a: fn(*a), args, batch_size=per_vmap)
+def per_model_settings(config: MajorityConfig) -> dict:
+  """Each model's ``{"variant": index into VARIANTS, "seed": its data set}``, int32 [models]."""
+  return {"variant": config.model_variants(), "seed": config.model_seeds()}
+
+
+def model_keys(config: MajorityConfig) -> np.ndarray:
+  """Raw key data per model; a seed's models (one per variant) share their key, so they start
+  from the same parameters and see the same batches."""
+  return grid_lib.model_keys(config.seed, config.model_seeds())
 
 
 def make_programs(config: MajorityConfig, data: MajorityData) -> Programs:
-  """The jitted programs of a run on ``data`` (whose shapes fix the batching and capacities).
+  """The programs of one model of a run on ``data`` (whose shapes fix the batching and
+  capacities).
 
   Args:
     config: the run's configuration.
@@ -479,7 +484,8 @@ def make_programs(config: MajorityConfig, data: MajorityData) -> Programs:
   train_capacity = train_pair_capacity(data.train_counts, config.batch_size)
   eval_capacity = eval_pair_capacity(data.test_counts, config.eval_block)
 
-  def init(key):
+  def init(key, settings):
+    del settings  # a seed's variants start alike
     tokens = jnp.zeros((1, config.seq_len), jnp.int32)
     params = model.init(jax.random.fold_in(jax.random.wrap_key_data(key), 2), tokens, 0)
     return TrainState.create(apply_fn=model.apply, params=params, tx=tx, key=key)
@@ -493,23 +499,25 @@ def make_programs(config: MajorityConfig, data: MajorityData) -> Programs:
     (loss_sum, _), overflow = sums(params, counts, labels, variant, train_capacity)
     return loss_sum / counts.sum(), overflow
 
-  def train_step(variant, seed, data, state, batch):
+  def train_step(settings, data, state, batch):
     indices, real = batch
+    seed = settings["seed"]
     counts = data.train_counts[seed, indices].astype(jnp.float32) * real[:, None]
     (loss, overflow), grads = jax.value_and_grad(batch_loss, has_aux=True)(
-        state.params, counts, data.train_labels[seed, indices], variant)
+        state.params, counts, data.train_labels[seed, indices], settings["variant"])
     return state.apply_gradients(grads=grads, loss=loss), (loss * real.sum(), overflow)
 
-  def epoch(variant, seed, data, state, _):
+  def epoch(settings, data, state, _):
     order = jax.random.permutation(state.step_key(0), train_size)
     indices = jnp.zeros(padded, jnp.int32).at[:train_size].set(order)
     real = (jnp.arange(padded) < train_size).astype(jnp.float32)
     batches = (indices.reshape(per_epoch, -1), real.reshape(per_epoch, -1))
-    step = lambda s, b: train_step(variant, seed, data, s, b)
-    state, (loss_sums, overflow) = jax.lax.scan(step, state, batches)
+    state, (loss_sums, overflow) = jax.lax.scan(
+        lambda s, b: train_step(settings, data, s, b), state, batches)
     return state, (loss_sums.sum() / train_size, overflow.max())
 
-  def evaluate_one(state, variant, seed, data):
+  def evaluate(state, settings, data):
+    seed, variant = settings["seed"], settings["variant"]
     counts, labels = data.test_counts[seed], data.test_labels[seed]
     pad = _blocks(counts, config.eval_block) * config.eval_block - counts.shape[0]
     counts = jnp.pad(counts, ((0, pad), (0, 0))).astype(jnp.float32)  # padding: no tokens
@@ -523,20 +531,30 @@ def make_programs(config: MajorityConfig, data: MajorityData) -> Programs:
             "query_angle": (query_angles(queries) * data.test_type_share[seed]).sum(),
             "overflow": overflow.max()}
 
-  def chunk_one(state, variant, seed, data):
-    run_epoch = lambda s, e: epoch(variant, seed, data, s, e)
-    state, (losses, overflow) = jax.lax.scan(run_epoch, state, None,
-                                             length=config.eval_every_epochs)
-    metrics = evaluate_one(state, variant, seed, data)
+  def chunk(state, settings, data):
+    state, (losses, overflow) = jax.lax.scan(lambda s, e: epoch(settings, data, s, e), state,
+                                             None, length=config.eval_every_epochs)
+    metrics = evaluate(state, settings, data)
     return state, metrics | {"train_loss": losses.mean(), "diverged": state.diverged,
                              "overflow": jnp.maximum(metrics["overflow"], overflow.max())}
 
-  def over_models(fn):
-    """A jitted ``fn(states, variants, seeds, data)`` mapped over models, ``data`` shared."""
-    def run(states, variants, seeds, data):
-      per_model = lambda state, variant, seed: fn(state, variant, seed, data)
-      return _over_models(per_model, config.models_per_vmap)(states, variants, seeds)
-    return jax.jit(run)
+  return Programs(model, per_epoch, init, chunk, evaluate)
 
-  return Programs(model, per_epoch, jax.jit(_over_models(init, config.models_per_vmap)),
-                  over_models(chunk_one), over_models(evaluate_one))
+
+def build_grid(config: MajorityConfig, data: MajorityData) -> tuple[grid_lib.Grid, Programs]:
+  """Every variant and seed of a run as one grid of the engine (``grid.Grid.of``), the data
+  shared by all models; train it with ``grid.run_grid(grid, model_keys(config),
+  per_model_settings(config), chunks)``.
+
+  Args:
+    config: the run's configuration.
+    data: its ``build_data``.
+
+  Returns:
+    ``(grid, programs)``: the compiled grid and the programs of one model it was built from.
+  """
+  programs = make_programs(config, data)
+  per_vmap = config.models_per_vmap or -(-config.num_models // jax.device_count())
+  grid = grid_lib.Grid.of(programs.init, programs.chunk, config.num_models, per_vmap,
+                          shared=(data,))
+  return grid, programs

@@ -8,7 +8,8 @@ model and mapped over a flattened leading "models" axis, sharded over all device
 runs its share as a ``lax.map`` over vmaps of ``train.models_per_vmap`` models
 (``over_models``). Data are generated on device inside the step, a fresh batch every step; the
 task is the registered one (``normattn_jax.tasks``) that the config names. ``train_grid`` runs a
-whole grid; ``Grid`` holds its compiled programs.
+sweep's grid; ``Grid`` holds the compiled programs, and ``Grid.of`` + ``run_grid`` train any
+other grid from the programs of one model (the majority experiment does).
 """
 from __future__ import annotations
 
@@ -303,20 +304,71 @@ def over_models(fn: Callable, per_vmap: int) -> Callable:
   return run
 
 
+def replicated() -> NamedSharding:
+  """The sharding of data every device holds whole (shared by all models).
+
+  Returns:
+    A ``NamedSharding`` of ``PartitionSpec()`` over the "models" mesh.
+  """
+  return NamedSharding(models_sharding().mesh, P())
+
+
+def models_program(fn: Callable, per_vmap: int, *, donate: bool = False) -> Callable:
+  """A jitted program over the models axis from ``fn(x, per_model, *shared)`` of one model:
+  ``x`` (a state or a key) and ``per_model`` (its hyper-parameters or settings) are mapped with
+  ``over_models``; ``shared`` (data every model reads) are arguments, not constants baked into
+  the program, and reach every model whole.
+
+  Args:
+    fn: a function of one model.
+    per_vmap: the models per vmap.
+    donate: donate ``x``'s buffers (a state replaced by the result).
+
+  Returns:
+    ``program(xs, per_models, *shared)``, its outputs sharded over the models axis.
+  """
+  def run(x, per_model, *shared):
+    return over_models(lambda a, b: fn(a, b, *shared), per_vmap)(x, per_model)
+  return jax.jit(run, out_shardings=models_sharding(), donate_argnums=(0,) if donate else ())
+
+
 @dataclasses.dataclass
 class Grid:
-  """The compiled, sharded programs of one static configuration, for ``num_models`` models
-  (padded to ``padded`` so that every device holds whole vmaps of ``per_vmap`` models)."""
-  setup: Setup
+  """The compiled, sharded programs of ``num_models`` models of one static configuration
+  (padded to ``padded`` so that every device holds whole vmaps of ``per_vmap`` models): the
+  engine under the sweeps, the majority experiment and any grid a user builds from the
+  programs of one model (``Grid.of``)."""
   num_models: int
   per_vmap: int
   padded: int
-  init: Callable
-  chunk: Callable
+  init: Callable           # jitted (key data [padded], per_model [padded]) -> states
+  chunk_program: Callable  # jitted (states, per_model, *shared) -> (states, metrics)
+  shared: tuple            # the data every model reads, on the devices
+
+  @classmethod
+  def of(cls, init: Callable, chunk: Callable, num_models: int, per_vmap: int,
+         shared: tuple = ()) -> "Grid":
+    """The grid of the programs of one model.
+
+    Args:
+      init: ``(key data, per_model) -> TrainState`` of one model.
+      chunk: ``(state, per_model, *shared) -> (state, metrics)`` of one model: some training
+        steps and an evaluation.
+      num_models: the number of models before padding.
+      per_vmap: the models per vmap (``models_per_vmap``).
+      shared: arrays every model reads (e.g. a data set), replicated on every device.
+
+    Returns:
+      The ``Grid``.
+    """
+    return cls(num_models, per_vmap, padded_count(num_models, per_vmap),
+               models_program(init, per_vmap), models_program(chunk, per_vmap, donate=True),
+               jax.device_put(tuple(shared), replicated()))
 
   @classmethod
   def build(cls, setup: Setup, num_models: int) -> "Grid":
-    """Compile the sharded ``init`` and ``chunk`` of ``setup`` for ``num_models`` models.
+    """The grid of a sweep's ``setup`` (``make_programs``) for ``num_models`` models, the
+    task's grouped evaluation sets shared.
 
     Args:
       setup: the arch and config of the grid.
@@ -325,14 +377,34 @@ class Grid:
     Returns:
       The ``Grid``.
     """
-    init_one, _, chunk_one = make_programs(setup)
-    eval_sets = eval_sets_for(setup, setup.config.seed)
-    per_vmap = models_per_vmap(setup.config, num_models)
-    sharding = models_sharding()
-    init = jax.jit(over_models(init_one, per_vmap), out_shardings=sharding)
-    chunk = jax.jit(over_models(lambda s, hp: chunk_one(s, hp, eval_sets), per_vmap),
-                    out_shardings=(sharding, sharding), donate_argnums=0)
-    return cls(setup, num_models, per_vmap, padded_count(num_models, per_vmap), init, chunk)
+    programs = make_programs(setup)
+    return cls.of(programs.init, programs.chunk, num_models,
+                  models_per_vmap(setup.config, num_models),
+                  (eval_sets_for(setup, setup.config.seed),))
+
+  def chunk(self, state: TrainState, per_model) -> tuple[TrainState, dict]:
+    """One chunk of every model (``state`` is donated).
+
+    Args:
+      state: the models' states, sharded.
+      per_model: the per-model inputs, sharded.
+
+    Returns:
+      ``(states, metrics)``, each with a leading ``[padded]`` axis.
+    """
+    return self.chunk_program(state, per_model, *self.shared)
+
+  def program(self, fn: Callable) -> Callable:
+    """Another function of one model over this grid, e.g. an evaluation.
+
+    Args:
+      fn: ``(state, per_model, *shared) -> outputs`` of one model.
+
+    Returns:
+      ``(states, per_model) -> outputs`` over the models axis.
+    """
+    compiled = models_program(fn, self.per_vmap)
+    return lambda state, m: compiled(state, m, *self.shared)
 
   def shard(self, tree):
     """Pad the models axis of a host tree and place it on the devices.
@@ -346,18 +418,18 @@ class Grid:
     return jax.device_put(jax.tree.map(lambda x: pad_models(x, self.padded), tree),
                           models_sharding())
 
-  def metric_shapes(self, state: TrainState, hp) -> dict:
+  def metric_shapes(self, state: TrainState, per_model) -> dict:
     """The shapes and dtypes of one chunk's metrics (``{name: [padded models]}``), traced
     without running: a restore target for the metrics of a checkpoint.
 
     Args:
       state: the grid's ``TrainState`` (arrays or shapes) with a leading ``[padded]`` axis.
-      hp: the hyper-parameters, name -> ``[padded]``.
+      per_model: the per-model inputs, name -> ``[padded]``.
 
     Returns:
       name -> ``jax.ShapeDtypeStruct``.
     """
-    return jax.eval_shape(self.chunk, state, hp)[1]
+    return jax.eval_shape(self.chunk, state, per_model)[1]
 
 
 def model_keys(seed: int, seed_indices: np.ndarray) -> np.ndarray:
@@ -450,17 +522,43 @@ def train_grid(config: ml_collections.ConfigDict, arch: str, *,
     axis = ModelsAxis.of(config)
     hyperparameters, keys = axis.hyperparameters(), model_keys(config.seed, axis.seed_indices())
   num_models = _check_models(hyperparameters, keys)
-  num_chunks = config.train.num_steps // config.train.eval_every
   grid = Grid.build(Setup(arch, config), num_models)
-  hp = grid.shard({k: np.asarray(v, np.float32) for k, v in hyperparameters.items()})
-  state = grid.init(grid.shard(np.asarray(keys)), hp)
+  hp = {k: np.asarray(v, np.float32) for k, v in hyperparameters.items()}
+  return run_grid(grid, keys, hp, config.train.num_steps // config.train.eval_every,
+                  resume=resume, on_chunk=on_chunk)
+
+
+def run_grid(grid: Grid, keys: np.ndarray, per_model, num_chunks: int, *,
+             resume: Optional[Callable] = None,
+             on_chunk: Optional[Callable] = None) -> GridRun:
+  """Train any grid (``Grid.of``): init every model from its key, then run ``num_chunks``
+  chunks, collecting each chunk's metrics on the host.
+
+  Args:
+    grid: the compiled programs.
+    keys: per-model raw key data ``[models, key size]``.
+    per_model: a tree of host arrays ``[models, ...]``, each model's own inputs (e.g. its
+      hyper-parameters).
+    num_chunks: the chunks to run in all (a resumed run runs those left).
+    resume: ``(grid, state, per_model) -> (chunks done, state, metrics so far)``, as in
+      ``train_grid``.
+    on_chunk: ``(chunks done, state, metrics so far) -> None``, as in ``train_grid``.
+
+  Returns:
+    ``GridRun``: the metrics ``{name: [chunks, models]}`` (rows of chunks that a resume skipped
+    as ``resume`` gave them) and the final states.
+  """
+  num_models = grid.num_models
+  per_model = grid.shard(per_model)
+  state = grid.init(grid.shard(np.asarray(keys)), per_model)
   done, history = 0, {}
   if resume is not None:
-    done, state, history = resume(grid, state, hp)
+    done, state, history = resume(grid, state, per_model)
   for index in range(done, num_chunks):
-    state, metrics = grid.chunk(state, hp)
+    state, metrics = grid.chunk(state, per_model)
     for name, value in metrics.items():
-      curve = history.setdefault(name, np.zeros((num_chunks, num_models), value.dtype))
+      curve = history.setdefault(name, np.zeros((num_chunks, num_models) + value.shape[1:],
+                                                         value.dtype))
       curve[index] = to_host(value)[:num_models]
     if on_chunk is not None:
       on_chunk(index + 1, state, history)
