@@ -8,28 +8,22 @@ Every config field can be overridden, e.g. --config.learning_rates="(1e-4,3e-4)"
 bundled MiniLM with another attention normalisation, --config.encoder.kind=minilm
 --config.encoder.attention=hnas. A killed run resumes from its checkpoints when restarted with
 the same command; a workdir of another config is refused (exit code 2) unless --afresh moves it
-aside. --distributed calls jax.distributed.initialize() (multi-host); the models are sharded
-over all devices. --plugins=my_norms imports modules first, e.g. one that registers a
-normalisation of your own for --config.encoder.attention=<its name>.
+aside. --distributed joins the processes of a multi-host run (every host runs the same command;
+on a TPU pod or under SLURM they are detected, elsewhere give --coordinator_address,
+--num_processes and --process_id): the models are sharded over every device of every host.
+--plugins=my_norms imports modules first, e.g. one that registers a normalisation of your own
+for --config.encoder.attention=<its name>.
 """
-import sys
-
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
 
-from normattn_jax.attention.registry import load_plugins
 from normattn_jax.finetune.train import run_finetuning
-from normattn_jax.train.checkpoint import WorkdirError
+from normattn_jax.train import cli
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a configs/finetune_*.py file.",
                                           lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for results and checkpoints.")
-_DISTRIBUTED = flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize().")
-_AFRESH = flags.DEFINE_bool("afresh", False, "Move an existing workdir aside (to "
-                            "WORKDIR.replaced-<UTC time>) and start anew.")
-_PLUGINS = flags.DEFINE_list("plugins", [], "Modules to import first (on PYTHONPATH), e.g. "
-                             "ones that register a normalisation.")
-flags.mark_flags_as_required(["config", "workdir"])
+_RUN = cli.define_run_flags()
+flags.mark_flags_as_required(["config"])
 
 
 def describe(summary: dict) -> list[str]:
@@ -51,18 +45,9 @@ def describe(summary: dict) -> list[str]:
 
 def main(argv):
   del argv
-  logging.set_verbosity(logging.ERROR)  # keep checkpoint chatter out of the progress bar
-  load_plugins(_PLUGINS.value)
-  if _DISTRIBUTED.value:
-    import jax
-    jax.distributed.initialize()
-  try:
-    summary = run_finetuning(_CONFIG.value, _WORKDIR.value, afresh=_AFRESH.value)
-  except WorkdirError as err:
-    print(f"error: {err}", file=sys.stderr)
-    sys.exit(2)
+  summary = cli.run_command(run_finetuning, _CONFIG.value, _RUN)
   print("\n".join(describe(summary)))
-  print(f"wrote {_WORKDIR.value}/summary.json, metrics.npz and curves.png")
+  print(f"wrote {_RUN.workdir.value}/summary.json, metrics.npz and curves.png")
 
 
 if __name__ == "__main__":

@@ -9,52 +9,25 @@ on a TPU pod or under SLURM they are detected, elsewhere give --coordinator_addr
 --plugins=my_norms imports modules first, e.g. one that registers a normalisation of your own
 for --config.normalization=<its name>.
 """
-import sys
-
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
 
-from normattn_jax.attention.registry import load_plugins
-from normattn_jax.train import multihost
-from normattn_jax.train.checkpoint import WorkdirError
+from normattn_jax.train import cli
 from normattn_jax.train.scoring import best_lines
 from normattn_jax.train.sweep import run_sweep
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a configs/*.py file.",
                                           lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for results and checkpoints.")
-_DISTRIBUTED = flags.DEFINE_bool("distributed", False, "Join the processes of a multi-host run "
-                                  "(jax.distributed.initialize): every host runs the same command.")
-_COORDINATOR = flags.DEFINE_string("coordinator_address", "", "With --distributed: host:port of "
-                                   "process 0; empty: detected (TPU pod, SLURM, Open MPI).")
-_NUM_PROCESSES = flags.DEFINE_integer("num_processes", 0, "With --distributed: how many "
-                                      "processes; 0: detected.")
-_PROCESS_ID = flags.DEFINE_integer("process_id", -1, "With --distributed: this process's index; "
-                                   "-1: detected.")
-_AFRESH = flags.DEFINE_bool("afresh", False, "Move an existing workdir aside (to "
-                            "WORKDIR.replaced-<UTC time>) and start anew.")
-_PLUGINS = flags.DEFINE_list("plugins", [], "Modules to import first (on PYTHONPATH), e.g. "
-                             "ones that register a normalisation.")
-flags.mark_flags_as_required(["config", "workdir"])
+_RUN = cli.define_run_flags()
+flags.mark_flags_as_required(["config"])
 
 
 def main(argv):
   del argv
-  if not _DISTRIBUTED.value and (_COORDINATOR.value or _NUM_PROCESSES.value
-                                 or _PROCESS_ID.value >= 0):
-    raise app.UsageError("--coordinator_address, --num_processes and --process_id need "
-                         "--distributed")
-  logging.set_verbosity(logging.ERROR)  # keep checkpoint chatter out of the progress bar
-  load_plugins(_PLUGINS.value)
-  if _DISTRIBUTED.value:
-    multihost.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
-  try:
-    summary = run_sweep(_CONFIG.value, _WORKDIR.value, afresh=_AFRESH.value)
-  except WorkdirError as err:
-    print(f"error: {err}", file=sys.stderr)
-    sys.exit(2)
+  summary = cli.run_command(run_sweep, _CONFIG.value, _RUN)
   print("\n".join(best_lines(summary)))
-  print(f"figures: {_WORKDIR.value}/accuracy.png (and case_accuracy.png, learning_curves.png)")
+  print(f"figures: {_RUN.workdir.value}/accuracy.png (and case_accuracy.png, "
+        f"learning_curves.png)")
 
 
 if __name__ == "__main__":

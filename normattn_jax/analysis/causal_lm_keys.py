@@ -30,6 +30,7 @@ import optax
 from normattn_jax.analysis.unselectable import TOLERANCE, unselectable
 from normattn_jax.models.causal_lm import CausalLM, capture_attention_inputs, next_token_loss
 from normattn_jax.train.state import TrainState
+from normattn_jax.validation import int_problem
 
 # Table 1's rows: the kind of the LayerNorm before attention that each one trains, and its label.
 VARIANTS = {"with_scaling": "standard", "without_scaling": "no_scaling"}
@@ -62,8 +63,9 @@ def _fail(field: str, value, why: str):
 
 
 def _check_int(field: str, value, low: int) -> None:
-  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-    _fail(field, value, f"must be an integer >= {low}")
+  problem = int_problem(value, low)
+  if problem:
+    _fail(field, value, problem)
 
 
 def validate_config(c: ml_collections.ConfigDict) -> None:

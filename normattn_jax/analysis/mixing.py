@@ -43,6 +43,7 @@ import numpy as np
 from normattn_jax._extras import require
 from normattn_jax.attention.module import MultiHeadAttention
 from normattn_jax.norms import LayerNorm
+from normattn_jax.validation import check_int
 
 Array = jax.Array
 
@@ -690,9 +691,7 @@ def analyze_bert(model: nn.Module, params: Mapping, tokenizer, texts: Sequence, 
     raise ValueError(f"mask_rate must lie in [0, 1], got {mask_rate!r}")
   if not 0.0 <= mask_prob <= 1.0:
     raise ValueError(f"mask_prob must lie in [0, 1], got {mask_prob!r}")
-  if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
-      or batch_size < 1:
-    raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+  check_int("batch_size", batch_size)
   special = special_token_ids(tokenizer)
   encoded = tokenize(tokenizer, list(texts), max_length)  # one length for all: one compile
   found = {}

@@ -7,8 +7,6 @@ look a name up here instead of testing for it, so a normalisation registered fro
 from __future__ import annotations
 
 import dataclasses
-import importlib
-from collections.abc import Sequence
 from typing import Any, Callable, Mapping, Optional
 
 import flax.linen as nn
@@ -17,6 +15,7 @@ import jax.numpy as jnp
 
 from normattn_jax.attention import fast as fast_lib
 from normattn_jax.attention import weights as weights_lib
+from normattn_jax.registry import Registry, load_plugins  # noqa: F401 (public)
 
 Array = jax.Array
 QUADRATIC_LOGITS_LIMIT = 1 << 28  # 1 GiB of float32 logits
@@ -185,114 +184,22 @@ def _per_head(norm: Normalization, params: Mapping[str, Array]) -> dict:
           for p in norm.params}
 
 
-_REGISTRY: dict = {}
-
-
-def register(normalization: Normalization, *, replace: bool = False) -> Normalization:
-  """Make ``normalization`` available by its name everywhere; returns it.
-
-  Args:
-    normalization: the normalisation to register under ``normalization.name``.
-    replace: replace another normalisation registered under the same name.
-
-  Returns:
-    ``normalization``.
-
-  Raises:
-    TypeError: if ``normalization`` is not a ``Normalization``.
-    ValueError: if its name is empty or not a string, it takes options that are not in
-      ``DEFAULT_OPTIONS``, or the name is taken and ``replace`` is False.
-  """
-  if not isinstance(normalization, Normalization):
-    raise TypeError(f"register takes a Normalization, got {type(normalization).__name__}")
-  if not isinstance(normalization.name, str) or not normalization.name:
-    raise ValueError(f"a normalization needs a non-empty name, got {normalization.name!r}")
+def _check(normalization: Normalization) -> None:
+  """Refuse options that are not module fields: the module could not pass them."""
   unknown = [o for o in normalization.options if o not in DEFAULT_OPTIONS]
   if unknown:
     raise ValueError(f"options {unknown} are not module fields; a normalisation may take "
                      f"{tuple(DEFAULT_OPTIONS)} (bake any other setting into its functions)")
-  old = _REGISTRY.get(normalization.name)
-  if old is not None and old is not normalization and not replace:
-    raise ValueError(f"normalization {normalization.name!r} is already registered; pass "
-                     f"replace=True to replace it")
-  _REGISTRY[normalization.name] = normalization
-  return normalization
 
 
-def unregister(name: str) -> None:
-  """Remove a registered normalisation (built-ins too).
-
-  Args:
-    name: the registered name.
-
-  Raises:
-    ValueError: if no normalisation is registered as ``name``.
-  """
-  get(name)
-  del _REGISTRY[name]
-
-
-def get(name: str) -> Normalization:
-  """The normalisation registered as ``name``.
-
-  Args:
-    name: the registered name.
-
-  Returns:
-    The ``Normalization``.
-
-  Raises:
-    ValueError: naming the registered normalisations, if ``name`` is not one of them.
-  """
-  try:
-    return _REGISTRY[name]
-  except (KeyError, TypeError):
-    raise ValueError(f"normalization must be one of {names()}, got {name!r}") from None
-
-
-def names() -> tuple:
-  """The registered names, in registration order.
-
-  Returns:
-    A tuple of strings.
-  """
-  return tuple(_REGISTRY)
-
-
-class _Names(Sequence):
-  """A live, tuple-like view of the registered names (``NORMALIZATIONS``)."""
-
-  def __getitem__(self, index):
-    return names()[index]
-
-  def __len__(self) -> int:
-    return len(_REGISTRY)
-
-  def __contains__(self, name) -> bool:
-    return isinstance(name, str) and name in _REGISTRY
-
-  def __eq__(self, other) -> bool:
-    return tuple(self) == (tuple(other) if isinstance(other, (tuple, list, _Names)) else other)
-
-  def __hash__(self):
-    return hash(names())
-
-  def __repr__(self) -> str:
-    return repr(names())
-
-
-NORMALIZATIONS = _Names()
-
-
-def load_plugins(modules: Sequence[str]) -> None:
-  """Import the named modules, which register their normalisations as they load (how a
-  command line, e.g. ``experiments/sweep.py --plugins=my_norms``, learns of the user's).
-
-  Args:
-    modules: importable module names, e.g. ``["my_norms"]``.
-  """
-  for module in modules:
-    importlib.import_module(module)
+# register(normalization, *, replace=False) also raises ValueError for options that are not in
+# DEFAULT_OPTIONS; get(name) names the registered normalisations when ``name`` is none of them.
+REGISTRY: Registry[Normalization] = Registry("normalization", Normalization, _check)
+register = REGISTRY.register
+unregister = REGISTRY.unregister
+get = REGISTRY.get
+names = REGISTRY.names
+NORMALIZATIONS = REGISTRY.view  # the live, tuple-like view of the names
 
 
 # The built-ins. The quadratic and fast functions stay public in weights.py and fast.py.

@@ -29,14 +29,15 @@ import numpy as np
 from normattn_jax.data import tfds_text
 from normattn_jax.data.sentencepiece_vocab import CLS, MASK, NUM_SPECIAL, SEP, Vocab, \
     train_sentencepiece
+from normattn_jax.validation import int_problem
 
 FIELDS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
           "masked_lm_weights", "sentence_order_label")
 
 
 def _check(name, value, low, high=None, integer=True):
-  bad = (isinstance(value, bool) or (integer and not isinstance(value, (int, np.integer)))
-         or value < low or (high is not None and value > high))
+  bad = ((int_problem(value, low) if integer else isinstance(value, bool) or value < low)
+         or (high is not None and value > high))
   if bad:
     kind = "an integer" if integer else "a number"
     bound = f">= {low}" if high is None else f"in [{low}, {high}]"

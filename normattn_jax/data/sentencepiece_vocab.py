@@ -11,6 +11,7 @@ from typing import Iterable
 import numpy as np
 
 from normattn_jax._extras import require
+from normattn_jax.validation import int_problem
 
 spm = require("sentencepiece", "pretrain")
 
@@ -85,7 +86,7 @@ def train_sentencepiece(sentences: Iterable[str], model_path: str, vocab_size: i
   Raises:
     ValueError: if ``vocab_size`` is not an integer > ``NUM_SPECIAL``.
   """
-  if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= NUM_SPECIAL:
+  if int_problem(vocab_size, NUM_SPECIAL + 1):
     raise ValueError(f"vocab_size must be an integer > {NUM_SPECIAL}, got {vocab_size!r}")
   folder = os.path.dirname(os.path.abspath(model_path))
   os.makedirs(folder, exist_ok=True)

@@ -15,6 +15,7 @@ import re
 from typing import Sequence
 
 from normattn_jax._extras import require
+from normattn_jax.validation import check_int
 
 tfds = require("tensorflow_datasets", "pretrain")
 
@@ -97,9 +98,7 @@ class TextFiles(tfds.core.GeneratorBasedBuilder):
       raise ValueError(f"files: no such file(s): {missing}")
     if not 0.0 < validation_fraction < 1.0:
       raise ValueError(f"validation_fraction must lie in (0, 1), got {validation_fraction!r}")
-    if isinstance(lines_per_document, bool) or not isinstance(lines_per_document, int) \
-        or lines_per_document < 2:
-      raise ValueError(f"lines_per_document must be an integer >= 2, got {lines_per_document!r}")
+    check_int("lines_per_document", lines_per_document, low=2)
     self._files = [str(f) for f in files]
     self._lines_per_document = lines_per_document
     self._validation_fraction = validation_fraction

@@ -28,6 +28,8 @@ from typing import Any, Optional, Protocol, Sequence
 
 import numpy as np
 
+from normattn_jax.validation import int_problem
+
 INPUT_FIELDS = ("input_ids", "token_type_ids", "attention_mask")
 NOT_CONTEXT = -1  # offset_mapping of a token outside the context
 
@@ -47,7 +49,7 @@ class Tokenizer(Protocol):
 
 
 def _check_int(name: str, value: Any, low: int) -> int:
-  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+  if int_problem(value, low):  # ">= low" also for 1: the bounds differ from call to call
     raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
   return int(value)
 

@@ -20,6 +20,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from normattn_jax.validation import check_int
+
 NULL_SPAN = -1  # start/end of a prediction that is no span
 
 
@@ -378,9 +380,7 @@ def best_window_spans(start_logits: np.ndarray, end_logits: np.ndarray,
     (score [W] float64, start [W] int64, end [W] int64); -inf and -1 where a window has no
     valid span.
   """
-  if isinstance(max_answer_length, bool) or not isinstance(max_answer_length, (int, np.integer)) \
-      or max_answer_length < 1:
-    raise ValueError(f"max_answer_length must be an integer >= 1, got {max_answer_length!r}")
+  check_int("max_answer_length", max_answer_length)
   windows, length = start_logits.shape
   span = min(int(max_answer_length), length)
   scores = np.full(windows, -np.inf)

@@ -34,11 +34,13 @@ from normattn_jax.finetune import heads as heads_lib
 from normattn_jax.finetune import offline  # noqa: F401 (registers the offline tasks)
 from normattn_jax.finetune import task as task_lib
 from normattn_jax.train import grid as grid_lib
+from normattn_jax.train import multihost
 from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, write_json
 from normattn_jax.train.optim import lamb_adapted, scale_by_adam_without_bias_correction, \
     schedule_shape
 from normattn_jax.train.run_log import RunLog
 from normattn_jax.train.state import TrainState
+from normattn_jax.validation import int_problem
 
 TRAIN_STREAM = 0  # the stream of a model's dropout keys (TrainState.step_key)
 
@@ -102,8 +104,9 @@ def _fail(field: str, value, why: str):
 
 
 def _integer(field: str, value, low: int) -> None:
-  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-    _fail(field, value, f"must be an integer >= {low}")
+  problem = int_problem(value, low)
+  if problem:
+    _fail(field, value, problem)
 
 
 def _fraction(field: str, value, closed_high: bool = False) -> None:
@@ -414,7 +417,10 @@ def run_finetuning(c: ml_collections.ConfigDict, workdir: str, *,
   if finished is not None:
     return finished
   start = encoders.load_starting_point(c.encoder)
-  task = task_lib.load(c.task.name, start.tokenizer, c.task)
+  # every process needs the task; the chief fetches and prepares its data (corpus, TFDS) into
+  # the shared cache, the others then read it
+  task = multihost.chief_first("normattn_jax finetune task",
+                               lambda: task_lib.load(c.task.name, start.tokenizer, c.task))
   if task.seq_len > start.max_positions:
     _fail("task.max_seq_length", task.seq_len,
           f"exceeds the encoder's max_position_embeddings ({start.max_positions})")
@@ -476,7 +482,7 @@ def run_finetuning(c: ml_collections.ConfigDict, workdir: str, *,
       model_steps_per_second=(num_models * t.eval_every * timed_chunks / timed_seconds
                               if timed_seconds else None),
       devices=jax.device_count(), device_kind=jax.devices()[0].device_kind)
-  if jax.process_index() == 0:
+  if multihost.is_chief():  # written last: summary.json marks a finished run
     save_metrics(os.path.join(workdir, "metrics.npz"), c, history)
     draw_curves(os.path.join(workdir, "curves.png"), c, summary, history)
     write_json(os.path.join(workdir, "summary.json"), summary, indent=2)

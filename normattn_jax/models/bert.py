@@ -450,9 +450,7 @@ def tokenize(tokenizer, texts: Sequence[Union[str, tuple[str, str]]],
     raise ValueError("texts must be a sequence of texts, got a single str")
   if len(texts) == 0:
     raise ValueError("texts must not be empty")
-  if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) \
-      or max_length < 2:
-    raise ValueError(f"max_length must be an integer >= 2, got {max_length!r}")
+  check_int("max_length", max_length, low=2)
   tokenizer = tokenizers_copy(tokenizer)
   pad_token = "[PAD]" if tokenizer.token_to_id("[PAD]") is not None else None
   padding = {} if pad_token is None else {"pad_token": pad_token,

@@ -23,16 +23,12 @@ import optax
 
 from normattn_jax.attention.module import MultiHeadAttention
 from normattn_jax.norms import LayerNorm, check_layer_norm_kind
+from normattn_jax.validation import check_int
 
 Array = jax.Array
 
 # The names under which each block sows the input and output of its LayerNorm before attention.
 NORM_INPUTS, ATTENTION_INPUTS = "attention_norm_inputs", "attention_inputs"
-
-
-def _check_positive_int(name: str, value) -> None:
-  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-    raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 class DecoderBlock(nn.Module):
@@ -94,7 +90,7 @@ class CausalLM(nn.Module):
 
   def __post_init__(self):
     for name in ("vocab_size", "max_len", "d_model", "num_layers", "num_heads", "mlp_ratio"):
-      _check_positive_int(name, getattr(self, name))
+      check_int(name, getattr(self, name))
     if self.d_model % self.num_heads:
       raise ValueError(f"num_heads ({self.num_heads}) must divide d_model ({self.d_model})")
     check_layer_norm_kind(self.attention_norm, "attention_norm")

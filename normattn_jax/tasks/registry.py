@@ -7,13 +7,12 @@ for its name, so a task registered from user code (``register(Task(...))``) trai
 from __future__ import annotations
 
 import dataclasses
-import importlib
-from collections.abc import Sequence
 from typing import Any, Callable, Optional
 
 import jax
 
 from normattn_jax.models.sequence import OUTPUTS
+from normattn_jax.registry import Registry, load_plugins  # noqa: F401 (public)
 
 Array = jax.Array
 # sample(key, batch_size, seq_len, settings) -> (inputs [batch, seq_len] int32, labels)
@@ -147,109 +146,18 @@ class Task:
     return self.grouped_eval.metric_names(False) + self.grouped_eval.metric_names(True)
 
 
-_REGISTRY: dict = {}
-
-
-def register(task: Task, *, replace: bool = False) -> Task:
-  """Make ``task`` available by its name everywhere; returns it.
-
-  Args:
-    task: the task to register under ``task.name``.
-    replace: replace another task registered under the same name.
-
-  Returns:
-    ``task``.
-
-  Raises:
-    TypeError: if ``task`` is not a ``Task``.
-    ValueError: if its name is empty or not a string, its outputs are empty or not in
-      ``OUTPUTS``, or the name is taken and ``replace`` is False.
-  """
-  if not isinstance(task, Task):
-    raise TypeError(f"register takes a Task, got {type(task).__name__}")
-  if not isinstance(task.name, str) or not task.name:
-    raise ValueError(f"a task needs a non-empty name, got {task.name!r}")
+def _check(task: Task) -> None:
+  """A task's labels must match one of the output heads."""
   if not task.outputs or any(output not in OUTPUTS for output in task.outputs):
     raise ValueError(f"task {task.name!r}: outputs must be a non-empty tuple from {OUTPUTS}, "
                      f"got {task.outputs!r}")
-  old = _REGISTRY.get(task.name)
-  if old is not None and old is not task and not replace:
-    raise ValueError(f"task {task.name!r} is already registered; pass replace=True to "
-                     f"replace it")
-  _REGISTRY[task.name] = task
-  return task
 
 
-def unregister(name: str) -> None:
-  """Remove a registered task (built-ins too).
-
-  Args:
-    name: the registered name.
-
-  Raises:
-    ValueError: if no task is registered as ``name``.
-  """
-  get(name)
-  del _REGISTRY[name]
-
-
-def get(name: str) -> Task:
-  """The task registered as ``name``.
-
-  Args:
-    name: the registered name.
-
-  Returns:
-    The ``Task``.
-
-  Raises:
-    ValueError: naming the registered tasks, if ``name`` is not one of them.
-  """
-  try:
-    return _REGISTRY[name]
-  except (KeyError, TypeError):
-    raise ValueError(f"task must be one of {names()}, got {name!r}") from None
-
-
-def names() -> tuple:
-  """The registered names, in registration order.
-
-  Returns:
-    A tuple of strings.
-  """
-  return tuple(_REGISTRY)
-
-
-class _Names(Sequence):
-  """A live, tuple-like view of the registered names (``TASKS``)."""
-
-  def __getitem__(self, index):
-    return names()[index]
-
-  def __len__(self) -> int:
-    return len(_REGISTRY)
-
-  def __contains__(self, name) -> bool:
-    return isinstance(name, str) and name in _REGISTRY
-
-  def __eq__(self, other) -> bool:
-    return tuple(self) == (tuple(other) if isinstance(other, (tuple, list, _Names)) else other)
-
-  def __hash__(self):
-    return hash(names())
-
-  def __repr__(self) -> str:
-    return repr(names())
-
-
-TASKS = _Names()
-
-
-def load_plugins(modules: Sequence[str]) -> None:
-  """Import the named modules, which register their tasks (or normalisations) as they load.
-
-  Args:
-    modules: importable module names, e.g. ``["my_tasks"]``.
-  """
-  for module in modules:
-    importlib.import_module(module)
+# register(task, *, replace=False) also raises ValueError for outputs that are empty or not in
+# OUTPUTS; get(name) names the registered tasks when ``name`` is none of them.
+REGISTRY: Registry[Task] = Registry("task", Task, _check)
+register = REGISTRY.register
+unregister = REGISTRY.unregister
+get = REGISTRY.get
+names = REGISTRY.names
+TASKS = REGISTRY.view  # the live, tuple-like view of the names

@@ -208,8 +208,7 @@ def _validate_fields(config) -> None:
     _positive_int(config, field)
   _validate_shapes(config)
   _non_negative_int(config, "train.models_per_vmap")
-  if isinstance(config.train.checkpoint_every, bool) or config.train.checkpoint_every < 0:
-    _fail("train.checkpoint_every", config.train.checkpoint_every, "must be >= 0")
+  _non_negative_int(config, "train.checkpoint_every")
   task = _task(config)
   if config.task.output not in OUTPUTS:
     _fail("task.output", config.task.output, f"choose from {OUTPUTS}")

@@ -21,6 +21,7 @@ import numpy as np
 
 from normattn_jax.train import artifacts
 from normattn_jax.train import config as config_lib
+from normattn_jax.train import multihost
 from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir
 from normattn_jax.train.grid import Grid, model_keys, train_grid
 from normattn_jax.train.layout import ModelsAxis, grid_name
@@ -210,7 +211,7 @@ def run_sweep(config: ml_collections.ConfigDict, workdir: str, *, max_chunks: Op
   finished = open_workdir(workdir, config, "sweep", afresh=afresh)
   if finished is not None:
     return finished
-  chief = jax.process_index() == 0  # on several hosts, one writes the files
+  chief = multihost.is_chief()  # on several hosts, one writes the files
   points = config_lib.static_points(config)
   jobs = [(arch, values) for values in points for arch in config.archs]
   total = sum(config_lib.point_config(config, v).train.num_steps for _, v in jobs) \

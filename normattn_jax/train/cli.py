@@ -1,0 +1,93 @@
+"""What the run scripts (``experiments/sweep.py``, ``pretrain.py``, ``finetune.py``) share on
+the command line: the workdir, multi-host and plugin flags, and the preamble before a run, so
+that every script joins hosts, loads plugins and refuses a workdir alike.
+"""
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Any, Callable, TypeVar
+
+from absl import app, flags, logging
+
+from normattn_jax.registry import load_plugins
+from normattn_jax.train import multihost
+from normattn_jax.train.checkpoint import WorkdirError
+
+T = TypeVar("T")
+WORKDIR_ERROR_EXIT = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class RunFlags:
+  """The shared flags (``define_run_flags``); each holds its parsed value in ``.value``."""
+  workdir: flags.FlagHolder
+  distributed: flags.FlagHolder
+  coordinator_address: flags.FlagHolder
+  num_processes: flags.FlagHolder
+  process_id: flags.FlagHolder
+  afresh: flags.FlagHolder
+  plugins: flags.FlagHolder
+
+
+def define_run_flags() -> RunFlags:
+  """Define the shared flags (call once, at module level of a script); ``--workdir`` is
+  required.
+
+  Returns:
+    Their holders, for ``run_command``.
+  """
+  holders = RunFlags(
+      workdir=flags.DEFINE_string("workdir", None, "Directory for results and checkpoints."),
+      distributed=flags.DEFINE_bool(
+          "distributed", False, "Join the processes of a multi-host run "
+          "(jax.distributed.initialize): every host runs the same command."),
+      coordinator_address=flags.DEFINE_string(
+          "coordinator_address", "", "With --distributed: host:port of process 0; empty: "
+          "detected (TPU pod, SLURM, Open MPI)."),
+      num_processes=flags.DEFINE_integer(
+          "num_processes", 0, "With --distributed: how many processes; 0: detected."),
+      process_id=flags.DEFINE_integer(
+          "process_id", -1, "With --distributed: this process's index; -1: detected."),
+      afresh=flags.DEFINE_bool(
+          "afresh", False, "Move an existing workdir aside (to WORKDIR.replaced-<UTC time>) "
+          "and start anew."),
+      plugins=flags.DEFINE_list(
+          "plugins", [], "Modules to import first (on PYTHONPATH), e.g. ones that register a "
+          "normalisation."))
+  flags.mark_flag_as_required("workdir")
+  return holders
+
+
+def run_command(run: Callable[..., T], config: Any, run_flags: RunFlags) -> T:
+  """A run script's ``main``: check the multi-host flags, quiet absl's logging (checkpoint
+  chatter would break the progress bar), import the plugins, join the hosts with
+  ``--distributed``, then ``run(config, workdir, afresh=afresh)``; a refused workdir prints
+  ``error: ...`` and exits with code 2.
+
+  Args:
+    run: the run, e.g. ``sweep.run_sweep``.
+    config: the script's parsed config.
+    run_flags: the holders ``define_run_flags`` returned.
+
+  Returns:
+    What ``run`` returned.
+
+  Raises:
+    app.UsageError: if a multi-host flag is given without ``--distributed``.
+  """
+  f = run_flags
+  if not f.distributed.value and (f.coordinator_address.value or f.num_processes.value
+                                  or f.process_id.value >= 0):
+    raise app.UsageError("--coordinator_address, --num_processes and --process_id need "
+                         "--distributed")
+  logging.set_verbosity(logging.ERROR)
+  load_plugins(f.plugins.value)
+  if f.distributed.value:
+    multihost.initialize(f.coordinator_address.value, f.num_processes.value,
+                         f.process_id.value)
+  try:
+    return run(config, f.workdir.value, afresh=f.afresh.value)
+  except WorkdirError as err:
+    print(f"error: {err}", file=sys.stderr)
+    sys.exit(WORKDIR_ERROR_EXIT)
