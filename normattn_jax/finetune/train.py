@@ -27,7 +27,6 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
-from jax.sharding import NamedSharding, PartitionSpec as P
 
 from normattn_jax.finetune import encoders
 from normattn_jax.finetune import heads as heads_lib
@@ -311,19 +310,9 @@ class FinetuneGrid:
   def build(cls, c, task, start, num_models: int) -> "FinetuneGrid":
     programs = make_programs(c, task, start)
     per_vmap = grid_lib.models_per_vmap(c, num_models)
-    sharding = grid_lib.models_sharding()
-
-    def init(keys, hp, pretrained):
-      one = lambda key, h: programs.init(key, h, pretrained)
-      return grid_lib.over_models(one, per_vmap)(keys, hp)
-
-    def chunk(states, rows, train, dev):
-      one = lambda state, r: programs.chunk(state, r, train, dev)
-      return grid_lib.over_models(one, per_vmap)(states, rows)
-
     return cls(programs, num_models, per_vmap, grid_lib.padded_count(num_models, per_vmap),
-               jax.jit(init, out_shardings=sharding),
-               jax.jit(chunk, out_shardings=(sharding, sharding), donate_argnums=0))
+               grid_lib.models_program(programs.init, per_vmap),
+               grid_lib.models_program(programs.chunk, per_vmap, donate=True))
 
   def shard(self, tree):
     """Pad the models axis of a host tree and place it on the devices."""
@@ -332,8 +321,7 @@ class FinetuneGrid:
 
   def replicate(self, tree):
     """Place a tree on every device whole (data, pre-trained parameters)."""
-    mesh = grid_lib.models_sharding().mesh
-    return jax.device_put(tree, NamedSharding(mesh, P()))
+    return jax.device_put(tree, grid_lib.replicated())
 
 
 def _stats(values: np.ndarray) -> dict:
