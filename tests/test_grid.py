@@ -13,6 +13,8 @@ import optax
 import pytest
 
 from normattn_jax.train import base_config, make_optimizer, validate
+from normattn_jax.train.grid import (Setup, make_programs, models_per_vmap, program_bytes,
+                                     width_within)
 from normattn_jax.train.optim import (clip_by_tensor_norm, learning_rate_of, schedule_shape,
                                      with_learning_rate)
 from normattn_jax.reporting.tables import regularization_table
@@ -335,3 +337,25 @@ def test_eight_devices_give_the_same_result_as_one(reference, tmp_path):
   assert set(one) == set(eight)
   for key in one:
     np.testing.assert_allclose(eight[key], one[key], rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+def test_the_widest_vmap_within_a_memory_budget():
+  assert width_within(50, 100, 2_000) == 20
+  assert width_within(50, 100, 1_000_000) == 50  # the whole share fits
+  assert width_within(50, 100, 50) == 1  # one model is the least, whatever the budget
+
+
+def test_a_programs_memory_grows_with_its_batch_and_a_cpu_takes_one_model_per_vmap():
+  c = base_config()
+  c.model.update(d_model=16, num_heads=2, num_layers=1)
+  c.task.update(seq_len=8)
+  sizes = []
+  for batch in (8, 64):
+    c.train.batch_size = batch
+    programs = make_programs(Setup("mte", c))
+    hp = {"learning_rate": jnp.float32(1e-3), "l2": jnp.float32(0.0)}
+    state = jax.eval_shape(programs.init, jax.random.key_data(jax.random.key(0)), hp)
+    sizes.append(program_bytes(lambda s, h: programs.train_step(s, h)[0], state, hp))
+  assert 0 < sizes[0] < sizes[1]
+  never = lambda: pytest.fail("a CPU does not measure the program")
+  assert models_per_vmap(c, 50, never) == 1

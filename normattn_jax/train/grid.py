@@ -33,6 +33,8 @@ Array = jax.Array
 # A model's independent key streams (TrainState.step_key): training batches and dropout, and
 # evaluation batches.
 TRAIN_STREAM, EVAL_STREAM = 0, 1
+# The per-model hyper-parameters of a sweep's grid.
+HYPERPARAMETERS = ("learning_rate", "l2")
 
 
 def _own(value: Optional[bool], default: bool) -> bool:
@@ -236,21 +238,66 @@ def models_sharding() -> NamedSharding:
   return NamedSharding(mesh, P("models"))
 
 
-def models_per_vmap(config: ml_collections.ConfigDict, num_models: int) -> int:
+# The share of an accelerator's memory that one program's vmap of models may fill (the rest:
+# the states of the models not in the vmap, the data, XLA's own buffers).
+MEMORY_FRACTION = 0.5
+
+
+def models_per_vmap(config: ml_collections.ConfigDict, num_models: int,
+                    bytes_per_model: Optional[Callable[[], int]] = None) -> int:
   """How many models one vmap holds: ``train.models_per_vmap``, or when it is 0 one on a CPU
-  (the fastest there at the NAP paper's defaults, BENCHMARKS.md) and each device's
-  whole share on an accelerator.
+  (the fastest there at the NAP paper's defaults, BENCHMARKS.md) and on an accelerator as many
+  of each device's share as fit ``MEMORY_FRACTION`` of its memory (all of them when the device
+  does not report its memory or no ``bytes_per_model`` is given).
 
   Args:
     config: the sweep config.
     num_models: the number of models of the grid.
+    bytes_per_model: ``() -> bytes`` one model's program needs (``program_bytes``), called only
+      on an accelerator with ``train.models_per_vmap`` 0.
 
   Returns:
     A positive integer.
   """
   if config.train.models_per_vmap:
     return config.train.models_per_vmap
-  return 1 if jax.default_backend() == "cpu" else -(-num_models // jax.device_count())
+  if jax.default_backend() == "cpu":
+    return 1
+  share = -(-num_models // jax.device_count())
+  stats = jax.devices()[0].memory_stats() or {}
+  if bytes_per_model is None or "bytes_limit" not in stats:
+    return share
+  return width_within(share, bytes_per_model(), int(MEMORY_FRACTION * stats["bytes_limit"]))
+
+
+def width_within(share: int, bytes_per_model: int, budget: int) -> int:
+  """The widest vmap, at most ``share`` models and at least 1, whose models fit ``budget``.
+
+  Args:
+    share: the models one device runs.
+    bytes_per_model: the memory one model's program needs.
+    budget: the bytes the vmap may fill.
+
+  Returns:
+    An integer in ``[1, share]``.
+  """
+  return max(1, min(share, budget // max(bytes_per_model, 1)))
+
+
+def program_bytes(fn: Callable, *args) -> int:
+  """The memory a jitted ``fn(*args)`` needs, by XLA's analysis of the compiled program:
+  arguments, outputs and temporaries (compiled, not run).
+
+  Args:
+    fn: a function of one model.
+    *args: its arguments, arrays or ``jax.ShapeDtypeStruct``.
+
+  Returns:
+    Bytes.
+  """
+  memory = jax.jit(fn).lower(*args).compile().memory_analysis()
+  return int(memory.argument_size_in_bytes + memory.output_size_in_bytes
+             + memory.temp_size_in_bytes)
 
 
 def padded_count(num_models: int, per_vmap: int) -> int:
@@ -378,9 +425,16 @@ class Grid:
       The ``Grid``.
     """
     programs = make_programs(setup)
+    shared = (eval_sets_for(setup, setup.config.seed),)
+
+    def bytes_per_model() -> int:
+      key = jax.random.key_data(jax.random.key(0))
+      hp = {name: jax.ShapeDtypeStruct((), jnp.float32) for name in HYPERPARAMETERS}
+      state = jax.eval_shape(programs.init, key, hp)
+      return program_bytes(programs.chunk, state, hp, *shared)
+
     return cls.of(programs.init, programs.chunk, num_models,
-                  models_per_vmap(setup.config, num_models),
-                  (eval_sets_for(setup, setup.config.seed),))
+                  models_per_vmap(setup.config, num_models, bytes_per_model), shared)
 
   def chunk(self, state: TrainState, per_model) -> tuple[TrainState, dict]:
     """One chunk of every model (``state`` is donated).
@@ -468,8 +522,6 @@ class GridRun(NamedTuple):
   metrics: dict   # name -> [evaluations, models]
   state: TrainState  # host arrays, each with a leading [models] axis
 
-
-HYPERPARAMETERS = ("learning_rate", "l2")
 
 
 def _check_models(hyperparameters: dict, keys: np.ndarray) -> int:
