@@ -43,6 +43,55 @@ def save_metrics(path: str, config, results) -> None:
   np.savez_compressed(path, **arrays)
 
 
+def replace_arch(path: str, config, arch: str, results) -> None:
+  """Replace one arch's curves in a ``metrics.npz`` (e.g. after training that arch again), every
+  other array kept as it is and in its place.
+
+  Args:
+    path: the ``metrics.npz`` to rewrite (whole or not at all).
+    config: the sweep config it was saved with (``read_config``).
+    arch: one of ``config.archs``.
+    results: ``{(arch, static point items): {metric: [evals, models]}}`` with a grid of ``arch``
+      at every static point of ``config`` (as ``read_results`` of a sweep of that arch returns);
+      grids of other archs in it are ignored.
+
+  Raises:
+    ValueError: if ``arch`` is not one of ``config.archs``, ``results`` lacks one of its grids,
+      or a new curve's shape differs from the stored one's.
+  """
+  if arch not in config.archs:
+    raise ValueError(f"arch {arch!r} is not one of the run's archs {tuple(config.archs)}")
+  axis = ModelsAxis.of(config)
+  new = {}  # grid prefix -> {key: array}
+  for point in config_lib.static_points(config):
+    history = results.get((arch, tuple(point.items())))
+    if history is None:
+      raise ValueError(f"no curves of grid {grid_name(arch, point)!r} to replace")
+    prefix = grid_name(arch, point) + "/"
+    new[prefix] = {prefix + key: axis.unflatten(np.asarray(curve))
+                   for key, curve in history.items()}
+  arrays, written = {}, set()
+  with np.load(path) as data:
+    for name in data.files:
+      prefix = next((p for p in new if name.startswith(p)), None)
+      if prefix is None:
+        arrays[name] = data[name]
+        continue
+      stored = new[prefix].get(name)
+      if stored is not None and stored.shape != data[name].shape:
+        raise ValueError(f"{path}: {name} has shape {data[name].shape}, its replacement "
+                         f"{stored.shape}")
+      if prefix not in written:
+        arrays.update(new[prefix])
+        written.add(prefix)
+  for prefix in new.keys() - written:  # a grid the file lacked
+    arrays.update(new[prefix])
+  partial = path + ".partial"
+  with open(partial, "wb") as f:
+    np.savez_compressed(f, **arrays)
+  os.replace(partial, path)
+
+
 def read_config(workdir: str) -> ml_collections.ConfigDict:
   """A sweep's ``config.json`` as a config, under today's field names (a run stored before
   ``sweep.values`` became ``sweep.grid`` reads as one stored after).
