@@ -4,16 +4,18 @@ Measured side by side in one run (variants interleaved, medians of repeats): mod
 achieved GFLOP/s against a matmul peak measured in the same run, for M = 1, 10, 50 at d = 32
 (N = 32) and at the NAP paper's defaults (d = N = 128, L = 2, H = 4, batch 32). One program
 holds the M models either as one vmap (width M, the engine's default on an accelerator) or as a
-lax.map over 1-model vmaps (width 1, its default on a CPU). FLOPs come from XLA's cost analysis
-of the compiled step. The architecture is MTE.
+lax.map over 1-model vmaps (width 1, its default on a CPU), the latter also sharded over the
+CPU split into one host device per core (``--cpu_devices``; a run script's ``--cpu_devices``).
+FLOPs come from XLA's cost analysis of the compiled step. The architecture is MTE.
 
   python benchmarks/grid_throughput.py [--repeats 3] [--steps 4] [--models 1,10,50]
 
-The last two lines: peak_fraction_at_defaults=<model FLOP/s / matmul peak, best M>
-and speedup_at_50=<one program (its better width) / one after another, d = 32>.
+The last two lines: peak_fraction_at_defaults=<model FLOP/s / matmul peak, best variant>
+and speedup_at_50=<one program (its best variant) / one after another, d = 32>.
 """
 from __future__ import annotations
 
+import os
 import statistics
 import time
 
@@ -22,13 +24,23 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
 from normattn_jax.train.config import base_config
 from normattn_jax.train.grid import Setup, make_programs, over_models
 
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed calls per variant.", lower_bound=1)
 _STEPS = flags.DEFINE_integer("steps", 4, "training steps per timed call", lower_bound=1)
+_CPU_DEVICES = flags.DEFINE_integer(
+    "cpu_devices", os.cpu_count() or 1, "Host devices a CPU is split into (one per core by "
+    "default); the variants 'N devices' shard the models over them.", lower_bound=1)
 _MODELS = flags.DEFINE_list("models", ["1", "10", "50"], "Model counts M; the largest gives "
                             "the speedup line.")
+
+
+def use_cpu_devices(count: int) -> None:
+  """Split a CPU into ``count`` host devices (before JAX starts; no effect on accelerators)."""
+  jax.config.update("jax_num_cpu_devices", count)
 
 
 def matmul_peak_gflops(sizes=(1024, 2048, 4096), repeats=3) -> float:
@@ -51,22 +63,27 @@ def setup_for(d_model, seq_len):
   return Setup("mte", c)
 
 
-def build(setup, num_models, steps, per_vmap=None):
+def build(setup, num_models, steps, per_vmap=None, devices=1):
   """A jitted program running ``steps`` training steps of ``num_models`` models, ``per_vmap``
-  of them vmapped together (default: all)."""
+  of them vmapped together (default: all), the models split over the first ``devices`` devices
+  (each device runs its share as a lax.map over the vmaps, as the engine does)."""
   programs = make_programs(setup)
 
   def run(state, hp):
     return jax.lax.scan(lambda s, _: programs.train_step(s, hp), state, None, length=steps)[0]
 
+  sharding = NamedSharding(Mesh(np.asarray(jax.devices()[:devices]), ("models",)), P("models"))
   keys = np.stack([np.asarray(jax.random.key_data(jax.random.key(i))) for i in range(num_models)])
   hp = {"learning_rate": jnp.full((num_models,), 1e-3), "l2": jnp.zeros((num_models,))}
   state = jax.jit(jax.vmap(programs.init))(keys, hp)
-  compiled = jax.jit(over_models(run, per_vmap or num_models)).lower(state, hp).compile()
-  # XLA counts a loop body once, so the FLOPs come from a program of one unrolled step
+  # XLA counts a loop body once, so the FLOPs come from a program of one unrolled step (on one
+  # device: a sharded program's cost analysis counts one device's share)
   one_step = jax.jit(jax.vmap(lambda s, h: programs.train_step(s, h)[0])).lower(state, hp)
   cost = one_step.compile().cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  state, hp = jax.device_put((state, hp), sharding)
+  program = over_models(run, per_vmap or num_models // devices, num_devices=devices)
+  compiled = jax.jit(program, out_shardings=sharding).lower(state, hp).compile()
   return compiled, state, hp, float(cost["flops"]) / num_models
 
 
@@ -76,15 +93,30 @@ def timed(fn):
   return time.perf_counter() - start
 
 
+def engine_configurations(model_counts, cpu_devices):
+  """(M, width, devices) of each one-program variant: one vmap of all M, a lax.map over 1-model
+  vmaps, and that split over ``cpu_devices`` host devices (one per core) where M divides."""
+  found = []
+  for m in model_counts:
+    if m > 1:
+      found += [(m, m, 1), (m, 1, 1)]
+      if cpu_devices > 1 and m % cpu_devices == 0:
+        found.append((m, 1, cpu_devices))
+  return found
+
+
+def variant_name(m, width, devices):
+  return f"one program, M={m}, width {width}" + (f", {devices} devices" if devices > 1 else "")
+
+
 def measure(d_model, seq_len, model_counts, steps, repeats, peak):
   setup = setup_for(d_model, seq_len)
   single, s1, hp1, flops = build(setup, 1, steps)
-  programs = {(m, w): build(setup, m, steps, w) for m in model_counts if m > 1 for w in (m, 1)}
   variants = {}
+  for m, w, k in engine_configurations(model_counts, jax.device_count()):
+    compiled, state, hp, _ = build(setup, m, steps, w, k)
+    variants[variant_name(m, w, k)] = (m, lambda c=compiled, s=state, h=hp: c(s, h))
   for m in model_counts:
-    for w in (m, 1) if m > 1 else ():
-      compiled, state, hp, _ = programs[m, w]
-      variants[f"one program, M={m}, width {w}"] = (m, lambda c=compiled, s=state, h=hp: c(s, h))
     variants[f"one after another, M={m}"] = (
         m, lambda m=m: [single(s1, hp1) for _ in range(m)])
   for _, fn in variants.values():  # warm up
@@ -95,12 +127,12 @@ def measure(d_model, seq_len, model_counts, steps, repeats, peak):
       samples[name].append(m * steps / timed(fn))
   print(f"\nd={d_model}, N={seq_len}: {flops / 1e9:.2f} GFLOP per model-step "
         f"(XLA cost analysis); matmul peak {peak:.0f} GFLOP/s")
-  print(f"{'variant':>28} {'model-steps/s':>14} {'GFLOP/s':>9} {'of peak':>8}")
+  print(f"{'variant':>38} {'model-steps/s':>14} {'GFLOP/s':>9} {'of peak':>8}")
   rates = {}
   for name, values in samples.items():
     rate = statistics.median(values)
     rates[name] = rate
-    print(f"{name:>28} {rate:14.1f} {rate * flops / 1e9:9.1f} {rate * flops / 1e9 / peak:8.1%}")
+    print(f"{name:>38} {rate:14.1f} {rate * flops / 1e9:9.1f} {rate * flops / 1e9 / peak:8.1%}")
   return rates, flops
 
 
@@ -114,6 +146,7 @@ def main(argv):
   if not counts or min(counts) < 1 or max(counts) < 2:
     raise app.UsageError(f"--models needs counts >= 1, one of them above 1 (for the speedup), "
                          f"got {','.join(_MODELS.value)}")
+  use_cpu_devices(_CPU_DEVICES.value)
   print(f"devices: {jax.devices()}")
   peak = matmul_peak_gflops()
   small, _ = measure(32, 32, counts, _STEPS.value, _REPEATS.value, peak)
@@ -122,7 +155,8 @@ def main(argv):
   best = max(rate for name, rate in paper.items() if name.startswith("one program")
              or name == "one after another, M=1")
   print(f"\npeak_fraction_at_defaults={best * flops / 1e9 / peak:.3f}")
-  program = max(small[f"one program, M={largest}, width {w}"] for w in (largest, 1))
+  program = max(rate for name, rate in small.items()
+                if name.startswith(f"one program, M={largest},"))
   print(f"speedup_at_{largest}={program / small[f'one after another, M={largest}']:.2f}")
 
 

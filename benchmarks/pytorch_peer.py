@@ -297,9 +297,11 @@ def measure(d_model, num_models, steps, repeats, torch_variants):
   """Model-steps/s of the engine at widths 1 and M and of the PyTorch variants, interleaved."""
   setup = setup_for(d_model, d_model)
   variants, flops = {}, None
-  for width in sorted({1, num_models}):
-    compiled, state, hp, flops = build(setup, num_models, steps, width)
-    variants[f"engine, width {width}"] = lambda c=compiled, s=state, h=hp: c(s, h)
+  for m, width, devices in grid_throughput.engine_configurations([num_models],
+                                                                 jax.device_count()):
+    compiled, state, hp, flops = build(setup, m, steps, width, devices)
+    name = f"engine, width {width}" + (f", {devices} devices" if devices > 1 else "")
+    variants[name] = lambda c=compiled, s=state, h=hp: c(s, h)
   for name, make in torch_variants.items():
     variants[name] = make(setup, num_models, steps)
   for fn in variants.values():  # warm up
@@ -310,10 +312,10 @@ def measure(d_model, num_models, steps, repeats, torch_variants):
       samples[name].append(num_models * steps / timed(fn))
   print(f"\nd=N={d_model}, M={num_models}, {steps} steps per call: "
         f"{flops / 1e9:.2f} GFLOP per model-step (XLA cost analysis)")
-  print(f"{'variant':>28} {'model-steps/s':>14} {'GFLOP/s':>9}")
+  print(f"{'variant':>32} {'model-steps/s':>14} {'GFLOP/s':>9}")
   rates = {name: statistics.median(values) for name, values in samples.items()}
   for name, rate in rates.items():
-    print(f"{name:>28} {rate:14.2f} {rate * flops / 1e9:9.1f}")
+    print(f"{name:>32} {rate:14.2f} {rate * flops / 1e9:9.1f}")
   engine = max(rate for name, rate in rates.items() if name.startswith("engine"))
   return engine, rates
 
@@ -324,6 +326,7 @@ def main(argv):
     raise app.UsageError("--models is grid_throughput's; here use --models_default and "
                          "--models_small")
   steps, repeats = grid_throughput._STEPS.value, grid_throughput._REPEATS.value
+  grid_throughput.use_cpu_devices(grid_throughput._CPU_DEVICES.value)
   torch.set_num_threads(_TORCH_THREADS.value)
   # the fused-attention ensemble is one of the variants measured, its fallback known
   warnings.filterwarnings("ignore", message="There is a performance drop because we have not "

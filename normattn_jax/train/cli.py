@@ -8,6 +8,7 @@ import dataclasses
 import sys
 from typing import Any, Callable, TypeVar
 
+import jax
 from absl import app, flags, logging
 
 from normattn_jax.registry import load_plugins
@@ -28,6 +29,7 @@ class RunFlags:
   process_id: flags.FlagHolder
   afresh: flags.FlagHolder
   plugins: flags.FlagHolder
+  cpu_devices: flags.FlagHolder
 
 
 def define_run_flags() -> RunFlags:
@@ -54,7 +56,12 @@ def define_run_flags() -> RunFlags:
           "and start anew."),
       plugins=flags.DEFINE_list(
           "plugins", [], "Modules to import first (on PYTHONPATH), e.g. ones that register a "
-          "normalisation."))
+          "normalisation."),
+      cpu_devices=flags.DEFINE_integer(
+          "cpu_devices", 0, "Split a CPU into this many devices, e.g. one per core, over which "
+          "the models are sharded (faster for grids of many small models; other numbers than "
+          "one device, to float rounding); 0: JAX's default, one. No effect on accelerators.",
+          lower_bound=0))
   flags.mark_flag_as_required("workdir")
   return holders
 
@@ -81,6 +88,8 @@ def run_command(run: Callable[..., T], config: Any, run_flags: RunFlags) -> T:
                                   or f.process_id.value >= 0):
     raise app.UsageError("--coordinator_address, --num_processes and --process_id need "
                          "--distributed")
+  if f.cpu_devices.value:  # before anything starts JAX's backends
+    jax.config.update("jax_num_cpu_devices", f.cpu_devices.value)
   logging.set_verbosity(logging.ERROR)
   load_plugins(f.plugins.value)
   if f.distributed.value:

@@ -327,7 +327,7 @@ def pad_models(x: np.ndarray, count: int) -> np.ndarray:
   return np.concatenate([x, np.repeat(x[-1:], extra, axis=0)]) if extra else x
 
 
-def over_models(fn: Callable, per_vmap: int) -> Callable:
+def over_models(fn: Callable, per_vmap: int, num_devices: Optional[int] = None) -> Callable:
   """``fn`` of one model -> ``fn`` over the models axis: each device's share runs as a
   ``lax.map`` over vmaps of ``per_vmap`` models. XLA compiles a model's arithmetic by the
   shapes it runs in, so fixing the vmap's width makes each model's numbers independent of how
@@ -336,12 +336,13 @@ def over_models(fn: Callable, per_vmap: int) -> Callable:
   Args:
     fn: a function of one model's arguments.
     per_vmap: the models per vmap.
+    num_devices: the devices the models axis is split over (default: all of them).
 
   Returns:
     A function of the same arguments with a leading models axis (``padded_count`` long),
     returning ``fn``'s outputs with that axis.
   """
-  devices = jax.device_count()
+  devices = num_devices or jax.device_count()
 
   def run(*args):
     split = lambda x: x.reshape((devices, -1) + x.shape[1:])
