@@ -33,3 +33,30 @@ def check_int(name: str, value, low: int = 1) -> None:
   problem = int_problem(value, low)
   if problem:
     raise ValueError(f"{name} {problem}, got {value!r}")
+
+
+def fail_config(field: str, value, why: str):
+  """Raise the one form of a config error: ``config.<field>=<value>: <why>``.
+
+  Args:
+    field: the dotted field within the config, e.g. "train.batch_size".
+    value: its value.
+    why: what is wrong with it.
+
+  Raises:
+    ValueError: always.
+  """
+  raise ValueError(f"config.{field}={value!r}: {why}")
+
+
+def check_config_int(field: str, value, low: int = 1) -> None:
+  """``fail_config`` unless ``value`` is an integer >= ``low``.
+
+  Args:
+    field: the dotted field within the config.
+    value: its value.
+    low: the smallest value allowed.
+  """
+  problem = int_problem(value, low)
+  if problem:
+    fail_config(field, value, problem)

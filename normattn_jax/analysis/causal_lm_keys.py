@@ -30,7 +30,8 @@ import optax
 from normattn_jax.analysis.unselectable import TOLERANCE, unselectable
 from normattn_jax.models.causal_lm import CausalLM, capture_attention_inputs, next_token_loss
 from normattn_jax.train.state import TrainState
-from normattn_jax.validation import int_problem
+from normattn_jax.validation import check_config_int
+from normattn_jax.validation import fail_config as _fail
 
 # Table 1's rows: the kind of the LayerNorm before attention that each one trains, and its label.
 VARIANTS = {"with_scaling": "standard", "without_scaling": "no_scaling"}
@@ -58,20 +59,12 @@ def default_config() -> ml_collections.ConfigDict:
   return c
 
 
-def _fail(field: str, value, why: str):
-  raise ValueError(f"config.{field}={value!r}: {why}")
-
-
-def _check_int(field: str, value, low: int) -> None:
-  problem = int_problem(value, low)
-  if problem:
-    _fail(field, value, problem)
 
 
 def validate_config(c: ml_collections.ConfigDict) -> None:
   """Check every field before anything is built or compiled; errors name field and value."""
   for name in ("d_model", "num_layers", "num_heads", "mlp_ratio", "max_len"):
-    _check_int(f"model.{name}", c.model[name], 1)
+    check_config_int(f"model.{name}", c.model[name], 1)
   if c.model.max_len < 2:
     _fail("model.max_len", c.model.max_len, "must be >= 2 (a window predicts its next tokens)")
   if c.model.d_model % c.model.num_heads:
@@ -85,15 +78,15 @@ def validate_config(c: ml_collections.ConfigDict) -> None:
       _fail(field, c[section][name], "must be > 0")
   if c.data.corpus not in CORPORA:
     _fail("data.corpus", c.data.corpus, f"must be one of {CORPORA}")
-  _check_int("data.vocab_size", c.data.vocab_size, 6)
-  _check_int("data.lines_per_document", c.data.lines_per_document, 2)
-  _check_int("data.max_documents", c.data.max_documents, 0)
+  check_config_int("data.vocab_size", c.data.vocab_size, 6)
+  check_config_int("data.lines_per_document", c.data.lines_per_document, 2)
+  check_config_int("data.max_documents", c.data.max_documents, 0)
   if not 0.0 < c.data.validation_fraction < 1.0:
     _fail("data.validation_fraction", c.data.validation_fraction, "must lie in (0, 1)")
   for name in ("seeds", "batch_size", "num_steps", "log_every"):
-    _check_int(f"train.{name}", c.train[name], 1)
+    check_config_int(f"train.{name}", c.train[name], 1)
   for name in ("seed", "warmup_steps", "checkpoint_every"):
-    _check_int(f"train.{name}", c.train[name], 0)
+    check_config_int(f"train.{name}", c.train[name], 0)
   if c.train.warmup_steps >= c.train.num_steps:
     _fail("train.warmup_steps", c.train.warmup_steps,
           f"must be below train.num_steps ({c.train.num_steps})")
@@ -105,9 +98,9 @@ def validate_config(c: ml_collections.ConfigDict) -> None:
           f"must be a multiple of train.log_every ({c.train.log_every})")
   if not c.train.weight_decay >= 0:
     _fail("train.weight_decay", c.train.weight_decay, "must be >= 0")
-  _check_int("analysis.num_sequences", c.analysis.num_sequences, 1)
+  check_config_int("analysis.num_sequences", c.analysis.num_sequences, 1)
   for name in ("init_sequences", "heldout_loss_sequences"):
-    _check_int(f"analysis.{name}", c.analysis[name], 0)
+    check_config_int(f"analysis.{name}", c.analysis[name], 0)
 
 
 def build_model(c: ml_collections.ConfigDict, vocab_size: int, attention_norm: str) -> CausalLM:

@@ -39,7 +39,8 @@ from normattn_jax.train.optim import lamb_adapted, scale_by_adam_without_bias_co
     schedule_shape
 from normattn_jax.train.run_log import RunLog
 from normattn_jax.train.state import TrainState
-from normattn_jax.validation import int_problem
+from normattn_jax.validation import check_config_int
+from normattn_jax.validation import fail_config as _fail
 
 TRAIN_STREAM = 0  # the stream of a model's dropout keys (TrainState.step_key)
 
@@ -98,14 +99,6 @@ def downstream_config(task: str, *, learning_rate: float, batch_size: int, num_s
   return c
 
 
-def _fail(field: str, value, why: str):
-  raise ValueError(f"config.{field}={value!r}: {why}")
-
-
-def _integer(field: str, value, low: int) -> None:
-  problem = int_problem(value, low)
-  if problem:
-    _fail(field, value, problem)
 
 
 def _fraction(field: str, value, closed_high: bool = False) -> None:
@@ -137,21 +130,21 @@ def validate_finetune_config(c: ml_collections.ConfigDict, check_paths: bool = T
   if not task_lib.known(c.task.name):
     _fail("task.name", c.task.name, f"must be one of {tuple(task_lib.TASKS)} or a TFDS task of "
           f"finetune.tfds_tasks")
-  _integer("task.max_seq_length", c.task.max_seq_length, 8)
-  _integer("task.max_examples", c.task.max_examples, 0)
+  check_config_int("task.max_seq_length", c.task.max_seq_length, 8)
+  check_config_int("task.max_examples", c.task.max_examples, 0)
   rates = tuple(c.learning_rates)
   if not rates or not all(isinstance(r, (int, float)) and not isinstance(r, bool)
                           and math.isfinite(r) and r > 0 for r in rates):
     _fail("learning_rates", rates, "must be a non-empty tuple of positive numbers")
   if len(set(rates)) != len(rates):
     _fail("learning_rates", rates, "must not repeat a value")
-  _integer("num_seeds", c.num_seeds, 1)
-  _integer("seed", c.seed, 0)
+  check_config_int("num_seeds", c.num_seeds, 1)
+  check_config_int("seed", c.seed, 0)
   t = c.train
   for name in ("batch_size", "num_steps", "eval_every", "eval_batch_size"):
-    _integer(f"train.{name}", t[name], 1)
+    check_config_int(f"train.{name}", t[name], 1)
   for name in ("warmup_steps", "checkpoint_every", "models_per_vmap"):
-    _integer(f"train.{name}", t[name], 0)
+    check_config_int(f"train.{name}", t[name], 0)
   if t.warmup_steps >= t.num_steps:
     _fail("train.warmup_steps", t.warmup_steps, f"must be below train.num_steps ({t.num_steps})")
   if t.num_steps % t.eval_every:

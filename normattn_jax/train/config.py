@@ -14,7 +14,8 @@ from normattn_jax import tasks
 from normattn_jax.attention.registry import NORMALIZATIONS
 from normattn_jax.blocks import ARCHITECTURES
 from normattn_jax.models.sequence import OUTPUTS
-from normattn_jax.validation import int_problem
+from normattn_jax.validation import check_config_int
+from normattn_jax.validation import fail_config as _fail
 
 TASKS = tasks.TASKS  # the registered tasks, a live view (normattn_jax.tasks.registry)
 # Switches that are True, False, or None for the arch's (model.positional: the task's) own choice.
@@ -89,14 +90,9 @@ def base_config() -> ml_collections.ConfigDict:
   return c
 
 
-def _fail(field, value, why):
-  raise ValueError(f"config.{field}={value!r}: {why}")
-
 
 def _positive_int(config, field, low=1):
-  problem = int_problem(_get(config, field), low)
-  if problem:
-    _fail(field, _get(config, field), problem)
+  check_config_int(field, _get(config, field), low)
 
 
 def _non_negative_int(config, field):

@@ -33,7 +33,8 @@ from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, write_j
 from normattn_jax.train.optim import albert_lamb, albert_schedule
 from normattn_jax.train.run_log import RunLog
 from normattn_jax.train.state import TrainState
-from normattn_jax.validation import int_problem
+from normattn_jax.validation import check_config_int
+from normattn_jax.validation import fail_config as _fail
 
 CORPORA = ("shakespeare", "files", "wikipedia")
 EVAL_SUMS = ("mlm_correct", "mlm_weight", "mlm_nll", "sop_correct", "sop_nll", "examples")
@@ -66,16 +67,10 @@ def base_pretrain_config() -> ml_collections.ConfigDict:
   return c
 
 
-def _fail(field, value, why):
-  raise ValueError(f"config.{field}={value!r}: {why}")
-
-
 def validate_pretrain_config(c: ml_collections.ConfigDict) -> None:
   """Check every field before anything is built; errors name the field and the value."""
   def positive_int(field, value, allow_zero=False):
-    problem = int_problem(value, 0 if allow_zero else 1)
-    if problem:
-      _fail(field, value, problem)
+    check_config_int(field, value, 0 if allow_zero else 1)
   for name in ("embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                "intermediate_size", "num_hidden_groups", "inner_group_num",
                "max_position_embeddings", "type_vocab_size", "sinkhorn_iters"):
