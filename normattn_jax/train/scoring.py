@@ -32,7 +32,7 @@ def summarise(config, results) -> dict:
       rows = axis.rows(lr_index, value_index)
       params = {k: float(v) for k, v in point}
       params.update(axis.swept_params(value_index))
-      metrics = {key: _best_over_training(curve[:, rows], lower_is_better=key == "train_loss")
+      metrics = {key: best_over_training(curve[:, rows], lower_is_better=key == "train_loss")
                  for key, curve in history.items() if key != "diverged"}
       cells.append({"arch": arch, "learning_rate": axis.learning_rates[lr_index],
                     "params": params, "metrics": metrics,
@@ -40,7 +40,7 @@ def summarise(config, results) -> dict:
   return {"cells": cells, "best": _best_per_arch(cells)}
 
 
-def _best_over_training(curve, lower_is_better):
+def best_over_training(curve, lower_is_better):
   """{min, mean, max} over the seeds of ``curve [evals, seeds]``, each at its best evaluation."""
   best = np.nanmin if lower_is_better else np.nanmax
   out = {}

@@ -1,0 +1,49 @@
+"""Finished sweeps seed by seed, beside the NAP authors' stored seeds:
+python experiments/compare_seeds.py --authors=<paper_results folder> --tests=nap:bert,nap:mte \
+  results/<run> ...
+
+Prints, per arch x learning rate (x static point), each seed's best training and validation
+accuracy over training, how many seeds learned the task and the paper's pixel values (min / mean
+/ max over seeds), ours and the authors' for the same cell; then one-sided Mann-Whitney U tests
+between archs, each at its best learning rate. ``--authors`` is a folder of
+OliverRichter/normalized-attention's ``paper_results`` (e.g.
+``paper_results/cases/first_token_output/var_dim``) whose swept hyper-parameter is read from our
+config (d for ``var_dim``, S for ``var_vocab``); archs they stored no results for show ours
+alone. ``--out`` writes the whole report as JSON.
+"""
+from absl import app, flags
+
+from normattn_jax.reporting import seeds
+from normattn_jax.train.checkpoint import write_json
+
+_AUTHORS = flags.DEFINE_string("authors", None, "A folder of the authors' paper_results pickles.")
+_THRESHOLD = flags.DEFINE_float("threshold", 0.8,
+                                "Best training accuracy at which a seed has learned the task.")
+_TESTS = flags.DEFINE_list("tests", [], "Pairs better:worse of archs to test, e.g. nap:bert.")
+_OUT = flags.DEFINE_string("out", None, "Write the report as JSON here.")
+
+
+def parse_tests(items) -> tuple:
+  pairs = tuple(tuple(item.split(":")) for item in items)
+  bad = [":".join(p) for p in pairs if len(p) != 2 or not all(p)]
+  if bad:
+    raise app.UsageError(f"--tests={','.join(items)}: {bad[0]!r} is no pair better:worse")
+  return pairs
+
+
+def main(argv):
+  workdirs = argv[1:]
+  if not workdirs:
+    raise app.UsageError("give the workdir of at least one finished sweep")
+  if not 0 < _THRESHOLD.value <= 1:
+    raise app.UsageError(f"--threshold={_THRESHOLD.value} must lie in (0, 1]")
+  report = seeds.compare([seeds.OurSweep.read(w) for w in workdirs], _AUTHORS.value,
+                         _THRESHOLD.value, parse_tests(_TESTS.value))
+  report["runs"] = workdirs
+  print(seeds.markdown(report))
+  if _OUT.value:
+    write_json(_OUT.value, report, indent=1)
+
+
+if __name__ == "__main__":
+  app.run(main)

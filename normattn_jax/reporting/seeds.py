@@ -1,0 +1,333 @@
+"""Per-seed results of a sweep beside the NAP authors' stored ones.
+
+A pixel of the paper's plots is a min, mean and max over 5 seeds, and seeds of these tasks are
+often bimodal (a seed learns the task or stays at a base rate), so a claim between architectures
+is judged here seed by seed: each seed's best accuracy over training, how many seeds learn, and a
+rank test between two architectures' seeds.
+
+The authors' code (OliverRichter/normalized-attention, ``train.py``) stores each architecture's
+sweep as ``<ARCH>.pickle``, a tuple ``(results, completed runs, run order)`` whose ``results``
+nest as [epoch][learning rate][swept value][metric][seed] (metric 0: training accuracy, 1:
+validation accuracy), beside ``<ARCH>_params.pickle``, a pair ``(variations, params)`` whose
+two variations ``{name, min, range, base}`` give the swept values ``base ** (index + min)``
+(the first the swept hyper-parameter, the second the learning rate).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+from typing import Mapping, Optional
+
+import numpy as np
+import scipy.stats
+
+from normattn_jax.train import artifacts
+from normattn_jax.train.config import point_config, point_label, static_points
+from normattn_jax.train.layout import ModelsAxis
+from normattn_jax.train.scoring import best_over_training
+
+# Our architecture names -> the authors' file names.
+AUTHORS_NAMES = {"bert": "BERT", "mte": "MTE", "nap": "NAP", "non": "NON", "sum": "sum",
+                 "max": "max"}
+# The authors' names of swept hyper-parameters -> our config fields.
+AUTHORS_FIELDS = {"model_dimension": "model.d_model", "vocabulary_size": "task.vocab_size",
+                  "heads": "model.num_heads", "layers": "model.num_layers",
+                  "max_sequence_length": "task.seq_len", "batch_size": "train.batch_size"}
+# Our metric names -> the authors' metric index.
+AUTHORS_METRICS = {"train_acc": 0, "val_acc": 1}
+
+
+def _variation_values(variation: dict) -> np.ndarray:
+  """The values of one of the authors' variations: ``base ** (index + min)``, or
+  ``index + min`` where ``base`` is false."""
+  exponents = np.arange(variation["range"]) + variation["min"]
+  return float(variation["base"]) ** exponents if variation["base"] else exponents.astype(float)
+
+
+def _index_of(values: np.ndarray, value: float, what: str) -> int:
+  """The index of ``value`` in ``values`` to 1% (stored learning rates are rounded)."""
+  close = np.flatnonzero(np.isclose(values, value, rtol=1e-2, atol=0.0))
+  if close.size != 1:
+    raise KeyError(f"{what}={value:g} is not one of {[float(f'{v:.3g}') for v in values]}")
+  return int(close[0])
+
+
+@dataclasses.dataclass(frozen=True)
+class AuthorsSweep:
+  """One architecture's stored sweep of the authors' code.
+
+  Attributes:
+    curves: ``[epochs, learning rates, swept values, metrics, seeds]``.
+    learning_rates: one per index of the learning-rate axis.
+    swept: the authors' name of the swept hyper-parameter, e.g. "model_dimension".
+    values: one per index of the swept axis.
+  """
+  curves: np.ndarray
+  learning_rates: np.ndarray
+  swept: str
+  values: np.ndarray
+
+  @classmethod
+  def read(cls, directory: str, arch: str) -> AuthorsSweep:
+    """Read ``<directory>/<ARCH>.pickle`` and its ``_params.pickle``.
+
+    Args:
+      directory: a folder of the authors' ``paper_results``, e.g.
+        ``paper_results/cases/first_token_output/var_dim``.
+      arch: our name of the architecture (``AUTHORS_NAMES``).
+
+    Returns:
+      The sweep.
+
+    Raises:
+      FileNotFoundError: the folder lacks the architecture's files.
+      ValueError: the stored sweep is incomplete (cells with different seed counts) or not a
+        learning-rate sweep.
+    """
+    name = os.path.join(directory, AUTHORS_NAMES.get(arch, arch))
+    with open(name + "_params.pickle", "rb") as f:
+      variations, _ = pickle.load(f)
+    with open(name + ".pickle", "rb") as f:
+      results = pickle.load(f)[0]
+    swept, rates = variations
+    if rates["name"] != "learning_rate":
+      raise ValueError(f"{name}_params.pickle: the second variation is {rates['name']!r}, "
+                       "not the learning rate")
+    try:
+      curves = np.asarray(results, dtype=np.float64)
+    except ValueError:
+      raise ValueError(f"{name}.pickle: cells hold different numbers of seeds "
+                       "(an unfinished sweep)") from None
+    if curves.ndim != 5:
+      raise ValueError(f"{name}.pickle: results of shape {curves.shape}, expected "
+                       "[epochs, learning rates, values, metrics, seeds]")
+    return cls(curves, _variation_values(rates), swept["name"], _variation_values(swept))
+
+  def seeds(self, metric: str, learning_rate: float, value: float) -> np.ndarray:
+    """One cell's curves, ``[epochs, seeds]``.
+
+    Args:
+      metric: "train_acc" or "val_acc".
+      learning_rate: one of ``learning_rates`` (to 1%).
+      value: one of ``values`` (to 1%).
+    """
+    if metric not in AUTHORS_METRICS:
+      raise KeyError(f"metric={metric!r}: the authors stored {tuple(AUTHORS_METRICS)}")
+    return self.curves[:, _index_of(self.learning_rates, learning_rate, "learning_rate"),
+                       _index_of(self.values, value, self.swept), AUTHORS_METRICS[metric]]
+
+
+@dataclasses.dataclass(frozen=True)
+class OurSweep:
+  """A finished sweep of ours (its ``config.json`` and ``metrics.npz``).
+
+  Attributes:
+    config: the run's config.
+    results: ``{(arch, static point items): {metric: [evals, models]}}``.
+  """
+  config: object
+  results: Mapping
+
+  @classmethod
+  def read(cls, workdir: str) -> OurSweep:
+    config = artifacts.read_config(workdir)
+    return cls(config, artifacts.read_results(workdir, config))
+
+  @property
+  def learning_rates(self) -> tuple[float, ...]:
+    return tuple(float(lr) for lr in self.config.learning_rates)
+
+  @property
+  def points(self) -> list[dict]:
+    return list(static_points(self.config))
+
+  def seeds(self, arch: str, metric: str, learning_rate: float,
+            point: Optional[dict] = None) -> np.ndarray:
+    """One cell's curves, ``[evaluations, seeds]``.
+
+    Args:
+      arch: one of the run's archs.
+      metric: a metric of the run, e.g. "train_acc".
+      learning_rate: one of the run's learning rates (to 1%).
+      point: the static sweep point (``{}`` or None without one).
+    """
+    label = point_label(point or {})
+    history = next((h for (a, p), h in self.results.items()
+                    if a == arch and point_label(dict(p)) == label), None)
+    if history is None:
+      raise KeyError(f"the run has no grid {arch!r}{f' at {label}' if label else ''}")
+    if metric not in history:
+      raise KeyError(f"metric={metric!r}: the run stored {tuple(sorted(history))}")
+    axis = ModelsAxis.of(self.config)
+    lr_index = _index_of(np.asarray(self.learning_rates), learning_rate, "learning_rate")
+    return history[metric][:, axis.rows(lr_index, 0)]
+
+
+def best_per_seed(curves: np.ndarray) -> np.ndarray:
+  """Each seed's best accuracy over training, ``[seeds]``, from ``[evaluations, seeds]``."""
+  return np.nanmax(curves, axis=0)
+
+
+def pixel(curves: np.ndarray) -> dict:
+  """The paper's pixel values of a cell: min, mean and max over seeds, each at its best over
+  training (``scoring.best_over_training``)."""
+  return best_over_training(curves, lower_is_better=False)
+
+
+def learned(best: np.ndarray, threshold: float) -> int:
+  """How many seeds reached ``threshold`` (e.g. 0.8 train accuracy: the task learned)."""
+  return int(np.sum(np.asarray(best) >= threshold))
+
+
+def rank_test(better: np.ndarray, worse: np.ndarray) -> float:
+  """The one-sided Mann-Whitney U test that ``better``'s seeds lie above ``worse``'s.
+
+  Exact for small samples without ties; with ties (seeds stuck at one base rate), the normal
+  approximation with tie correction.
+
+  Returns:
+    The p-value (the smallest for 5 seeds against 5: 1/252 = 0.004).
+  """
+  return float(scipy.stats.mannwhitneyu(better, worse, alternative="greater").pvalue)
+
+
+def compare(runs: list[OurSweep], authors_dir: Optional[str] = None, threshold: float = 0.8,
+            tests: tuple[tuple[str, str], ...] = ()) -> dict:
+  """Every cell of ``runs`` seed by seed, beside the authors' same cell where they stored it,
+  and rank tests between architectures at their best learning rates.
+
+  An architecture's best learning rate is the paper's: the best mean training accuracy over
+  training, ours among the learning rates we ran, the authors' among all of theirs.
+
+  Args:
+    runs: finished sweeps (any archs and learning rates, with or without static points).
+    authors_dir: a folder of the authors' pickles whose swept hyper-parameter is a field of our
+      config (``AUTHORS_FIELDS``); None for ours alone.
+    threshold: the best training accuracy at which a seed counts as having learned the task.
+    tests: pairs ``(better, worse)`` of archs, each tested at its best learning rate at every
+      static point both were run at.
+
+  Returns:
+    ``{"threshold", "cells": [...], "tests": [...]}``. A cell holds, for "ours" and (where
+    stored) "authors", per metric the seeds' best over training, the pixel values and, for
+    training accuracy, the number of seeds that learned.
+  """
+  cells, authors, ours_best = [], {}, {}
+  for run in runs:
+    for point in run.points:
+      for arch in run.config.archs:
+        sweep = _authors_sweep(authors, authors_dir, arch)
+        value = _authors_value(sweep, run.config, point) if sweep else None
+        for lr in run.learning_rates:
+          cell = {"arch": arch, "learning_rate": lr, "point": point_label(point),
+                  "ours": _scores(lambda m: run.seeds(arch, m, lr, point), threshold)}
+          if sweep is not None and _has(sweep.learning_rates, lr):
+            cell["authors"] = _scores(lambda m: sweep.seeds(m, lr, value), threshold)
+          cells.append(cell)
+          key = (arch, cell["point"])
+          mean = cell["ours"]["train_acc"]["pixel"]["mean"]
+          if mean is not None and mean > ours_best.get(key, (-1.0, None))[0]:
+            ours_best[key] = (mean, cell, value)
+  out_tests = []
+  for better, worse in tests:
+    for (arch, point), (_, cell, value) in sorted(ours_best.items(), key=lambda kv: kv[0]):
+      if arch == better and (worse, point) in ours_best:
+        out_tests.append(_test(cell, ours_best[(worse, point)][1], value,
+                               authors.get(better), authors.get(worse)))
+  return {"threshold": threshold, "cells": cells, "tests": out_tests}
+
+
+def _has(values: np.ndarray, value: float) -> bool:
+  return bool(np.isclose(values, value, rtol=1e-2, atol=0.0).any())
+
+
+def _authors_sweep(cache: dict, authors_dir: Optional[str], arch: str):
+  """The authors' sweep of ``arch`` (read once), or None where they stored none."""
+  if authors_dir is None:
+    return None
+  if arch not in cache:
+    try:
+      cache[arch] = AuthorsSweep.read(authors_dir, arch)
+    except (FileNotFoundError, EOFError):  # not stored, or an empty file
+      cache[arch] = None
+  return cache[arch]
+
+
+def _authors_value(sweep: AuthorsSweep, config, point: dict) -> float:
+  """Our value, at ``point``, of the field the authors swept."""
+  if sweep.swept not in AUTHORS_FIELDS:
+    raise ValueError(f"the authors swept {sweep.swept!r}, which is none of "
+                     f"{tuple(AUTHORS_FIELDS)}")
+  node = point_config(config, point)
+  for part in AUTHORS_FIELDS[sweep.swept].split("."):
+    node = node[part]
+  return float(node)
+
+
+def _scores(read, threshold: float) -> dict:
+  """Per metric: each seed's best over training and the pixel values; for training accuracy
+  also how many seeds learned."""
+  out = {}
+  for metric in AUTHORS_METRICS:
+    curves = read(metric)
+    best = best_per_seed(curves)
+    out[metric] = {"seeds": [float(x) for x in best], "pixel": pixel(curves)}
+  out["train_acc"]["learned"] = learned(out["train_acc"]["seeds"], threshold)
+  return out
+
+
+def _authors_best(sweep: AuthorsSweep, value: float) -> tuple[float, dict]:
+  """The authors' best learning rate at ``value`` (best mean training accuracy over training)
+  and the per-seed bests there, per metric."""
+  means = [pixel(sweep.seeds("train_acc", lr, value))["mean"] for lr in sweep.learning_rates]
+  lr = float(sweep.learning_rates[int(np.argmax(means))])
+  return lr, {m: best_per_seed(sweep.seeds(m, lr, value)) for m in AUTHORS_METRICS}
+
+
+def _test(better: dict, worse: dict, value, better_sweep, worse_sweep) -> dict:
+  """The rank test of two archs' cells (each at its best learning rate), per metric; and the
+  authors' same test where they stored both archs."""
+  out = {"better": better["arch"], "worse": worse["arch"], "point": better["point"],
+         "learning_rates": [better["learning_rate"], worse["learning_rate"]],
+         "ours": {m: rank_test(better["ours"][m]["seeds"], worse["ours"][m]["seeds"])
+                  for m in AUTHORS_METRICS}}
+  if better_sweep is not None and worse_sweep is not None:
+    (lr_a, a), (lr_b, b) = _authors_best(better_sweep, value), _authors_best(worse_sweep, value)
+    out["authors_learning_rates"] = [lr_a, lr_b]
+    out["authors"] = {m: rank_test(a[m], b[m]) for m in AUTHORS_METRICS}
+  return out
+
+
+def markdown(report: dict) -> str:
+  """``compare``'s report as two markdown tables: the cells seed by seed, and the tests."""
+  pct = lambda xs: ", ".join(f"{100 * x:.1f}" for x in xs)
+  pix = lambda p: " / ".join("-" if p[k] is None else f"{100 * p[k]:.1f}"
+                             for k in ("min", "mean", "max"))
+  lines = [f"Best accuracy over training per seed (%); learned: seeds with best training "
+           f"accuracy >= {100 * report['threshold']:g}%; pixel: min / mean / max over seeds.", "",
+           "| arch | point | learning rate | source | train, per seed | learned | train pixel "
+           "| validation, per seed | validation pixel |", "|---" * 9 + "|"]
+  for cell in report["cells"]:
+    for source in ("ours", "authors"):
+      if source in cell:
+        s = cell[source]
+        lines.append(f"| {cell['arch']} | {cell['point'] or '-'} | {cell['learning_rate']:.3g} "
+                     f"| {source} | {pct(s['train_acc']['seeds'])} | "
+                     f"{s['train_acc']['learned']}/{len(s['train_acc']['seeds'])} | "
+                     f"{pix(s['train_acc']['pixel'])} | {pct(s['val_acc']['seeds'])} | "
+                     f"{pix(s['val_acc']['pixel'])} |")
+  if report["tests"]:
+    lines += ["", "One-sided Mann-Whitney U tests, each arch at its best learning rate "
+              "(p-values; ours, then the authors' seeds):", "",
+              "| test | point | learning rates, ours | train p | validation p "
+              "| learning rates, authors' | train p | validation p |", "|---" * 8 + "|"]
+    for t in report["tests"]:
+      authors = t.get("authors")
+      lrs = lambda xs: " / ".join(f"{x:.3g}" for x in xs)
+      lines.append(
+          f"| {t['better']} > {t['worse']} | {t['point'] or '-'} | {lrs(t['learning_rates'])} "
+          f"| {t['ours']['train_acc']:.3f} | {t['ours']['val_acc']:.3f} | "
+          + (f"{lrs(t['authors_learning_rates'])} | {authors['train_acc']:.3f} | "
+             f"{authors['val_acc']:.3f} |" if authors else "- | - | - |"))
+  return "\n".join(lines)

@@ -1,0 +1,140 @@
+"""reporting.seeds: the authors' stored sweeps read cell by cell, our seeds beside theirs, and the
+rank test between archs. From made-up curves in both formats, no training."""
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+from normattn_jax.reporting import seeds
+from normattn_jax.train import artifacts
+from normattn_jax.train.checkpoint import config_json, write_json
+from normattn_jax.train.layout import ModelsAxis
+from test_grid import tiny_config
+
+EPOCHS, RATES, VALUES, SEEDS = 3, 4, 2, 5
+
+
+def authors_curve(epoch, lr, value, metric, seed):
+  """A made-up accuracy that names its cell: each index in its own decimal place."""
+  return 0.1 * metric + 0.01 * lr + 0.001 * value + 0.0001 * seed + 0.00001 * epoch
+
+
+def write_authors(directory, name, seeds_per_cell=lambda lr, value: SEEDS):
+  """A sweep in the authors' format over d = 2^3, 2^4 and learning rates 0.3^1..0.3^4."""
+  variations = [{"name": "model_dimension", "min": 3, "range": VALUES, "base": 2},
+                {"name": "learning_rate", "min": 1, "range": RATES, "base": 0.3}]
+  results = [[[[[authors_curve(e, lr, v, m, s) for s in range(seeds_per_cell(lr, v))]
+                for m in range(4)] for v in range(VALUES)] for lr in range(RATES)]
+             for e in range(EPOCHS)]
+  with open(os.path.join(directory, name + "_params.pickle"), "wb") as f:
+    pickle.dump([variations, {"model": name}], f)
+  with open(os.path.join(directory, name + ".pickle"), "wb") as f:
+    pickle.dump((results, EPOCHS * RATES * VALUES, 0), f)
+
+
+def test_the_authors_cells_are_read_by_learning_rate_and_swept_value(tmp_path):
+  write_authors(tmp_path, "NAP")
+  sweep = seeds.AuthorsSweep.read(str(tmp_path), "nap")
+  assert sweep.swept == "model_dimension"
+  np.testing.assert_allclose(sweep.values, [8, 16])
+  np.testing.assert_allclose(sweep.learning_rates, [0.3, 0.09, 0.027, 0.0081])
+  cell = sweep.seeds("val_acc", 0.0081, 16)  # rounded as our configs write it: to 1%
+  expected = [[authors_curve(e, 3, 1, 1, s) for s in range(SEEDS)] for e in range(EPOCHS)]
+  np.testing.assert_allclose(cell, expected)
+  with pytest.raises(KeyError, match="learning_rate=0.001 is not one of"):
+    sweep.seeds("train_acc", 0.001, 16)
+  with pytest.raises(KeyError, match="model_dimension=32"):
+    sweep.seeds("train_acc", 0.3, 32)
+
+
+def test_an_unfinished_authors_sweep_is_refused(tmp_path):
+  write_authors(tmp_path, "BERT", seeds_per_cell=lambda lr, v: SEEDS - (lr == 0 and v == 0))
+  with pytest.raises(ValueError, match="different numbers of seeds"):
+    seeds.AuthorsSweep.read(str(tmp_path), "bert")
+
+
+def test_rank_test_is_smallest_when_every_seed_lies_above():
+  low, high = np.array([0.2, 0.21, 0.22, 0.23, 0.24]), np.array([0.7, 0.8, 0.85, 0.9, 0.95])
+  assert seeds.rank_test(high, low) == pytest.approx(1 / 252)
+  assert seeds.rank_test(low, high) == pytest.approx(1.0)
+  assert 0.2 < seeds.rank_test(low, low + 0.001 * np.array([1, -1, 1, -1, 1])) < 0.8
+
+
+def test_learned_counts_seeds_at_the_threshold():
+  assert seeds.learned(np.array([0.79, 0.8, 0.95, 0.2]), 0.8) == 2
+
+
+def our_run(tmp_path):
+  """A made-up finished sweep of ours at d = 16, its learning rates 0.3^2 and 0.3^4."""
+  c = tiny_config()
+  c.archs = ("nap", "bert")
+  c.model.d_model = 16
+  c.learning_rates = (0.09, 0.0081)
+  c.num_seeds = SEEDS
+  axis = ModelsAxis.of(c)
+  evals = c.train.num_steps // c.train.eval_every
+  results = {}
+  for arch in c.archs:  # nap's seeds at 0.9.., bert's at 0.2..
+    base = 0.9 if arch == "nap" else 0.2
+    curves = {name: np.tile(base + 0.01 * np.arange(axis.num_models), (evals, 1))
+              .astype(np.float32) for name in ("train_acc", "val_acc", "train_loss")}
+    curves["train_acc"][-1, axis.rows(1, 0)] -= 0.5  # a later evaluation below the best
+    curves["diverged"] = np.zeros((evals, axis.num_models), bool)
+    results[(arch, ())] = curves
+  artifacts.save_metrics(os.path.join(tmp_path, artifacts.METRICS), c, results)
+  write_json(os.path.join(tmp_path, "config.json"), config_json(c))
+  return c
+
+
+def test_ours_beside_the_authors_cell_by_cell(tmp_path):
+  authors, run = tmp_path / "authors", tmp_path / "run"
+  authors.mkdir(), run.mkdir()
+  write_authors(authors, "NAP")  # no BERT stored: ours alone
+  c = our_run(run)
+  report = seeds.compare([seeds.OurSweep.read(str(run))], str(authors), threshold=0.8,
+                         tests=(("nap", "bert"),))
+  cells = {(cell["arch"], cell["learning_rate"]): cell for cell in report["cells"]}
+  assert set(cells) == {(a, lr) for a in c.archs for lr in c.learning_rates}
+  nap = cells[("nap", 0.0081)]
+  # ours: seed s of the second learning rate is model 5 + s, best over training (not the last)
+  np.testing.assert_allclose(nap["ours"]["train_acc"]["seeds"], 0.9 + 0.01 * (5 + np.arange(5)),
+                             rtol=1e-6)
+  assert nap["ours"]["train_acc"]["learned"] == 5
+  assert cells[("bert", 0.0081)]["ours"]["train_acc"]["learned"] == 0
+  # the authors' cell at d = 16 (value index 1) and 0.3^4 (index 3)
+  np.testing.assert_allclose(nap["authors"]["train_acc"]["seeds"],
+                             [authors_curve(EPOCHS - 1, 3, 1, 0, s) for s in range(SEEDS)])
+  assert nap["authors"]["train_acc"]["pixel"]["mean"] == pytest.approx(
+      np.mean([authors_curve(EPOCHS - 1, 3, 1, 0, s) for s in range(SEEDS)]))
+  assert "authors" not in cells[("bert", 0.0081)]
+  (test,) = report["tests"]
+  assert (test["better"], test["worse"]) == ("nap", "bert")
+  assert test["learning_rates"] == [0.0081, 0.0081]  # each arch's best mean training accuracy
+  assert test["ours"]["train_acc"] == pytest.approx(1 / 252)
+  assert "authors" not in test
+  table = seeds.markdown(report)
+  assert "| nap > bert | - | 0.0081 / 0.0081 | 0.004 |" in table
+  assert "| nap | - | 0.0081 | authors |" in table
+
+
+def test_the_authors_test_takes_their_own_best_learning_rate(tmp_path):
+  authors, run = tmp_path / "authors", tmp_path / "run"
+  authors.mkdir(), run.mkdir()
+  write_authors(authors, "NAP")
+  write_authors(authors, "BERT")
+  our_run(run)
+  (test,) = seeds.compare([seeds.OurSweep.read(str(run))], str(authors),
+                          tests=(("nap", "bert"),))["tests"]
+  # made-up curves rise with the learning-rate index: the smallest rate, 0.3^4, is the best
+  assert test["authors_learning_rates"] == [pytest.approx(0.0081)] * 2
+  assert 0.3 < test["authors"]["train_acc"] < 0.7  # the same seeds: no difference
+
+
+def test_a_missing_arch_or_metric_is_named(tmp_path):
+  our_run(tmp_path)
+  run = seeds.OurSweep.read(str(tmp_path))
+  with pytest.raises(KeyError, match="no grid 'mte'"):
+    run.seeds("mte", "train_acc", 0.09)
+  with pytest.raises(KeyError, match="metric='case_acc_first'"):
+    run.seeds("nap", "case_acc_first", 0.09)
