@@ -107,6 +107,8 @@ def test_ours_beside_the_authors_cell_by_cell(tmp_path):
                              [authors_curve(EPOCHS - 1, 3, 1, 0, s) for s in range(SEEDS)])
   assert nap["authors"]["train_acc"]["pixel"]["mean"] == pytest.approx(
       np.mean([authors_curve(EPOCHS - 1, 3, 1, 0, s) for s in range(SEEDS)]))
+  # ours (0.95..0.99) against theirs (0.03..0.04): every seed apart, 2 x 1/252 two-sided
+  assert nap["ours_vs_authors"]["train_acc"] == pytest.approx(2 / 252)
   assert "authors" not in cells[("bert", 0.0081)]
   (test,) = report["tests"]
   assert (test["better"], test["worse"]) == ("nap", "bert")

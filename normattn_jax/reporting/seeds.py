@@ -180,16 +180,17 @@ def learned(best: np.ndarray, threshold: float) -> int:
   return int(np.sum(np.asarray(best) >= threshold))
 
 
-def rank_test(better: np.ndarray, worse: np.ndarray) -> float:
-  """The one-sided Mann-Whitney U test that ``better``'s seeds lie above ``worse``'s.
+def rank_test(better: np.ndarray, worse: np.ndarray, alternative: str = "greater") -> float:
+  """The Mann-Whitney U test that ``better``'s seeds lie above ``worse``'s (or, with
+  ``alternative="two-sided"``, that the two differ).
 
   Exact for small samples without ties; with ties (seeds stuck at one base rate), the normal
   approximation with tie correction.
 
   Returns:
-    The p-value (the smallest for 5 seeds against 5: 1/252 = 0.004).
+    The p-value (the smallest for 5 seeds against 5, one-sided: 1/252 = 0.004).
   """
-  return float(scipy.stats.mannwhitneyu(better, worse, alternative="greater").pvalue)
+  return float(scipy.stats.mannwhitneyu(better, worse, alternative=alternative).pvalue)
 
 
 def compare(runs: list[OurSweep], authors_dir: Optional[str] = None, threshold: float = 0.8,
@@ -211,7 +212,8 @@ def compare(runs: list[OurSweep], authors_dir: Optional[str] = None, threshold: 
   Returns:
     ``{"threshold", "cells": [...], "tests": [...]}``. A cell holds, for "ours" and (where
     stored) "authors", per metric the seeds' best over training, the pixel values and, for
-    training accuracy, the number of seeds that learned.
+    training accuracy, the number of seeds that learned; with the authors' cell also
+    "ours_vs_authors", per metric the two-sided rank test between the two sets of seeds.
   """
   cells, authors, ours_best = [], {}, {}
   for run in runs:
@@ -224,6 +226,9 @@ def compare(runs: list[OurSweep], authors_dir: Optional[str] = None, threshold: 
                   "ours": _scores(lambda m: run.seeds(arch, m, lr, point), threshold)}
           if sweep is not None and _has(sweep.learning_rates, lr):
             cell["authors"] = _scores(lambda m: sweep.seeds(m, lr, value), threshold)
+            cell["ours_vs_authors"] = {  # two-sided: do our seeds differ from theirs?
+                m: rank_test(cell["ours"][m]["seeds"], cell["authors"][m]["seeds"], "two-sided")
+                for m in AUTHORS_METRICS}
           cells.append(cell)
           key = (arch, cell["point"])
           mean = cell["ours"]["train_acc"]["pixel"]["mean"]
@@ -306,17 +311,21 @@ def markdown(report: dict) -> str:
                              for k in ("min", "mean", "max"))
   lines = [f"Best accuracy over training per seed (%); learned: seeds with best training "
            f"accuracy >= {100 * report['threshold']:g}%; pixel: min / mean / max over seeds.", "",
+           "p: two-sided Mann-Whitney U test of our seeds against the authors', train / "
+           "validation.", "",
            "| arch | point | learning rate | source | train, per seed | learned | train pixel "
-           "| validation, per seed | validation pixel |", "|---" * 9 + "|"]
+           "| validation, per seed | validation pixel | p |", "|---" * 10 + "|"]
   for cell in report["cells"]:
     for source in ("ours", "authors"):
       if source in cell:
         s = cell[source]
+        p = cell.get("ours_vs_authors") if source == "authors" else None
         lines.append(f"| {cell['arch']} | {cell['point'] or '-'} | {cell['learning_rate']:.3g} "
                      f"| {source} | {pct(s['train_acc']['seeds'])} | "
                      f"{s['train_acc']['learned']}/{len(s['train_acc']['seeds'])} | "
                      f"{pix(s['train_acc']['pixel'])} | {pct(s['val_acc']['seeds'])} | "
-                     f"{pix(s['val_acc']['pixel'])} |")
+                     f"{pix(s['val_acc']['pixel'])} | "
+                     + (f"{p['train_acc']:.2f} / {p['val_acc']:.2f} |" if p else "|"))
   if report["tests"]:
     lines += ["", "One-sided Mann-Whitney U tests, each arch at its best learning rate "
               "(p-values; ours, then the authors' seeds):", "",
