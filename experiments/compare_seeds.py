@@ -9,7 +9,10 @@ between archs, each at its best learning rate. ``--authors`` is a folder of
 OliverRichter/normalized-attention's ``paper_results`` (e.g.
 ``paper_results/cases/first_token_output/var_dim``) whose swept hyper-parameter is read from our
 config (d for ``var_dim``, S for ``var_vocab``); archs they stored no results for show ours
-alone. ``--out`` writes the whole report as JSON.
+alone. A cell is matched by the swept value and the learning rate only: the authors' other
+settings are the paper's defaults (N = 128, L = 2, H = 4, batch 32, 3200 steps, or 400 S for
+``var_vocab``), so their cells are our cells' peers only for runs at those settings.
+``--out`` writes the whole report as JSON.
 """
 from absl import app, flags
 
