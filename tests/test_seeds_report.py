@@ -118,6 +118,15 @@ def test_ours_beside_the_authors_cell_by_cell(tmp_path):
   table = seeds.markdown(report)
   assert "| nap > bert | - | 0.0081 / 0.0081 | 0.004 |" in table
   assert "| nap | - | 0.0081 | authors |" in table
+  assert "| validation pixel | p |" in table
+
+
+def test_without_the_authors_the_table_has_no_column_of_theirs(tmp_path):
+  our_run(tmp_path)
+  report = seeds.compare([seeds.OurSweep.read(str(tmp_path))], tests=(("nap", "bert"),))
+  table = seeds.markdown(report)
+  assert "authors" not in table and "| p |" not in table
+  assert table.splitlines()[-1] == "| nap > bert | - | 0.0081 / 0.0081 | 0.004 | 0.004 |"
 
 
 def test_the_authors_test_takes_their_own_best_learning_rate(tmp_path):

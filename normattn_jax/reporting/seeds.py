@@ -305,38 +305,47 @@ def _test(better: dict, worse: dict, value, better_sweep, worse_sweep) -> dict:
 
 
 def markdown(report: dict) -> str:
-  """``compare``'s report as two markdown tables: the cells seed by seed, and the tests."""
+  """``compare``'s report as two markdown tables: the cells seed by seed, and the tests (the
+  authors' columns only where the report holds their seeds)."""
   pct = lambda xs: ", ".join(f"{100 * x:.1f}" for x in xs)
   pix = lambda p: " / ".join("-" if p[k] is None else f"{100 * p[k]:.1f}"
                              for k in ("min", "mean", "max"))
+  lrs = lambda xs: " / ".join(f"{x:.3g}" for x in xs)
+  with_authors = any("authors" in cell for cell in report["cells"])
   lines = [f"Best accuracy over training per seed (%); learned: seeds with best training "
-           f"accuracy >= {100 * report['threshold']:g}%; pixel: min / mean / max over seeds.", "",
-           "p: two-sided Mann-Whitney U test of our seeds against the authors', train / "
-           "validation.", "",
-           "| arch | point | learning rate | source | train, per seed | learned | train pixel "
-           "| validation, per seed | validation pixel | p |", "|---" * 10 + "|"]
+           f"accuracy >= {100 * report['threshold']:g}%; pixel: min / mean / max over seeds."]
+  if with_authors:
+    lines.append("p: two-sided Mann-Whitney U test of our seeds against the authors', train / "
+                 "validation.")
+  columns = ["arch", "point", "learning rate", "source", "train, per seed", "learned",
+             "train pixel", "validation, per seed", "validation pixel"] + ["p"] * with_authors
+  lines += ["", "| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
   for cell in report["cells"]:
     for source in ("ours", "authors"):
       if source in cell:
         s = cell[source]
-        p = cell.get("ours_vs_authors") if source == "authors" else None
-        lines.append(f"| {cell['arch']} | {cell['point'] or '-'} | {cell['learning_rate']:.3g} "
-                     f"| {source} | {pct(s['train_acc']['seeds'])} | "
-                     f"{s['train_acc']['learned']}/{len(s['train_acc']['seeds'])} | "
-                     f"{pix(s['train_acc']['pixel'])} | {pct(s['val_acc']['seeds'])} | "
-                     f"{pix(s['val_acc']['pixel'])} | "
-                     + (f"{p['train_acc']:.2f} / {p['val_acc']:.2f} |" if p else "|"))
+        row = [cell["arch"], cell["point"] or "-", f"{cell['learning_rate']:.3g}", source,
+               pct(s["train_acc"]["seeds"]),
+               f"{s['train_acc']['learned']}/{len(s['train_acc']['seeds'])}",
+               pix(s["train_acc"]["pixel"]), pct(s["val_acc"]["seeds"]), pix(s["val_acc"]["pixel"])]
+        if with_authors:
+          p = cell.get("ours_vs_authors") if source == "authors" else None
+          row.append(f"{p['train_acc']:.2f} / {p['val_acc']:.2f}" if p else "")
+        lines.append("| " + " | ".join(row) + " |")
   if report["tests"]:
-    lines += ["", "One-sided Mann-Whitney U tests, each arch at its best learning rate "
-              "(p-values; ours, then the authors' seeds):", "",
-              "| test | point | learning rates, ours | train p | validation p "
-              "| learning rates, authors' | train p | validation p |", "|---" * 8 + "|"]
+    authors_tested = any("authors" in t for t in report["tests"])
+    lines += ["", "One-sided Mann-Whitney U tests, each arch at its best learning rate (p-values"
+              + ("; ours, then the authors' seeds):" if authors_tested else "):"), ""]
+    columns = ["test", "point", "learning rates", "train p", "validation p"]
+    if authors_tested:
+      columns += ["learning rates, authors'", "train p", "validation p"]
+    lines += ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
     for t in report["tests"]:
-      authors = t.get("authors")
-      lrs = lambda xs: " / ".join(f"{x:.3g}" for x in xs)
-      lines.append(
-          f"| {t['better']} > {t['worse']} | {t['point'] or '-'} | {lrs(t['learning_rates'])} "
-          f"| {t['ours']['train_acc']:.3f} | {t['ours']['val_acc']:.3f} | "
-          + (f"{lrs(t['authors_learning_rates'])} | {authors['train_acc']:.3f} | "
-             f"{authors['val_acc']:.3f} |" if authors else "- | - | - |"))
+      row = [f"{t['better']} > {t['worse']}", t["point"] or "-", lrs(t["learning_rates"]),
+             f"{t['ours']['train_acc']:.3f}", f"{t['ours']['val_acc']:.3f}"]
+      if authors_tested:
+        a = t.get("authors")
+        row += ([lrs(t["authors_learning_rates"]), f"{a['train_acc']:.3f}",
+                 f"{a['val_acc']:.3f}"] if a else ["-", "-", "-"])
+      lines.append("| " + " | ".join(row) + " |")
   return "\n".join(lines)
