@@ -104,3 +104,23 @@ def test_a_task_without_groups_has_no_case_figure(tmp_path, monkeypatch):
   assert set(drawn) == {"accuracy.png", "learning_curves.png"}
   assert len(drawn["learning_curves.png"].axes) == 2  # one row, two archs
   assert not os.path.exists(tmp_path / "case_accuracy.png")
+
+
+def test_learning_curves_are_drawn_at_their_points_own_steps(tmp_path, monkeypatch):
+  config = tiny_config(**{"task.name": "mode_finding", "task.output": "classes",
+                          "task.vocab_size": 8, "sweep.name": "task.vocab_size",
+                          "sweep.grid": (32,), "sweep.steps_scale": "proportional",
+                          "sweep.steps_reference": 8})  # 4x the steps at S = 32
+  axis = ModelsAxis.of(config)
+  evals = config.train.num_steps // config.train.eval_every
+  curves = {name: np.full((evals, axis.num_models), 0.5, np.float32) for name in BASE[:3]}
+  curves["diverged"] = np.zeros((evals, axis.num_models), bool)
+  results = {(arch, (("task.vocab_size", 32),)): curves for arch in config.archs}
+  metrics_path = os.path.join(tmp_path, artifacts.METRICS)
+  artifacts.save_metrics(metrics_path, config, results)
+  drawn = {}
+  monkeypatch.setattr(figures.plt, "close", lambda fig: drawn.setdefault("fig", fig))
+  figures.learning_curves_figure(config, summarise(config, results), metrics_path,
+                                 os.path.join(tmp_path, "curves.png"))
+  x = drawn["fig"].axes[0].lines[0].get_xdata()
+  np.testing.assert_array_equal(x, [40, 80, 120])  # not the reference's 10, 20, 30

@@ -12,7 +12,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from normattn_jax import tasks  # noqa: E402
-from normattn_jax.train.config import static_points  # noqa: E402
+from normattn_jax.train.artifacts import eval_steps  # noqa: E402
+from normattn_jax.train.config import point_config, static_points  # noqa: E402
 from normattn_jax.train.layout import ModelsAxis, grid_name  # noqa: E402
 
 
@@ -178,7 +179,8 @@ def learning_curves_figure(config, summary, metrics_path, path, groups=()):
     groups: the task's ``MetricGroup``s; only the first is drawn.
   """
   data = np.load(metrics_path)
-  steps = data["eval_steps"]
+  first = static_points(config)[0]
+  steps = eval_steps(point_config(config, first))  # a point's own, where its steps scale
   archs = list(config.archs)
   rows = [(("train_acc", "tab:blue"), ("val_acc", "tab:orange"))]
   if groups:
@@ -186,7 +188,6 @@ def learning_curves_figure(config, summary, metrics_path, path, groups=()):
   fig, axes = plt.subplots(len(rows), len(archs), figsize=(2.6 * len(archs), 2.6 * len(rows)),
                            squeeze=False, sharey=True)
   axis = ModelsAxis.of(config)
-  first = static_points(config)[0]
   for a, arch in enumerate(archs):
     prefix = grid_name(arch, first)
     mean = cell_grid(config, summary, arch, "val_acc", "mean")[:, 0]

@@ -27,7 +27,9 @@ def eval_steps(config) -> np.ndarray:
 
 def save_metrics(path: str, config, results) -> None:
   """Write ``metrics.npz``: per grid (arch and static point) and metric, the curves shaped
-  ``[evals, learning rates, swept values, seeds]``, with ``learning_rates`` and ``eval_steps``.
+  ``[evals, learning rates, swept values, seeds]``, with ``learning_rates`` and ``eval_steps``
+  (those of ``config``; a static point whose steps scale, ``sweep.steps_scale``, evaluates at
+  ``eval_steps(point_config(config, point))``, as many).
 
   Args:
     path: the file to write.
