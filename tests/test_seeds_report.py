@@ -149,3 +149,11 @@ def test_a_missing_arch_or_metric_is_named(tmp_path):
     run.seeds("mte", "train_acc", 0.09)
   with pytest.raises(KeyError, match="metric='case_acc_first'"):
     run.seeds("nap", "case_acc_first", 0.09)
+
+
+def test_a_vmapped_sweep_is_refused_by_name(tmp_path):
+  c = our_run(tmp_path)
+  c.sweep.name, c.sweep.grid = "train.l2", (0.0, 0.01)
+  write_json(os.path.join(tmp_path, "config.json"), config_json(c))
+  with pytest.raises(ValueError, match="sweep.name='train.l2' is a vmapped sweep"):
+    seeds.OurSweep.read(str(tmp_path))

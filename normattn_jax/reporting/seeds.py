@@ -131,7 +131,13 @@ class OurSweep:
 
   @classmethod
   def read(cls, workdir: str) -> OurSweep:
+    """Read a finished sweep; one with a vmapped sweep (``train.l2``) is refused, as a cell
+    here is a learning rate at a static point."""
     config = artifacts.read_config(workdir)
+    swept = ModelsAxis.of(config).swept_field
+    if swept:
+      raise ValueError(f"{workdir}: sweep.name={swept!r} is a vmapped sweep; compare its seeds "
+                       "with sweeps of learning rates and static points only")
     return cls(config, artifacts.read_results(workdir, config))
 
   @property
