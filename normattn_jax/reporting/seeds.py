@@ -45,9 +45,14 @@ def _variation_values(variation: dict) -> np.ndarray:
   return float(variation["base"]) ** exponents if variation["base"] else exponents.astype(float)
 
 
+def _close(values: np.ndarray, value: float) -> np.ndarray:
+  """Where ``values`` equal ``value`` to 1% (stored learning rates are rounded)."""
+  return np.isclose(values, value, rtol=1e-2, atol=0.0)
+
+
 def _index_of(values: np.ndarray, value: float, what: str) -> int:
-  """The index of ``value`` in ``values`` to 1% (stored learning rates are rounded)."""
-  close = np.flatnonzero(np.isclose(values, value, rtol=1e-2, atol=0.0))
+  """The index of ``value`` in ``values`` (``_close``)."""
+  close = np.flatnonzero(_close(values, value))
   if close.size != 1:
     raise KeyError(f"{what}={value:g} is not one of {[float(f'{v:.3g}') for v in values]}")
   return int(close[0])
@@ -230,7 +235,7 @@ def compare(runs: list[OurSweep], authors_dir: Optional[str] = None, threshold: 
         for lr in run.learning_rates:
           cell = {"arch": arch, "learning_rate": lr, "point": point_label(point),
                   "ours": _scores(lambda m: run.seeds(arch, m, lr, point), threshold)}
-          if sweep is not None and _has(sweep.learning_rates, lr):
+          if sweep is not None and _close(sweep.learning_rates, lr).any():
             cell["authors"] = _scores(lambda m: sweep.seeds(m, lr, value), threshold)
             cell["ours_vs_authors"] = {  # two-sided: do our seeds differ from theirs?
                 m: rank_test(cell["ours"][m]["seeds"], cell["authors"][m]["seeds"], "two-sided")
@@ -247,10 +252,6 @@ def compare(runs: list[OurSweep], authors_dir: Optional[str] = None, threshold: 
         out_tests.append(_test(cell, ours_best[(worse, point)][1], value,
                                authors.get(better), authors.get(worse)))
   return {"threshold": threshold, "cells": cells, "tests": out_tests}
-
-
-def _has(values: np.ndarray, value: float) -> bool:
-  return bool(np.isclose(values, value, rtol=1e-2, atol=0.0).any())
 
 
 def _authors_sweep(cache: dict, authors_dir: Optional[str], arch: str):
