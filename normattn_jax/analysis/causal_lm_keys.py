@@ -59,8 +59,6 @@ def default_config() -> ml_collections.ConfigDict:
   return c
 
 
-
-
 def validate_config(c: ml_collections.ConfigDict) -> None:
   """Check every field before anything is built or compiled; errors name field and value."""
   for name in ("d_model", "num_layers", "num_heads", "mlp_ratio", "max_len"):

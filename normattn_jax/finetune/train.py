@@ -99,8 +99,6 @@ def downstream_config(task: str, *, learning_rate: float, batch_size: int, num_s
   return c
 
 
-
-
 def _fraction(field: str, value, closed_high: bool = False) -> None:
   ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value and (
       value <= 1.0 if closed_high else value < 1.0)

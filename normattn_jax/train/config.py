@@ -90,7 +90,6 @@ def base_config() -> ml_collections.ConfigDict:
   return c
 
 
-
 def _positive_int(config, field, low=1):
   check_config_int(field, _get(config, field), low)
 

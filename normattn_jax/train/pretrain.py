@@ -69,12 +69,10 @@ def base_pretrain_config() -> ml_collections.ConfigDict:
 
 def validate_pretrain_config(c: ml_collections.ConfigDict) -> None:
   """Check every field before anything is built; errors name the field and the value."""
-  def positive_int(field, value, allow_zero=False):
-    check_config_int(field, value, 0 if allow_zero else 1)
   for name in ("embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                "intermediate_size", "num_hidden_groups", "inner_group_num",
                "max_position_embeddings", "type_vocab_size", "sinkhorn_iters"):
-    positive_int(f"model.{name}", c.model[name])
+    check_config_int(f"model.{name}", c.model[name])
   if c.model.hidden_size % c.model.num_attention_heads:
     _fail("model.num_attention_heads", c.model.num_attention_heads,
           f"must divide model.hidden_size ({c.model.hidden_size})")
@@ -104,7 +102,7 @@ def validate_pretrain_config(c: ml_collections.ConfigDict) -> None:
       _fail("data.files", tuple(c.data.files), f"no such file(s): {missing}")
   for name in ("vocab_size", "max_seq_length", "max_predictions_per_seq", "ngram",
                "dupe_factor"):
-    positive_int(f"data.{name}", c.data[name])
+    check_config_int(f"data.{name}", c.data[name])
   if c.data.max_seq_length > c.model.max_position_embeddings:
     _fail("data.max_seq_length", c.data.max_seq_length,
           f"must not exceed model.max_position_embeddings ({c.model.max_position_embeddings})")
@@ -114,9 +112,9 @@ def validate_pretrain_config(c: ml_collections.ConfigDict) -> None:
   if not 0.0 < c.data.validation_fraction < 1.0:
     _fail("data.validation_fraction", c.data.validation_fraction, "must lie in (0, 1)")
   for name in ("batch_size", "num_steps", "log_every", "eval_every", "eval_batches"):
-    positive_int(f"train.{name}", c.train[name])
+    check_config_int(f"train.{name}", c.train[name])
   for name in ("warmup_steps", "checkpoint_every", "eval_batch_size"):
-    positive_int(f"train.{name}", c.train[name], allow_zero=True)
+    check_config_int(f"train.{name}", c.train[name], 0)
   if c.train.warmup_steps >= c.train.num_steps:
     _fail("train.warmup_steps", c.train.warmup_steps,
           f"must be below train.num_steps ({c.train.num_steps})")
