@@ -12,11 +12,12 @@ config (d for ``var_dim``, S for ``var_vocab``); archs they stored no results fo
 alone. A cell is matched by the swept value and the learning rate only: the authors' other
 settings are the paper's defaults (N = 128, L = 2, H = 4, batch 32, 3200 steps, or 400 S for
 ``var_vocab``), so their cells are our cells' peers only for runs at those settings.
-``--out`` writes the whole report as JSON.
+``--out`` writes the whole report as JSON; ``--figure`` draws the authors' pixel plots beside ours
+on one grid (their whole sweep, with the cells we ran in place).
 """
 from absl import app, flags
 
-from normattn_jax.reporting import seeds
+from normattn_jax.reporting import figures, seeds
 from normattn_jax.train.checkpoint import write_json
 
 _AUTHORS = flags.DEFINE_string("authors", None, "A folder of the authors' paper_results pickles.")
@@ -24,6 +25,8 @@ _THRESHOLD = flags.DEFINE_float("threshold", 0.8,
                                 "Best training accuracy at which a seed has learned the task.")
 _TESTS = flags.DEFINE_list("tests", [], "Pairs better:worse of archs to test, e.g. nap:bert.")
 _OUT = flags.DEFINE_string("out", None, "Write the report as JSON here.")
+_FIGURE = flags.DEFINE_string("figure", None,
+                              "Draw the authors' pixel plots beside ours here (needs --authors).")
 
 
 def parse_tests(items) -> tuple:
@@ -40,12 +43,16 @@ def main(argv):
     raise app.UsageError("give the workdir of at least one finished sweep")
   if not 0 < _THRESHOLD.value <= 1:
     raise app.UsageError(f"--threshold={_THRESHOLD.value} must lie in (0, 1]")
-  report = seeds.compare([seeds.OurSweep.read(w) for w in workdirs], _AUTHORS.value,
-                         _THRESHOLD.value, parse_tests(_TESTS.value))
+  if _FIGURE.value and not _AUTHORS.value:
+    raise app.UsageError(f"--figure={_FIGURE.value} draws the authors' plots: give --authors")
+  runs = [seeds.OurSweep.read(w) for w in workdirs]
+  report = seeds.compare(runs, _AUTHORS.value, _THRESHOLD.value, parse_tests(_TESTS.value))
   report["runs"] = workdirs
   print(seeds.markdown(report))
   if _OUT.value:
     write_json(_OUT.value, report, indent=1)
+  if _FIGURE.value:
+    figures.pixels_beside_authors(seeds.pixel_grids(runs, _AUTHORS.value), _FIGURE.value)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import pickle
 import numpy as np
 import pytest
 
-from normattn_jax.reporting import seeds
+from normattn_jax.reporting import figures, seeds
 from normattn_jax.train import artifacts
 from normattn_jax.train.checkpoint import config_json, write_json
 from normattn_jax.train.layout import ModelsAxis
@@ -65,11 +65,11 @@ def test_learned_counts_seeds_at_the_threshold():
   assert seeds.learned(np.array([0.79, 0.8, 0.95, 0.2]), 0.8) == 2
 
 
-def our_run(tmp_path):
+def our_run(tmp_path, d_model=16):
   """A made-up finished sweep of ours at d = 16, its learning rates 0.3^2 and 0.3^4."""
   c = tiny_config()
   c.archs = ("nap", "bert")
-  c.model.d_model = 16
+  c.model.d_model = d_model
   c.learning_rates = (0.09, 0.0081)
   c.num_seeds = SEEDS
   axis = ModelsAxis.of(c)
@@ -157,3 +157,50 @@ def test_a_vmapped_sweep_is_refused_by_name(tmp_path):
   write_json(os.path.join(tmp_path, "config.json"), config_json(c))
   with pytest.raises(ValueError, match="sweep.name='train.l2' is a vmapped sweep"):
     seeds.OurSweep.read(str(tmp_path))
+
+
+def test_the_pixel_grids_put_both_sweeps_on_one_grid(tmp_path):
+  authors, run = tmp_path / "authors", tmp_path / "run"
+  authors.mkdir(), run.mkdir()
+  write_authors(authors, "NAP")  # d = 8, 16; no BERT stored
+  our_run(run, d_model=32)  # a d the authors did not run
+  sweep = seeds.OurSweep.read(str(run))
+  grids = seeds.pixel_grids([sweep], str(authors))
+  assert grids.field == "model.d_model" and grids.archs == ["bert", "nap"]  # the paper's order
+  np.testing.assert_allclose(grids.values, [8, 16, 32])
+  np.testing.assert_allclose(grids.learning_rates, [0.3, 0.09, 0.027, 0.0081])
+  ours = grids.images[("nap", "ours", "train_acc")]
+  expected = seeds.pixel(sweep.seeds("nap", "train_acc", 0.0081))
+  np.testing.assert_allclose(ours[3, 2], [expected[k] for k in ("min", "mean", "max")])
+  ran = np.zeros(ours.shape[:2], bool)
+  ran[[1, 3], 2] = True  # our learning rates 0.3^2 and 0.3^4 at d = 32, nothing else
+  np.testing.assert_array_equal(np.isfinite(ours).all(-1), ran)
+  theirs = grids.images[("nap", "authors", "val_acc")]
+  np.testing.assert_array_equal(np.isfinite(theirs).all(-1),
+                                np.broadcast_to(np.arange(3) < 2, ran.shape))  # d = 8, 16
+  cell = [authors_curve(EPOCHS - 1, 3, 1, 1, s) for s in range(SEEDS)]  # 0.3^4, d = 16
+  np.testing.assert_allclose(theirs[3, 1], [min(cell), np.mean(cell), max(cell)])
+  assert np.isnan(grids.images[("bert", "authors", "train_acc")]).all()
+
+
+def test_the_authors_plots_are_drawn_beside_ours(tmp_path, monkeypatch):
+  authors, run = tmp_path / "authors", tmp_path / "run"
+  authors.mkdir(), run.mkdir()
+  write_authors(authors, "NAP")
+  our_run(run)
+  grids = seeds.pixel_grids([seeds.OurSweep.read(str(run))], str(authors))
+  drawn = []
+  monkeypatch.setattr(figures.plt, "close", drawn.append)
+  path = tmp_path / "beside.png"
+  figures.pixels_beside_authors(grids, str(path))
+  assert path.stat().st_size > 0
+  (fig,) = drawn
+  titles = [ax.get_title() for ax in fig.axes]
+  best = grids.images[("nap", "authors", "train_acc")][..., 1].max()
+  # bert's best mean: its models 5..9 at 0.2 + 0.01 * model
+  assert titles[:4] == ["bert train, theirs: not stored", "bert train, ours: 27.0%",
+                        "bert val, theirs: not stored", "bert val, ours: 27.0%"]
+  assert titles[4] == f"nap train, theirs: {best:.1%}"
+  alpha = fig.axes[5].get_images()[0].get_array()[..., 3]  # nap train, ours: d = 16 only
+  np.testing.assert_array_equal(alpha, np.isfinite(grids.images[("nap", "ours", "train_acc")])
+                                .all(-1))

@@ -68,18 +68,33 @@ def pixel_image(channels):
   return np.clip(np.nan_to_num(np.stack(channels, axis=-1), nan=0.0), 0.0, 1.0)
 
 
-def _pixel_axes(ax, config, image, title, cross=None):
-  name, xs = sweep_axis(config)
+def _draw_pixels(ax, image, title, learning_rates, xs, xlabel, cross=None):
+  """One pixel plot: rows the learning rates, columns ``xs``, a cross at ``cross``."""
   ax.imshow(image, aspect="auto", interpolation="nearest")
   if cross is not None:
     ax.plot(cross[1], cross[0], "x", color="black", markersize=9, markeredgewidth=2,
             path_effects=[path_effects.withStroke(linewidth=4, foreground="white")])
   ax.set_title(title, fontsize=9)
-  ax.set_yticks(range(len(config.learning_rates)))
-  ax.set_yticklabels([f"{lr:.1e}" for lr in config.learning_rates], fontsize=6)
+  ax.set_yticks(range(len(learning_rates)))
+  ax.set_yticklabels([f"{lr:.1e}" for lr in learning_rates], fontsize=6)
   ax.set_xticks(range(len(xs)))
   ax.set_xticklabels(["" if x is None else f"{x:g}" for x in xs], fontsize=6)
-  ax.set_xlabel(name.split(".")[-1] if name else "")
+  ax.set_xlabel(xlabel)
+
+
+def _pixel_axes(ax, config, image, title, cross=None):
+  name, xs = sweep_axis(config)
+  _draw_pixels(ax, image, title, config.learning_rates, xs,
+               name.split(".")[-1] if name else "", cross)
+
+
+def _best_mean(image):
+  """(row, column) of the best mean (G) of a pixel image and its value, or (None, None)."""
+  mean = image[..., 1]
+  if not np.isfinite(mean).any():
+    return None, None
+  cross = np.unravel_index(np.nanargmax(mean), mean.shape)
+  return cross, mean[cross]
 
 
 def accuracy_figure(config, summary, path):
@@ -98,11 +113,8 @@ def accuracy_figure(config, summary, path):
   for r, (metric, label) in enumerate(rows):
     for a, arch in enumerate(archs):
       grids = [cell_grid(config, summary, arch, metric, s) for s in ("min", "mean", "max")]
-      mean = grids[1]
-      cross, title = None, f"{arch} {label}: n/a"
-      if np.isfinite(mean).any():
-        cross = np.unravel_index(np.nanargmax(mean), mean.shape)
-        title = f"{arch} {label}: {np.nanmax(mean):.1%}"
+      cross, best = _best_mean(np.stack(grids, axis=-1))
+      title = f"{arch} {label}: " + ("n/a" if best is None else f"{best:.1%}")
       _pixel_axes(axes[r, a], config, pixel_image(grids), title, cross)
     axes[r, 0].set_ylabel("learning rate")
   fig.tight_layout()
@@ -147,6 +159,40 @@ def case_figure(config, summary, path, groups):
     for a, arch in enumerate(archs):
       _pixel_axes(axes[r, a], config, group_image(config, summary, arch, group),
                   f"{arch} cases {group.label}")
+    axes[r, 0].set_ylabel("learning rate")
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def pixels_beside_authors(grids, path):
+  """The paper's pixel plots of the authors' sweep beside ours on one grid
+  (``seeds.pixel_grids``): a row per arch, columns the authors' and our training accuracy, then
+  the same for validation; cells one side did not run are hatched, a cross marks the best mean.
+
+  Args:
+    grids: a ``seeds.PixelGrids``.
+    path: the image file to write.
+  """
+  columns = [(metric, source) for metric in ("train_acc", "val_acc")
+             for source in ("authors", "ours")]
+  archs = grids.archs
+  fig, axes = plt.subplots(len(archs), len(columns),
+                           figsize=(2.4 * len(columns) + 1, 2.4 * len(archs)), squeeze=False)
+  for r, arch in enumerate(archs):
+    for c, (metric, source) in enumerate(columns):
+      image = grids.images[(arch, source, metric)]
+      cross, best = _best_mean(image)
+      label = f"{arch} {metric.split('_')[0]}, {'theirs' if source == 'authors' else 'ours'}"
+      ax = axes[r, c]
+      ax.set_facecolor("white")
+      ax.patch.set_hatch("////")
+      ax.patch.set_edgecolor("0.75")
+      rgba = np.concatenate([pixel_image(list(np.moveaxis(image, -1, 0))),
+                             np.isfinite(image).all(-1, keepdims=True)], axis=-1)
+      missing = ": not stored" if source == "authors" else ": not run"
+      _draw_pixels(ax, rgba, label + (missing if best is None else f": {best:.1%}"),
+                   grids.learning_rates, grids.values, grids.field.split(".")[-1], cross)
     axes[r, 0].set_ylabel("learning rate")
   fig.tight_layout()
   fig.savefig(path, dpi=120)

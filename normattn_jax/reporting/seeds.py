@@ -266,15 +266,105 @@ def _authors_sweep(cache: dict, authors_dir: Optional[str], arch: str):
   return cache[arch]
 
 
-def _authors_value(sweep: AuthorsSweep, config, point: dict) -> float:
-  """Our value, at ``point``, of the field the authors swept."""
+def _our_field(sweep: AuthorsSweep) -> str:
+  """Our config field of the hyper-parameter the authors swept."""
   if sweep.swept not in AUTHORS_FIELDS:
     raise ValueError(f"the authors swept {sweep.swept!r}, which is none of "
                      f"{tuple(AUTHORS_FIELDS)}")
+  return AUTHORS_FIELDS[sweep.swept]
+
+
+def _field_value(config, point: dict, field: str) -> float:
+  """The value of ``field`` (e.g. "model.d_model") in ``config`` at the static ``point``."""
   node = point_config(config, point)
-  for part in AUTHORS_FIELDS[sweep.swept].split("."):
+  for part in field.split("."):
     node = node[part]
   return float(node)
+
+
+def _authors_value(sweep: AuthorsSweep, config, point: dict) -> float:
+  """Our value, at ``point``, of the field the authors swept."""
+  return _field_value(config, point, _our_field(sweep))
+
+
+@dataclasses.dataclass(frozen=True)
+class PixelGrids:
+  """The paper's pixel plots, ours beside the authors', on one shared grid.
+
+  Attributes:
+    field: our config field of the columns, e.g. "model.d_model".
+    learning_rates: the rows, largest first (the authors' plots' order).
+    values: the columns, smallest first.
+    images: ``{(arch, source, metric): float [rows, columns, 3]}``, source "ours" or "authors";
+      R / G / B = min / mean / max over seeds, each at its best over training (``pixel``); NaN
+      where the source has no such cell.
+  """
+  field: str
+  learning_rates: np.ndarray
+  values: np.ndarray
+  images: Mapping
+
+  @property
+  def archs(self) -> list[str]:
+    return list(dict.fromkeys(arch for arch, _, _ in self.images))
+
+
+def _union(arrays) -> np.ndarray:
+  """The values of ``arrays`` once each (equal to 1% is one value), sorted ascending."""
+  out = []
+  for value in np.sort(np.concatenate([np.ravel(a) for a in arrays])):
+    if not out or not _close(np.asarray(out[-1:]), value).any():
+      out.append(float(value))
+  return np.asarray(out)
+
+
+def pixel_grids(runs: list[OurSweep], authors_dir: str) -> PixelGrids:
+  """Every architecture of ``runs`` as the paper's pixel plots, ours and the authors', on the
+  union of both grids (learning rate x the authors' swept hyper-parameter), so that one figure
+  shows the whole of their sweep with the cells we ran in place.
+
+  Args:
+    runs: finished sweeps whose configs hold the field the authors swept.
+    authors_dir: a folder of the authors' pickles (``AuthorsSweep.read``).
+
+  Returns:
+    The grids; an arch the authors stored no results for has NaN images of theirs.
+
+  Raises:
+    FileNotFoundError: the folder holds none of the runs' architectures.
+  """
+  order = list(AUTHORS_NAMES)  # the paper's order, others after
+  archs = sorted(dict.fromkeys(arch for run in runs for arch in run.config.archs),
+                 key=lambda a: order.index(a) if a in order else len(order))
+  cache = {}
+  theirs = {arch: _authors_sweep(cache, authors_dir, arch) for arch in archs}
+  stored = [sweep for sweep in theirs.values() if sweep is not None]
+  if not stored:
+    raise FileNotFoundError(f"{authors_dir} holds results of none of {archs}")
+  field = _our_field(stored[0])
+  ours = [(arch, lr, _field_value(run.config, point, field), run, point)
+          for run in runs for point in run.points for arch in run.config.archs
+          for lr in run.learning_rates]
+  rates = _union([s.learning_rates for s in stored] + [[lr for _, lr, *_ in ours]])[::-1]
+  values = _union([s.values for s in stored] + [[v for _, _, v, *_ in ours]])
+  images = {(arch, source, metric): np.full((rates.size, values.size, 3), np.nan)
+            for arch in archs for source in ("authors", "ours") for metric in AUTHORS_METRICS}
+  at = lambda lr, v: (_index_of(rates, lr, "learning_rate"), _index_of(values, v, field))
+  for arch, lr, value, run, point in ours:
+    for metric in AUTHORS_METRICS:
+      images[(arch, "ours", metric)][at(lr, value)] = _rgb(run.seeds(arch, metric, lr, point))
+  for arch, sweep in theirs.items():
+    for lr in sweep.learning_rates if sweep is not None else ():
+      for value in sweep.values:
+        for metric in AUTHORS_METRICS:
+          images[(arch, "authors", metric)][at(lr, value)] = _rgb(sweep.seeds(metric, lr, value))
+  return PixelGrids(field, rates, values, images)
+
+
+def _rgb(curves: np.ndarray) -> np.ndarray:
+  """A cell's pixel (``pixel``) as R / G / B, NaN where a value is missing."""
+  p = pixel(curves)
+  return np.asarray([np.nan if p[k] is None else p[k] for k in ("min", "mean", "max")])
 
 
 def _scores(read, threshold: float) -> dict:
