@@ -188,7 +188,7 @@ def pixels_beside_authors(grids, path):
       ax.set_facecolor("white")
       ax.patch.set_hatch("////")
       ax.patch.set_edgecolor("0.75")
-      rgba = np.concatenate([pixel_image(list(np.moveaxis(image, -1, 0))),
+      rgba = np.concatenate([pixel_image(np.moveaxis(image, -1, 0)),
                              np.isfinite(image).all(-1, keepdims=True)], axis=-1)
       missing = ": not stored" if source == "authors" else ": not run"
       _draw_pixels(ax, rgba, label + (missing if best is None else f": {best:.1%}"),

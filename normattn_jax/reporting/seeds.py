@@ -23,7 +23,7 @@ import numpy as np
 import scipy.stats
 
 from normattn_jax.train import artifacts
-from normattn_jax.train.config import point_config, point_label, static_points
+from normattn_jax.train.config import get_field, point_config, point_label, static_points
 from normattn_jax.train.layout import ModelsAxis
 from normattn_jax.train.scoring import best_over_training
 
@@ -231,7 +231,7 @@ def compare(runs: list[OurSweep], authors_dir: Optional[str] = None, threshold: 
     for point in run.points:
       for arch in run.config.archs:
         sweep = _authors_sweep(authors, authors_dir, arch)
-        value = _authors_value(sweep, run.config, point) if sweep else None
+        value = _field_value(run.config, point, _our_field(sweep)) if sweep else None
         for lr in run.learning_rates:
           cell = {"arch": arch, "learning_rate": lr, "point": point_label(point),
                   "ours": _scores(lambda m: run.seeds(arch, m, lr, point), threshold)}
@@ -276,15 +276,7 @@ def _our_field(sweep: AuthorsSweep) -> str:
 
 def _field_value(config, point: dict, field: str) -> float:
   """The value of ``field`` (e.g. "model.d_model") in ``config`` at the static ``point``."""
-  node = point_config(config, point)
-  for part in field.split("."):
-    node = node[part]
-  return float(node)
-
-
-def _authors_value(sweep: AuthorsSweep, config, point: dict) -> float:
-  """Our value, at ``point``, of the field the authors swept."""
-  return _field_value(config, point, _our_field(sweep))
+  return float(get_field(point_config(config, point), field))
 
 
 @dataclasses.dataclass(frozen=True)

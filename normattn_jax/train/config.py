@@ -91,7 +91,7 @@ def base_config() -> ml_collections.ConfigDict:
 
 
 def _positive_int(config, field, low=1):
-  check_config_int(field, _get(config, field), low)
+  check_config_int(field, get_field(config, field), low)
 
 
 def _non_negative_int(config, field):
@@ -110,7 +110,8 @@ def point_label(values: dict) -> str:
   return ",".join(f"{k}={v:g}" for k, v in values.items())
 
 
-def _get(config, field):
+def get_field(config, field: str):
+  """The value of a dotted ``field`` ("model.d_model") of ``config``."""
   node = config
   for part in field.split("."):
     node = node[part]
@@ -118,8 +119,8 @@ def _get(config, field):
 
 
 def _switch(config, field):
-  if _get(config, field) is not None and not isinstance(_get(config, field), bool):
-    _fail(field, _get(config, field), "must be True, False or None (the arch's own choice)")
+  if get_field(config, field) is not None and not isinstance(get_field(config, field), bool):
+    _fail(field, get_field(config, field), "must be True, False or None (the arch's own choice)")
 
 
 # How a config.json written before the switches were booleans stored them.
