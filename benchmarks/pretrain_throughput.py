@@ -15,11 +15,10 @@ import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
+from normattn_jax.train import cli
 from normattn_jax.train.pretrain import Trainer, validate_pretrain_config
 
-_CONFIG = config_flags.DEFINE_config_file("config", "configs/albert_tiny.py",
-                                          "Path to a configs/albert_*.py file.",
-                                          lock_config=True)
+_CONFIG = cli.define_config_flag("configs/albert_tiny.py", "Path to a configs/albert_*.py file.")
 _ATTENTIONS = flags.DEFINE_list("attentions", ["softmax", "dnas", "hnas"],
                                 "Attention normalisations to time; the first is the reference.")
 _ROUNDS = flags.DEFINE_integer("rounds", 5, "Timed rounds, the schemes interleaved in each.")

@@ -5,7 +5,7 @@ warm-up), sequences of 512. Every layer has its own weights (24 groups of one la
 paper's model is BERT-large with about 334M parameters (its Appendix C.2), not ALBERT's
 cross-layer sharing. The paper pre-trains on BookCorpus and English Wikipedia; TFDS has no
 BookCorpus, so this reads Wikipedia alone (needs a network; a TPU pod in practice).
---config.model.attention=dnas|hnas picks the scheme."""
+--config.model.attention.name=dnas|hnas picks the scheme."""
 from normattn_jax.train.pretrain import base_pretrain_config
 
 

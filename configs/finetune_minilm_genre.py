@@ -1,18 +1,21 @@
 """The experiment no paper ran: the bundled all-MiniLM-L6-v2 (pre-trained with softmax) with its
 attention normalisation switched before fine-tuning, on the offline genre task (documents held
 out from this project's pre-training; MiniLM's own pre-training data are not this corpus).
-``encoder.attention``: "" or "softmax" keeps MiniLM as it is; "dnas", "hnas" (u starts at
-``encoder.hybrid_init`` = 0: softmax's weights at the start) or "nap" switch it.
+The config's argument is ``encoder.attention.name``: "" or "softmax" keeps MiniLM as it is;
+"dnas", "hnas" (its u starts at 0: softmax's weights at the start) or "nap" switch it.
 
-  python experiments/finetune.py --config configs/finetune_minilm_genre.py \\
-    --workdir runs/finetune_minilm_genre/hnas --config.encoder.attention=hnas
+  python experiments/finetune.py --config configs/finetune_minilm_genre.py:hnas \\
+    --workdir runs/finetune_minilm_genre/hnas
 """
 from normattn_jax.finetune.train import base_finetune_config
+from normattn_jax.train.sections import attention_section
 
 
-def get_config():
+def get_config(attention: str = ""):
   c = base_finetune_config()
-  c.encoder.update(kind="minilm", path="", attention="", hybrid_init=0.0, dropout=0.0)
+  options = {"hybrid_init": 0.0} if attention == "hnas" else {}
+  c.encoder.update(kind="minilm", path="", attention=attention_section(attention, **options),
+                   dropout=0.0)
   c.task.update(name="shakespeare_genre", max_seq_length=48, passage_lines=4,
                 validation_fraction=0.05, dev_fraction=0.3, cache_dir="runs/corpus")
   c.learning_rates = (1e-4,)

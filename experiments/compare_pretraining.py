@@ -18,19 +18,17 @@ import sys
 
 import matplotlib
 from absl import app, flags, logging
-from ml_collections import config_flags
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from normattn_jax.attention.registry import load_plugins  # noqa: E402
+from normattn_jax.train import cli  # noqa: E402
 from normattn_jax.train.checkpoint import WorkdirError, check_workdir  # noqa: E402
 from normattn_jax.train.pretrain import run_pretraining, throughput  # noqa: E402
 
-_CONFIG = config_flags.DEFINE_config_file("config", "configs/albert_tiny.py",
-                                          "Path to a configs/albert_*.py file.",
-                                          lock_config=False)
+_CONFIG = cli.define_config_flag("configs/albert_tiny.py", "Path to a configs/albert_*.py file.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the runs and the comparison.")
 _ATTENTIONS = flags.DEFINE_list("attentions", ["softmax", "dnas", "hnas"],
                                 "Attention normalisations to compare.")
@@ -92,10 +90,10 @@ def main(argv):
   try:
     if not _AFRESH.value:  # refuse before any run trains
       for attention in _ATTENTIONS.value:
-        config.model.attention = attention
+        config.model.attention.name = attention
         check_workdir(os.path.join(workdir, attention), config, "pretraining")
     for attention in _ATTENTIONS.value:
-      config.model.attention = attention
+      config.model.attention.name = attention
       print(f"--- {attention}", flush=True)
       results[attention] = run_pretraining(config, os.path.join(workdir, attention),
                                            afresh=_AFRESH.value)

@@ -6,24 +6,21 @@ config in one compiled program:
 
 Every config field can be overridden, e.g. --config.learning_rates="(1e-4,3e-4)" or, for the
 bundled MiniLM with another attention normalisation, --config.encoder.kind=minilm
---config.encoder.attention=hnas. A killed run resumes from its checkpoints when restarted with
+--config.encoder.attention.name=hnas. A killed run resumes from its checkpoints when restarted with
 the same command; a workdir of another config is refused (exit code 2) unless --afresh moves it
 aside. --distributed joins the processes of a multi-host run (every host runs the same command;
 on a TPU pod or under SLURM they are detected, elsewhere give --coordinator_address,
 --num_processes and --process_id): the models are sharded over every device of every host.
 --plugins=my_norms imports modules first, e.g. one that registers a normalisation of your own
-for --config.encoder.attention=<its name>.
+for --config.encoder.attention.name=<its name>.
 """
-from absl import app, flags
-from ml_collections import config_flags
+from absl import app
 
 from normattn_jax.finetune.train import run_finetuning
 from normattn_jax.train import cli
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a configs/finetune_*.py file.",
-                                          lock_config=True)
+_CONFIG = cli.define_config_flag(None, "Path to a configs/finetune_*.py file.")
 _RUN = cli.define_run_flags()
-flags.mark_flags_as_required(["config"])
 
 
 def describe(summary: dict) -> list[str]:

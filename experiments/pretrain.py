@@ -1,24 +1,21 @@
 """Pre-train ALBERT with MLM + SOP: python experiments/pretrain.py --config configs/albert_tiny.py
 --workdir runs/albert_tiny
 
-Every config field can be overridden, e.g. --config.model.attention=dnas. A killed run resumes
+Every config field can be overridden, e.g. --config.model.attention.name=dnas. A killed run resumes
 from its newest checkpoint when restarted with the same command; a workdir of another config is
 refused (exit code 2) unless --afresh moves it aside. --distributed joins the processes of a
 multi-host run (every host runs the same command; on a TPU pod or under SLURM they are detected,
 elsewhere give --coordinator_address, --num_processes and --process_id): the batch is sharded
 over every device of every host.
 --plugins=my_norms imports modules first, e.g. one that registers a normalisation of your own
-for --config.model.attention=<its name>.
+for --config.model.attention.name=<its name>.
 """
 from absl import app
-from ml_collections import config_flags
 
 from normattn_jax.train import cli
 from normattn_jax.train.pretrain import run_pretraining, throughput
 
-_CONFIG = config_flags.DEFINE_config_file("config", "configs/albert_tiny.py",
-                                          "Path to a configs/albert_*.py file.",
-                                          lock_config=True)
+_CONFIG = cli.define_config_flag("configs/albert_tiny.py", "Path to a configs/albert_*.py file.")
 _RUN = cli.define_run_flags()
 
 

@@ -7,19 +7,16 @@ aside. --distributed joins the processes of a multi-host run (every host runs th
 on a TPU pod or under SLURM they are detected, elsewhere give --coordinator_address,
 --num_processes and --process_id): the models are sharded over every device of every host.
 --plugins=my_norms imports modules first, e.g. one that registers a normalisation of your own
-for --config.normalization=<its name>.
+for --config.attention.name=<its name> (its options: --config.attention.options.<option>=...).
 """
-from absl import app, flags
-from ml_collections import config_flags
+from absl import app
 
 from normattn_jax.train import cli
 from normattn_jax.train.scoring import best_lines
 from normattn_jax.train.sweep import run_sweep
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a configs/*.py file.",
-                                          lock_config=True)
+_CONFIG = cli.define_config_flag(None, "Path to a configs/*.py file.")
 _RUN = cli.define_run_flags()
-flags.mark_flags_as_required(["config"])
 
 
 def main(argv):

@@ -21,14 +21,14 @@ steps (BERT -> +normalize -> +GELU = MTE) are the switches ``normalize`` and ``a
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from normattn_jax.attention import registry
 from normattn_jax.attention.module import MultiHeadAttention, check_attention_fields
+from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.norms import LayerNorm
 from normattn_jax.validation import check_int
 
@@ -44,7 +44,7 @@ def _gelu(x: Array) -> Array:
 class Architecture:
   """What distinguishes one architecture of the paper from another."""
   mixer: str                    # "attention" | "sum" | "max"
-  normalization: Optional[str]  # the attention weights (None for pooling mixers)
+  normalization: Union[str, AttentionSpec, None]  # the attention weights (None for pooling)
   normalize: bool               # MTE layout (True) or BERT post-LN layout (False)
   attention_gelu: bool          # GELU after the hidden LayerNorm of the attention sub-module
 
@@ -59,14 +59,15 @@ ARCHITECTURES = {
 }
 
 
-def resolve_architecture(arch: str, normalization: Optional[str] = None,
+def resolve_architecture(arch: str, normalization: Union[str, AttentionSpec, None] = None,
                          normalize: Optional[bool] = None,
                          attention_gelu: Optional[bool] = None) -> Architecture:
   """The preset ``arch`` with any of its fields overridden (None keeps the preset's).
 
   Args:
     arch: a key of ``ARCHITECTURES``.
-    normalization: a registered attention normalisation, for attention archs only; or None.
+    normalization: a registered attention normalisation (a name or an ``AttentionSpec``), for
+      attention archs only; or None.
     normalize: the MTE layout (True) or the BERT post-LN layout (False); or None.
     attention_gelu: GELU after the attention sub-module's hidden LayerNorm; or None.
 
@@ -151,8 +152,7 @@ def check_layer_fields(module, d_model: Optional[int] = None) -> Architecture:
   if spec.mixer == "attention":
     if d_model is not None and d_model % module.num_heads:
       raise ValueError(f"num_heads ({module.num_heads}) must divide d_model ({d_model})")
-    check_attention_fields(normalization=spec.normalization, hybrid_init=module.hybrid_init,
-                           sinkhorn_iters=module.sinkhorn_iters, dropout_rate=module.dropout_rate,
+    check_attention_fields(normalization=spec.normalization, dropout_rate=module.dropout_rate,
                            implementation=module.attention_implementation)
   return spec
 
@@ -183,20 +183,19 @@ class TransformerBlock(nn.Module):
   """One layer of any of the paper's architectures, ``x [..., N, d] -> [..., N, d]``.
 
   ``arch`` picks the preset; ``normalization`` puts any attention normalisation (e.g. "dnas",
-  "hnas", "sinkhorn") on an attention arch's layout; ``normalize`` and ``attention_gelu`` are
-  the ablation switches of Table 1. LayerNorms follow Keras (epsilon 1e-3, gain and bias).
+  "hnas", or ``AttentionSpec("sinkhorn", {"sinkhorn_iters": 5})``) on an attention arch's
+  layout; ``normalize`` and ``attention_gelu`` are the ablation switches of Table 1. LayerNorms
+  follow Keras (epsilon 1e-3, gain and bias).
   """
   num_heads: int = 4
   arch: str = "mte"
-  normalization: Optional[str] = None
+  normalization: Union[str, AttentionSpec, None] = None
   normalize: Optional[bool] = None
   attention_gelu: Optional[bool] = None
   ffn_features: Optional[int] = None
   dropout_rate: float = 0.0
   layer_norm_epsilon: float = 1e-3
   kernel_init: Callable = nn.initializers.truncated_normal(0.02)
-  hybrid_init: float = 0.5
-  sinkhorn_iters: int = 3
   attention_implementation: str = "auto"
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
@@ -238,8 +237,7 @@ class TransformerBlock(nn.Module):
           num_heads=self.num_heads, normalization=spec.normalization,
           kernel_init=self.kernel_init, dropout_rate=self.dropout_rate,
           broadcast_dropout=False,  # a mask per example and head, as Keras' Dropout in the NAP code
-          hybrid_init=self.hybrid_init, sinkhorn_iters=self.sinkhorn_iters,
-          head_norm=spec.normalize and registry.get(spec.normalization).head_norm,
+          head_norm=spec.normalize and AttentionSpec.of(spec.normalization).normalization.head_norm,
           head_norm_epsilon=self.layer_norm_epsilon,
           head_activation=_gelu if spec.attention_gelu else None,
           dtype=self.dtype, param_dtype=self.param_dtype, name="attention",

@@ -6,6 +6,7 @@ import numpy as np
 import optax
 import pytest
 
+from normattn_jax.attention import AttentionSpec
 from normattn_jax.models.albert import AlbertConfig, AlbertForPretraining, AlbertModel, \
     pretraining_loss
 from normattn_jax.models.bert import BertConfig, BertLayer
@@ -82,7 +83,7 @@ def test_embeddings_are_factorised():
 
 
 def test_hnas_keeps_one_u_per_layer_and_head():
-  config = small_config(attention="hnas", inner_group_num=2, hybrid_init=0.3)
+  config = small_config(attention=AttentionSpec("hnas", {"hybrid_init": 0.3}), inner_group_num=2)
   model, params = init(config)
   u = params["albert"]["hybrid_weights"]
   assert u.shape == (3 * 2, 4)
@@ -148,11 +149,13 @@ def test_bf16_compute_stays_close_to_float32():
   np.testing.assert_allclose(bf16["mlm_logits"], f32["mlm_logits"], atol=0.1)
 
 
-@pytest.mark.parametrize("field, value", [("embedding_size", 0), ("num_hidden_groups", 4),
-                                          ("attention", "cosine"), ("hybrid_init", 1.5),
-                                          ("inner_group_num", 1.5)])
-def test_bad_config_names_the_field(field, value):
-  with pytest.raises(ValueError, match=field):
+@pytest.mark.parametrize("field, value, match", [
+    ("embedding_size", 0, "embedding_size"), ("num_hidden_groups", 4, "num_hidden_groups"),
+    ("attention", "cosine", "normalization"),
+    ("attention", AttentionSpec("hnas", {"hybrid_init": 1.5}), "hybrid_init"),
+    ("inner_group_num", 1.5, "inner_group_num")])
+def test_bad_config_names_the_field(field, value, match):
+  with pytest.raises(ValueError, match=match):
     small_config(**{field: value})
 
 

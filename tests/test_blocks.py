@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from normattn_jax import ARCHITECTURES, SequenceModel, TransformerBlock
+from normattn_jax import ARCHITECTURES, AttentionSpec, SequenceModel, TransformerBlock
 from normattn_jax.attention import weights as W
 from normattn_jax.blocks import default_ffn_features
 
@@ -195,9 +195,9 @@ def test_bad_arguments_name_the_field():
   with pytest.raises(ValueError, match="normalization"):
     TransformerBlock(arch="mte", normalization="entmax")
   with pytest.raises(ValueError, match="hybrid_init"):
-    TransformerBlock(arch="mte", normalization="hnas", hybrid_init=-0.1)
+    TransformerBlock(arch="mte", normalization=AttentionSpec("hnas", {"hybrid_init": -0.1}))
   with pytest.raises(ValueError, match="sinkhorn_iters"):
-    TransformerBlock(arch="mte", normalization="sinkhorn", sinkhorn_iters=0)
+    TransformerBlock(arch="mte", normalization=AttentionSpec("sinkhorn", {"sinkhorn_iters": 0}))
   with pytest.raises(ValueError, match="num_heads"):
     SequenceModel(vocab_size=10, max_len=8, d_model=16, num_heads=3)
   with pytest.raises(ValueError, match="num_heads"):

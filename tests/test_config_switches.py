@@ -9,10 +9,9 @@ import ml_collections
 import pytest
 
 from normattn_jax.train import validate
-from normattn_jax.train.checkpoint import WorkdirError, check_workdir, config_json, \
-    with_current_names
-from normattn_jax.train.config import (SWITCHES, base_config, point_config, static_points,
-                                       with_boolean_switches)
+from normattn_jax.train.checkpoint import WorkdirError, check_workdir, config_json
+from normattn_jax.train.config import SWITCHES, base_config, point_config, static_points
+from normattn_jax.train.migrate import with_boolean_switches, with_current_names
 from normattn_jax.train.grid import Setup
 from test_grid import tiny_config
 

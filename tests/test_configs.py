@@ -75,7 +75,7 @@ def count_pretraining_params(c):
 def test_dnas_paper_model_has_bert_large_size(attention, extra):
   # One set of weights shared by all 24 layers would give 47M; HNAS adds only u per layer and head.
   c = load(os.path.join(REPO, "configs", "albert_large_dnas_paper.py"))
-  c.model.attention = attention
+  c.model.attention.name = attention
   n = count_pretraining_params(c)
   assert n == DNAS_CONFIG_PARAMS + extra
   assert abs(n - DNAS_PAPER_PARAMS) / DNAS_PAPER_PARAMS < 0.01

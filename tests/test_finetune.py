@@ -19,7 +19,10 @@ from normattn_jax.finetune import features as features_lib
 from normattn_jax.finetune import train as ft
 from normattn_jax.models.albert import AlbertConfig, AlbertModel
 from normattn_jax.models.bert import BertConfig, BertModel, bundled_minilm_path
+from normattn_jax.attention import AttentionSpec
 from normattn_jax.train.checkpoint import WorkdirError
+from normattn_jax.train.config import get_field
+from normattn_jax.train.sections import attention_section
 from normattn_jax.train.grid import model_keys
 from normattn_jax.train.pretrain import base_pretrain_config, run_pretraining
 
@@ -143,11 +146,14 @@ def test_pretraining_checkpoint_restores_the_encoder(root):
   assert saved.keys() == restored.keys()
   for path, value in saved.items():
     np.testing.assert_array_equal(restored[path], value)
-  assert isinstance(start.module, AlbertModel) and start.module.config.attention == "softmax"
-  switched = encoders.from_pretraining(str(root / "pretrain"), attention="hnas")
+  assert isinstance(start.module, AlbertModel)
+  assert start.module.config.attention == AttentionSpec("softmax")
+  switched = encoders.from_pretraining(str(root / "pretrain"),
+                                       attention=AttentionSpec("hnas", {"hybrid_init": 0.0}))
   shapes = jax.eval_shape(switched.module.init, jax.random.key(0), jnp.zeros((1, 4), jnp.int32))
   assert encoders.new_parameter_paths(shapes["params"], switched.params) == ["hybrid_weights"]
-  assert switched.module.config.hybrid_init == 0.0  # softmax's weights at the start
+  assert switched.module.config.attention.resolved() == {"hybrid_init": 0.0}  # softmax's start
+  assert "switched to hnas(hybrid_init=0.0)" in switched.description
   ids = start.tokenizer.encode(["the king and the queen"])[0]
   assert ids and max(ids) < start.module.config.vocab_size
 
@@ -212,7 +218,7 @@ def test_minilm_switched_to_hnas_at_u0_is_softmax(minilm_batch):
 def test_minilm_switched_to_nap_fine_tunes(minilm_batch, tmp_path):
   """A whole fine-tuning grid on the bundled MiniLM with NAP attention (about a minute)."""
   c = ft.base_finetune_config()
-  c.encoder.update(kind="minilm", attention="nap")
+  c.encoder.update(kind="minilm", attention=attention_section("nap"))
   folder = tmp_path / "corpus" / "shakespeare"
   write_plays(str(folder))
   c.task.update(cache_dir=str(tmp_path / "corpus"), max_seq_length=16,
@@ -228,7 +234,8 @@ def test_minilm_switched_to_nap_fine_tunes(minilm_batch, tmp_path):
 
 def _minilm(attention):
   c = ft.base_finetune_config()
-  c.encoder.update(kind="minilm", attention=attention, hybrid_init=0.0)
+  options = {"hybrid_init": 0.0} if attention == "hnas" else {}  # softmax's weights at the start
+  c.encoder.update(kind="minilm", attention=attention_section(attention, **options))
   return c.encoder
 
 
@@ -318,7 +325,8 @@ def test_resumed_run_equals_uninterrupted(root, runs):
 # ----- configs -----
 
 @pytest.mark.parametrize("field, value", [
-    ("encoder.kind", "gpt"), ("encoder.attention", "cosine"), ("encoder.hybrid_init", 1.5),
+    ("encoder.kind", "gpt"), ("encoder.attention.name", "cosine"),
+    ("encoder.attention.options", {"hybrid_init": 0.0}),
     ("encoder.dropout", 1.0), ("task.name", "imdb"), ("task.max_seq_length", 4),
     ("learning_rates", ()), ("learning_rates", (1e-3, -1e-4)), ("num_seeds", 0),
     ("train.batch_size", 0), ("train.warmup_steps", 6), ("train.eval_every", 4),
@@ -326,8 +334,8 @@ def test_resumed_run_equals_uninterrupted(root, runs):
 ])
 def test_bad_config_names_the_field_before_anything_is_written(root, tmp_path, field, value):
   c = tiny_config(root)
-  *sections, name = field.split(".")
-  (c[sections[0]] if sections else c)[name] = value
+  section, _, name = field.rpartition(".")
+  (get_field(c, section) if section else c)[name] = value
   with pytest.raises(ValueError, match=field.replace(".", r"\.")):
     ft.run_finetuning(c, str(tmp_path / "run"), show_progress=False)
   assert not os.path.exists(tmp_path / "run")

@@ -245,7 +245,10 @@ def test_majority_task_trains_with_a_class_per_token(tmp_path):
     ("train.eval_every", 7, "config.train.eval_every"),
     ("train.dropout", 1.0, "config.train.dropout"),
     ("sweep.name", "model.width", "config.sweep.name"),
-    ("normalization", "dnas", "config.normalization"),
+    ("attention.name", "dnas", "config.attention.name"),
+    ("attention.name", "gpt", "config.attention.name='gpt'.*must be one of"),
+    ("attention.options", {"sinkhorn_iters": 2}, "config.attention.options.*need a normalis"),
+    ("train.nosuch", 1, "config.train.nosuch=1: no such field"),
 ])
 def test_invalid_config_fails_before_compiling_and_writes_nothing(field, value, match, tmp_path):
   config = tiny_config(**{field: value})

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from normattn_jax import MultiHeadAttention
+from normattn_jax import AttentionSpec, MultiHeadAttention
 from normattn_jax.attention import BUILTIN_NORMALIZATIONS, dnas_weights, softmax_weights
 
 KEY = jax.random.key(0)
@@ -60,7 +60,7 @@ def test_every_normalization_runs(normalization):
 
 
 def test_extra_parameters():
-  hnas = MultiHeadAttention(num_heads=4, normalization="hnas", hybrid_init=0.25).init(KEY, X)
+  hnas = MultiHeadAttention(num_heads=4, normalization=AttentionSpec("hnas", {"hybrid_init": 0.25})).init(KEY, X)
   np.testing.assert_array_equal(hnas["params"]["hybrid_weight"], [0.25] * 4)
   nap = MultiHeadAttention(num_heads=4, normalization="nap").init(KEY, X)
   np.testing.assert_array_equal(nap["params"]["nap_gain"], np.ones(4))
@@ -85,7 +85,7 @@ def test_hybrid_weight_is_kept_in_unit_interval_and_trainable():
 
 
 def test_hybrid_weight_from_the_caller_replaces_the_parameter():
-  own = MultiHeadAttention(num_heads=4, normalization="hnas", hybrid_init=0.3)
+  own = MultiHeadAttention(num_heads=4, normalization=AttentionSpec("hnas", {"hybrid_init": 0.3}))
   params = own.init(KEY, X)["params"]
   u = jnp.array([0.3, 0.3, 0.3, 0.3])
   shared = {k: v for k, v in params.items() if k != "hybrid_weight"}
@@ -142,10 +142,12 @@ def test_vmap_over_init_and_apply_and_jit():
 def test_bad_arguments_name_the_field():
   with pytest.raises(ValueError, match="normalization"):
     MultiHeadAttention(num_heads=2, normalization="not_registered")  # tests register sparsemax
-  with pytest.raises(ValueError, match="hybrid_init"):
-    MultiHeadAttention(num_heads=2, normalization="hnas", hybrid_init=1.5)
-  with pytest.raises(ValueError, match="sinkhorn_iters"):
-    MultiHeadAttention(num_heads=2, normalization="sinkhorn", sinkhorn_iters=0)
+  with pytest.raises(ValueError, match="'hnas': option hybrid_init must be a number in .*1.5"):
+    MultiHeadAttention(num_heads=2, normalization=AttentionSpec("hnas", {"hybrid_init": 1.5}))
+  with pytest.raises(ValueError, match="sinkhorn_iters must be a positive integer, got 0"):
+    MultiHeadAttention(num_heads=2, normalization=AttentionSpec("sinkhorn", {"sinkhorn_iters": 0}))
+  with pytest.raises(ValueError, match="'softmax' has no option 'sinkhorn_iters'"):
+    MultiHeadAttention(num_heads=2, normalization=AttentionSpec("softmax", {"sinkhorn_iters": 2}))
   with pytest.raises(ValueError, match="num_heads"):
     MultiHeadAttention(num_heads=3, qkv_features=16)
   with pytest.raises(ValueError, match="num_heads"):

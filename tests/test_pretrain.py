@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from normattn_jax.train import pretrain
+from normattn_jax.train.config import get_field
 from normattn_jax.train.pretrain import Interrupted, base_pretrain_config, run_pretraining, \
     validate_pretrain_config
 
@@ -41,7 +42,8 @@ class RandomExamples:
 def tiny_config(attention="softmax"):
   c = base_pretrain_config()
   c.model.update(embedding_size=8, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                 intermediate_size=32, max_position_embeddings=SEQ, attention=attention)
+                 intermediate_size=32, max_position_embeddings=SEQ)
+  c.model.attention.name = attention
   c.data.update(vocab_size=VOCAB, max_seq_length=SEQ)
   c.train.update(batch_size=4, num_steps=6, learning_rate=0.01, warmup_steps=2, log_every=1,
                  eval_every=3, eval_batches=2, checkpoint_every=2)
@@ -100,7 +102,8 @@ def test_training_lowers_the_loss_on_a_fixed_batch(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("field, value, match", [
-    ("model.attention", "cosine", "model.attention"),
+    ("model.attention.name", "cosine", "model.attention.name"),
+    ("model.attention.options", {"hybrid_init": 0.5}, "softmax' has no option 'hybrid_init'"),
     ("model.num_attention_heads", 3, "model.num_attention_heads"),
     ("model.dtype", "float16", "model.dtype"),
     ("data.corpus", "books", "data.corpus"),
@@ -112,8 +115,8 @@ def test_training_lowers_the_loss_on_a_fixed_batch(tmp_path, monkeypatch):
 ])
 def test_bad_config_names_the_field_before_anything_is_written(tmp_path, field, value, match):
   config = tiny_config()
-  section, name = field.split(".")
-  config[section][name] = value
+  section, _, name = field.rpartition(".")
+  get_field(config, section)[name] = value
   with pytest.raises(ValueError, match=match):
     validate_pretrain_config(config)
   with pytest.raises(ValueError, match=match):

@@ -1,5 +1,6 @@
-"""A normalisation is one registered object: the built-ins are looked up, and one defined here
-(sparsemax, Martins & Astudillo 2016) trains through the public API and the sweep CLI.
+"""A normalisation is one registered object: the built-ins are looked up, and two defined here
+train through the public API and the sweep CLI: sparsemax (Martins & Astudillo 2016), with a
+per-head parameter, and a tempered softmax, with an option (its temperature) swept over.
 
 This file is also the CLI test's plugin: ``sweep.py --plugins=test_registry`` imports it, which
 registers sparsemax in that process."""
@@ -14,8 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from normattn_jax.attention import (NORMALIZATIONS, HeadParam, MultiHeadAttention, Normalization,
-                                    get, names, register, unregister)
+from normattn_jax.attention import (NORMALIZATIONS, AttentionSpec, HeadParam, MultiHeadAttention,
+                                    Normalization, Option, get, names, register, unregister)
 from normattn_jax.attention import weights as weights_lib
 from normattn_jax.attention.module import fast_is_faster
 from normattn_jax.blocks import TransformerBlock
@@ -46,10 +47,21 @@ SPARSEMAX = register(Normalization(
     params=(HeadParam("sparsemax_scale", lambda options: nn.initializers.ones),)))
 
 
+def positive(value):
+  """The temperature's rule."""
+  return None if isinstance(value, (int, float)) and value > 0 else "must be a number > 0"
+
+
+TEMPERED = register(Normalization(
+    "tempered", lambda logits, mask, temperature: weights_lib.softmax_weights(
+        logits / temperature, mask),
+    options=(Option("temperature", 1.0, positive),)))
+
+
 def tiny_grid(**overrides):
   """One small MTE grid with the registered sparsemax on it."""
   from test_grid import tiny_config
-  settings = {"archs": ("mte",), "normalization": "sparsemax", "learning_rates": (0.003,),
+  settings = {"archs": ("mte",), "attention.name": "sparsemax", "learning_rates": (0.003,),
               "num_seeds": 1, "train.num_steps": 10, "train.eval_every": 5}
   return tiny_config(**dict(settings, **overrides))
 
@@ -62,7 +74,8 @@ def test_the_builtins_are_registered():
   assert not get("non").head_norm and get("nap").head_norm
   assert get("hnas").param_names == ("hybrid_weight",)
   assert get("nap").param_names == ("nap_gain", "nap_bias")
-  assert get("sinkhorn").options == ("sinkhorn_iters",)
+  assert get("sinkhorn").option_names == ("sinkhorn_iters",)
+  assert get("hnas").resolve_options() == {"hybrid_init": 0.5}
 
 
 def test_unknown_names_fail_with_the_registered_ones():
@@ -79,8 +92,13 @@ def test_registration_is_checked():
   with pytest.raises(ValueError, match="already registered"):
     register(Normalization("softmax", sparsemax_weights))
   assert register(SPARSEMAX) is SPARSEMAX  # the same object again is fine
-  with pytest.raises(ValueError, match="not module fields"):
+  with pytest.raises(ValueError, match="options must be Option objects"):
     register(Normalization("with_alpha", sparsemax_weights, options=("alpha",)))
+  with pytest.raises(ValueError, match=r"option names \['mask'\] repeat or clash"):
+    register(Normalization("with_alpha", sparsemax_weights, options=(Option("mask", 1),)))
+  with pytest.raises(ValueError, match="option temperature must be a number > 0, got 0"):
+    register(Normalization("with_alpha", sparsemax_weights,
+                           options=(Option("temperature", 0, positive),)))
   with pytest.raises(TypeError):
     register(sparsemax_weights)
   assert "with_alpha" not in NORMALIZATIONS
@@ -134,7 +152,7 @@ def test_a_grid_trains_with_sparsemax_through_the_public_api(tmp_path):
 def _cli(tmp_path, *extra):
   """The sweep CLI on the tiny sparsemax grid, as command-line overrides."""
   c = tiny_grid()
-  overrides = [f"--config.archs={c.archs!r}", "--config.normalization=sparsemax",
+  overrides = [f"--config.archs={c.archs!r}", "--config.attention.name=sparsemax",
                f"--config.learning_rates={tuple(c.learning_rates)!r}",
                f"--config.num_seeds={c.num_seeds}"]
   overrides += [f"--config.task.seq_len={c.task.seq_len}",
@@ -165,3 +183,72 @@ def test_a_grid_trains_with_sparsemax_through_the_sweep_cli(tmp_path):
   with open(tmp_path / "w" / "summary.json") as f:
     cell, = json.load(f)["cells"]
   assert cell["arch"] == "mte" and np.isfinite(cell["metrics"]["train_loss"]["mean"])
+
+
+# ----- a normalisation with an option -----
+
+def test_an_option_reaches_the_weights_and_is_checked():
+  logits = jax.random.normal(KEY, (2, 3, 5))
+  hot = get("tempered").attention_weights(logits, None, {}, {"temperature": 0.5})
+  np.testing.assert_allclose(hot, jax.nn.softmax(2 * logits), atol=1e-6)
+  x = jax.random.normal(KEY, (2, 6, 8))
+  spec = AttentionSpec("tempered", {"temperature": 0.5})
+  layer = MultiHeadAttention(num_heads=2, normalization=spec, implementation="quadratic")
+  params = layer.init(KEY, x)
+  _, sown = layer.apply(params, x, sow_weights=True, mutable="intermediates")
+  default = MultiHeadAttention(num_heads=2, normalization="tempered", implementation="quadratic")
+  _, cool = default.apply(params, x, sow_weights=True, mutable="intermediates")
+  hot, cool = (s["intermediates"]["attention_weights"][0] for s in (sown, cool))
+  np.testing.assert_allclose(hot, jax.nn.softmax(2 * jnp.log(cool), axis=-1), atol=1e-5)
+  with pytest.raises(ValueError, match="'tempered': option temperature must be a number > 0"):
+    MultiHeadAttention(num_heads=2, normalization=AttentionSpec("tempered", {"temperature": -1}))
+  with pytest.raises(ValueError, match="'tempered' has no option 'alpha'"):
+    MultiHeadAttention(num_heads=2, normalization=AttentionSpec("tempered", {"alpha": 1.5}))
+
+
+def test_specs_compare_by_value_and_read_from_a_config():
+  from normattn_jax.train.sections import attention_section
+  spec = AttentionSpec("tempered", {"temperature": 2.0})
+  assert spec == AttentionSpec.of(attention_section("tempered", temperature=2.0))
+  assert hash(spec) == hash(AttentionSpec("tempered", (("temperature", 2.0),)))
+  assert AttentionSpec.of("tempered") == AttentionSpec("tempered") != spec
+  assert str(spec) == "tempered(temperature=2.0)" and spec.to_config()["options"] == {
+      "temperature": 2.0}
+
+
+def test_the_command_line_sets_an_option_and_refuses_a_misspelt_field(monkeypatch):
+  from absl import flags as absl_flags
+  from normattn_jax.train import cli
+  from normattn_jax.train.config import validate
+  argv = ["prog", "--config.attention.name=tempered", "--config.attention.options.temperature=2.5",
+          "--config.archs=('mte',)"]
+  monkeypatch.setattr(sys, "argv", argv)  # where the config flag finds its overrides
+  parsed = absl_flags.FlagValues()
+  holder = cli.define_config_flag(os.path.join(REPO, "configs", "demo.py"), "", parsed)
+  parsed(argv)
+  config = holder.value
+  assert config.attention.to_dict() == {"name": "tempered", "options": {"temperature": 2.5}}
+  validate(config)
+  config.model.d_modle = 16  # what a misspelt --config.model.d_modle=16 adds
+  with pytest.raises(ValueError, match="config.model.d_modle=16: no such field"):
+    validate(config)
+
+
+def test_a_sweep_over_an_option_of_a_plugin_normalisation(tmp_path):
+  from normattn_jax.train.sweep import run_sweep
+  config = tiny_grid(**{"attention.name": "tempered", "sweep.name": "attention.options.temperature",
+                        "sweep.grid": (0.5, 4.0)})
+  summary = run_sweep(config, str(tmp_path), show_progress=False, tensorboard=False)
+  cells = summary["cells"]
+  assert [c["params"] for c in cells] == [{"attention.options.temperature": 0.5},
+                                          {"attention.options.temperature": 4.0}]
+  assert all(np.isfinite(c["metrics"]["train_loss"]["mean"]) for c in cells)
+  from normattn_jax.train.config import point_config, static_points
+  from normattn_jax.train.grid import Setup
+  assert [Setup("mte", point_config(config, p)).model().normalization
+          for p in static_points(config)] == [AttentionSpec("tempered", {"temperature": t})
+                                              for t in (0.5, 4.0)]
+  config.sweep.grid = (0.5, 0.0)
+  with pytest.raises(ValueError, match=r"grid\[1\]=0.0 .*temperature must be a number > 0"):
+    run_sweep(config, str(tmp_path / "refused"), show_progress=False)
+  assert not os.path.exists(tmp_path / "refused")

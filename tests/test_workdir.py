@@ -15,6 +15,7 @@ import pytest
 from normattn_jax.train import pretrain
 from normattn_jax.train.checkpoint import DamagedCheckpointWarning, MAY_DIFFER, config_json, \
     config_differences
+from normattn_jax.train.config import get_field
 from normattn_jax.train.pretrain import run_pretraining
 from normattn_jax.train.sweep import Interrupted
 from test_grid import read, run, tiny_config as grid_config
@@ -195,7 +196,8 @@ def interrupted_pretraining(tmp_path_factory, random_data):
 
 
 @pytest.mark.parametrize("field, value, named", [
-    ("model.hybrid_init", 0.25, "model.hybrid_init was 0.5, now 0.25"),
+    ("model.attention.options.hybrid_init", 0.25,
+     "model.attention.options.hybrid_init was (absent), now 0.25"),
     ("train.seed", 1, "train.seed was 0, now 1"),
     ("train.num_steps", 8, "train.num_steps was 6, now 8"),
 ])
@@ -204,8 +206,8 @@ def test_pretraining_refuses_another_config_and_touches_nothing(
     state, field, value, named, finished_pretraining, interrupted_pretraining):
   workdir = finished_pretraining if state == "finished" else interrupted_pretraining
   config = albert_config("hnas")
-  section, name = field.split(".")
-  config[section][name] = value
+  section, _, name = field.rpartition(".")
+  get_field(config, section)[name] = value
   before = snapshot(workdir)
   with pytest.raises(ValueError, match=re.escape(named)):
     train_albert(config, workdir)
@@ -227,12 +229,13 @@ def test_pretraining_afresh_moves_the_old_workdir_aside(finished_pretraining, ra
   workdir = copy(finished_pretraining, tmp_path)
   before = snapshot(workdir)
   config = albert_config("hnas")
-  config.model.hybrid_init = 0.25
+  config.model.attention.options.hybrid_init = 0.25
   summary = train_albert(config, workdir, afresh=True)
   [old] = glob.glob(str(tmp_path / "run.replaced-*"))
   assert snapshot(old) == before
   with open(workdir / "config.json") as f:
-    assert json.load(f)["model"]["hybrid_init"] == 0.25
+    assert json.load(f)["model"]["attention"] == {"name": "hnas",
+                                                  "options": {"hybrid_init": 0.25}}
   assert summary["hybrid_weights"] != json.loads(before["summary.json"])["hybrid_weights"]
 
 

@@ -1,13 +1,14 @@
 """Attention normalisations: pure weight functions, their registry and the attention module."""
 from normattn_jax.attention.weights import (dnas_weights, hnas_weights, nap_weights,
                                             non_weights, sinkhorn_weights, softmax_weights)
-from normattn_jax.attention.registry import (BUILTIN_NORMALIZATIONS, NORMALIZATIONS, HeadParam,
-                                             Normalization, get, names, register, unregister)
+from normattn_jax.attention.registry import (BUILTIN_NORMALIZATIONS, NORMALIZATIONS,
+                                             AttentionSpec, HeadParam, Normalization, Option, get,
+                                             names, register, unregister)
 from normattn_jax.attention.module import MultiHeadAttention
 
 __all__ = [
-    "BUILTIN_NORMALIZATIONS", "NORMALIZATIONS", "HeadParam", "MultiHeadAttention", "Normalization",
-    "dnas_weights", "get",
+    "BUILTIN_NORMALIZATIONS", "NORMALIZATIONS", "AttentionSpec", "HeadParam", "MultiHeadAttention",
+    "Normalization", "Option", "dnas_weights", "get",
     "hnas_weights", "nap_weights", "names", "non_weights", "register", "sinkhorn_weights",
     "softmax_weights", "unregister",
 ]

@@ -7,7 +7,7 @@ same constructor fields, call convention, parameter names and shapes (``query``,
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import flax.linen as nn
 import jax
@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from normattn_jax.attention import fast as fast_lib
-from normattn_jax.attention import registry
+from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.attention.registry import straight_through_clip  # noqa: F401 (public here)
 from normattn_jax.norms import LayerNorm
 from normattn_jax.validation import check_int
@@ -27,13 +27,14 @@ default_kernel_init = nn.linear.default_kernel_init
 IMPLEMENTATIONS = ("auto", "quadratic", "fast")
 
 
-def fast_is_faster(normalization: str, q_len: int, k_len: int, head_dim: int, causal: bool,
+def fast_is_faster(normalization: Union[str, AttentionSpec], q_len: int, k_len: int,
+                   head_dim: int, causal: bool,
                    num_logits: int = 0) -> bool:
   """``implementation="auto"``'s rule: the registered normalisation's ``fast_pays_off``
   (measured by benchmarks/attention_scaling.py, BENCHMARKS.md); never without a fast path.
 
   Args:
-    normalization: a registered normalisation's name.
+    normalization: a registered normalisation's name, or its ``AttentionSpec``.
     q_len: the number of queries.
     k_len: the number of keys.
     head_dim: the size of each head.
@@ -43,7 +44,7 @@ def fast_is_faster(normalization: str, q_len: int, k_len: int, head_dim: int, ca
   Returns:
     True where the fast path exists and pays off.
   """
-  norm = registry.get(normalization)
+  norm = AttentionSpec.of(normalization).normalization
   return norm.fast is not None and bool(
       norm.fast_pays_off(q_len, k_len, head_dim, causal, num_logits))
 
@@ -111,27 +112,23 @@ def padding_masks(padding_mask, query_mask, key_mask, length: int):
   return both(query_mask), both(key_mask)
 
 
-def check_attention_fields(*, normalization: str, hybrid_init: float, sinkhorn_iters: int,
-                           dropout_rate: float, implementation: str = "auto") -> None:
+def check_attention_fields(*, normalization: Union[str, AttentionSpec], dropout_rate: float,
+                           implementation: str = "auto") -> None:
   """Refuse ``MultiHeadAttention`` fields out of range, before any parameter is made.
 
   Args:
-    normalization: must be a registered normalisation's name.
-    hybrid_init: HNAS's initial u, must lie in [0, 1].
-    sinkhorn_iters: the number of Sinkhorn iterations, must be a positive integer.
+    normalization: a registered normalisation's name, or an ``AttentionSpec`` whose options
+      its normalisation accepts.
     dropout_rate: the attention dropout rate, must lie in [0, 1).
     implementation: must be one of ``IMPLEMENTATIONS``.
 
   Raises:
     ValueError: naming the first field out of range (``registry.get``'s error for an unknown
-      normalisation).
+      normalisation, ``Normalization.resolve_options``' for an option).
   """
   if implementation not in IMPLEMENTATIONS:
     raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
-  registry.get(normalization)  # a clear error naming the registered normalisations
-  if not 0.0 <= hybrid_init <= 1.0:
-    raise ValueError(f"hybrid_init (HNAS's u) must lie in [0, 1], got {hybrid_init!r}")
-  check_int("sinkhorn_iters", sinkhorn_iters)
+  AttentionSpec.of(normalization).resolved()
   if not 0.0 <= dropout_rate < 1.0:
     raise ValueError(f"dropout_rate must lie in [0, 1), got {dropout_rate!r}")
 
@@ -140,10 +137,11 @@ class MultiHeadAttention(nn.Module):
   """Multi-head attention whose weights come from any registered normalisation.
 
   Extra fields beyond flax's:
-    normalization: a name in ``registry.names()``: "softmax" | "dnas" | "hnas" | "sinkhorn" |
-      "nap" | "non" or one registered by the user.
-    hybrid_init: HNAS's initial u per head (kept in [0, 1] by a straight-through clip).
-    sinkhorn_iters: number of Sinkhorn iterations for ``"sinkhorn"``.
+    normalization: a name in ``registry.names()`` ("softmax" | "dnas" | "hnas" | "sinkhorn" |
+      "nap" | "non" or one registered by the user) at its default options, or an
+      ``AttentionSpec`` that sets them, e.g. ``AttentionSpec("sinkhorn", {"sinkhorn_iters": 5})``
+      or ``AttentionSpec("hnas", {"hybrid_init": 0.0})`` (HNAS's initial u per head, kept in
+      [0, 1] by a straight-through clip).
     scale_logits: divide the logits by sqrt(head_dim); None means the normalisation's own
       choice (yes except for NAP, whose normalisation makes the scale moot, as in its code).
     head_norm / head_norm_epsilon / head_activation: optional LayerNorm and activation on the
@@ -170,9 +168,7 @@ class MultiHeadAttention(nn.Module):
   bias_init: Callable = nn.initializers.zeros_init()
   out_bias_init: Optional[Callable] = None
   use_bias: bool = True
-  normalization: str = "softmax"
-  hybrid_init: float = 0.5
-  sinkhorn_iters: int = 3
+  normalization: Union[str, AttentionSpec] = "softmax"
   scale_logits: Optional[bool] = None
   head_norm: bool = False
   head_norm_epsilon: float = 1e-6
@@ -185,8 +181,7 @@ class MultiHeadAttention(nn.Module):
     if self.qkv_features is not None and self.qkv_features % self.num_heads:
       raise ValueError(f"num_heads ({self.num_heads}) must divide qkv_features "
                        f"({self.qkv_features})")
-    check_attention_fields(normalization=self.normalization, hybrid_init=self.hybrid_init,
-                           sinkhorn_iters=self.sinkhorn_iters, dropout_rate=self.dropout_rate,
+    check_attention_fields(normalization=self.normalization, dropout_rate=self.dropout_rate,
                            implementation=self.implementation)
     check_int("block_size", self.block_size)
     super().__post_init__()
@@ -215,7 +210,7 @@ class MultiHeadAttention(nn.Module):
     all other parameters keeps them per layer, as ALBERT with HNAS does); ``hybrid_weight`` is
     HNAS's u that way.
     """
-    norm = registry.get(self.normalization)
+    norm = self.spec.normalization
     if hybrid_weight is not None:
       if "hybrid_weight" not in norm.param_names:
         raise ValueError(f"hybrid_weight is HNAS's u, but normalization={self.normalization!r}")
@@ -291,7 +286,7 @@ class MultiHeadAttention(nn.Module):
                                            ("sow_weights", sow_weights),
                                            ("attention dropout", dropout_active)) if present]
     if self.implementation == "fast":
-      if registry.get(self.normalization).fast is None:
+      if self.spec.normalization.fast is None:
         raise ValueError(f"normalization {self.normalization!r} has no fast path; use "
                          f"implementation='quadratic' or 'auto'")
       if blockers:
@@ -309,9 +304,14 @@ class MultiHeadAttention(nn.Module):
         bias_init=self.out_bias_init or self.bias_init, use_bias=self.use_bias, dtype=self.dtype,
         param_dtype=self.param_dtype, precision=self.precision, name="out")(heads)
 
+  @property
+  def spec(self) -> AttentionSpec:
+    """``normalization`` as an ``AttentionSpec``."""
+    return AttentionSpec.of(self.normalization)
+
   def _options(self) -> dict:
-    """The static fields a normalisation may take (``Normalization.options``)."""
-    return {"hybrid_init": self.hybrid_init, "sinkhorn_iters": self.sinkhorn_iters}
+    """Every option of the normalisation: the spec's, the rest at their defaults."""
+    return self.spec.resolved()
 
   def _check_head_params(self, norm, head_params: dict) -> dict:
     for name, value in head_params.items():

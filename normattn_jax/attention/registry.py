@@ -7,7 +7,8 @@ look a name up here instead of testing for it, so a normalisation registered fro
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping, Optional
+import numbers
+from typing import Any, Callable, Mapping, Optional, Union
 
 import flax.linen as nn
 import jax
@@ -16,10 +17,13 @@ import jax.numpy as jnp
 from normattn_jax.attention import fast as fast_lib
 from normattn_jax.attention import weights as weights_lib
 from normattn_jax.registry import Registry, load_plugins  # noqa: F401 (public)
+from normattn_jax.validation import int_problem
 
 Array = jax.Array
 QUADRATIC_LOGITS_LIMIT = 1 << 28  # 1 GiB of float32 logits
-DEFAULT_OPTIONS = {"hybrid_init": 0.5, "sinkhorn_iters": 3}
+# The names a normalisation's functions already take: no option may take them.
+RESERVED = frozenset({"logits", "mask", "q", "k", "v", "query_mask", "key_mask", "causal",
+                      "block_size"})
 
 
 def _identity(x: Array) -> Array:
@@ -43,14 +47,41 @@ def straight_through_clip(u: Array, low: float = 0.0, high: float = 1.0) -> Arra
 
 @dataclasses.dataclass(frozen=True)
 class HeadParam:
-  """A learned scalar per head. ``init(options)`` gives its flax initialiser from the module's
-  options (so HNAS's u starts at ``hybrid_init``); ``constrain`` maps the stored value to the
-  used one (HNAS keeps u in [0, 1]); ``per_layer``: a model sharing its layers' parameters
-  (ALBERT) still keeps one per layer application, as ``<name>s [layers, heads]``."""
+  """A learned scalar per head. ``init(options)`` gives its flax initialiser from the
+  normalisation's resolved options (so HNAS's u starts at ``hybrid_init``); ``constrain`` maps
+  the stored value to the used one (HNAS keeps u in [0, 1]); ``per_layer``: a model sharing its
+  layers' parameters (ALBERT) still keeps one per layer application, as
+  ``<name>s [layers, heads]``."""
   name: str
   init: Callable[[Mapping[str, Any]], Callable]
   constrain: Callable[[Array], Array] = _identity
   per_layer: bool = False
+
+
+def any_value(value) -> Optional[str]:
+  """``Option.problem`` of an option that takes any value: never a problem."""
+  return None
+
+
+def unit_interval(value) -> Optional[str]:
+  """``Option.problem`` of a fraction: a real number in [0, 1]."""
+  if isinstance(value, numbers.Real) and not isinstance(value, bool) and 0.0 <= value <= 1.0:
+    return None
+  return "must be a number in [0, 1]"
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+  """A setting of one normalisation, owned by it: its name, default and rule.
+
+  problem(value): why ``value`` is refused ("must be ..."), or None when it is accepted.
+  init_only: only the per-head parameters' initialisers read it (HNAS's ``hybrid_init``); the
+    weight and fast functions are not passed it.
+  """
+  name: str
+  default: Any
+  problem: Callable[[Any], Optional[str]] = any_value
+  init_only: bool = False
 
 
 def never(q_len: int, k_len: int, head_dim: int, causal: bool, num_logits: int) -> bool:
@@ -78,7 +109,8 @@ class Normalization:
   fast(q, k, v, *, query_mask, key_mask, causal, block_size, **params, **options): the exact
     path that never forms the weights (``[..., h, n, d]`` arrays), or None.
   params: the per-head parameters (``HeadParam``), in the module's params tree by name.
-  options: names of the module's static fields the functions take (e.g. "sinkhorn_iters").
+  options: its settings (``Option``), passed by name to ``weights`` and ``fast`` (unless
+    ``init_only``) and to every ``HeadParam.init``; an ``AttentionSpec`` sets them.
   scale_logits: divide the logits by sqrt(head_dim) unless the module says otherwise.
   head_norm: whether the MTE layout's LayerNorm over the concatenated heads applies.
   fast_pays_off(q_len, k_len, head_dim, causal, num_logits): ``implementation="auto"``'s rule.
@@ -101,52 +133,90 @@ class Normalization:
     """
     return tuple(p.name for p in self.params)
 
-  def select_options(self, options: Mapping[str, Any]) -> dict:
-    """The module options this normalisation's functions take.
-
-    Args:
-      options: the module's option values by name; must hold every name in ``self.options``.
+  @property
+  def option_names(self) -> tuple:
+    """The names of the options, in order.
 
     Returns:
-      ``{name: options[name]}`` for the names in ``self.options``.
+      A tuple of strings.
     """
-    return {name: options[name] for name in self.options}
+    return tuple(o.name for o in self.options)
 
-  def initial_params(self, num_heads: int, options: Mapping[str, Any] = DEFAULT_OPTIONS,
+  def resolve_options(self, given: Mapping[str, Any] = ()) -> dict:
+    """Every option's value: the given ones checked, the others at their defaults.
+
+    Args:
+      given: option values by name (e.g. an ``AttentionSpec``'s).
+
+    Returns:
+      ``{option name: value}`` for every option, in order.
+
+    Raises:
+      ValueError: naming the normalisation, the option and the value, for an option it does
+        not have or a value its rule refuses.
+    """
+    given = dict(given)
+    unknown = sorted(set(given) - set(self.option_names))
+    if unknown:
+      raise ValueError(f"normalization {self.name!r} has no option {unknown[0]!r}; its options "
+                       f"are {self.option_names}")
+    resolved = {}
+    for option in self.options:
+      value = given.get(option.name, option.default)
+      problem = option.problem(value)
+      if problem:
+        raise ValueError(f"normalization {self.name!r}: option {option.name} {problem}, got "
+                         f"{value!r}")
+      resolved[option.name] = value
+    return resolved
+
+  def function_options(self, options: Optional[Mapping[str, Any]] = None) -> dict:
+    """The options ``weights`` and ``fast`` take (``init_only`` ones aside), resolved.
+
+    Args:
+      options: option values by name; None or missing ones: the defaults.
+
+    Returns:
+      ``{name: value}`` for each option that is not ``init_only``.
+    """
+    resolved = self.resolve_options(options or {})
+    return {o.name: resolved[o.name] for o in self.options if not o.init_only}
+
+  def initial_params(self, num_heads: int, options: Optional[Mapping[str, Any]] = None,
                      dtype=jnp.float32) -> dict:
     """The per-head parameters at initialisation, outside a module (e.g. for benchmarks).
 
     Args:
       num_heads: the number of heads.
-      options: the module's option values by name (e.g. ``hybrid_init``).
+      options: option values by name (e.g. ``hybrid_init``); None or missing ones: defaults.
       dtype: the parameters' dtype.
 
     Returns:
       ``{param name: array [num_heads]}``, initialised with a fixed random key.
     """
-    key = jax.random.key(0)
-    return {p.name: p.init(options)(key, (num_heads,), dtype) for p in self.params}
+    key, resolved = jax.random.key(0), self.resolve_options(options or {})
+    return {p.name: p.init(resolved)(key, (num_heads,), dtype) for p in self.params}
 
   def attention_weights(self, logits: Array, mask: Optional[Array], params: Mapping[str, Array],
-                        options: Mapping[str, Any] = DEFAULT_OPTIONS) -> Array:
+                        options: Optional[Mapping[str, Any]] = None) -> Array:
     """``weights`` with ``[heads]`` params broadcast over queries and keys.
 
     Args:
       logits: floating-point logits, shape ``[..., heads, q, k]``.
       mask: boolean, broadcastable to ``logits``, True = attend; or None.
       params: ``{param name: array [heads]}``, holding every name in ``param_names``.
-      options: the module's option values by name.
+      options: option values by name; None or missing ones: the defaults.
 
     Returns:
       The weights, of ``logits``' shape and dtype.
 
     Raises:
-      ValueError: if a per-head parameter is missing.
+      ValueError: if a per-head parameter is missing or an option is refused.
     """
-    return self.weights(logits, mask, **_per_head(self, params), **self.select_options(options))
+    return self.weights(logits, mask, **_per_head(self, params), **self.function_options(options))
 
   def fast_attention(self, q: Array, k: Array, v: Array, params: Mapping[str, Array],
-                     options: Mapping[str, Any] = DEFAULT_OPTIONS, *, query_mask=None,
+                     options: Optional[Mapping[str, Any]] = None, *, query_mask=None,
                      key_mask=None, causal: bool = False,
                      block_size: int = fast_lib.DEFAULT_BLOCK) -> Array:
     """``fast`` with ``[heads]`` params broadcast over positions and features.
@@ -156,7 +226,7 @@ class Normalization:
       k: keys, shape ``[..., h, n_k, d]``.
       v: values, shape ``[..., h, n_k, e]``.
       params: ``{param name: array [h]}``, holding every name in ``param_names``.
-      options: the module's option values by name.
+      options: option values by name; None or missing ones: the defaults.
       query_mask: boolean ``[..., n_q]``, True = valid query; or None.
       key_mask: boolean ``[..., n_k]``, True = valid key; or None.
       causal: query i sees only the keys j <= i + n_k - n_q.
@@ -166,14 +236,15 @@ class Normalization:
       The outputs, shape ``[..., h, n_q, e]`` in ``q``'s dtype.
 
     Raises:
-      ValueError: if the normalisation has no fast path or a per-head parameter is missing.
+      ValueError: if the normalisation has no fast path, a per-head parameter is missing or an
+        option is refused.
     """
     if self.fast is None:
       raise ValueError(f"normalization {self.name!r} has no fast path; use "
                        f"implementation='quadratic'")
     return self.fast(q, k, v, query_mask=query_mask, key_mask=key_mask, causal=causal,
                      block_size=block_size, **_per_head(self, params),
-                     **self.select_options(options))
+                     **self.function_options(options))
 
 
 def _per_head(norm: Normalization, params: Mapping[str, Array]) -> dict:
@@ -185,21 +256,113 @@ def _per_head(norm: Normalization, params: Mapping[str, Array]) -> dict:
 
 
 def _check(normalization: Normalization) -> None:
-  """Refuse options that are not module fields: the module could not pass them."""
-  unknown = [o for o in normalization.options if o not in DEFAULT_OPTIONS]
-  if unknown:
-    raise ValueError(f"options {unknown} are not module fields; a normalisation may take "
-                     f"{tuple(DEFAULT_OPTIONS)} (bake any other setting into its functions)")
+  """Refuse options that are not ``Option``s, repeat a name, clash with the functions' own
+  arguments or the per-head parameters, or whose default breaks their own rule."""
+  name = normalization.name
+  if not all(isinstance(o, Option) for o in normalization.options):
+    raise ValueError(f"normalization {name!r}: options must be Option objects (name, default, "
+                     f"rule), got {normalization.options!r}")
+  names = normalization.option_names
+  clashes = sorted((set(names) & (RESERVED | set(normalization.param_names)))
+                   | {n for n in names if names.count(n) > 1})
+  if clashes:
+    raise ValueError(f"normalization {name!r}: option names {clashes} repeat or clash with the "
+                     f"functions' arguments or per-head parameters")
+  normalization.resolve_options()  # the defaults pass their own rules
 
 
-# register(normalization, *, replace=False) also raises ValueError for options that are not in
-# DEFAULT_OPTIONS; get(name) names the registered normalisations when ``name`` is none of them.
+# register(normalization, *, replace=False) also raises ValueError for options that are not
+# well formed (``_check``); get(name) names the registered normalisations when ``name`` is none
+# of them.
 REGISTRY: Registry[Normalization] = Registry("normalization", Normalization, _check)
 register = REGISTRY.register
 unregister = REGISTRY.unregister
 get = REGISTRY.get
 names = REGISTRY.names
 NORMALIZATIONS = REGISTRY.view  # the live, tuple-like view of the names
+
+
+def _frozen(value):
+  """A hashable copy of an option value (a config's lists become tuples)."""
+  if isinstance(value, (list, tuple)):
+    return tuple(_frozen(v) for v in value)
+  return value
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionSpec:
+  """A normalisation by name and the options it is given: what a config's ``attention``
+  section holds, passed unchanged to the modules, which resolve it against the registry.
+
+  ``AttentionSpec("sinkhorn", {"sinkhorn_iters": 5})``; a plain name wherever a spec is taken
+  means the normalisation at its defaults. The options are stored sorted as ``(name, value)``
+  pairs, so that equal specs compare and hash equal (flax module fields, jit caches).
+  """
+  name: str
+  options: Union[Mapping[str, Any], tuple] = ()
+
+  def __post_init__(self):
+    if not isinstance(self.name, str):
+      raise ValueError(f"an attention spec's name must be a string, got {self.name!r}")
+    items = self.options.items() if isinstance(self.options, Mapping) else self.options
+    try:
+      pairs = tuple(sorted((str(key), _frozen(value)) for key, value in items))
+    except (TypeError, ValueError):
+      raise ValueError(f"attention options must be a mapping of names to values, got "
+                       f"{self.options!r}") from None
+    object.__setattr__(self, "options", pairs)
+
+  @classmethod
+  def of(cls, value: Union[str, "AttentionSpec", Mapping[str, Any]]) -> "AttentionSpec":
+    """A spec from what a user or a config gives.
+
+    Args:
+      value: a name (the defaults), a spec, or a mapping with ``name`` and optional
+        ``options`` (a config's ``attention`` section).
+
+    Returns:
+      The ``AttentionSpec``.
+
+    Raises:
+      ValueError: for any other value.
+    """
+    if isinstance(value, cls):
+      return value
+    if isinstance(value, str):
+      return cls(value)
+    if isinstance(value, Mapping) or hasattr(value, "to_dict"):
+      tree = dict(value.to_dict() if hasattr(value, "to_dict") else value)
+      if "name" not in tree or set(tree) - {"name", "options"}:
+        raise ValueError(f"an attention section holds name and options, got {sorted(tree)}")
+      return cls(tree["name"], tree.get("options") or {})
+    raise ValueError(f"an attention spec is a name, an AttentionSpec or a mapping with name and "
+                     f"options, got {value!r}")
+
+  @property
+  def normalization(self) -> Normalization:
+    """The registered normalisation it names (``get``'s error if none)."""
+    return get(self.name)
+
+  def resolved(self) -> dict:
+    """Every option's value, checked (``Normalization.resolve_options``).
+
+    Returns:
+      ``{option name: value}``.
+
+    Raises:
+      ValueError: for an unknown name, an option the normalisation does not have, or a value
+        its rule refuses.
+    """
+    return self.normalization.resolve_options(dict(self.options))
+
+  def to_config(self) -> dict:
+    """The spec as a config's ``attention`` section stores it."""
+    return {"name": self.name, "options": dict(self.options)}
+
+  def __str__(self) -> str:
+    if not self.options:
+      return self.name
+    return f"{self.name}({', '.join(f'{k}={v!r}' for k, v in self.options)})"
 
 
 # The built-ins. The quadratic and fast functions stay public in weights.py and fast.py.
@@ -236,13 +399,14 @@ HNAS = register(Normalization(
     params=(HeadParam("hybrid_weight",
                       lambda options: nn.initializers.constant(options["hybrid_init"]),
                       constrain=straight_through_clip, per_layer=True),),
+    options=(Option("hybrid_init", 0.5, unit_interval, init_only=True),),  # u at the start
     fast_pays_off=_blockwise_pays_off))
 SINKHORN = register(Normalization(
     "sinkhorn", lambda logits, mask, sinkhorn_iters: weights_lib.sinkhorn_weights(
         logits, sinkhorn_iters, mask),
     fast=lambda q, k, v, sinkhorn_iters, **kw: fast_lib.sinkhorn_attention(
         q, k, v, sinkhorn_iters, **kw),
-    options=("sinkhorn_iters",), fast_pays_off=_blockwise_pays_off))
+    options=(Option("sinkhorn_iters", 3, int_problem),), fast_pays_off=_blockwise_pays_off))
 NAP = register(Normalization(
     "nap", lambda logits, mask, nap_gain, nap_bias: weights_lib.nap_weights(
         logits, nap_gain, nap_bias, mask),

@@ -10,10 +10,10 @@ Three sources:
   ``models.bert.from_pretrained``;
 - the bundled MiniLM (``models.bert.bundled_minilm_path()``), the same way.
 
-Any of them can have its attention normalisation switched before fine-tuning (``attention``):
-the pre-trained projections stay, and the new normalisation's own per-head parameters (HNAS's u,
-NAP's gain and bias) start from their initialisers, with HNAS's u at ``hybrid_init`` (0 keeps
-softmax's weights at the start).
+Any of them can have its attention normalisation switched before fine-tuning (``attention``, a
+name or an ``AttentionSpec``): the pre-trained projections stay, and the new normalisation's own
+per-head parameters (HNAS's u, NAP's gain and bias) start from their initialisers, with HNAS's u
+at its option ``hybrid_init`` (0 keeps softmax's weights at the start).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import dataclasses
 import glob
 import json
 import os
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import flax.linen as nn
 import jax
@@ -30,7 +30,7 @@ import ml_collections
 import numpy as np
 from flax import traverse_util
 
-from normattn_jax.attention import registry
+from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.finetune import features
 from normattn_jax.models import bert as bert_lib
 from normattn_jax.models.albert import AlbertModel
@@ -58,9 +58,10 @@ def _read_json(path: str, what: str) -> dict:
 
 
 def pretraining_config(workdir: str) -> ml_collections.ConfigDict:
-  """The config a pre-training workdir was run with (its ``config.json``)."""
+  """The config a pre-training workdir was run with (its ``config.json``, in today's form)."""
+  from normattn_jax.train.migrate import with_current_names
   stored = _read_json(os.path.join(workdir, "config.json"), "encoder.path (a pre-training workdir)")
-  config = ml_collections.ConfigDict(stored)
+  config = ml_collections.ConfigDict(with_current_names(stored, "pretraining"))
   config.data.files = tuple(config.data.files)
   return config
 
@@ -82,15 +83,15 @@ def pretraining_vocab_path(workdir: str, config: ml_collections.ConfigDict) -> s
                           f"under {roots}")
 
 
-def from_pretraining(workdir: str, *, attention: str = "", hybrid_init: float = 0.0,
+def from_pretraining(workdir: str, *, attention: Union[str, AttentionSpec, None] = None,
                      dropout: float = 0.0) -> StartingPoint:
   """The ALBERT encoder of a finished ``experiments/pretrain.py`` run.
 
   Args:
     workdir: the pre-training run's workdir (``config.json``, ``summary.json``,
       ``checkpoints/``).
-    attention: "" keeps the run's normalisation; a registered name switches to it.
-    hybrid_init: HNAS's initial u when switching to it.
+    attention: None (or "") keeps the run's normalisation; a registered name or spec switches
+      to it.
     dropout: the encoder's dropout rate during fine-tuning.
 
   Returns:
@@ -109,13 +110,13 @@ def from_pretraining(workdir: str, *, attention: str = "", hybrid_init: float = 
   step, state = restore_newest_state(os.path.join(workdir, "checkpoints"))
   params = state["params"]["albert"]
   albert_config = pretrain.model_config(config, vocab_size)
+  trained_with = albert_config.attention
   if attention:
-    albert_config = dataclasses.replace(albert_config, attention=attention,
-                                        hybrid_init=hybrid_init)
+    albert_config = dataclasses.replace(albert_config, attention=AttentionSpec.of(attention))
   module = AlbertModel(albert_config, dropout_rate=dropout)
-  described = f"ALBERT pre-trained with {config.model.attention} ({workdir}, step {step})"
-  if attention and attention != config.model.attention:
-    described += f", switched to {attention}"
+  described = f"ALBERT pre-trained with {trained_with} ({workdir}, step {step})"
+  if albert_config.attention != trained_with:
+    described += f", switched to {albert_config.attention}"
   return StartingPoint(module, params, features.as_tokenizer(vocab_path), described,
                        config.model.max_position_embeddings)
 
@@ -138,15 +139,14 @@ def restore_newest_state(directory: str) -> tuple[int, dict]:
   return step, jax.tree.map(np.asarray, restored["state"])
 
 
-def from_huggingface(folder, *, attention: str = "", hybrid_init: float = 0.0,
+def from_huggingface(folder, *, attention: Union[str, AttentionSpec, None] = None,
                      dropout: float = 0.0, description: Optional[str] = None) -> StartingPoint:
   """A HuggingFace BERT folder (``bert.from_pretrained``) with a pooler (a fresh one when the
   checkpoint has none) and, with ``attention``, another normalisation.
 
   Args:
     folder: holds ``config.json``, ``model.safetensors`` and ``tokenizer.json``.
-    attention: "" keeps softmax; a registered name switches to it.
-    hybrid_init: HNAS's initial u when switching to it.
+    attention: None (or "") keeps softmax; a registered name or spec switches to it.
     dropout: the encoder's dropout rate during fine-tuning.
 
   Returns:
@@ -154,10 +154,10 @@ def from_huggingface(folder, *, attention: str = "", hybrid_init: float = 0.0,
   """
   model, params = bert_lib.from_pretrained(folder)
   module = bert_lib.BertModel(model.config, add_pooler=True, dropout_rate=dropout,
-                              normalization=attention or "softmax", hybrid_init=hybrid_init)
+                              normalization=attention or "softmax")
   described = description or f"BERT from {folder}"
-  if attention and attention != "softmax":
-    described += f", switched to {attention}"
+  if attention and AttentionSpec.of(attention) != AttentionSpec("softmax"):
+    described += f", switched to {AttentionSpec.of(attention)}"
   params = jax.tree.map(np.asarray, params)
   return StartingPoint(module, params, features.as_tokenizer(str(folder)), described,
                        model.config.max_position_embeddings)
@@ -165,7 +165,8 @@ def from_huggingface(folder, *, attention: str = "", hybrid_init: float = 0.0,
 
 def load_starting_point(encoder: ml_collections.ConfigDict) -> StartingPoint:
   """The starting point a fine-tuning config's ``encoder`` section names."""
-  options = dict(attention=encoder.attention, hybrid_init=encoder.hybrid_init,
+  from normattn_jax.train.sections import attention_spec
+  options = dict(attention=attention_spec(encoder.attention, "encoder.attention", keep=True),
                  dropout=encoder.dropout)
   if encoder.kind == "pretraining":
     return from_pretraining(encoder.path, **options)
@@ -175,13 +176,6 @@ def load_starting_point(encoder: ml_collections.ConfigDict) -> StartingPoint:
     return from_huggingface(bert_lib.bundled_minilm_path(), description="all-MiniLM-L6-v2",
                             **options)
   raise ValueError(f"config.encoder.kind={encoder.kind!r}: must be one of {ENCODER_KINDS}")
-
-
-def check_attention(field: str, attention: str) -> None:
-  """An encoder normalisation must be "" (keep) or registered."""
-  if attention and attention not in registry.NORMALIZATIONS:
-    raise ValueError(f"config.{field}={attention!r}: must be '' (keep the encoder's) or one of "
-                     f"{tuple(registry.NORMALIZATIONS)}")
 
 
 def overlay(initial, pretrained, where: str = "encoder"):

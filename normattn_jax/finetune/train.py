@@ -38,6 +38,7 @@ from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, write_j
 from normattn_jax.train.optim import lamb_adapted, scale_by_adam_without_bias_correction, \
     schedule_shape
 from normattn_jax.train.run_log import RunLog
+from normattn_jax.train.sections import attention_section, attention_spec, check_known_fields
 from normattn_jax.train.state import TrainState
 from normattn_jax.validation import check_config_int
 from normattn_jax.validation import fail_config as _fail
@@ -53,8 +54,9 @@ def base_finetune_config() -> ml_collections.ConfigDict:
   """The offline genre task on a pre-training workdir's encoder, 3 learning rates x 5 seeds;
   ``configs/finetune_*.py`` start from it."""
   c = ml_collections.ConfigDict()
+  # encoder.attention.name: "" keeps the encoder's normalisation, a registered one switches to it
   c.encoder = ml_collections.ConfigDict(dict(
-      kind="pretraining", path="", attention="", hybrid_init=0.0, dropout=0.0))
+      kind="pretraining", path="", attention=attention_section(), dropout=0.0))
   c.task = ml_collections.ConfigDict(dict(
       name="shakespeare_genre", max_seq_length=64, cache_dir="", data_dir="", max_examples=0,
       passage_lines=4, validation_fraction=0.05, dev_fraction=0.3))
@@ -115,6 +117,7 @@ def validate_finetune_config(c: ml_collections.ConfigDict, check_paths: bool = T
     check_paths: also check that ``encoder.path`` holds what ``encoder.kind`` needs and, for a
       pre-training workdir and an offline task, that both hold out the same documents.
   """
+  check_known_fields(c, base_finetune_config(), free=("encoder.attention.options",))
   e = c.encoder
   if e.kind not in encoders.ENCODER_KINDS:
     _fail("encoder.kind", e.kind, f"must be one of {encoders.ENCODER_KINDS}")
@@ -122,8 +125,7 @@ def validate_finetune_config(c: ml_collections.ConfigDict, check_paths: bool = T
     _check_encoder_path(c)
   if e.kind == "minilm" and e.path:
     _fail("encoder.path", e.path, "must be '' for the bundled MiniLM")
-  encoders.check_attention("encoder.attention", e.attention)
-  _fraction("encoder.hybrid_init", e.hybrid_init, closed_high=True)
+  attention_spec(e.attention, "encoder.attention", keep=True)
   _fraction("encoder.dropout", e.dropout)
   if not task_lib.known(c.task.name):
     _fail("task.name", c.task.name, f"must be one of {tuple(task_lib.TASKS)} or a TFDS task of "

@@ -22,13 +22,13 @@ the mean SOP cross-entropy.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from normattn_jax.attention import registry
+from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.models.bert import ACTIVATIONS, BertConfig, BertEmbeddings, BertLayer
 from normattn_jax.norms import LayerNorm
 from normattn_jax.validation import check_int
@@ -40,28 +40,23 @@ DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 @dataclasses.dataclass(frozen=True)
 class AlbertConfig(BertConfig):
-  """ALBERT's ``albert_config.json`` fields plus the attention normalisation."""
+  """ALBERT's ``albert_config.json`` fields plus the attention normalisation (a name, or an
+  ``AttentionSpec`` with its options)."""
   vocab_size: int = 30000
   embedding_size: int = 128
   hidden_act: str = "gelu_new"
   num_hidden_groups: int = 1
   inner_group_num: int = 1
-  attention: str = "softmax"
-  hybrid_init: float = 0.5
-  sinkhorn_iters: int = 3
+  attention: Union[str, AttentionSpec] = "softmax"
 
   def __post_init__(self):
     super().__post_init__()
-    for name in ("embedding_size", "num_hidden_groups", "inner_group_num", "sinkhorn_iters"):
+    for name in ("embedding_size", "num_hidden_groups", "inner_group_num"):
       check_int(name, getattr(self, name))
     if self.num_hidden_groups > self.num_hidden_layers:
       raise ValueError(f"num_hidden_groups ({self.num_hidden_groups}) must not exceed "
                        f"num_hidden_layers ({self.num_hidden_layers})")
-    if self.attention not in registry.NORMALIZATIONS:
-      raise ValueError(f"attention must be one of {registry.NORMALIZATIONS}, "
-                       f"got {self.attention!r}")
-    if not 0.0 <= self.hybrid_init <= 1.0:
-      raise ValueError(f"hybrid_init (HNAS's u) must lie in [0, 1], got {self.hybrid_init!r}")
+    AttentionSpec.of(self.attention).resolved()  # a registered name, options it accepts
 
   @property
   def num_layer_applications(self) -> int:
@@ -84,11 +79,11 @@ class AlbertConfig(BertConfig):
     return layer * self.num_hidden_groups // self.num_hidden_layers
 
 
-def per_layer_params(attention: str) -> tuple:
+def per_layer_params(attention: Union[str, AttentionSpec]) -> tuple:
   """The normalisation's per-head parameters that ALBERT keeps per layer application.
 
   Args:
-    attention: a registered normalisation's name.
+    attention: a registered normalisation's name or ``AttentionSpec``.
 
   Returns:
     A tuple of ``HeadParam`` with ``per_layer`` set (e.g. HNAS's ``hybrid_weight``).
@@ -96,7 +91,7 @@ def per_layer_params(attention: str) -> tuple:
   Raises:
     ValueError: if ``attention`` is not registered.
   """
-  return tuple(p for p in registry.get(attention).params if p.per_layer)
+  return tuple(p for p in AttentionSpec.of(attention).normalization.params if p.per_layer)
 
 
 class AlbertModel(nn.Module):
@@ -119,12 +114,11 @@ class AlbertModel(nn.Module):
     self.embedding_projection = nn.Dense(c.hidden_size, dtype=self.dtype, kernel_init=INIT,
                                          param_dtype=self.param_dtype)
     self.groups = [[BertLayer(c, self.dropout_rate, self.dtype, self.param_dtype,
-                              normalization=c.attention, hybrid_init=c.hybrid_init,
-                              sinkhorn_iters=c.sinkhorn_iters, kernel_init=INIT,
+                              normalization=c.attention, kernel_init=INIT,
                               attention_implementation=self.attention_implementation,
                               name=f"group_{g}_inner_{i}")
                     for i in range(c.inner_group_num)] for g in range(c.num_hidden_groups)]
-    options = {"hybrid_init": c.hybrid_init, "sinkhorn_iters": c.sinkhorn_iters}
+    options = AttentionSpec.of(c.attention).resolved()
     self.layer_params = {
         p.name: self.param(p.name + "s", p.init(options),
                            (c.num_layer_applications, c.num_attention_heads), self.param_dtype)

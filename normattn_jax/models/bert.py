@@ -36,6 +36,7 @@ import numpy as np
 
 from normattn_jax._extras import require
 from normattn_jax.attention.module import MultiHeadAttention
+from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.norms import LayerNorm
 from normattn_jax.validation import check_int
 
@@ -126,8 +127,8 @@ class BertEmbeddings(nn.Module):
 class BertLayer(nn.Module):
   """One post-LN BERT layer; names as ``TransformerBlock`` (see the module docstring).
 
-  ``normalization`` (and ``hybrid_init``, ``sinkhorn_iters``) choose the attention's weights
-  (pretrained BERTs: softmax); ``padding_mask [..., N]`` (True = token) masks padded queries
+  ``normalization`` (a name or an ``AttentionSpec`` with its options) chooses the attention's
+  weights (pretrained BERTs: softmax); ``padding_mask [..., N]`` (True = token) masks padded queries
   and keys alike, so padding never changes the real positions' outputs, whatever the
   normalisation; ``head_params`` (or ``hybrid_weight``, HNAS's u) at call time supply the
   normalisation's per-head parameters."""
@@ -135,9 +136,7 @@ class BertLayer(nn.Module):
   dropout_rate: float = 0.0
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
-  normalization: str = "softmax"
-  hybrid_init: float = 0.5
-  sinkhorn_iters: int = 3
+  normalization: Union[str, AttentionSpec] = "softmax"
   attention_implementation: str = "quadratic"
   kernel_init: Any = nn.initializers.lecun_normal()
 
@@ -154,7 +153,6 @@ class BertLayer(nn.Module):
     dropout = lambda y: nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
     h = MultiHeadAttention(
         num_heads=c.num_attention_heads, normalization=self.normalization,
-        hybrid_init=self.hybrid_init, sinkhorn_iters=self.sinkhorn_iters,
         implementation=self.attention_implementation, kernel_init=self.kernel_init,
         dropout_rate=self.dropout_rate, broadcast_dropout=False, dtype=self.dtype,
         param_dtype=self.param_dtype, name="attention",
@@ -173,8 +171,9 @@ class BertModel(nn.Module):
   ``transformers`` does, and padded queries, so that no normalisation lets padding change the
   real positions; the real positions match ``transformers``, the padding positions get
   meaningless hidden states (other than ``transformers``' ones) and all-zero attention rows.
-  ``normalization`` (and ``hybrid_init``, ``sinkhorn_iters``) choose every layer's attention
-  weights (pretrained BERTs: softmax; another one switches a loaded model's normalisation).
+  ``normalization`` (a name or an ``AttentionSpec`` with its options) chooses every layer's
+  attention weights (pretrained BERTs: softmax; another one switches a loaded model's
+  normalisation).
   ``hidden_states`` (with ``output_hidden_states=True``) is a tuple of the embedding output and
   every layer's output. ``sow_weights=True`` stores each layer's attention weights in the
   'intermediates' collection. ``add_pooler`` adds BERT's tanh pooler on the first token.
@@ -184,9 +183,7 @@ class BertModel(nn.Module):
   dropout_rate: float = 0.0
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
-  normalization: str = "softmax"
-  hybrid_init: float = 0.5
-  sinkhorn_iters: int = 3
+  normalization: Union[str, AttentionSpec] = "softmax"
 
   @nn.compact
   def __call__(self, input_ids: Array, attention_mask: Optional[Array] = None,
@@ -208,8 +205,7 @@ class BertModel(nn.Module):
     hidden = [x]
     for layer in range(c.num_hidden_layers):
       x = BertLayer(c, self.dropout_rate, self.dtype, self.param_dtype,
-                    normalization=self.normalization, hybrid_init=self.hybrid_init,
-                    sinkhorn_iters=self.sinkhorn_iters, name=f"layer_{layer}")(
+                    normalization=self.normalization, name=f"layer_{layer}")(
           x, padding_mask, deterministic, sow_weights)
       hidden.append(x)
     out = {"last_hidden_state": x}

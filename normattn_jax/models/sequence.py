@@ -6,12 +6,13 @@ truncated-normal(0.02) kernels and zero biases, as the paper's code.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.blocks import TransformerBlock, check_layer_fields
 from normattn_jax.validation import check_int
 
@@ -37,7 +38,7 @@ class SequenceModel(nn.Module):
   num_layers: int = 2
   num_heads: int = 4
   arch: str = "mte"
-  normalization: Optional[str] = None
+  normalization: Union[str, AttentionSpec, None] = None
   normalize: Optional[bool] = None
   attention_gelu: Optional[bool] = None
   output: str = "tokens"
@@ -47,8 +48,6 @@ class SequenceModel(nn.Module):
   dropout_rate: float = 0.0
   layer_norm_epsilon: float = 1e-3
   init_std: float = 0.02
-  hybrid_init: float = 0.5
-  sinkhorn_iters: int = 3
   attention_implementation: str = "auto"
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
@@ -86,7 +85,6 @@ class SequenceModel(nn.Module):
           normalize=self.normalize, attention_gelu=self.attention_gelu,
           ffn_features=self.ffn_features, dropout_rate=self.dropout_rate,
           layer_norm_epsilon=self.layer_norm_epsilon, kernel_init=init,
-          hybrid_init=self.hybrid_init, sinkhorn_iters=self.sinkhorn_iters,
           attention_implementation=self.attention_implementation, dtype=self.dtype,
           param_dtype=self.param_dtype, name=f"block_{layer}")(x, mask, deterministic,
                                                                sow_weights)

@@ -10,7 +10,8 @@ import ml_collections
 import numpy as np
 
 from normattn_jax.train import config as config_lib
-from normattn_jax.train.checkpoint import with_current_names, write_json
+from normattn_jax.train.checkpoint import write_json
+from normattn_jax.train.migrate import with_current_names
 from normattn_jax.train.layout import ModelsAxis, grid_name
 
 METRICS = "metrics.npz"
@@ -95,8 +96,8 @@ def replace_arch(path: str, config, arch: str, results) -> None:
 
 
 def read_config(workdir: str) -> ml_collections.ConfigDict:
-  """A sweep's ``config.json`` as a config, under today's field names (a run stored before
-  ``sweep.values`` became ``sweep.grid`` reads as one stored after).
+  """A sweep's ``config.json`` as a config in today's form (``migrate.with_current_names``: a
+  run stored before ``sweep.values`` became ``sweep.grid`` reads as one stored after).
 
   Args:
     workdir: a sweep's workdir.

@@ -8,7 +8,6 @@ ends with the same numbers.
 """
 from __future__ import annotations
 
-import copy
 import datetime
 import json
 import os
@@ -22,6 +21,8 @@ from etils import epath
 
 from normattn_jax._extras import versions
 from normattn_jax.train import multihost
+from normattn_jax.train.migrate import with_current_names
+from normattn_jax.train.sections import flat_fields
 
 # The fields a workdir may be resumed (or rerun) with changed, per kind of run: they change only
 # what is logged along the way, how often checkpoints are saved or where data is cached, never the
@@ -37,9 +38,6 @@ MAY_DIFFER = {
 }
 _SHOWN = 8  # differing fields named in an error, the rest counted
 ITEM = "default"  # the folder of a step that holds the tree (orbax's single item)
-# Fields renamed since a workdir's config.json may have been written, per kind of run, as
-# {old name: new name}: a stored config reads with today's names.
-RENAMED = {"sweep": {"sweep.values": "sweep.grid"}}
 
 
 class WorkdirError(ValueError):
@@ -63,52 +61,13 @@ def config_json(config: ml_collections.ConfigDict) -> dict:
   return json.loads(config.to_json())
 
 
-def _flatten(tree: dict, prefix: str = "") -> dict:
-  flat = {}
-  for key, value in tree.items():
-    if isinstance(value, dict) and value:
-      flat.update(_flatten(value, f"{prefix}{key}."))
-    else:
-      flat[prefix + key] = value
-  return flat
-
-
 def config_differences(stored: dict, new: dict, may_differ=()) -> list[tuple[str, object, object]]:
   """``(field, stored value, new value)`` for each dotted field that differs, those in
   ``may_differ`` aside; a field only one side has is ``ABSENT`` on the other."""
-  old, now = _flatten(stored), _flatten(new)
+  old, now = flat_fields(stored), flat_fields(new)
   return [(field, old.get(field, ABSENT), now.get(field, ABSENT))
           for field in sorted(old.keys() | now.keys())
           if field not in may_differ and old.get(field, ABSENT) != now.get(field, ABSENT)]
-
-
-def with_current_names(stored: dict, kind: str) -> dict:
-  """A stored ``config.json`` tree with each field of ``RENAMED[kind]`` under its new name.
-
-  Args:
-    stored: the tree as read from a workdir's ``config.json``.
-    kind: the kind of run (a key of ``MAY_DIFFER``).
-
-  Returns:
-    A copy of ``stored``; a field already under its new name stays as it is.
-  """
-  tree = copy.deepcopy(stored)
-  for old, new in RENAMED.get(kind, {}).items():
-    (source, old_key), (target, new_key) = _section(tree, old), _section(tree, new)
-    if source is not None and old_key in source and target is not None and new_key not in target:
-      target[new_key] = source.pop(old_key)
-  if kind == "sweep":  # the switches' old strings read as booleans
-    from normattn_jax.train.config import with_boolean_switches
-    tree = with_boolean_switches(tree)
-  return tree
-
-
-def _section(tree: dict, field: str) -> tuple[Optional[dict], str]:
-  """The dict that holds a dotted ``field`` (None if there is none) and the field's key in it."""
-  *sections, key = field.split(".")
-  for section in sections:
-    tree = tree.get(section) if isinstance(tree, dict) else None
-  return (tree if isinstance(tree, dict) else None), key
 
 
 def _show(value) -> str:

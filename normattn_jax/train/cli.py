@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Optional, TypeVar
 
 import jax
 from absl import app, flags, logging
+from ml_collections import config_flags
 
 from normattn_jax.registry import load_plugins
 from normattn_jax.train import multihost
@@ -30,6 +31,27 @@ class RunFlags:
   afresh: flags.FlagHolder
   plugins: flags.FlagHolder
   cpu_devices: flags.FlagHolder
+
+
+def define_config_flag(default: Optional[str], help_string: str,
+                       flag_values: flags.FlagValues = flags.FLAGS):
+  """``--config``, a ``configs/*.py`` file whose every field the command line overrides; new
+  keys are taken (an attention section's options: ``--config.attention.options.alpha=1.5``) and
+  the run's validation refuses those outside an options section (``sections.check_known_fields``).
+
+  Args:
+    default: the config file, or None to make the flag required.
+    help_string: the flag's help.
+    flag_values: where to define it (absl's global flags by default).
+
+  Returns:
+    The flag holder (``.value`` is the parsed ``ConfigDict``).
+  """
+  holder = config_flags.DEFINE_config_file("config", default, help_string, flag_values,
+                                           lock_config=False, accept_new_attributes=True)
+  if default is None:
+    flags.mark_flag_as_required("config", flag_values)
+  return holder
 
 
 def define_run_flags() -> RunFlags:

@@ -11,9 +11,9 @@ import ml_collections
 from ml_collections import config_dict
 
 from normattn_jax import tasks
-from normattn_jax.attention.registry import NORMALIZATIONS
 from normattn_jax.blocks import ARCHITECTURES
 from normattn_jax.models.sequence import OUTPUTS
+from normattn_jax.train.sections import attention_section, attention_spec, check_known_fields
 from normattn_jax.validation import check_config_int
 from normattn_jax.validation import fail_config as _fail
 
@@ -28,6 +28,8 @@ VMAPPED_SWEEPS = ("train.l2",)
 # Hyper-parameters that change shapes or the graph: an outer loop of compiled programs.
 STATIC_SWEEPS = ("model.d_model", "model.num_heads", "model.num_layers", "task.seq_len",
                  "task.vocab_size", "train.batch_size", "train.dropout", "ablation")
+# A static sweep over an option of the normalisation: "attention.options.<its name>".
+OPTION_SWEEP = "attention.options."
 # Table 1 of the NAP paper: BERT, - warm up, - grad. clip, + normalize, + GELU (= MTE).
 ABLATION_STAGES = ("BERT", "- warm up", "- grad. clip", "+ normalize", "+ GELU")
 STEPS_SCALES = ("", "inverse", "proportional")
@@ -43,7 +45,9 @@ def base_config() -> ml_collections.ConfigDict:
   """
   c = ml_collections.ConfigDict()
   c.archs = PAPER_ARCHS
-  c.normalization = ""          # "" keeps each arch's own; else e.g. "dnas" on attention archs
+  # attention.name: "" keeps each arch's own; else e.g. "dnas" on attention archs, with its
+  # options in attention.options (e.g. --config.attention.options.sinkhorn_iters=5)
+  c.attention = attention_section()
   c.learning_rates = PAPER_LEARNING_RATES
   c.num_seeds = 5
   c.seed = 0
@@ -123,38 +127,6 @@ def _switch(config, field):
     _fail(field, get_field(config, field), "must be True, False or None (the arch's own choice)")
 
 
-# How a config.json written before the switches were booleans stored them.
-_OLD_SWITCHES = {"": None, "auto": None, "true": True, "false": False}
-
-
-def with_boolean_switches(stored: dict) -> dict:
-  """A stored sweep ``config.json`` tree with its switches as today's booleans: a config written
-  when they were the strings "auto" (or ""), "true" and "false" reads as None, True and False.
-
-  Such a config's ``model.positional`` (then a plain bool) was ignored by the counting tasks,
-  which never had positional embeddings: its True reads as None (the task's own choice).
-
-  Args:
-    stored: the tree read from a ``config.json`` (not changed).
-
-  Returns:
-    A tree that compares equal to today's config of the same run.
-  """
-  sections = {name: dict(stored.get(name, {})) for name in ("model", "train")}
-  old = [(section, key) for section, key in (f.split(".") for f in SWITCHES)
-         if isinstance(sections[section].get(key), str)]
-  if not old:
-    return stored
-  for section, key in old:
-    value = sections[section][key]
-    if value not in _OLD_SWITCHES:
-      _fail(f"{section}.{key}", value, f"an old switch reads from {tuple(_OLD_SWITCHES)}")
-    sections[section][key] = _OLD_SWITCHES[value]
-  if sections["model"].get("positional") is True:
-    sections["model"]["positional"] = None
-  return {**stored, **{name: section for name, section in sections.items() if name in stored}}
-
-
 def _task(config) -> tasks.Task:
   """The registered task that ``task.name`` names."""
   if config.task.name not in TASKS:
@@ -173,6 +145,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     ValueError: ``config.<field>=<value>: <why>`` for the first invalid field; for a swept value,
       prefixed with ``config.sweep.grid[i]=<value> (as <sweep.name>)``.
   """
+  check_known_fields(config, base_config(), free=(OPTION_SWEEP[:-1],))
   _validate_fields(config)
   _validate_sweep(config)
   for i, value in enumerate(config.sweep.grid):
@@ -193,10 +166,9 @@ def _validate_fields(config) -> None:
       _fail("archs", config.archs, f"unknown arch {arch!r}; choose from {tuple(ARCHITECTURES)}")
   if len(set(archs)) != len(archs):
     _fail("archs", config.archs, "lists an architecture twice")
-  if config.normalization and config.normalization not in NORMALIZATIONS:
-    _fail("normalization", config.normalization, f"choose from {NORMALIZATIONS}")
-  if config.normalization and any(ARCHITECTURES[a].mixer != "attention" for a in archs):
-    _fail("normalization", config.normalization, "applies to attention archs only")
+  if attention_spec(config.attention, "attention", keep=True) is not None \
+      and any(ARCHITECTURES[a].mixer != "attention" for a in archs):
+    _fail("attention.name", config.attention.name, "applies to attention archs only")
   lrs = tuple(config.learning_rates)
   if not lrs or any(not isinstance(lr, numbers.Real) or not lr > 0 for lr in lrs):
     _fail("learning_rates", config.learning_rates, "must be a non-empty tuple of numbers > 0")
@@ -222,8 +194,11 @@ def _validate_fields(config) -> None:
 
 def _validate_sweep(config):
   name, values = config.sweep.name, tuple(config.sweep.grid)
-  if name not in SWEEPS:
-    _fail("sweep.name", name, f"choose from {SWEEPS}")
+  if name.startswith(OPTION_SWEEP):
+    _option_default(config, name)
+  elif name not in SWEEPS:
+    _fail("sweep.name", name, f"choose from {SWEEPS} or {OPTION_SWEEP}<an option of "
+                              f"attention.name>")
   if name and not values:
     _fail("sweep.grid", config.sweep.grid, f"needs values for sweep {name!r}")
   if not name and values:
@@ -253,11 +228,27 @@ def static_points(config) -> list[dict]:
   name = config.sweep.name
   if name == "ablation":
     return [{name: int(v)} for v in config.sweep.grid]
-  if name in STATIC_SWEEPS:
-    section, key = name.split(".")
-    kind = type(config[section][key])
+  if name in STATIC_SWEEPS or name.startswith(OPTION_SWEEP):
+    kind = type(_current(config, name))
     return [{name: kind(v)} for v in config.sweep.grid]
   return [{}]
+
+
+def _option_default(config, name: str):
+  """The default of the option that an option sweep ``name`` sets (refused if none)."""
+  spec = attention_spec(config.attention, "attention", keep=True)
+  option = name[len(OPTION_SWEEP):]
+  if spec is None or option not in spec.normalization.option_names:
+    _fail("sweep.name", name, "sweeps an option of attention.name's normalisation, which has "
+                              f"{() if spec is None else spec.normalization.option_names}")
+  return spec.resolved()[option]
+
+
+def _current(config, field: str):
+  """The value a swept field has before the sweep (an option: its value or default)."""
+  if field.startswith(OPTION_SWEEP):
+    return _option_default(config, field)
+  return get_field(config, field)
 
 
 def point_config(config: ml_collections.ConfigDict, values: dict, *,
@@ -281,8 +272,8 @@ def point_config(config: ml_collections.ConfigDict, values: dict, *,
     if field == "ablation":
       _apply_ablation(c, int(value))
       continue
-    section, key = field.split(".")
-    c[section][key] = type(c[section][key])(value) if cast else value
+    section, _, key = field.rpartition(".")
+    get_field(c, section)[key] = type(_current(c, field))(value) if cast else value
     if config.sweep.steps_scale and field not in VMAPPED_SWEEPS:  # one program: steps as given
       ratio = value / config.sweep.steps_reference
       factor = 1 / ratio if config.sweep.steps_scale == "inverse" else ratio

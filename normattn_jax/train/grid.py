@@ -27,6 +27,7 @@ from normattn_jax import tasks
 from normattn_jax.models.sequence import SequenceModel
 from normattn_jax.train import config as config_lib
 from normattn_jax.train.optim import make_optimizer, with_learning_rate
+from normattn_jax.train.sections import attention_spec
 from normattn_jax.train.state import TrainState
 
 Array = jax.Array
@@ -90,7 +91,8 @@ class Setup:
         vocab_size=self.settings.vocab_size,
         max_len=max(self.settings.seq_len, self.val_len), d_model=c.model.d_model,
         num_layers=c.model.num_layers, num_heads=c.model.num_heads, arch=self.arch,
-        normalization=c.normalization or None, normalize=c.model.normalize,
+        normalization=attention_spec(c.attention, "attention", keep=True),
+        normalize=c.model.normalize,
         attention_gelu=c.model.attention_gelu, output=self.settings.output,
         num_classes=None if task.num_classes is None else task.num_classes(self.settings),
         positional=self.positional, dropout_rate=c.train.dropout)

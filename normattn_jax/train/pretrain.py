@@ -24,7 +24,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from normattn_jax.attention.module import IMPLEMENTATIONS
-from normattn_jax.attention.registry import NORMALIZATIONS
+from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.models.albert import DTYPES, AlbertConfig, AlbertForPretraining, \
     pretraining_loss
 from normattn_jax.models.bert import ACTIVATIONS
@@ -32,6 +32,7 @@ from normattn_jax.train import multihost
 from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, write_json
 from normattn_jax.train.optim import albert_lamb, albert_schedule
 from normattn_jax.train.run_log import RunLog
+from normattn_jax.train.sections import attention_section, attention_spec, check_known_fields
 from normattn_jax.train.state import TrainState
 from normattn_jax.validation import check_config_int
 from normattn_jax.validation import fail_config as _fail
@@ -54,7 +55,7 @@ def base_pretrain_config() -> ml_collections.ConfigDict:
       embedding_size=128, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
       intermediate_size=4096, num_hidden_groups=1, inner_group_num=1, hidden_act="gelu_new",
       max_position_embeddings=512, type_vocab_size=2, layer_norm_eps=1e-12,
-      attention="softmax", hybrid_init=0.5, sinkhorn_iters=3, dropout=0.0, dtype="float32",
+      attention=attention_section("softmax"), dropout=0.0, dtype="float32",
       attention_implementation="auto"))
   c.data = ml_collections.ConfigDict(dict(
       corpus="shakespeare", files=(), cache_dir="", wikipedia_config="20231101.en",
@@ -69,9 +70,11 @@ def base_pretrain_config() -> ml_collections.ConfigDict:
 
 def validate_pretrain_config(c: ml_collections.ConfigDict) -> None:
   """Check every field before anything is built; errors name the field and the value."""
+  check_known_fields(c, base_pretrain_config(), free=("model.attention.options",))
+  attention_spec(c.model.attention, "model.attention")
   for name in ("embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                "intermediate_size", "num_hidden_groups", "inner_group_num",
-               "max_position_embeddings", "type_vocab_size", "sinkhorn_iters"):
+               "max_position_embeddings", "type_vocab_size"):
     check_config_int(f"model.{name}", c.model[name])
   if c.model.hidden_size % c.model.num_attention_heads:
     _fail("model.num_attention_heads", c.model.num_attention_heads,
@@ -80,7 +83,6 @@ def validate_pretrain_config(c: ml_collections.ConfigDict) -> None:
     _fail("model.num_hidden_groups", c.model.num_hidden_groups,
           f"must not exceed model.num_hidden_layers ({c.model.num_hidden_layers})")
   choices = {"model.hidden_act": (c.model.hidden_act, tuple(ACTIVATIONS)),
-             "model.attention": (c.model.attention, NORMALIZATIONS),
              "model.dtype": (c.model.dtype, tuple(DTYPES)),
              "model.attention_implementation": (c.model.attention_implementation,
                                                 IMPLEMENTATIONS),
@@ -88,8 +90,6 @@ def validate_pretrain_config(c: ml_collections.ConfigDict) -> None:
   for field, (value, allowed) in choices.items():
     if value not in allowed:
       _fail(field, value, f"must be one of {allowed}")
-  if not 0.0 <= c.model.hybrid_init <= 1.0:
-    _fail("model.hybrid_init", c.model.hybrid_init, "must lie in [0, 1]")
   if not 0.0 <= c.model.dropout < 1.0:
     _fail("model.dropout", c.model.dropout, "must lie in [0, 1)")
   if not c.model.layer_norm_eps > 0:
@@ -138,8 +138,7 @@ def model_config(c: ml_collections.ConfigDict, vocab_size: int) -> AlbertConfig:
       intermediate_size=m.intermediate_size, num_hidden_groups=m.num_hidden_groups,
       inner_group_num=m.inner_group_num, hidden_act=m.hidden_act,
       max_position_embeddings=m.max_position_embeddings, type_vocab_size=m.type_vocab_size,
-      layer_norm_eps=m.layer_norm_eps, attention=m.attention, hybrid_init=m.hybrid_init,
-      sinkhorn_iters=m.sinkhorn_iters)
+      layer_norm_eps=m.layer_norm_eps, attention=AttentionSpec.of(m.attention))
 
 
 def build_model(c: ml_collections.ConfigDict, vocab_size: int) -> AlbertForPretraining:
@@ -333,7 +332,7 @@ def run_pretraining(c: ml_collections.ConfigDict, workdir: str, *,
   final = [row for row in history if row["split"] == "validation"][-1]
   last_train = [row for row in history if row["split"] == "train"][-1]
   summary = {
-      "attention": c.model.attention,
+      "attention": str(AttentionSpec.of(c.model.attention)),
       "steps": t.num_steps,
       "mlm_accuracy": final["mlm_accuracy"], "sop_accuracy": final["sop_accuracy"],
       "mlm_loss": final["mlm_loss"], "sop_loss": final["sop_loss"],
