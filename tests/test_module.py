@@ -60,7 +60,8 @@ def test_every_normalization_runs(normalization):
 
 
 def test_extra_parameters():
-  hnas = MultiHeadAttention(num_heads=4, normalization=AttentionSpec("hnas", {"hybrid_init": 0.25})).init(KEY, X)
+  hnas = MultiHeadAttention(num_heads=4, normalization=AttentionSpec("hnas", {"hybrid_init": 0.25}))
+  hnas = hnas.init(KEY, X)
   np.testing.assert_array_equal(hnas["params"]["hybrid_weight"], [0.25] * 4)
   nap = MultiHeadAttention(num_heads=4, normalization="nap").init(KEY, X)
   np.testing.assert_array_equal(nap["params"]["nap_gain"], np.ones(4))
