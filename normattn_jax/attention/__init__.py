@@ -1,13 +1,17 @@
 """Attention normalisations: pure weight functions, their registry and the attention module."""
-from normattn_jax.attention.weights import (dnas_weights, hnas_weights, nap_weights,
-                                            non_weights, sinkhorn_weights, softmax_weights)
+from normattn_jax.attention.weights import (dnas_weights, entmax15_weights, hnas_weights,
+                                            nap_weights, non_weights, sigmoid_weights,
+                                            sink_weights, sinkhorn_weights, softmax_weights,
+                                            softpick_weights, sparsemax_weights, ssmax_weights,
+                                            stickbreaking_weights)
 from normattn_jax.attention.registry import (BUILTIN_NORMALIZATIONS, NORMALIZATIONS, HeadParam,
                                              Normalization, get, names, register, unregister)
 from normattn_jax.attention.module import MultiHeadAttention
 
 __all__ = [
     "BUILTIN_NORMALIZATIONS", "NORMALIZATIONS", "HeadParam", "MultiHeadAttention", "Normalization",
-    "dnas_weights", "get",
-    "hnas_weights", "nap_weights", "names", "non_weights", "register", "sinkhorn_weights",
-    "softmax_weights", "unregister",
+    "dnas_weights", "entmax15_weights", "get",
+    "hnas_weights", "nap_weights", "names", "non_weights", "register", "sigmoid_weights",
+    "sink_weights", "sinkhorn_weights", "softmax_weights", "softpick_weights",
+    "sparsemax_weights", "ssmax_weights", "stickbreaking_weights", "unregister",
 ]
