@@ -364,6 +364,295 @@ def non_weights(logits: Array, mask: Optional[Array] = None) -> Array:
   return out.astype(logits.dtype)
 
 
+def _row_count(logits: Array, mask: Optional[Array], dtype) -> Array:
+  """The row's number of valid keys, ``[..., q, 1]``, at least 1 (so ``log(n)`` is finite)."""
+  return jnp.maximum(_valid_count(logits, mask, dtype), 1.0)
+
+
+def _prepare(logits, mask) -> tuple[Array, Optional[Array], Array]:
+  """Checked logits in the compute dtype, masked entries set to 0 (so no -inf or NaN from a
+  masked entry reaches the arithmetic or its gradient), the checked mask and the input logits."""
+  logits = _check_logits(logits)
+  mask = _check_mask(logits, mask)
+  x = logits.astype(_compute_dtype(logits.dtype))
+  if mask is not None:
+    x = jnp.where(mask, x, 0.0)
+  return x, mask, logits
+
+
+def _zero_masked(w: Array, mask: Optional[Array]) -> Array:
+  return w if mask is None else jnp.where(mask, w, 0.0)
+
+
+def sigmoid_weights(logits: Array, bias=None, mask: Optional[Array] = None) -> Array:
+  """Sigmoid attention (Ramapuram et al. 2024): ``sigmoid(l + b)`` per key, rows not coupled.
+
+  The default bias ``b = -log(n)`` for n valid keys keeps the row's total weight near 1 at
+  initialisation, as the paper recommends.
+
+  Args:
+    logits: floating-point attention logits, shape ``[..., q, k]``.
+    bias: the shift, broadcastable to ``logits[..., :1, :1]`` (e.g. one per head); None uses
+      ``-log(n)`` per row.
+    mask: boolean, broadcastable to ``logits`` without enlarging it, True = attend; None
+      attends every key.
+
+  Returns:
+    Weights in [0, 1] of ``logits``' shape and dtype; 0 at masked positions.
+  """
+  x, mask, logits = _prepare(logits, mask)
+  dtype = x.dtype
+  if bias is None:
+    b = -jnp.log(_row_count(logits, mask, dtype))
+  else:
+    b = _check_broadcast_param("bias", bias, logits).astype(dtype)
+  return _zero_masked(jax.nn.sigmoid(x + b), mask).astype(logits.dtype)
+
+
+def sink_weights(logits: Array, sink=0.0, mask: Optional[Array] = None) -> Array:
+  """Softmax with an attention sink: ``exp(l_j) / (exp(sink) + sum_valid exp(l_k))``.
+
+  One extra logit ``sink`` that no value belongs to absorbs weight, so a row may sum to less
+  than 1; ``sink = 0`` is softmax_1 ("off-by-one" softmax), ``sink -> -inf`` is softmax. The
+  normaliser is one log-sum-exp over the valid logits and the sink, so no exponential overflows.
+
+  Args:
+    logits: floating-point attention logits, shape ``[..., q, k]``.
+    sink: the sink logit, broadcastable to ``logits[..., :1, :1]`` (e.g. one per head).
+    mask: boolean, broadcastable to ``logits`` without enlarging it, True = attend; None
+      attends every key.
+
+  Returns:
+    Weights of ``logits``' shape and dtype, each row summing to less than 1 (0 for a row
+    without valid keys); 0 at masked positions.
+  """
+  x, mask, logits = _prepare(logits, mask)
+  dtype = x.dtype
+  sink = _check_broadcast_param("sink", sink, logits).astype(dtype)
+  sink = jnp.broadcast_to(sink, x.shape[:-1] + (1,))
+  keep = jnp.ones(x.shape[:-1] + (1,), bool)
+  lse = masked_logsumexp(jnp.concatenate([x, sink], axis=-1),
+                         None if mask is None else jnp.concatenate([mask, keep], axis=-1),
+                         keepdims=True)
+  return _zero_masked(jnp.exp(x - lse), mask).astype(logits.dtype)
+
+
+def check_softpick_eps(eps) -> None:
+  """Refuse a softpick epsilon that is not >= 0 (a concrete one; a traced one is not checked).
+
+  Args:
+    eps: the constant softpick adds to its denominator.
+
+  Raises:
+    ValueError: if ``eps >= 0`` does not hold (also for NaN).
+  """
+  if _is_concrete(eps) and not bool(np.all(np.asarray(eps) >= 0)):
+    raise ValueError(f"eps must be >= 0, got {eps!r}")
+
+
+def softpick_weights(logits: Array, mask: Optional[Array] = None, eps: float = 1e-6) -> Array:
+  """Softpick (Zuhri et al. 2025): ``relu(exp(l) - 1) / (sum_valid |exp(l) - 1| + eps)``.
+
+  Keys with ``l <= 0`` get exactly 0 and a row may sum to less than 1 (no attention sink
+  needed). Numerator and denominator are both multiplied by ``exp(-m)``, ``m`` the larger of the
+  row's largest valid logit and 0: ``relu(exp(l - m) - exp(-m)) / (sum |exp(l - m) - exp(-m)| +
+  eps * exp(-m))``, the same number with no overflow for any finite logits.
+
+  Args:
+    logits: floating-point attention logits, shape ``[..., q, k]``.
+    mask: boolean, broadcastable to ``logits`` without enlarging it, True = attend; None
+      attends every key.
+    eps: added to the denominator, >= 0.
+
+  Returns:
+    Weights in [0, 1) of ``logits``' shape and dtype, each row summing to at most 1; 0 at masked
+    positions and for a row without valid keys.
+  """
+  check_softpick_eps(eps)
+  x, mask, logits = _prepare(logits, mask)
+  dtype = x.dtype
+  top = jnp.max(x if mask is None else jnp.where(mask, x, -jnp.inf), axis=-1, keepdims=True)
+  m = jax.lax.stop_gradient(jnp.maximum(top, 0.0))  # the identity holds for any constant m
+  d = _zero_masked(jnp.exp(x - m) - jnp.exp(-m), mask)
+  den = jnp.sum(jnp.abs(d), axis=-1, keepdims=True) + jnp.asarray(eps, dtype) * jnp.exp(-m)
+  out = jnp.where(den > 0, jax.nn.relu(d) / jnp.where(den > 0, den, 1.0), 0.0)
+  return out.astype(logits.dtype)
+
+
+def ssmax_weights(logits: Array, scale=1.0, mask: Optional[Array] = None) -> Array:
+  """Scalable-Softmax (Nakanishi 2025): ``softmax(scale * log(n) * l)`` for n valid keys.
+
+  The ``log(n)`` factor keeps the largest weight from fading as the context grows.
+
+  Args:
+    logits: floating-point attention logits, shape ``[..., q, k]``.
+    scale: the paper's s, broadcastable to ``logits[..., :1, :1]`` (e.g. one per head).
+    mask: boolean, broadcastable to ``logits`` without enlarging it, True = attend; None
+      attends every key.
+
+  Returns:
+    Weights of ``logits``' shape and dtype; each query's row sums to 1 over its valid keys
+    (0 for a row without any).
+  """
+  x, mask, logits = _prepare(logits, mask)
+  dtype = x.dtype
+  scale = _check_broadcast_param("scale", scale, logits).astype(dtype)
+  z = scale * jnp.log(_row_count(logits, mask, dtype)) * x
+  big = jnp.finfo(dtype).max
+  z = jnp.clip(z, -big, big)  # a product past the float range would give inf - inf
+  return masked_softmax(z, mask).astype(logits.dtype)
+
+
+def _sorted_desc(y: Array) -> Array:
+  return -jnp.sort(-y, axis=-1)
+
+
+def _sparse_shift(z: Array, floor: float) -> tuple[Array, Array]:
+  """``(clip(z - max, floor, 0), valid)``, ``valid = z > -inf`` (the masked entries).
+
+  The row's top weight is at most 1, so its threshold lies at most 1 below the largest entry:
+  clipping far lower entries to ``floor < -1`` changes no weight, and keeps the cumulative sums
+  and squares of huge logits finite. A fully masked row is shifted by 0 (its weights are zeroed).
+  """
+  valid = z > -jnp.inf
+  top = jnp.max(z, axis=-1, keepdims=True)
+  top = jnp.where(jnp.isfinite(top), top, 0.0)
+  return jnp.clip(z - top, floor, 0.0), valid
+
+
+def _sparsemax_forward(z: Array) -> Array:
+  y, valid = _sparse_shift(z, -2.0)
+  ys = _sorted_desc(y)
+  k = jnp.arange(1, y.shape[-1] + 1, dtype=y.dtype)
+  cums = jnp.cumsum(ys, axis=-1)
+  support = jnp.sum(1.0 + k * ys > cums, axis=-1, keepdims=True)  # >= 1: the top is in
+  tau = (jnp.take_along_axis(cums, support - 1, axis=-1) - 1.0) / support.astype(y.dtype)
+  return jnp.where(valid, jax.nn.relu(y - tau), 0.0)
+
+
+@jax.custom_vjp
+def _sparsemax(z: Array) -> Array:
+  return _sparsemax_forward(z)
+
+
+def _sparsemax_fwd(z):
+  w = _sparsemax_forward(z)
+  return w, w
+
+
+def _sparsemax_bwd(w, g):
+  support = w > 0
+  size = jnp.maximum(jnp.sum(support, axis=-1, keepdims=True), 1).astype(g.dtype)
+  mean = jnp.sum(jnp.where(support, g, 0.0), axis=-1, keepdims=True) / size
+  return (jnp.where(support, g - mean, 0.0),)
+
+
+_sparsemax.defvjp(_sparsemax_fwd, _sparsemax_bwd)
+
+
+def sparsemax_weights(logits: Array, mask: Optional[Array] = None) -> Array:
+  """Sparsemax (Martins & Astudillo 2016): the Euclidean projection of the row onto the simplex.
+
+  ``w = relu(l - tau)`` with the threshold tau making each row sum to 1, found by sorting
+  (Algorithm 1); small logits get exactly 0. The gradient is the closed-form Jacobian-vector
+  product ``g - mean_support(g)`` on the support, 0 off it (a custom VJP, not autodiff through
+  the sort).
+
+  Args:
+    logits: floating-point attention logits, shape ``[..., q, k]``.
+    mask: boolean, broadcastable to ``logits`` without enlarging it, True = attend; None
+      attends every key.
+
+  Returns:
+    Weights of ``logits``' shape and dtype; each query's row sums to 1 over its valid keys
+    (0 for a row without any).
+  """
+  x, mask, logits = _prepare(logits, mask)
+  z = x if mask is None else jnp.where(mask, x, -jnp.inf)
+  return _sparsemax(z).astype(logits.dtype)
+
+
+def _entmax15_forward(z: Array) -> Array:
+  y, valid = _sparse_shift(z / 2, -2.0)  # the paper's (alpha - 1) z with alpha = 1.5
+  ys = _sorted_desc(y)
+  k = jnp.arange(1, y.shape[-1] + 1, dtype=y.dtype)
+  mean = jnp.cumsum(ys, axis=-1) / k
+  mean_sq = jnp.cumsum(ys * ys, axis=-1) / k
+  delta = (1.0 - k * (mean_sq - mean * mean)) / k
+  taus = mean - jnp.sqrt(jax.nn.relu(delta))
+  support = jnp.sum(taus <= ys, axis=-1, keepdims=True)  # >= 1: tau_1 = y_1 - 1
+  tau = jnp.take_along_axis(taus, support - 1, axis=-1)
+  return jnp.where(valid, jnp.square(jax.nn.relu(y - tau)), 0.0)
+
+
+@jax.custom_vjp
+def _entmax15(z: Array) -> Array:
+  return _entmax15_forward(z)
+
+
+def _entmax15_fwd(z):
+  w = _entmax15_forward(z)
+  return w, w
+
+
+def _entmax15_bwd(w, g):
+  s = jnp.sqrt(w)  # 0 off the support
+  total = jnp.sum(s, axis=-1, keepdims=True)
+  q = jnp.sum(s * g, axis=-1, keepdims=True) / jnp.where(total > 0, total, 1.0)
+  return (s * g - q * s,)
+
+
+_entmax15.defvjp(_entmax15_fwd, _entmax15_bwd)
+
+
+def entmax15_weights(logits: Array, mask: Optional[Array] = None) -> Array:
+  """1.5-entmax (Peters et al. 2019): ``w = relu(l / 2 - tau)**2``, each row summing to 1.
+
+  Between softmax and sparsemax: small logits get exactly 0. The threshold tau comes from the
+  exact sort algorithm (Algorithm 2: sorted cumulative means and mean squares). The gradient is
+  the closed-form Jacobian-vector product: with ``s = sqrt(w)``, ``s * g - (sum s*g / sum s) * s``
+  (a custom VJP, not autodiff through the sort).
+
+  Args:
+    logits: floating-point attention logits, shape ``[..., q, k]``.
+    mask: boolean, broadcastable to ``logits`` without enlarging it, True = attend; None
+      attends every key.
+
+  Returns:
+    Weights of ``logits``' shape and dtype; each query's row sums to 1 over its valid keys
+    (0 for a row without any).
+  """
+  x, mask, logits = _prepare(logits, mask)
+  z = x if mask is None else jnp.where(mask, x, -jnp.inf)
+  return _entmax15(z).astype(logits.dtype)
+
+
+def stickbreaking_weights(logits: Array, mask: Optional[Array] = None) -> Array:
+  """Stick-breaking attention (Tan et al. 2024): ``w_j = b_j * prod_{valid k > j} (1 - b_k)``.
+
+  ``b = sigmoid(l)``; the stick is broken from the nearest (last) valid key backwards, so with
+  a strictly causal mask key j keeps what the keys between it and the query left. Computed in
+  log space, ``log w_j = log_sigmoid(l_j) + sum_{valid k > j} log_sigmoid(-l_k)``, by an
+  exclusive reverse cumulative sum: stable for long rows and huge logits.
+
+  Args:
+    logits: floating-point attention logits, shape ``[..., q, k]``.
+    mask: boolean, broadcastable to ``logits`` without enlarging it, True = attend; None
+      attends every key.
+
+  Returns:
+    Weights in [0, 1] of ``logits``' shape and dtype, each row summing to at most 1 (exactly
+    ``1 - prod_valid (1 - b_k)``); 0 at masked positions.
+  """
+  x, mask, logits = _prepare(logits, mask)
+  rest = _zero_masked(jax.nn.log_sigmoid(-x), mask)  # log(1 - b_k), 0 for a masked key
+  rev = jnp.cumsum(jnp.flip(rest, -1), axis=-1)
+  rev = jnp.concatenate([jnp.zeros_like(rev[..., :1]), rev[..., :-1]], axis=-1)
+  later = jnp.flip(rev, -1)  # sum over k > j, without subtracting (no cancellation)
+  w = jnp.exp(jax.nn.log_sigmoid(x) + later)
+  return _zero_masked(w, mask).astype(logits.dtype)
+
+
 WEIGHT_FUNCTIONS = {
     "softmax": softmax_weights,
     "dnas": dnas_weights,
