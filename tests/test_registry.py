@@ -1,9 +1,9 @@
 """A normalisation is one registered object: the built-ins are looked up, and two defined here
-train through the public API and the sweep CLI: sparsemax (Martins & Astudillo 2016), with a
+train through the public API and the sweep CLI: a sparsemax (Martins & Astudillo 2016) with a
 per-head parameter, and a tempered softmax, with an option (its temperature) swept over.
 
 This file is also the CLI test's plugin: ``sweep.py --plugins=test_registry`` imports it, which
-registers sparsemax in that process."""
+registers scaled_sparsemax in that process."""
 import json
 import os
 import subprocess
@@ -43,7 +43,7 @@ def sparsemax_weights(logits, mask=None, sparsemax_scale=1.0):
 
 
 SPARSEMAX = register(Normalization(
-    "sparsemax", sparsemax_weights,
+    "scaled_sparsemax", sparsemax_weights,
     params=(HeadParam("sparsemax_scale", lambda options: nn.initializers.ones),)))
 
 
@@ -61,14 +61,14 @@ TEMPERED = register(Normalization(
 def tiny_grid(**overrides):
   """One small MTE grid with the registered sparsemax on it."""
   from test_grid import tiny_config
-  settings = {"archs": ("mte",), "attention.name": "sparsemax", "learning_rates": (0.003,),
+  settings = {"archs": ("mte",), "attention.name": "scaled_sparsemax", "learning_rates": (0.003,),
               "num_seeds": 1, "train.num_steps": 10, "train.eval_every": 5}
   return tiny_config(**dict(settings, **overrides))
 
 
 def test_the_builtins_are_registered():
   assert names()[:6] == ("softmax", "dnas", "hnas", "sinkhorn", "nap", "non")
-  assert tuple(NORMALIZATIONS) == names() and "sparsemax" in NORMALIZATIONS
+  assert tuple(NORMALIZATIONS) == names() and "scaled_sparsemax" in NORMALIZATIONS
   assert weights_lib.NORMALIZATIONS is NORMALIZATIONS  # the old import stays live
   assert [get(n).scale_logits for n in ("softmax", "nap")] == [True, False]
   assert not get("non").head_norm and get("nap").head_norm
@@ -79,7 +79,7 @@ def test_the_builtins_are_registered():
 
 
 def test_unknown_names_fail_with_the_registered_ones():
-  with pytest.raises(ValueError, match="must be one of .*'sparsemax'.*got 'gpt'"):
+  with pytest.raises(ValueError, match="must be one of .*'scaled_sparsemax'.*got 'gpt'"):
     get("gpt")
   with pytest.raises(ValueError, match="got 'gpt'"):
     MultiHeadAttention(num_heads=2, normalization="gpt")
@@ -111,7 +111,7 @@ def test_registration_is_checked():
 def test_sparsemax_in_the_module():
   x = jax.random.normal(KEY, (2, 6, 8))
   padding = jnp.array([[True] * 6, [True] * 4 + [False] * 2])
-  layer = MultiHeadAttention(num_heads=2, normalization="sparsemax")
+  layer = MultiHeadAttention(num_heads=2, normalization="scaled_sparsemax")
   params = layer.init(KEY, x)
   assert params["params"]["sparsemax_scale"].shape == (2,)
   _, state = layer.apply(params, x, padding_mask=padding, sow_weights=True,
@@ -121,22 +121,23 @@ def test_sparsemax_in_the_module():
   assert np.all(np.asarray(weights[1, :, 4:, :]) == 0)  # padded queries and keys
   assert np.all(np.asarray(weights[1, :, :, 4:]) == 0)
   np.testing.assert_allclose(weights[1, :, :4].sum(-1), 1.0, atol=1e-5)
-  hot = MultiHeadAttention(num_heads=2, normalization="sparsemax").apply(
+  hot = MultiHeadAttention(num_heads=2, normalization="scaled_sparsemax").apply(
       {"params": dict(params["params"], sparsemax_scale=jnp.array([1.0, 100.0]))}, x,
       sow_weights=True, mutable="intermediates")[1]["intermediates"]["attention_weights"][0]
   assert np.mean(np.asarray(hot[:, 1]) == 0) > 0.5  # a hot head attends sparsely
-  assert not fast_is_faster("sparsemax", 1 << 15, 1 << 15, 8, False, 1 << 40)
+  assert not fast_is_faster("scaled_sparsemax", 1 << 15, 1 << 15, 8, False, 1 << 40)
   with pytest.raises(ValueError, match="no fast path"):
-    MultiHeadAttention(num_heads=2, normalization="sparsemax", implementation="fast").init(KEY, x)
+    MultiHeadAttention(num_heads=2, normalization="scaled_sparsemax",
+                       implementation="fast").init(KEY, x)
 
 
 def test_sparsemax_in_a_block_keeps_the_mte_head_norm():
   x = jax.random.normal(KEY, (2, 6, 8))
-  params = TransformerBlock(num_heads=2, arch="mte", normalization="sparsemax").init(KEY, x)
+  params = TransformerBlock(num_heads=2, arch="mte", normalization="scaled_sparsemax").init(KEY, x)
   attention = params["params"]["attention"]
   assert "head_norm" in attention and attention["sparsemax_scale"].shape == (2,)
   grads = jax.grad(lambda p: jnp.sum(TransformerBlock(
-      num_heads=2, arch="mte", normalization="sparsemax").apply(p, x) ** 2))(params)
+      num_heads=2, arch="mte", normalization="scaled_sparsemax").apply(p, x) ** 2))(params)
   assert np.all(np.isfinite(np.asarray(grads["params"]["attention"]["sparsemax_scale"])))
 
 
@@ -152,7 +153,7 @@ def test_a_grid_trains_with_sparsemax_through_the_public_api(tmp_path):
 def _cli(tmp_path, *extra):
   """The sweep CLI on the tiny sparsemax grid, as command-line overrides."""
   c = tiny_grid()
-  overrides = [f"--config.archs={c.archs!r}", "--config.attention.name=sparsemax",
+  overrides = [f"--config.archs={c.archs!r}", "--config.attention.name=scaled_sparsemax",
                f"--config.learning_rates={tuple(c.learning_rates)!r}",
                f"--config.num_seeds={c.num_seeds}"]
   overrides += [f"--config.task.seq_len={c.task.seq_len}",
@@ -173,7 +174,7 @@ def _cli(tmp_path, *extra):
 
 def test_the_sweep_cli_needs_the_plugin_that_registers_sparsemax(tmp_path):
   result = _cli(tmp_path)
-  assert result.returncode != 0 and "sparsemax" in result.stderr
+  assert result.returncode != 0 and "scaled_sparsemax" in result.stderr
   assert not os.path.exists(tmp_path / "w")
 
 

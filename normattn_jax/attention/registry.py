@@ -7,6 +7,7 @@ look a name up here instead of testing for it, so a normalisation registered fro
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 from typing import Any, Callable, Mapping, Optional, Union
 
@@ -82,6 +83,13 @@ class Option:
   default: Any
   problem: Callable[[Any], Optional[str]] = any_value
   init_only: bool = False
+
+
+def non_negative(value) -> Optional[str]:
+  """``Option.problem`` of a finite number >= 0 (e.g. softpick's epsilon)."""
+  if isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 <= value < math.inf:
+    return None
+  return "must be a finite number >= 0"
 
 
 def never(q_len: int, k_len: int, head_dim: int, causal: bool, num_logits: int) -> bool:
@@ -421,6 +429,28 @@ NON = register(Normalization(
     fast=_unblocked(fast_lib.non_attention),
     head_norm=False,  # its 1/sqrt(N) inside non_weights replaces the MTE head LayerNorm
     fast_pays_off=_linear_pays_off))
+
+# Today's wave, each quadratic for now (no fast path). Learned per-head parameters start where
+# each paper puts its constant: sigmoid's bias offset at 0 (so the bias is -log(n)), the sink
+# logit at 0 (softmax_1), Scalable-Softmax's s at 1.
+SIGMOID = register(Normalization(
+    "sigmoid", lambda logits, mask, sigmoid_bias: weights_lib.sigmoid_weights(
+        logits + sigmoid_bias, None, mask),  # sigmoid(l - log(n) + b), b learned per head
+    params=(HeadParam("sigmoid_bias", lambda options: nn.initializers.zeros),)))
+SINK = register(Normalization(
+    "sink", lambda logits, mask, sink_logit: weights_lib.sink_weights(logits, sink_logit, mask),
+    params=(HeadParam("sink_logit", lambda options: nn.initializers.zeros),)))
+SOFTPICK = register(Normalization(
+    "softpick", lambda logits, mask, softpick_eps: weights_lib.softpick_weights(
+        logits, mask, softpick_eps),
+    options=(Option("softpick_eps", 1e-6, non_negative),)))
+SSMAX = register(Normalization(
+    "ssmax", lambda logits, mask, ssmax_scale: weights_lib.ssmax_weights(
+        logits, ssmax_scale, mask),
+    params=(HeadParam("ssmax_scale", lambda options: nn.initializers.ones),)))
+SPARSEMAX = register(Normalization("sparsemax", weights_lib.sparsemax_weights))
+ENTMAX15 = register(Normalization("entmax15", weights_lib.entmax15_weights))
+STICKBREAKING = register(Normalization("stickbreaking", weights_lib.stickbreaking_weights))
 
 # The names above, fixed: what the library ships, whatever a user registers later.
 BUILTIN_NORMALIZATIONS = names()
