@@ -20,7 +20,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -n 2 -m "not slow" tests
+	$(PY) -m pytest -q -n 2 -m "not slow" --durations=25 tests
 
 test-all: $(STAMP)
 	$(PY) -m ruff check .

@@ -13,7 +13,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -36,10 +35,8 @@ def free_port() -> int:
 
 
 def environment(devices: int) -> dict:
-  cache = os.path.join(tempfile.gettempdir(), "normattn_jax_test_cache")  # as conftest.py
-  return dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO,
-              XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-              JAX_COMPILATION_CACHE_DIR=cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5")
+  return dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO,  # the cache: conftest.py's
+              XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
 
 
 def launch(commands: list[list[str]], logs: str, devices: int = DEVICES) -> list[int]:
