@@ -20,7 +20,7 @@ from normattn_jax.train.optim import (clip_by_tensor_norm, learning_rate_of, sch
 from normattn_jax.reporting.tables import regularization_table
 from normattn_jax.train.scoring import summarise
 from normattn_jax.train.config import point_config, static_points
-from normattn_jax.train.sweep import LOGGED, Budget, Interrupted, resummarise, \
+from normattn_jax.train.sweep import LOGGED, Budget, Interrupted, load_model, resummarise, \
     run_sweep
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -362,3 +362,27 @@ def test_a_programs_memory_grows_with_its_batch_and_a_cpu_takes_one_model_per_vm
   assert 0 < sizes[0] < sizes[1]
   never = lambda: pytest.fail("a CPU does not measure the program")
   assert models_per_vmap(c, 50, never) == 1
+
+
+def test_a_trained_model_loads_back_as_a_module_and_scores_as_stored(reference):
+  from normattn_jax.train import artifacts
+  from normattn_jax.train.grid import eval_sets_for
+  from normattn_jax.train.layout import ModelsAxis
+  config = artifacts.read_config(str(reference))
+  curves = artifacts.read_results(str(reference), config)[("nap", ())]
+  setup = Setup("nap", config)
+  (inputs, labels), _ = eval_sets_for(setup, config.seed)  # the case sets at N: [case, ...]
+  for lr_index, seed in ((0, 0), (1, 1)):
+    module, variables = load_model(str(reference), "nap", config.learning_rates[lr_index], seed)
+    assert module == setup.model()
+    row = ModelsAxis.of(config).rows(lr_index, 0)[seed]
+    for case, name in enumerate(setup.task.grouped_eval.metric_names(False)):
+      tokens, answers = (x[case].reshape((-1,) + x.shape[3:]) for x in (inputs, labels))
+      accuracy = jnp.mean(jnp.argmax(module.apply(variables, tokens), -1) == answers)
+      np.testing.assert_allclose(accuracy, curves[name][-1, row], atol=1e-6)
+  with pytest.raises(ValueError, match=r"learning_rate=0.5: the sweep's are \(0.001, 0.0003\)"):
+    load_model(str(reference), "nap", 0.5)
+  with pytest.raises(ValueError, match="seed=2: the sweep trained seeds 0..1"):
+    load_model(str(reference), "nap", 0.001, seed=2)
+  with pytest.raises(ValueError, match="value=64: the sweep's values are none"):
+    load_model(str(reference), "nap", 0.001, value=64)

@@ -100,6 +100,7 @@ def from_pretraining(workdir: str, *, attention: Union[str, AttentionSpec, None]
   """
   from normattn_jax.data.sentencepiece_vocab import Vocab
   from normattn_jax.train import pretrain
+  from normattn_jax.train.checkpoint import restore_newest_state
 
   config = pretraining_config(workdir)
   if not os.path.isfile(os.path.join(workdir, "summary.json")):
@@ -119,24 +120,6 @@ def from_pretraining(workdir: str, *, attention: Union[str, AttentionSpec, None]
     described += f", switched to {albert_config.attention}"
   return StartingPoint(module, params, features.as_tokenizer(vocab_path), described,
                        config.model.max_position_embeddings)
-
-
-def restore_newest_state(directory: str) -> tuple[int, dict]:
-  """``(step, state)`` of the newest checkpoint in ``directory`` that restores, the state as a
-  tree of numpy arrays whatever class saved it (shapes from the checkpoint's own metadata)."""
-  from normattn_jax.train.checkpoint import GridCheckpoints
-  checkpoints = GridCheckpoints(directory)
-  try:
-    latest = checkpoints.latest()
-    if latest is None:
-      raise FileNotFoundError(f"no checkpoint in {directory} (was the run made with "
-                              f"train.checkpoint_every=0?)")
-    like = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype),
-                        checkpoints.manager.item_metadata(latest))
-    step, restored = checkpoints.restore_newest(like)
-  finally:
-    checkpoints.close()
-  return step, jax.tree.map(np.asarray, restored["state"])
 
 
 def from_huggingface(folder, *, attention: Union[str, AttentionSpec, None] = None,

@@ -16,6 +16,7 @@ from typing import Optional
 
 import jax
 import ml_collections
+import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 
@@ -237,3 +238,30 @@ class GridCheckpoints:
 
   def close(self) -> None:
     self.manager.close()
+
+
+def restore_newest_state(directory: str) -> tuple[int, dict]:
+  """``(step, state)`` of the newest checkpoint in ``directory`` that restores, the state as a
+  tree of numpy arrays whatever class saved it (shapes from the checkpoint's own metadata).
+
+  Args:
+    directory: a ``GridCheckpoints`` folder whose checkpoints hold ``{"state": ...}``.
+
+  Returns:
+    The checkpoint's step (evaluations or steps done) and its ``state``.
+
+  Raises:
+    FileNotFoundError: if the folder holds no checkpoint.
+  """
+  checkpoints = GridCheckpoints(directory)
+  try:
+    latest = checkpoints.latest()
+    if latest is None:
+      raise FileNotFoundError(f"no checkpoint in {directory} (was the run made with "
+                              f"train.checkpoint_every=0?)")
+    like = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype),
+                        checkpoints.manager.item_metadata(latest))
+    step, restored = checkpoints.restore_newest(like)
+  finally:
+    checkpoints.close()
+  return step, jax.tree.map(np.asarray, restored["state"])

@@ -22,8 +22,8 @@ import numpy as np
 from normattn_jax.train import artifacts
 from normattn_jax.train import config as config_lib
 from normattn_jax.train import multihost
-from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir
-from normattn_jax.train.grid import Grid, model_keys, train_grid
+from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, restore_newest_state
+from normattn_jax.train.grid import Grid, Setup, model_keys, train_grid
 from normattn_jax.train.layout import ModelsAxis, grid_name
 from normattn_jax.train.run_log import RunLog
 from normattn_jax.train.scoring import summarise
@@ -172,6 +172,59 @@ def resummarise(workdir: str) -> dict:
   summary = summarise(config, artifacts.read_results(workdir, config))
   write_results(workdir, config, summary)
   return summary
+
+
+def load_model(workdir: str, arch: str, learning_rate: float, seed: int = 0,
+               value: Optional[float] = None):
+  """One trained model of a finished sweep, as a plain Flax module and its variables.
+
+  Args:
+    workdir: the sweep's workdir (its ``config.json`` and final checkpoints).
+    arch: one of the sweep's ``archs``.
+    learning_rate: one of its ``learning_rates``.
+    seed: the seed's index, in ``[0, num_seeds)``.
+    value: the swept value (``sweep.grid``), for a sweep that has one; else None.
+
+  Returns:
+    ``(module, variables)``: the ``SequenceModel`` and ``{"params": ...}`` after the last
+    training step, so that ``module.apply(variables, tokens)`` runs it.
+
+  Raises:
+    ValueError: naming the choices, for an arch, learning rate, seed or value the sweep does not
+      hold, or a run that has not finished.
+  """
+  config = artifacts.read_config(workdir)
+  if arch not in config.archs:
+    raise ValueError(f"arch={arch!r}: the sweep trained {tuple(config.archs)}")
+  grid = tuple(config.sweep.grid)
+  if (value is None) != (not grid):
+    raise ValueError(f"value={value!r}: the sweep's values are {grid or 'none'}")
+  point = {}
+  if grid:
+    value_index = _index_of(grid, value, "value")
+    point = config_lib.static_points(config)[value_index] \
+        if config.sweep.name not in config_lib.VMAPPED_SWEEPS else {}
+  point_config = config_lib.point_config(config, point)
+  axis = ModelsAxis.of(point_config)
+  lr_index = _index_of(axis.learning_rates, learning_rate, "learning_rate")
+  if not 0 <= seed < axis.num_seeds:
+    raise ValueError(f"seed={seed!r}: the sweep trained seeds 0..{axis.num_seeds - 1}")
+  row = axis.rows(lr_index, value_index if axis.swept_field else 0)[seed]
+  folder = os.path.join(workdir, "checkpoints", grid_name(arch, point))
+  done, state = restore_newest_state(folder)
+  if done != point_config.train.num_steps // point_config.train.eval_every:
+    raise ValueError(f"{folder}: its newest checkpoint is evaluation {done}, not the last; "
+                     f"finish the sweep first")
+  return Setup(arch, point_config).model(), jax.tree.map(lambda x: x[row], state["params"])
+
+
+def _index_of(choices, value, field: str) -> int:
+  """The index of ``value`` among ``choices`` (numbers, matched to float rounding)."""
+  matches = np.flatnonzero(np.isclose(np.asarray(choices, float), float(value), rtol=1e-6,
+                                      atol=0))
+  if len(matches) != 1:
+    raise ValueError(f"{field}={value!r}: the sweep's are {tuple(choices)}")
+  return int(matches[0])
 
 
 def write_results(workdir, config, summary) -> None:
