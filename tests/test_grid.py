@@ -359,3 +359,40 @@ def test_a_programs_memory_grows_with_its_batch_and_a_cpu_takes_one_model_per_vm
   assert 0 < sizes[0] < sizes[1]
   never = lambda: pytest.fail("a CPU does not measure the program")
   assert models_per_vmap(c, 50, never) == 1
+
+
+def test_an_evaluation_on_non_finite_logits_counts_as_diverged():
+  """An infinite learning rate: the one step's loss is finite, the evaluation after it runs on
+  NaN parameters. That model is flagged and scores 0 everywhere; its peer is untouched."""
+  from normattn_jax.train.grid import model_keys, train_grid
+  c = tiny_config(archs=("mte",), num_seeds=1, learning_rates=(0.001,),
+                  **{"train.num_steps": 1, "train.eval_every": 1})
+  hp = {"learning_rate": np.array([np.inf, 1e-3], np.float32), "l2": np.zeros(2, np.float32)}
+  metrics = train_grid(c, "mte", hyperparameters=hp, keys=model_keys(0, np.zeros(2, int))).metrics
+  assert metrics["diverged"][-1].tolist() == [True, False]
+  for name, curve in metrics.items():
+    if name.endswith("_acc") or name.startswith("case_"):
+      assert curve[-1, 0] == 0, name
+  assert metrics["val_acc"][-1, 1] > 0
+
+
+def test_a_diverged_model_scores_as_failed_at_every_evaluation():
+  """Seed 1 scored 0.34 before it diverged: its cell counts it as failed throughout, and a
+  learning rate whose every model diverged is never the best."""
+  c = tiny_config(archs=("nap",), learning_rates=(0.01, float("inf")))
+  curve = lambda *evals: np.array(evals, np.float32)  # [evals, lr x seed]
+  history = {"train_acc": curve([0.2, 0.3, 0.5, 0.6], [0.3, 0.2, 0.0, 0.0]),
+             "val_acc": curve([0.2, 0.3, 0.34, 0.34], [0.3, 0.2, 0.0, 0.0]),
+             "train_loss": curve([2.0, 1.0, 1.0, 1.0], [1.0, 1.0, np.nan, np.nan]),
+             "diverged": np.array([[0, 0, 0, 0], [0, 1, 1, 1]], bool)}
+  first, second = summarise(c, {("nap", ()): history})["cells"]
+  assert first["diverged"] == 1
+  assert first["metrics"]["val_acc"] == {"min": 0.0, "mean": pytest.approx(0.15),
+                                         "max": pytest.approx(0.3)}
+  assert first["metrics"]["train_loss"]["mean"] is None
+  assert second["diverged"] == 2
+  assert second["metrics"]["val_acc"] == {"min": 0.0, "mean": 0.0, "max": 0.0}
+  best = summarise(c, {("nap", ()): history})["best"]["nap"]
+  assert best["learning_rate"] == 0.01 and best["val_learning_rate"] == 0.01
+  assert best["train_learning_rate"] == 0.01
+

@@ -204,3 +204,13 @@ def test_the_authors_plots_are_drawn_beside_ours(tmp_path, monkeypatch):
   alpha = fig.axes[5].get_images()[0].get_array()[..., 3]  # nap train, ours: d = 16 only
   np.testing.assert_array_equal(alpha, np.isfinite(grids.images[("nap", "ours", "train_acc")])
                                 .all(-1))
+
+
+def test_a_diverged_seed_counts_as_failed_at_every_evaluation():
+  """Seed 0 scored 0.34 before it diverged: its best over training is 0, not 0.34."""
+  c = tiny_config()
+  c.archs, c.learning_rates, c.num_seeds = ("nap",), (0.01,), 2
+  curves = {"train_acc": np.array([[0.34, 0.5], [0.0, 0.6]], np.float32),
+            "diverged": np.array([[False, False], [True, False]])}
+  run = seeds.OurSweep(c, {("nap", ()): curves})
+  np.testing.assert_allclose(seeds.best_per_seed(run.seeds("nap", "train_acc", 0.01)), [0, 0.6])

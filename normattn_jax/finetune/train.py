@@ -273,14 +273,20 @@ def make_programs(c: ml_collections.ConfigDict, task: task_lib.FinetuneTask,
                                               state.step_key(TRAIN_STREAM))
     return state.apply_gradients(grads=grads, loss=loss), loss
 
-  def predict(params, dev):
-    return jax.lax.map(lambda batch: head.predict(model.apply({"params": params}, batch), batch),
-                       dev)
+  def predict_batch(params, batch):
+    """The batch's predictions, and whether its outputs were finite (argmax(NaN) is no
+    prediction)."""
+    outputs = model.apply({"params": params}, batch)
+    finite = jnp.all(jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(outputs)]))
+    return head.predict(outputs, batch), finite
 
   def chunk(state: TrainState, rows, train, dev):
     state, losses = jax.lax.scan(lambda s, r: train_step(s, r, train), state, rows)
+    predictions, finite = jax.lax.map(lambda batch: predict_batch(state.params, batch), dev)
+    # parameters that blew up in the chunk's last step: the loss was finite, the outputs are not
+    state = state.replace(diverged=state.diverged | ~finite.all())
     return state, {"train_loss": jnp.mean(losses), "diverged": state.diverged,
-                   "predictions": predict(state.params, dev)}
+                   "predictions": predictions}
 
   return Programs(model, init, chunk)
 

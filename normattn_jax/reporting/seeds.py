@@ -25,7 +25,8 @@ import scipy.stats
 from normattn_jax.train import artifacts
 from normattn_jax.train.config import get_field, point_config, point_label, static_points
 from normattn_jax.train.layout import ModelsAxis
-from normattn_jax.train.scoring import best_over_training
+from normattn_jax.train.scoring import (LOWER_IS_BETTER, best_over_training,
+                                        failed_where_diverged)
 
 # Our architecture names -> the authors' file names.
 AUTHORS_NAMES = {"bert": "BERT", "mte": "MTE", "nap": "NAP", "non": "NON", "sum": "sum",
@@ -155,7 +156,8 @@ class OurSweep:
 
   def seeds(self, arch: str, metric: str, learning_rate: float,
             point: Optional[dict] = None) -> np.ndarray:
-    """One cell's curves, ``[evaluations, seeds]``.
+    """One cell's curves, ``[evaluations, seeds]``; a seed that diverged is failed at every
+    evaluation (``scoring.failed_where_diverged``).
 
     Args:
       arch: one of the run's archs.
@@ -172,7 +174,11 @@ class OurSweep:
       raise KeyError(f"metric={metric!r}: the run stored {tuple(sorted(history))}")
     axis = ModelsAxis.of(self.config)
     lr_index = _index_of(np.asarray(self.learning_rates), learning_rate, "learning_rate")
-    return history[metric][:, axis.rows(lr_index, 0)]
+    rows = axis.rows(lr_index, 0)
+    if metric == "diverged" or "diverged" not in history:
+      return history[metric][:, rows]
+    return failed_where_diverged(history[metric][:, rows], history["diverged"][-1, rows],
+                                 metric in LOWER_IS_BETTER)
 
 
 def best_per_seed(curves: np.ndarray) -> np.ndarray:
