@@ -344,6 +344,9 @@ def test_resumed_run_equals_uninterrupted(root, runs):
     ("learning_rates", ()), ("learning_rates", (1e-3, -1e-4)), ("num_seeds", 0),
     ("train.batch_size", 0), ("train.warmup_steps", 6), ("train.eval_every", 4),
     ("train.classifier_dropout", -0.1), ("train.clip_norm", 0.0),
+    ("learning_rates", (1e-3, float("inf"))), ("learning_rates", (float("nan"),)),
+    ("train.weight_decay", float("nan")), ("train.weight_decay", float("inf")),
+    ("train.clip_norm", float("inf")), ("encoder.dropout", float("nan")),
 ])
 def test_bad_config_names_the_field_before_anything_is_written(root, tmp_path, field, value):
   c = tiny_config(root)

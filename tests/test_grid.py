@@ -246,6 +246,11 @@ def test_majority_task_trains_with_a_class_per_token(tmp_path):
     ("train.dropout", 1.0, "config.train.dropout"),
     ("sweep.name", "model.width", "config.sweep.name"),
     ("normalization", "dnas", "config.normalization"),
+    ("train.l2", float("nan"), r"config.train.l2=nan: must be a finite number >= 0"),
+    ("train.l2", float("inf"), r"config.train.l2=inf: must be a finite number >= 0"),
+    ("learning_rates", (0.01, float("inf")), r"config.learning_rates\[1\]=inf: .*finite"),
+    ("learning_rates", (1e999,), r"config.learning_rates\[0\]=inf: .*finite"),
+    ("learning_rates", (float("nan"),), r"config.learning_rates\[0\]=nan: .*finite"),
 ])
 def test_invalid_config_fails_before_compiling_and_writes_nothing(field, value, match, tmp_path):
   config = tiny_config(**{field: value})
@@ -396,3 +401,22 @@ def test_a_diverged_model_scores_as_failed_at_every_evaluation():
   assert best["learning_rate"] == 0.01 and best["val_learning_rate"] == 0.01
   assert best["train_learning_rate"] == 0.01
 
+
+@pytest.mark.parametrize("name, grid, match", [
+    ("train.l2", (0.0, float("nan")), r"config.sweep.grid\[1\]=nan: must be a finite number"),
+    ("model.d_model", (8, float("inf")), r"config.sweep.grid\[1\]=inf: must be a finite number"),
+])
+def test_a_non_finite_swept_value_is_refused_by_its_index(name, grid, match):
+  c = tiny_config()
+  c.sweep.name, c.sweep.grid = name, grid
+  with pytest.raises(ValueError, match=match):
+    validate(c)
+
+
+def test_a_non_finite_steps_reference_is_refused():
+  import ml_collections
+  c = tiny_config()
+  c.sweep = ml_collections.ConfigDict(dict(name="train.batch_size", grid=(4, 8),
+                                           steps_scale="inverse", steps_reference=float("inf")))
+  with pytest.raises(ValueError, match=r"config.sweep.steps_reference=inf: .*finite"):
+    validate(c)

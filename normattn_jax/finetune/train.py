@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 import os
 import time
 from typing import Any, Callable, Optional
@@ -39,7 +38,7 @@ from normattn_jax.train.optim import lamb_adapted, scale_by_adam_without_bias_co
     schedule_shape
 from normattn_jax.train.run_log import RunLog
 from normattn_jax.train.state import TrainState
-from normattn_jax.validation import check_config_int
+from normattn_jax.validation import check_config_float, check_config_floats, check_config_int
 from normattn_jax.validation import fail_config as _fail
 
 TRAIN_STREAM = 0  # the stream of a model's dropout keys (TrainState.step_key)
@@ -100,10 +99,7 @@ def downstream_config(task: str, *, learning_rate: float, batch_size: int, num_s
 
 
 def _fraction(field: str, value, closed_high: bool = False) -> None:
-  ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value and (
-      value <= 1.0 if closed_high else value < 1.0)
-  if not ok:
-    _fail(field, value, "must lie in [0, 1" + ("]" if closed_high else ")"))
+  check_config_float(field, value, 0, 1, open_high=not closed_high)
 
 
 def validate_finetune_config(c: ml_collections.ConfigDict, check_paths: bool = True) -> None:
@@ -131,9 +127,7 @@ def validate_finetune_config(c: ml_collections.ConfigDict, check_paths: bool = T
   check_config_int("task.max_seq_length", c.task.max_seq_length, 8)
   check_config_int("task.max_examples", c.task.max_examples, 0)
   rates = tuple(c.learning_rates)
-  if not rates or not all(isinstance(r, (int, float)) and not isinstance(r, bool)
-                          and math.isfinite(r) and r > 0 for r in rates):
-    _fail("learning_rates", rates, "must be a non-empty tuple of positive numbers")
+  check_config_floats("learning_rates", rates, 0, open_low=True)
   if len(set(rates)) != len(rates):
     _fail("learning_rates", rates, "must not repeat a value")
   check_config_int("num_seeds", c.num_seeds, 1)
@@ -147,10 +141,8 @@ def validate_finetune_config(c: ml_collections.ConfigDict, check_paths: bool = T
     _fail("train.warmup_steps", t.warmup_steps, f"must be below train.num_steps ({t.num_steps})")
   if t.num_steps % t.eval_every:
     _fail("train.eval_every", t.eval_every, f"must divide train.num_steps ({t.num_steps})")
-  if not (isinstance(t.weight_decay, (int, float)) and t.weight_decay >= 0):
-    _fail("train.weight_decay", t.weight_decay, "must be >= 0")
-  if not (isinstance(t.clip_norm, (int, float)) and t.clip_norm > 0):
-    _fail("train.clip_norm", t.clip_norm, "must be > 0")
+  check_config_float("train.weight_decay", t.weight_decay, 0)
+  check_config_float("train.clip_norm", t.clip_norm, 0, open_low=True)
   _fraction("train.classifier_dropout", t.classifier_dropout)
 
 
