@@ -377,12 +377,22 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, afresh: bool = False,
     The summary: per variant and seed, Table 1's per-layer statistics (``trained``; ``init`` for
     the untrained model), Table 2's for the variant with scaling, and the losses.
   """
-  from normattn_jax.train.checkpoint import open_workdir, write_json
+  from normattn_jax.train.checkpoint import open_workdir, unlock_workdir
 
   validate_config(c)
   finished = open_workdir(workdir, c, "causal_lm", afresh=afresh)
   if finished is not None:
     return finished
+  try:
+    return _train_and_analyse(c, workdir, log)
+  finally:
+    unlock_workdir(workdir)
+
+
+def _train_and_analyse(c: ml_collections.ConfigDict, workdir: str, log: Callable) -> dict:
+  """``run`` once its workdir is open (and locked)."""
+  from normattn_jax.train.checkpoint import write_json
+
   vocab, streams = load_token_streams(c, workdir, log)
   models = {name: build_model(c, vocab.size, kind) for name, kind in VARIANTS.items()}
   a = c.analysis

@@ -33,7 +33,8 @@ from normattn_jax.finetune import offline  # noqa: F401 (registers the offline t
 from normattn_jax.finetune import task as task_lib
 from normattn_jax.train import grid as grid_lib
 from normattn_jax.train import multihost
-from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, write_json
+from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, releases_workdir, \
+    write_json
 from normattn_jax.train.optim import lamb_adapted, scale_by_adam_without_bias_correction, \
     schedule_shape
 from normattn_jax.train.run_log import RunLog
@@ -371,6 +372,7 @@ def _record(log: RunLog, c, task, step: int, metrics: dict) -> None:
     log.record(step, scalars, learning_rate=f"{lr:g}")
 
 
+@releases_workdir
 def run_finetuning(c: ml_collections.ConfigDict, workdir: str, *,
                    max_chunks: Optional[int] = None, show_progress: bool = True,
                    tensorboard: bool = True, afresh: bool = False) -> dict:

@@ -29,7 +29,8 @@ from normattn_jax.models.albert import DTYPES, AlbertConfig, AlbertForPretrainin
     pretraining_loss
 from normattn_jax.models.bert import ACTIVATIONS
 from normattn_jax.train import multihost
-from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, write_json
+from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, releases_workdir, \
+    write_json
 from normattn_jax.train.optim import albert_lamb, albert_schedule
 from normattn_jax.train.run_log import RunLog
 from normattn_jax.train.state import TrainState
@@ -262,6 +263,7 @@ def _to_python(tree):
   return jax.tree.map(lambda a: np.asarray(a).tolist(), tree)
 
 
+@releases_workdir
 def run_pretraining(c: ml_collections.ConfigDict, workdir: str, *,
                     max_steps: Optional[int] = None, show_progress: bool = True,
                     tensorboard: bool = True, afresh: bool = False) -> dict:
