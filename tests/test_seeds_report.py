@@ -200,6 +200,7 @@ def test_the_authors_plots_are_drawn_beside_ours(tmp_path, monkeypatch):
   figures.pixels_beside_authors(grids, str(path))
   assert path.stat().st_size > 0
   (fig,) = drawn
+  assert [t.get_text() for t in fig.texts] == [figures.PIXEL_KEY]
   titles = [ax.get_title() for ax in fig.axes]
   best = grids.images[("nap", "authors", "train_acc")][..., 1].max()
   # bert's best mean: its models 5..9 at 0.2 + 0.01 * model
