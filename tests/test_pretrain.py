@@ -112,6 +112,11 @@ def test_training_lowers_the_loss_on_a_fixed_batch(tmp_path, monkeypatch):
     ("train.warmup_steps", 6, "train.warmup_steps"),
     ("train.batch_size", 0, "train.batch_size"),
     ("train.learning_rate", 0.0, "train.learning_rate"),
+    ("train.learning_rate", float("inf"), r"train.learning_rate=inf: must be a finite number"),
+    ("train.weight_decay", float("nan"), r"train.weight_decay=nan: must be a finite number"),
+    ("train.clip_norm", float("inf"), r"train.clip_norm=inf: must be a finite number"),
+    ("model.layer_norm_eps", float("inf"), r"model.layer_norm_eps=inf: must be a finite"),
+    ("model.dropout", float("nan"), r"model.dropout=nan: must be a finite number"),
 ])
 def test_bad_config_names_the_field_before_anything_is_written(tmp_path, field, value, match):
   config = tiny_config()

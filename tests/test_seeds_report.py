@@ -2,6 +2,9 @@
 rank test between archs. From made-up curves in both formats, no training."""
 import os
 import pickle
+import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -11,6 +14,8 @@ from normattn_jax.train import artifacts
 from normattn_jax.train.checkpoint import config_json, write_json
 from normattn_jax.train.layout import ModelsAxis
 from test_grid import tiny_config
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 EPOCHS, RATES, VALUES, SEEDS = 3, 4, 2, 5
 
@@ -195,6 +200,7 @@ def test_the_authors_plots_are_drawn_beside_ours(tmp_path, monkeypatch):
   figures.pixels_beside_authors(grids, str(path))
   assert path.stat().st_size > 0
   (fig,) = drawn
+  assert [t.get_text() for t in fig.texts] == [figures.PIXEL_KEY]
   titles = [ax.get_title() for ax in fig.axes]
   best = grids.images[("nap", "authors", "train_acc")][..., 1].max()
   # bert's best mean: its models 5..9 at 0.2 + 0.01 * model
@@ -204,3 +210,64 @@ def test_the_authors_plots_are_drawn_beside_ours(tmp_path, monkeypatch):
   alpha = fig.axes[5].get_images()[0].get_array()[..., 3]  # nap train, ours: d = 16 only
   np.testing.assert_array_equal(alpha, np.isfinite(grids.images[("nap", "ours", "train_acc")])
                                 .all(-1))
+
+
+def test_a_diverged_seed_counts_as_failed_at_every_evaluation():
+  """Seed 0 scored 0.34 before it diverged: its best over training is 0, not 0.34."""
+  c = tiny_config()
+  c.archs, c.learning_rates, c.num_seeds = ("nap",), (0.01,), 2
+  curves = {"train_acc": np.array([[0.34, 0.5], [0.0, 0.6]], np.float32),
+            "diverged": np.array([[False, False], [True, False]])}
+  run = seeds.OurSweep(c, {("nap", ()): curves})
+  np.testing.assert_allclose(seeds.best_per_seed(run.seeds("nap", "train_acc", 0.01)), [0, 0.6])
+
+
+def _compare(run, authors):
+  return seeds.compare([seeds.OurSweep.read(str(run))], str(authors))
+
+
+def test_a_missing_authors_folder_is_refused_by_name(tmp_path):
+  our_run(tmp_path)
+  with pytest.raises(FileNotFoundError, match=f"--authors folder {tmp_path / 'nowhere'} "
+                                              "does not exist"):
+    _compare(tmp_path, tmp_path / "nowhere")
+
+
+def test_an_authors_folder_of_none_of_the_archs_is_refused_naming_the_files(tmp_path):
+  authors, run = tmp_path / "authors", tmp_path / "run"
+  authors.mkdir(), run.mkdir()
+  our_run(run)
+  with pytest.raises(FileNotFoundError,
+                     match=r"holds none of BERT.pickle, NAP.pickle \(and their _params"):
+    _compare(run, authors)  # empty
+  write_authors(authors, "MTE")
+  with pytest.raises(FileNotFoundError, match="holds none of"):
+    _compare(run, authors)  # another arch's only
+  with pytest.raises(FileNotFoundError, match="holds none of"):
+    seeds.pixel_grids([seeds.OurSweep.read(str(run))], str(authors))
+
+
+@pytest.mark.parametrize("damage, named", [
+    (lambda d: os.remove(d / "NAP_params.pickle"), "NAP_params.pickle is missing"),
+    (lambda d: os.remove(d / "NAP.pickle"), "NAP.pickle is missing"),
+    (lambda d: open(d / "NAP.pickle", "wb").close(), "NAP.pickle: empty or truncated"),
+])
+def test_an_incomplete_authors_sweep_is_refused_naming_its_file(tmp_path, damage, named):
+  authors, run = tmp_path / "authors", tmp_path / "run"
+  authors.mkdir(), run.mkdir()
+  write_authors(authors, "NAP")
+  write_authors(authors, "BERT")
+  damage(authors)
+  our_run(run)
+  with pytest.raises((FileNotFoundError, ValueError), match=re.escape(named)):
+    _compare(run, authors)
+
+
+def test_the_command_refuses_a_missing_authors_folder(tmp_path):
+  our_run(tmp_path)
+  done = subprocess.run(
+      [sys.executable, os.path.join(REPO, "experiments", "compare_seeds.py"),
+       f"--authors={tmp_path / 'nowhere'}", str(tmp_path)], capture_output=True, text=True,
+      cwd=REPO, timeout=300, env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO))
+  assert done.returncode != 0
+  assert f"--authors folder {tmp_path / 'nowhere'} does not exist" in done.stderr

@@ -5,6 +5,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import types
@@ -13,8 +14,8 @@ import numpy as np
 import pytest
 
 from normattn_jax.train import pretrain
-from normattn_jax.train.checkpoint import DamagedCheckpointWarning, MAY_DIFFER, config_json, \
-    config_differences
+from normattn_jax.train.checkpoint import LOCK, DamagedCheckpointWarning, MAY_DIFFER, \
+    WorkdirError, config_json, config_differences, lock_workdir, open_workdir, unlock_workdir
 from normattn_jax.train.config import get_field
 from normattn_jax.train.pretrain import run_pretraining
 from normattn_jax.train.sweep import Interrupted
@@ -286,3 +287,70 @@ def test_pretrain_command_reruns_a_finished_run_without_a_measured_throughput(tm
   assert done.returncode == 0, done.stderr
   assert "softmax: held-out MLM accuracy 50.0%, SOP accuracy 75.0%, n/a tokens/s" in done.stdout
   assert json.loads((tmp_path / "summary.json").read_text()) == summary
+
+
+# One run per workdir
+
+
+def _holder(workdir, pid, host=None):
+  """A lock file as the run of ``pid`` on ``host`` (this host by default) leaves it."""
+  os.makedirs(workdir, exist_ok=True)
+  holder = {"pid": pid, "host": host or socket.gethostname()}
+  (workdir / LOCK).write_text(json.dumps(holder))
+  return holder
+
+
+def test_a_workdir_in_use_by_a_live_run_is_refused_and_taken_over_once_that_run_is_dead(
+    tmp_path):
+  workdir = tmp_path / "run"
+  holder = subprocess.Popen(
+      [sys.executable, "-c", "import sys, time; from normattn_jax.train.checkpoint import "
+       "lock_workdir; lock_workdir(sys.argv[1]); print('locked', flush=True); time.sleep(120)",
+       str(workdir)], stdout=subprocess.PIPE, text=True, cwd=REPO,
+      env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO))
+  try:
+    assert holder.stdout.readline().strip() == "locked"
+    with pytest.raises(WorkdirError, match=re.escape(
+        f"workdir {workdir} is in use by process {holder.pid} on {socket.gethostname()}")):
+      open_workdir(str(workdir), sweep_config(), "sweep")
+    assert not (workdir / "config.json").exists()
+  finally:
+    holder.kill()
+    holder.wait()
+  with pytest.warns(UserWarning, match=f"taking over the lock of process {holder.pid}"):
+    assert open_workdir(str(workdir), sweep_config(), "sweep") is None  # a stale lock
+  assert json.loads((workdir / LOCK).read_text())["pid"] == os.getpid()
+  unlock_workdir(str(workdir))
+  assert not (workdir / LOCK).exists()
+
+
+def test_a_lock_of_another_host_is_refused_naming_its_file(tmp_path):
+  workdir = tmp_path / "run"
+  _holder(workdir, 1, "elsewhere")
+  with pytest.raises(WorkdirError, match=re.escape("process 1 on elsewhere") + ".*"
+                     + re.escape(str(workdir / LOCK))):
+    lock_workdir(str(workdir))
+
+
+def test_the_second_run_into_a_workdir_is_refused_and_writes_nothing(tmp_path):
+  workdir = tmp_path / "run"
+  _holder(workdir, os.getppid())  # a live process: the first run
+  before = snapshot(workdir)
+  with pytest.raises(WorkdirError, match="is in use by process"):
+    run(sweep_config(), workdir)
+  assert snapshot(workdir) == before
+
+
+def test_a_run_releases_its_workdir_when_it_ends(finished_sweep, interrupted_sweep,
+                                                 interrupted_pretraining):
+  for workdir in (finished_sweep, interrupted_sweep, interrupted_pretraining):
+    assert not (workdir / LOCK).exists(), workdir
+  run(sweep_config(), finished_sweep)  # a finished run: returned, released
+  assert not (finished_sweep / LOCK).exists()
+
+
+def test_only_the_chief_locks_the_workdir(tmp_path, monkeypatch):
+  from normattn_jax.train import multihost
+  monkeypatch.setattr(multihost, "is_chief", lambda: False)
+  assert open_workdir(str(tmp_path / "run"), sweep_config(), "sweep") is None
+  assert not (tmp_path / "run" / LOCK).exists()

@@ -30,7 +30,7 @@ import optax
 from normattn_jax.analysis.unselectable import TOLERANCE, unselectable
 from normattn_jax.models.causal_lm import CausalLM, capture_attention_inputs, next_token_loss
 from normattn_jax.train.state import TrainState
-from normattn_jax.validation import check_config_int
+from normattn_jax.validation import check_config_float, check_config_int
 from normattn_jax.validation import fail_config as _fail
 
 # Table 1's rows: the kind of the LayerNorm before attention that each one trains, and its label.
@@ -67,20 +67,18 @@ def validate_config(c: ml_collections.ConfigDict) -> None:
     _fail("model.max_len", c.model.max_len, "must be >= 2 (a window predicts its next tokens)")
   if c.model.d_model % c.model.num_heads:
     _fail("model.num_heads", c.model.num_heads, f"must divide model.d_model ({c.model.d_model})")
-  if not 0.0 <= c.model.dropout_rate < 1.0:
-    _fail("model.dropout_rate", c.model.dropout_rate, "must lie in [0, 1)")
+  check_config_float("model.dropout_rate", c.model.dropout_rate, 0, 1, open_high=True)
   for field in ("model.layer_norm_epsilon", "model.init_std", "train.learning_rate",
                 "train.clip_norm", "analysis.tolerance"):
     section, name = field.split(".")
-    if not c[section][name] > 0:
-      _fail(field, c[section][name], "must be > 0")
+    check_config_float(field, c[section][name], 0, open_low=True)
   if c.data.corpus not in CORPORA:
     _fail("data.corpus", c.data.corpus, f"must be one of {CORPORA}")
   check_config_int("data.vocab_size", c.data.vocab_size, 6)
   check_config_int("data.lines_per_document", c.data.lines_per_document, 2)
   check_config_int("data.max_documents", c.data.max_documents, 0)
-  if not 0.0 < c.data.validation_fraction < 1.0:
-    _fail("data.validation_fraction", c.data.validation_fraction, "must lie in (0, 1)")
+  check_config_float("data.validation_fraction", c.data.validation_fraction, 0, 1,
+                     open_low=True, open_high=True)
   for name in ("seeds", "batch_size", "num_steps", "log_every"):
     check_config_int(f"train.{name}", c.train[name], 1)
   for name in ("seed", "warmup_steps", "checkpoint_every"):
@@ -94,8 +92,7 @@ def validate_config(c: ml_collections.ConfigDict) -> None:
   if c.train.checkpoint_every % c.train.log_every:
     _fail("train.checkpoint_every", c.train.checkpoint_every,
           f"must be a multiple of train.log_every ({c.train.log_every})")
-  if not c.train.weight_decay >= 0:
-    _fail("train.weight_decay", c.train.weight_decay, "must be >= 0")
+  check_config_float("train.weight_decay", c.train.weight_decay, 0)
   check_config_int("analysis.num_sequences", c.analysis.num_sequences, 1)
   for name in ("init_sequences", "heldout_loss_sequences"):
     check_config_int(f"analysis.{name}", c.analysis[name], 0)
@@ -380,12 +377,22 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, afresh: bool = False,
     The summary: per variant and seed, Table 1's per-layer statistics (``trained``; ``init`` for
     the untrained model), Table 2's for the variant with scaling, and the losses.
   """
-  from normattn_jax.train.checkpoint import open_workdir, write_json
+  from normattn_jax.train.checkpoint import open_workdir, unlock_workdir
 
   validate_config(c)
   finished = open_workdir(workdir, c, "causal_lm", afresh=afresh)
   if finished is not None:
     return finished
+  try:
+    return _train_and_analyse(c, workdir, log)
+  finally:
+    unlock_workdir(workdir)
+
+
+def _train_and_analyse(c: ml_collections.ConfigDict, workdir: str, log: Callable) -> dict:
+  """``run`` once its workdir is open (and locked)."""
+  from normattn_jax.train.checkpoint import write_json
+
   vocab, streams = load_token_streams(c, workdir, log)
   models = {name: build_model(c, vocab.size, kind) for name, kind in VARIANTS.items()}
   a = c.analysis

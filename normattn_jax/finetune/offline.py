@@ -27,7 +27,7 @@ import numpy as np
 from normattn_jax.finetune import features as features_lib
 from normattn_jax.finetune import metrics
 from normattn_jax.finetune import task as task_lib
-from normattn_jax.validation import int_problem
+from normattn_jax.validation import check_config_float, int_problem
 
 # The First Folio's three sections, by the corpus's file names (without "_gut.txt").
 FOLIO_GENRES = {
@@ -90,8 +90,7 @@ def _accuracy_scorer(labels: np.ndarray):
 
 def _check_fractions(c) -> None:
   for name in ("validation_fraction", "dev_fraction"):
-    if not 0.0 < c[name] < 1.0:
-      raise ValueError(f"config.task.{name}={c[name]!r}: must lie in (0, 1)")
+    check_config_float(f"task.{name}", c[name], 0, 1, open_low=True, open_high=True)
   if int_problem(c.passage_lines) or c.passage_lines > LINES_PER_DOCUMENT:
     raise ValueError(f"config.task.passage_lines={c.passage_lines!r}: must be an integer in "
                      f"[1, {LINES_PER_DOCUMENT}]")

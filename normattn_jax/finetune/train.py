@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 import os
 import time
 from typing import Any, Callable, Optional
@@ -34,13 +33,14 @@ from normattn_jax.finetune import offline  # noqa: F401 (registers the offline t
 from normattn_jax.finetune import task as task_lib
 from normattn_jax.train import grid as grid_lib
 from normattn_jax.train import multihost
-from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, write_json
+from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, releases_workdir, \
+    write_json
 from normattn_jax.train.optim import lamb_adapted, scale_by_adam_without_bias_correction, \
     schedule_shape
 from normattn_jax.train.run_log import RunLog
 from normattn_jax.train.sections import attention_section, attention_spec, check_known_fields
 from normattn_jax.train.state import TrainState
-from normattn_jax.validation import check_config_int
+from normattn_jax.validation import check_config_float, check_config_floats, check_config_int
 from normattn_jax.validation import fail_config as _fail
 
 TRAIN_STREAM = 0  # the stream of a model's dropout keys (TrainState.step_key)
@@ -102,10 +102,7 @@ def downstream_config(task: str, *, learning_rate: float, batch_size: int, num_s
 
 
 def _fraction(field: str, value, closed_high: bool = False) -> None:
-  ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value and (
-      value <= 1.0 if closed_high else value < 1.0)
-  if not ok:
-    _fail(field, value, "must lie in [0, 1" + ("]" if closed_high else ")"))
+  check_config_float(field, value, 0, 1, open_high=not closed_high)
 
 
 def validate_finetune_config(c: ml_collections.ConfigDict, check_paths: bool = True) -> None:
@@ -133,9 +130,7 @@ def validate_finetune_config(c: ml_collections.ConfigDict, check_paths: bool = T
   check_config_int("task.max_seq_length", c.task.max_seq_length, 8)
   check_config_int("task.max_examples", c.task.max_examples, 0)
   rates = tuple(c.learning_rates)
-  if not rates or not all(isinstance(r, (int, float)) and not isinstance(r, bool)
-                          and math.isfinite(r) and r > 0 for r in rates):
-    _fail("learning_rates", rates, "must be a non-empty tuple of positive numbers")
+  check_config_floats("learning_rates", rates, 0, open_low=True)
   if len(set(rates)) != len(rates):
     _fail("learning_rates", rates, "must not repeat a value")
   check_config_int("num_seeds", c.num_seeds, 1)
@@ -149,10 +144,8 @@ def validate_finetune_config(c: ml_collections.ConfigDict, check_paths: bool = T
     _fail("train.warmup_steps", t.warmup_steps, f"must be below train.num_steps ({t.num_steps})")
   if t.num_steps % t.eval_every:
     _fail("train.eval_every", t.eval_every, f"must divide train.num_steps ({t.num_steps})")
-  if not (isinstance(t.weight_decay, (int, float)) and t.weight_decay >= 0):
-    _fail("train.weight_decay", t.weight_decay, "must be >= 0")
-  if not (isinstance(t.clip_norm, (int, float)) and t.clip_norm > 0):
-    _fail("train.clip_norm", t.clip_norm, "must be > 0")
+  check_config_float("train.weight_decay", t.weight_decay, 0)
+  check_config_float("train.clip_norm", t.clip_norm, 0, open_low=True)
   _fraction("train.classifier_dropout", t.classifier_dropout)
 
 
@@ -275,14 +268,20 @@ def make_programs(c: ml_collections.ConfigDict, task: task_lib.FinetuneTask,
                                               state.step_key(TRAIN_STREAM))
     return state.apply_gradients(grads=grads, loss=loss), loss
 
-  def predict(params, dev):
-    return jax.lax.map(lambda batch: head.predict(model.apply({"params": params}, batch), batch),
-                       dev)
+  def predict_batch(params, batch):
+    """The batch's predictions, and whether its outputs were finite (argmax(NaN) is no
+    prediction)."""
+    outputs = model.apply({"params": params}, batch)
+    finite = jnp.all(jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(outputs)]))
+    return head.predict(outputs, batch), finite
 
   def chunk(state: TrainState, rows, train, dev):
     state, losses = jax.lax.scan(lambda s, r: train_step(s, r, train), state, rows)
+    predictions, finite = jax.lax.map(lambda batch: predict_batch(state.params, batch), dev)
+    # parameters that blew up in the chunk's last step: the loss was finite, the outputs are not
+    state = state.replace(diverged=state.diverged | ~finite.all())
     return state, {"train_loss": jnp.mean(losses), "diverged": state.diverged,
-                   "predictions": predict(state.params, dev)}
+                   "predictions": predictions}
 
   return Programs(model, init, chunk)
 
@@ -375,6 +374,7 @@ def _record(log: RunLog, c, task, step: int, metrics: dict) -> None:
     log.record(step, scalars, learning_rate=f"{lr:g}")
 
 
+@releases_workdir
 def run_finetuning(c: ml_collections.ConfigDict, workdir: str, *,
                    max_chunks: Optional[int] = None, show_progress: bool = True,
                    tensorboard: bool = True, afresh: bool = False) -> dict:

@@ -16,6 +16,11 @@ from normattn_jax.train.artifacts import eval_steps  # noqa: E402
 from normattn_jax.train.config import point_config, static_points  # noqa: E402
 from normattn_jax.train.layout import ModelsAxis, grid_name  # noqa: E402
 
+# What a pixel's colour means, under every pixel plot (the NAP paper's key).
+PIXEL_KEY = "R, G, B = min, mean, max over seeds"
+# The x-axis of a sweep without a swept value: one column, the config's one setting.
+ONE_COLUMN_LABEL = "one setting (no sweep)"
+
 
 def sweep_axis(config):
   """The x-axis of the pixel plots: the swept values, or one column.
@@ -79,13 +84,30 @@ def _draw_pixels(ax, image, title, learning_rates, xs, xlabel, cross=None):
   ax.set_yticklabels([f"{lr:.1e}" for lr in learning_rates], fontsize=6)
   ax.set_xticks(range(len(xs)))
   ax.set_xticklabels(["" if x is None else f"{x:g}" for x in xs], fontsize=6)
-  ax.set_xlabel(xlabel)
+  ax.set_xlabel(xlabel or ONE_COLUMN_LABEL)
 
 
 def _pixel_axes(ax, config, image, title, cross=None):
   name, xs = sweep_axis(config)
   _draw_pixels(ax, image, title, config.learning_rates, xs,
                name.split(".")[-1] if name else "", cross)
+
+
+def case_key(groups) -> str:
+  """The case figure's key, from its first row's metrics (``group_image``): e.g. "R, G, B =
+  argmin, first, argmax, each the mean over seeds"."""
+  names = [metric.rsplit("_", 1)[-1] for metric in groups[0].metrics]
+  if len(names) == 3:
+    return f"R, G, B = {', '.join(names)}, each the mean over seeds"
+  return f"grey = the mean of {', '.join(names)}, each the mean over seeds"
+
+
+def _save_with_key(fig, path, key):
+  """Lay out ``fig`` with ``key`` in a strip along its bottom, and write it."""
+  fig.tight_layout(rect=(0, 0.06, 1, 1))
+  fig.text(0.5, 0.01, key, ha="center", va="bottom", fontsize=8)
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
 
 
 def _best_mean(image):
@@ -98,8 +120,8 @@ def _best_mean(image):
 
 
 def accuracy_figure(config, summary, path):
-  """Rows train / val accuracy; per arch R/G/B = min/mean/max over seeds, a cross at the best
-  mean, and the best mean in the title (the paper's Fig. 3 style).
+  """Rows train / val accuracy; per arch R/G/B = min/mean/max over seeds (said in a key along the
+  bottom), a cross at the best mean, and the best mean in the title (the paper's Fig. 3 style).
 
   Args:
     config: the sweep config.
@@ -117,9 +139,7 @@ def accuracy_figure(config, summary, path):
       title = f"{arch} {label}: " + ("n/a" if best is None else f"{best:.1%}")
       _pixel_axes(axes[r, a], config, pixel_image(grids), title, cross)
     axes[r, 0].set_ylabel("learning rate")
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  _save_with_key(fig, path, PIXEL_KEY)
 
 
 def group_image(config, summary, arch, group):
@@ -160,9 +180,7 @@ def case_figure(config, summary, path, groups):
       _pixel_axes(axes[r, a], config, group_image(config, summary, arch, group),
                   f"{arch} cases {group.label}")
     axes[r, 0].set_ylabel("learning rate")
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  _save_with_key(fig, path, case_key(groups))
 
 
 def pixels_beside_authors(grids, path):
@@ -194,9 +212,7 @@ def pixels_beside_authors(grids, path):
       _draw_pixels(ax, rgba, label + (missing if best is None else f": {best:.1%}"),
                    grids.learning_rates, grids.values, grids.field.split(".")[-1], cross)
     axes[r, 0].set_ylabel("learning rate")
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  _save_with_key(fig, path, PIXEL_KEY)
 
 
 def curve_colours(count: int) -> tuple[str, ...]:

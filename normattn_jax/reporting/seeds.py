@@ -25,7 +25,8 @@ import scipy.stats
 from normattn_jax.train import artifacts
 from normattn_jax.train.config import get_field, point_config, point_label, static_points
 from normattn_jax.train.layout import ModelsAxis
-from normattn_jax.train.scoring import best_over_training
+from normattn_jax.train.scoring import (LOWER_IS_BETTER, best_over_training,
+                                        failed_where_diverged)
 
 # Our architecture names -> the authors' file names.
 AUTHORS_NAMES = {"bert": "BERT", "mte": "MTE", "nap": "NAP", "non": "NON", "sum": "sum",
@@ -58,6 +59,53 @@ def _index_of(values: np.ndarray, value: float, what: str) -> int:
   return int(close[0])
 
 
+def _load(path: str):
+  """One of the authors' pickles; an empty or truncated one is named (a copy cut short)."""
+  with open(path, "rb") as f:
+    try:
+      return pickle.load(f)
+    except (EOFError, pickle.UnpicklingError) as err:
+      raise ValueError(f"{path}: empty or truncated ({type(err).__name__}: {err}); copy it "
+                       "again from paper_results") from None
+
+
+def authors_files(arch: str) -> tuple[str, str]:
+  """The two files the authors' code stores an architecture's sweep in."""
+  name = AUTHORS_NAMES.get(arch, arch)
+  return f"{name}.pickle", f"{name}_params.pickle"
+
+
+def check_authors_folder(directory: str, archs) -> None:
+  """Refuse an ``--authors`` folder that would leave the report without the authors' columns
+  unnoticed: a missing folder, one with none of ``archs``' sweeps, or an arch with only one of
+  its two files. (An arch with neither is one the authors did not store: ours alone.)
+
+  Args:
+    directory: the folder of the authors' pickles.
+    archs: our architectures to compare.
+
+  Raises:
+    FileNotFoundError: naming the folder, the files it lacks or the files it should hold.
+  """
+  if not os.path.isdir(directory):
+    raise FileNotFoundError(f"--authors folder {directory} does not exist")
+  held = []
+  for arch in archs:
+    present = [os.path.exists(os.path.join(directory, f)) for f in authors_files(arch)]
+    if any(present) and not all(present):
+      missing = authors_files(arch)[present.index(False)]
+      raise FileNotFoundError(f"--authors folder {directory}: {missing} is missing (the "
+                              f"authors store {arch}'s sweep in "
+                              f"{' and '.join(authors_files(arch))})")
+    if all(present):
+      held.append(arch)
+  if not held:
+    expected = ", ".join(f for arch in archs for f in authors_files(arch)[:1])
+    raise FileNotFoundError(f"--authors folder {directory} holds none of {expected} (and their "
+                            "_params.pickle): give a folder of the authors' paper_results "
+                            "whose sweeps include the runs' archs")
+
+
 @dataclasses.dataclass(frozen=True)
 class AuthorsSweep:
   """One architecture's stored sweep of the authors' code.
@@ -87,14 +135,12 @@ class AuthorsSweep:
 
     Raises:
       FileNotFoundError: the folder lacks the architecture's files.
-      ValueError: the stored sweep is incomplete (cells with different seed counts) or not a
-        learning-rate sweep.
+      ValueError: a file is empty or truncated, or the stored sweep is incomplete (cells with
+        different seed counts) or not a learning-rate sweep.
     """
     name = os.path.join(directory, AUTHORS_NAMES.get(arch, arch))
-    with open(name + "_params.pickle", "rb") as f:
-      variations, _ = pickle.load(f)
-    with open(name + ".pickle", "rb") as f:
-      results = pickle.load(f)[0]
+    variations, _ = _load(name + "_params.pickle")
+    results = _load(name + ".pickle")[0]
     swept, rates = variations
     if rates["name"] != "learning_rate":
       raise ValueError(f"{name}_params.pickle: the second variation is {rates['name']!r}, "
@@ -155,7 +201,8 @@ class OurSweep:
 
   def seeds(self, arch: str, metric: str, learning_rate: float,
             point: Optional[dict] = None) -> np.ndarray:
-    """One cell's curves, ``[evaluations, seeds]``.
+    """One cell's curves, ``[evaluations, seeds]``; a seed that diverged is failed at every
+    evaluation (``scoring.failed_where_diverged``).
 
     Args:
       arch: one of the run's archs.
@@ -172,7 +219,11 @@ class OurSweep:
       raise KeyError(f"metric={metric!r}: the run stored {tuple(sorted(history))}")
     axis = ModelsAxis.of(self.config)
     lr_index = _index_of(np.asarray(self.learning_rates), learning_rate, "learning_rate")
-    return history[metric][:, axis.rows(lr_index, 0)]
+    rows = axis.rows(lr_index, 0)
+    if metric == "diverged" or "diverged" not in history:
+      return history[metric][:, rows]
+    return failed_where_diverged(history[metric][:, rows], history["diverged"][-1, rows],
+                                 metric in LOWER_IS_BETTER)
 
 
 def best_per_seed(curves: np.ndarray) -> np.ndarray:
@@ -225,7 +276,13 @@ def compare(runs: list[OurSweep], authors_dir: Optional[str] = None, threshold: 
     stored) "authors", per metric the seeds' best over training, the pixel values and, for
     training accuracy, the number of seeds that learned; with the authors' cell also
     "ours_vs_authors", per metric the two-sided rank test between the two sets of seeds.
+
+  Raises:
+    FileNotFoundError, ValueError: an ``authors_dir`` that is missing, holds none of the runs'
+      archs or an incomplete sweep (``check_authors_folder``, ``AuthorsSweep.read``).
   """
+  if authors_dir is not None:
+    check_authors_folder(authors_dir, _archs(runs))
   cells, authors, ours_best = [], {}, {}
   for run in runs:
     for point in run.points:
@@ -259,11 +316,16 @@ def _authors_sweep(cache: dict, authors_dir: Optional[str], arch: str):
   if authors_dir is None:
     return None
   if arch not in cache:
-    try:
-      cache[arch] = AuthorsSweep.read(authors_dir, arch)
-    except (FileNotFoundError, EOFError):  # not stored, or an empty file
-      cache[arch] = None
+    stored = all(os.path.exists(os.path.join(authors_dir, f)) for f in authors_files(arch))
+    cache[arch] = AuthorsSweep.read(authors_dir, arch) if stored else None
   return cache[arch]
+
+
+def _archs(runs: list[OurSweep]) -> list[str]:
+  """The runs' architectures, once each, in the paper's order (others after)."""
+  order = list(AUTHORS_NAMES)
+  return sorted(dict.fromkeys(arch for run in runs for arch in run.config.archs),
+                key=lambda a: order.index(a) if a in order else len(order))
 
 
 def _our_field(sweep: AuthorsSweep) -> str:
@@ -325,14 +387,11 @@ def pixel_grids(runs: list[OurSweep], authors_dir: str) -> PixelGrids:
   Raises:
     FileNotFoundError: the folder holds none of the runs' architectures.
   """
-  order = list(AUTHORS_NAMES)  # the paper's order, others after
-  archs = sorted(dict.fromkeys(arch for run in runs for arch in run.config.archs),
-                 key=lambda a: order.index(a) if a in order else len(order))
+  archs = _archs(runs)
+  check_authors_folder(authors_dir, archs)
   cache = {}
   theirs = {arch: _authors_sweep(cache, authors_dir, arch) for arch in archs}
   stored = [sweep for sweep in theirs.values() if sweep is not None]
-  if not stored:
-    raise FileNotFoundError(f"{authors_dir} holds results of none of {archs}")
   field = _our_field(stored[0])
   ours = [(arch, lr, _field_value(run.config, point, field), run, point)
           for run in runs for point in run.points for arch in run.config.archs

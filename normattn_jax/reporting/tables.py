@@ -48,3 +48,45 @@ def regularization_table(summaries) -> str:
         lines.append(f"| {label}, {row} | " + " | ".join(
             f"{100 * cells[a][0]:.1f}{cells[a][1]}" if a in cells else "-" for a in archs) + " |")
   return "\n".join(lines)
+
+
+def finetuning_tables(summaries: dict) -> str:
+  """Fine-tuning runs side by side (the DNAS paper's Table 2 shape), one table per task: runs
+  of different tasks score on different dev sets (and metrics), so no row sits beside another
+  task's. Per run, the best learning rate's mean +- standard error over the seeds of every
+  metric, with min and max.
+
+  Args:
+    summaries: run name -> the run's ``summary.json`` tree (``finetune.train.summarise``), in
+      the order of the rows; the tables follow the order in which tasks first appear.
+
+  Returns:
+    Markdown: per task a heading with its description, then its table.
+  """
+  by_task: dict = {}
+  for name, summary in summaries.items():
+    by_task.setdefault(summary["task"], []).append((name, summary))
+  blocks = []
+  for task, runs in by_task.items():
+    first = runs[0][1]
+    metrics = first["metrics"]
+    lines = [f"### {task}: {first.get('task_description', '')}".rstrip(": "), "",
+             "| task | run | " + " | ".join(f"dev {m} (%)" for m in metrics)
+             + " | best lr | seeds |", "|---" * (len(metrics) + 4) + "|"]
+    lines += [_finetuning_row(task, name, summary, metrics) for name, summary in runs]
+    blocks.append("\n".join(lines))
+  return "\n\n".join(blocks)
+
+
+def _finetuning_row(task: str, name: str, summary: dict, metrics) -> str:
+  """One run's row: its best learning rate's statistics per metric of its task."""
+  best = summary["best"]
+  if best is None:
+    return f"| {task} | {name} | all diverged | | |"
+  cells = []
+  for metric in metrics:
+    s = best[metric]
+    cells.append(f"{100 * s['mean']:.1f} +- {100 * s['std_error']:.1f} "
+                 f"({100 * s['min']:.1f}-{100 * s['max']:.1f})")
+  return (f"| {task} | {name} | " + " | ".join(cells) + f" | {best['learning_rate']:g} | "
+          f"{best[summary['metric']]['seeds']} |")

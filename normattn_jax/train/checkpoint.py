@@ -4,15 +4,20 @@ A workdir belongs to the config that started it (its ``config.json``): ``open_wo
 it with an equal config, refuses another one before anything in it is written, or moves it aside
 to start afresh when asked. A killed run restarted with the same command restores the newest
 checkpoint that restores and, because data and dropout keys are functions of (model key, step),
-ends with the same numbers.
+ends with the same numbers. A workdir serves one run at a time: its chief holds the lock file
+``run.lock`` (``lock_workdir``) from ``open_workdir`` until the run ends (``releases_workdir``).
 """
 from __future__ import annotations
 
+import atexit
 import datetime
+import functools
+import inspect
 import json
 import os
+import socket
 import warnings
-from typing import Optional
+from typing import Callable, Optional
 
 import jax
 import ml_collections
@@ -39,6 +44,8 @@ MAY_DIFFER = {
 }
 _SHOWN = 8  # differing fields named in an error, the rest counted
 ITEM = "default"  # the folder of a step that holds the tree (orbax's single item)
+LOCK = "run.lock"  # in a workdir: {"pid", "host"} of the run that holds it
+_HELD: set = set()  # the lock files this process holds, released at exit at the latest
 
 
 class WorkdirError(ValueError):
@@ -101,7 +108,7 @@ def check_workdir(workdir: str, config: ml_collections.ConfigDict, kind: str) ->
 def move_aside(workdir: str) -> Optional[str]:
   """Rename a non-empty ``workdir`` to ``<workdir>.replaced-<UTC time>`` (nothing is deleted);
   returns the new path, or None when there was nothing to move."""
-  if not os.path.isdir(workdir) or not os.listdir(workdir):
+  if not os.path.isdir(workdir) or not set(os.listdir(workdir)) - {LOCK}:
     return None
   stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
   base = f"{os.path.normpath(workdir)}.replaced-{stamp}"
@@ -121,17 +128,184 @@ def write_json(path: str, tree, **dump_args) -> None:
   os.replace(partial, path)
 
 
+def _this_host() -> str:
+  return socket.gethostname()
+
+
+def _alive(pid: int) -> bool:
+  """Whether process ``pid`` of this host runs (one of another user's counts)."""
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True
+  return True
+
+
+def _read_lock(path: str) -> Optional[dict]:
+  """The ``{"pid", "host"}`` of a lock file, None when there is none, or ``{}`` for a file that
+  does not read as one."""
+  try:
+    with open(path) as f:
+      holder = json.load(f)
+  except FileNotFoundError:
+    return None
+  except (OSError, ValueError):
+    return {}
+  ok = isinstance(holder, dict) and isinstance(holder.get("pid"), int) \
+      and isinstance(holder.get("host"), str)
+  return holder if ok else {}
+
+
+def lock_holder(workdir: str) -> Optional[dict]:
+  """The ``{"pid", "host"}`` of the run that holds ``workdir``, None when none does, or ``{}``
+  for a lock file that does not read as one."""
+  return _read_lock(os.path.join(workdir, LOCK))
+
+
+def is_stale(holder: dict, host: str) -> bool:
+  """A lock of a dead process on this host; another host's cannot be told, so it is live."""
+  return bool(holder) and holder["host"] == host and not _alive(holder["pid"])
+
+
+def _create_lock(path: str, holder: dict) -> bool:
+  """Write the lock file whole, unless one exists: a link of a written file (atomic)."""
+  partial = f"{path}.{holder['pid']}.partial"
+  with open(partial, "w") as f:
+    json.dump(holder, f)
+  try:
+    os.link(partial, path)
+    return True
+  except FileExistsError:
+    return False
+  finally:
+    os.remove(partial)
+
+
+def _take_over(path: str, stale: dict) -> None:
+  """Remove a stale lock. It is moved aside first and read again: one that another run took
+  over meanwhile is put back, and the caller's next attempt finds it."""
+  aside = f"{path}.stale-{os.getpid()}"
+  try:
+    os.rename(path, aside)
+  except FileNotFoundError:
+    return
+  if _read_lock(aside) != stale:
+    try:
+      os.link(aside, path)
+    except FileExistsError:
+      pass
+  os.remove(aside)
+
+
+def lock_workdir(workdir: str) -> None:
+  """Make this process the one run of ``workdir`` (creating it): write ``run.lock`` with its pid
+  and host, taking over the lock of a dead process on this host.
+
+  Raises:
+    WorkdirError: a live run (or one of another host, which cannot be told dead) holds it.
+  """
+  os.makedirs(workdir, exist_ok=True)
+  path = os.path.join(workdir, LOCK)
+  me = {"pid": os.getpid(), "host": _this_host()}
+  for _ in range(3):
+    if _create_lock(path, me):
+      _HELD.add(os.path.abspath(path))
+      return
+    holder = lock_holder(workdir)
+    if holder is None:
+      continue  # released meanwhile
+    if not is_stale(holder, me["host"]):
+      raise WorkdirError(_in_use(workdir, holder, path))
+    warnings.warn(f"workdir {workdir}: taking over the lock of process {holder['pid']}, which "
+                  "is no longer running", stacklevel=2)
+    _take_over(path, holder)
+  raise WorkdirError(_in_use(workdir, lock_holder(workdir) or {}, path))
+
+
+def _in_use(workdir: str, holder: dict, path: str) -> str:
+  who = (f"process {holder['pid']} on {holder['host']}" if holder
+         else "a run whose lock file does not read")
+  return (f"workdir {workdir} is in use by {who}: one run at a time writes a workdir. Wait for "
+          f"that run to end or use another workdir; if it is gone (it ran on another host, or "
+          f"its lock was damaged), delete {path}")
+
+
+def unlock_workdir(workdir: str) -> None:
+  """Release ``workdir``'s lock if this process holds it (another run's is left alone)."""
+  path = os.path.abspath(os.path.join(workdir, LOCK))
+  if path not in _HELD:
+    return
+  _HELD.discard(path)
+  if lock_holder(workdir) == {"pid": os.getpid(), "host": _this_host()}:
+    os.remove(path)
+
+
+@atexit.register
+def _release_all() -> None:
+  """At exit, whatever a run left held (a run killed outright leaves a stale lock)."""
+  for path in list(_HELD):
+    unlock_workdir(os.path.dirname(path))
+
+
+def releases_workdir(run: Callable) -> Callable:
+  """Decorate a run function (with an argument ``workdir``) that opens its workdir
+  (``open_workdir``) so that the workdir's lock is released however the run ends."""
+  signature = inspect.signature(run)
+
+  @functools.wraps(run)
+  def wrapped(*args, **kwargs):
+    workdir = signature.bind(*args, **kwargs).arguments["workdir"]
+    try:
+      return run(*args, **kwargs)
+    finally:
+      unlock_workdir(workdir)
+  return wrapped
+
+
+def _lock_on_chief(workdir: str, chief: bool) -> None:
+  """The chief locks ``workdir``; every process fails alike when it cannot."""
+  problem = None
+  if chief:
+    try:
+      lock_workdir(workdir)
+    except WorkdirError as err:
+      problem = err
+  if not multihost.everywhere(problem is None):
+    raise problem or WorkdirError(f"workdir {workdir}: the chief (process 0) could not lock it; "
+                                  "see its error")
+
+
 def open_workdir(workdir: str, config: ml_collections.ConfigDict, kind: str, *,
                  afresh: bool = False) -> Optional[dict]:
-  """Make ``workdir`` this run's before anything in it is written: check it (``check_workdir``)
+  """Make ``workdir`` this run's before anything in it is written: lock it (the chief,
+  ``lock_workdir``; the caller releases it, ``releases_workdir``), check it (``check_workdir``)
   or, with ``afresh``, move it aside; then store ``config.json`` if it has none, and the
   package versions of an unfinished run (``write_versions``). Returns the
   stored summary when the workdir holds this config's finished run (``summary.json`` is written
-  last), so that a rerun leaves it as it is; else None."""
-  chief = multihost.is_chief()  # on several hosts, one moves and writes
+  last), so that a rerun leaves it as it is, its lock released; else None."""
+  chief = multihost.is_chief()  # on several hosts, one locks, moves and writes
+  _lock_on_chief(workdir, chief)
+  try:
+    finished = _open_locked(workdir, config, kind, afresh, chief)
+  except BaseException:
+    unlock_workdir(workdir)
+    raise
+  if finished is not None:
+    unlock_workdir(workdir)
+  return finished
+
+
+def _open_locked(workdir: str, config: ml_collections.ConfigDict, kind: str, afresh: bool,
+                 chief: bool) -> Optional[dict]:
+  """``open_workdir`` once the workdir is locked."""
   if afresh:
     moved = move_aside(workdir) if chief else None
     if moved:
+      unlock_workdir(workdir)  # the lock moved along: leave the old run as it was
+      os.remove(os.path.join(moved, LOCK))
+      lock_workdir(workdir)
       print(f"moved the old workdir aside to {moved}")
   else:
     check_workdir(workdir, config, kind)

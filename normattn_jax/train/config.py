@@ -5,7 +5,6 @@ anything compiles and names the offending field.
 """
 from __future__ import annotations
 
-import numbers
 
 import ml_collections
 from ml_collections import config_dict
@@ -14,7 +13,7 @@ from normattn_jax import tasks
 from normattn_jax.blocks import ARCHITECTURES
 from normattn_jax.models.sequence import OUTPUTS
 from normattn_jax.train.sections import attention_section, attention_spec, check_known_fields
-from normattn_jax.validation import check_config_int
+from normattn_jax.validation import check_config_float, check_config_floats, check_config_int
 from normattn_jax.validation import fail_config as _fail
 
 TASKS = tasks.TASKS  # the registered tasks, a live view (normattn_jax.tasks.registry)
@@ -169,9 +168,7 @@ def _validate_fields(config) -> None:
   if attention_spec(config.attention, "attention", keep=True) is not None \
       and any(ARCHITECTURES[a].mixer != "attention" for a in archs):
     _fail("attention.name", config.attention.name, "applies to attention archs only")
-  lrs = tuple(config.learning_rates)
-  if not lrs or any(not isinstance(lr, numbers.Real) or not lr > 0 for lr in lrs):
-    _fail("learning_rates", config.learning_rates, "must be a non-empty tuple of numbers > 0")
+  check_config_floats("learning_rates", config.learning_rates, 0, open_low=True)
   for field in ("num_seeds", "eval.val_batches", "eval.case_set_size"):
     _positive_int(config, field)
   _validate_shapes(config)
@@ -188,8 +185,7 @@ def _validate_fields(config) -> None:
     _fail("task.min_margin", config.task.min_margin, "must lie in [0, task.seq_len]")
   for field in SWITCHES:
     _switch(config, field)
-  if config.train.l2 < 0:
-    _fail("train.l2", config.train.l2, "must be >= 0")
+  check_config_float("train.l2", config.train.l2, 0)
 
 
 def _validate_sweep(config):
@@ -203,8 +199,8 @@ def _validate_sweep(config):
     _fail("sweep.grid", config.sweep.grid, f"needs values for sweep {name!r}")
   if not name and values:
     _fail("sweep.grid", config.sweep.grid, "given without a sweep.name")
-  if any(not isinstance(v, numbers.Real) or isinstance(v, bool) for v in values):
-    _fail("sweep.grid", config.sweep.grid, "must be numbers")
+  for i, value in enumerate(values):
+    check_config_float(f"sweep.grid[{i}]", value)
   if len(set(values)) != len(values):
     _fail("sweep.grid", config.sweep.grid, "lists a value twice")
   if name == "ablation" and any(v not in range(len(ABLATION_STAGES)) for v in values):
@@ -212,8 +208,8 @@ def _validate_sweep(config):
           f"ablation stages are 0..{len(ABLATION_STAGES) - 1}: {ABLATION_STAGES}")
   if config.sweep.steps_scale not in STEPS_SCALES:
     _fail("sweep.steps_scale", config.sweep.steps_scale, f"choose from {STEPS_SCALES}")
-  if config.sweep.steps_scale and not config.sweep.steps_reference > 0:
-    _fail("sweep.steps_reference", config.sweep.steps_reference, "must be > 0")
+  if config.sweep.steps_scale:
+    check_config_float("sweep.steps_reference", config.sweep.steps_reference, 0, open_low=True)
 
 
 def static_points(config) -> list[dict]:
@@ -306,8 +302,7 @@ def _validate_shapes(c) -> None:
   if c.train.num_steps % c.train.eval_every:
     _fail("train.eval_every", c.train.eval_every,
           f"must divide train.num_steps ({c.train.num_steps})")
-  if not 0 <= c.train.dropout < 1:
-    _fail("train.dropout", c.train.dropout, "must lie in [0, 1)")
+  check_config_float("train.dropout", c.train.dropout, 0, 1, open_high=True)
   if any(ARCHITECTURES[a].mixer == "attention" for a in c.archs) \
       and c.model.d_model % c.model.num_heads:
     _fail("model.num_heads", c.model.num_heads, f"must divide model.d_model ({c.model.d_model})")

@@ -172,26 +172,31 @@ def make_programs(setup: Setup) -> Programs:
     return state.apply_gradients(grads=grads, loss=loss), (loss, acc)
 
   def accuracy(params, inputs, labels):
-    return jnp.mean(jnp.argmax(model.apply(params, inputs), -1) == labels)
+    """The batch's accuracy and whether its logits were finite (argmax(NaN) is no score)."""
+    logits = model.apply(params, inputs)
+    return jnp.mean(jnp.argmax(logits, -1) == labels), jnp.isfinite(logits).all()
 
-  def evaluate(state: TrainState, eval_sets) -> dict:
+  def evaluate(state: TrainState, eval_sets) -> tuple[dict, Array]:
     keys = jax.random.split(state.step_key(EVAL_STREAM), c.eval.val_batches)
-    val = jax.lax.map(lambda k: accuracy(state.params, *setup.sample(k, batch_size,
-                                                                     setup.val_len)), keys)
-    metrics = {"val_acc": jnp.mean(val)}
+    val, finite = jax.lax.map(lambda k: accuracy(state.params, *setup.sample(k, batch_size,
+                                                                             setup.val_len)), keys)
+    metrics, finite = {"val_acc": jnp.mean(val)}, finite.all()
     for validation, eval_set in zip((False, True), eval_sets):
       inputs, labels = eval_set  # [groups, chunks, chunk_size, (length)]
       flat = (inputs.reshape((-1,) + inputs.shape[2:]), labels.reshape((-1,) + labels.shape[2:]))
-      per_chunk = jax.lax.map(lambda batch: accuracy(state.params, *batch), flat)
+      per_chunk, chunk_finite = jax.lax.map(lambda batch: accuracy(state.params, *batch), flat)
+      finite &= chunk_finite.all()
       metrics.update(zip(grouped.metric_names(validation),
                          jnp.mean(per_chunk.reshape(labels.shape[:2]), axis=-1)))
-    return metrics
+    return metrics, finite
 
   def chunk(state: TrainState, hp: dict, eval_sets) -> tuple[TrainState, dict]:
     state, (loss, acc) = jax.lax.scan(lambda s, _: train_step(s, hp), state, None,
                                       length=c.train.eval_every)
-    metrics = {"train_loss": jnp.mean(loss), "train_acc": jnp.mean(acc),
-               **evaluate(state, eval_sets)}
+    evaluated, finite = evaluate(state, eval_sets)
+    # parameters that blew up in the chunk's last step: the loss was finite, the logits are not
+    state = state.replace(diverged=state.diverged | ~finite)
+    metrics = {"train_loss": jnp.mean(loss), "train_acc": jnp.mean(acc), **evaluated}
     metrics["diverged"] = state.diverged
     # a diverged model has failed: its accuracies are 0, not whatever argmax(NaN) hits
     return state, {k: (v if k in ("diverged", "train_loss") else jnp.where(state.diverged, 0.0, v))

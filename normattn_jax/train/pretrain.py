@@ -29,12 +29,13 @@ from normattn_jax.models.albert import DTYPES, AlbertConfig, AlbertForPretrainin
     pretraining_loss
 from normattn_jax.models.bert import ACTIVATIONS
 from normattn_jax.train import multihost
-from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, write_json
+from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, releases_workdir, \
+    write_json
 from normattn_jax.train.optim import albert_lamb, albert_schedule
 from normattn_jax.train.run_log import RunLog
 from normattn_jax.train.sections import attention_section, attention_spec, check_known_fields
 from normattn_jax.train.state import TrainState
-from normattn_jax.validation import check_config_int
+from normattn_jax.validation import check_config_float, check_config_int
 from normattn_jax.validation import fail_config as _fail
 
 CORPORA = ("shakespeare", "files", "wikipedia")
@@ -90,10 +91,8 @@ def validate_pretrain_config(c: ml_collections.ConfigDict) -> None:
   for field, (value, allowed) in choices.items():
     if value not in allowed:
       _fail(field, value, f"must be one of {allowed}")
-  if not 0.0 <= c.model.dropout < 1.0:
-    _fail("model.dropout", c.model.dropout, "must lie in [0, 1)")
-  if not c.model.layer_norm_eps > 0:
-    _fail("model.layer_norm_eps", c.model.layer_norm_eps, "must be > 0")
+  check_config_float("model.dropout", c.model.dropout, 0, 1, open_high=True)
+  check_config_float("model.layer_norm_eps", c.model.layer_norm_eps, 0, open_low=True)
   if c.data.corpus == "files":
     if not c.data.files:
       _fail("data.files", c.data.files, "must list text files when data.corpus='files'")
@@ -107,10 +106,9 @@ def validate_pretrain_config(c: ml_collections.ConfigDict) -> None:
     _fail("data.max_seq_length", c.data.max_seq_length,
           f"must not exceed model.max_position_embeddings ({c.model.max_position_embeddings})")
   for name in ("masked_lm_prob", "short_seq_prob"):
-    if not 0.0 <= c.data[name] <= 1.0:
-      _fail(f"data.{name}", c.data[name], "must lie in [0, 1]")
-  if not 0.0 < c.data.validation_fraction < 1.0:
-    _fail("data.validation_fraction", c.data.validation_fraction, "must lie in (0, 1)")
+    check_config_float(f"data.{name}", c.data[name], 0, 1)
+  check_config_float("data.validation_fraction", c.data.validation_fraction, 0, 1,
+                     open_low=True, open_high=True)
   for name in ("batch_size", "num_steps", "log_every", "eval_every", "eval_batches"):
     check_config_int(f"train.{name}", c.train[name])
   for name in ("warmup_steps", "checkpoint_every", "eval_batch_size"):
@@ -119,10 +117,8 @@ def validate_pretrain_config(c: ml_collections.ConfigDict) -> None:
     _fail("train.warmup_steps", c.train.warmup_steps,
           f"must be below train.num_steps ({c.train.num_steps})")
   for name in ("learning_rate", "clip_norm"):
-    if not c.train[name] > 0:
-      _fail(f"train.{name}", c.train[name], "must be > 0")
-  if not c.train.weight_decay >= 0:
-    _fail("train.weight_decay", c.train.weight_decay, "must be >= 0")
+    check_config_float(f"train.{name}", c.train[name], 0, open_low=True)
+  check_config_float("train.weight_decay", c.train.weight_decay, 0)
   devices = jax.device_count()
   for name in ("batch_size", "eval_batch_size"):
     if c.train[name] % devices:
@@ -267,6 +263,7 @@ def _to_python(tree):
   return jax.tree.map(lambda a: np.asarray(a).tolist(), tree)
 
 
+@releases_workdir
 def run_pretraining(c: ml_collections.ConfigDict, workdir: str, *,
                     max_steps: Optional[int] = None, show_progress: bool = True,
                     tensorboard: bool = True, afresh: bool = False) -> dict:

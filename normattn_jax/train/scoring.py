@@ -8,6 +8,8 @@ import numpy as np
 from normattn_jax.train import config as config_lib
 from normattn_jax.train.layout import ModelsAxis
 
+LOWER_IS_BETTER = ("train_loss",)  # the metrics whose best over training is the lowest
+
 
 def summarise(config, results) -> dict:
   """The ``summary.json`` of a sweep.
@@ -32,12 +34,32 @@ def summarise(config, results) -> dict:
       rows = axis.rows(lr_index, value_index)
       params = {k: float(v) for k, v in point}
       params.update(axis.swept_params(value_index))
-      metrics = {key: best_over_training(curve[:, rows], lower_is_better=key == "train_loss")
+      diverged = np.asarray(history["diverged"][-1, rows], bool)
+      metrics = {key: best_over_training(
+                     failed_where_diverged(curve[:, rows], diverged, key in LOWER_IS_BETTER),
+                     lower_is_better=key in LOWER_IS_BETTER)
                  for key, curve in history.items() if key != "diverged"}
       cells.append({"arch": arch, "learning_rate": axis.learning_rates[lr_index],
-                    "params": params, "metrics": metrics,
-                    "diverged": int(history["diverged"][-1, rows].sum())})
+                    "params": params, "metrics": metrics, "diverged": int(diverged.sum()),
+                    "all_diverged": bool(diverged.all())})
   return {"cells": cells, "best": _best_per_arch(cells)}
+
+
+def failed_where_diverged(curve, diverged, lower_is_better=False):
+  """``curve [evals, seeds]`` with every seed that diverged by the end failed at every
+  evaluation: accuracy 0, loss NaN (no score). A score it reached before its parameters blew up
+  (or on the NaN logits of the evaluation they blew up at) is no evidence it trained.
+
+  Args:
+    curve: one metric's ``[evals, seeds]``.
+    diverged: bool ``[seeds]``, the final ``TrainState.diverged`` of each seed.
+    lower_is_better: a loss (failed is NaN) rather than an accuracy (failed is 0).
+
+  Returns:
+    A float copy of ``curve``.
+  """
+  failed = np.nan if lower_is_better else 0.0
+  return np.where(np.asarray(diverged, bool)[None, :], failed, np.asarray(curve, np.float64))
 
 
 def best_over_training(curve, lower_is_better):
@@ -58,21 +80,24 @@ def _num(x):
 
 def _best_per_arch(cells):
   """Per arch (and swept value), the paper's table entries: the best mean training and the best
-  mean validation accuracy over the learning rates, each with its own learning rate.
-  ``learning_rate`` is the validation pick (the figures' cross), or the training one without
-  validation."""
+  mean validation accuracy over the learning rates, each with its own learning rate (one whose
+  every model diverged aside). ``learning_rate`` is the validation pick (the figures' cross), or
+  the training one without validation; None where every learning rate diverged."""
   best = {}
   for cell in cells:
     label = config_lib.point_label(cell["params"])
     key = cell["arch"] + (" " + label if label else "")
     entry = best.setdefault(key, {"train_acc": -1.0, "val_acc": -1.0})
+    if cell.get("all_diverged"):  # a learning rate that failed throughout is no pick
+      continue
     for split in ("train", "val"):
       score = cell["metrics"].get(f"{split}_acc", {}).get("mean")
       if score is not None and score > entry[f"{split}_acc"]:
         entry[f"{split}_acc"], entry[f"{split}_learning_rate"] = score, cell["learning_rate"]
   for entry in best.values():
-    if entry["val_acc"] < 0:
-      entry["val_acc"] = None
+    for split in ("train", "val"):
+      if entry[f"{split}_acc"] < 0:
+        entry[f"{split}_acc"] = None
     entry["learning_rate"] = entry.get("val_learning_rate", entry.get("train_learning_rate"))
   return best
 
@@ -88,8 +113,9 @@ def best_lines(summary) -> list[str]:
   """
   lines = []
   for arch, best in sorted(summary["best"].items()):
+    train = ("n/a (every learning rate diverged)" if best["train_acc"] is None
+             else f"{best['train_acc']:.1%} (lr {best['train_learning_rate']:.2e})")
     val = ("n/a" if best["val_acc"] is None
            else f"{best['val_acc']:.1%} (lr {best['learning_rate']:.2e})")
-    lines.append(f"{arch:>24}: best mean train {best['train_acc']:.1%} (lr "
-                 f"{best['train_learning_rate']:.2e})  val {val}")
+    lines.append(f"{arch:>24}: best mean train {train}  val {val}")
   return lines

@@ -22,7 +22,8 @@ import numpy as np
 from normattn_jax.train import artifacts
 from normattn_jax.train import config as config_lib
 from normattn_jax.train import multihost
-from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, restore_newest_state
+from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, releases_workdir, \
+    restore_newest_state
 from normattn_jax.train.grid import Grid, Setup, model_keys, train_grid
 from normattn_jax.train.layout import ModelsAxis, grid_name
 from normattn_jax.train.run_log import RunLog
@@ -241,6 +242,7 @@ def write_results(workdir, config, summary) -> None:
   artifacts.write_summary(workdir, summary)
 
 
+@releases_workdir
 def run_sweep(config: ml_collections.ConfigDict, workdir: str, *, max_chunks: Optional[int] = None,
               show_progress: bool = True, tensorboard: bool = True, afresh: bool = False) -> dict:
   """Validate, train every (point, arch) grid, write the results; returns the summary. The
