@@ -1,5 +1,6 @@
 """The models axis of a grid (learning rate x swept value x seed, seed innermost) and the reading
 of results folders written before ``sweep.values`` was renamed ``sweep.grid``."""
+import glob
 import json
 import os
 import shutil
@@ -109,3 +110,27 @@ def test_an_old_workdir_is_the_same_config_under_the_new_name(tmp_path):
   config.sweep.grid = config.sweep.grid[:-1]
   with pytest.raises(WorkdirError, match=r"sweep\.grid was \[0\.0, 0\.0001, 0\.01\], now"):
     check_workdir(str(workdir), config, "sweep")
+
+
+def committed_sweeps():
+  """Every committed results folder that holds a finished sweep."""
+  folders = []
+  for path in sorted(glob.glob(os.path.join(REPO, "results", "**", "config.json"),
+                               recursive=True)):
+    folder = os.path.dirname(path)
+    with open(path) as f:
+      is_sweep = "archs" in json.load(f)
+    if is_sweep and all(os.path.exists(os.path.join(folder, name))
+                        for name in ("metrics.npz", "summary.json")):
+      folders.append(os.path.relpath(folder, REPO))
+  return folders
+
+
+def test_every_committed_sweep_scores_to_its_stored_summary():
+  folders = committed_sweeps()
+  assert len(folders) >= 77
+  for folder in folders:
+    workdir = os.path.join(REPO, folder)
+    config = artifacts.read_config(workdir)
+    with open(os.path.join(workdir, "summary.json")) as f:
+      assert summarise(config, artifacts.read_results(workdir, config)) == json.load(f), folder

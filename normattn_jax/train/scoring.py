@@ -40,9 +40,8 @@ def summarise(config, results) -> dict:
                      lower_is_better=key in LOWER_IS_BETTER)
                  for key, curve in history.items() if key != "diverged"}
       cells.append({"arch": arch, "learning_rate": axis.learning_rates[lr_index],
-                    "params": params, "metrics": metrics, "diverged": int(diverged.sum()),
-                    "all_diverged": bool(diverged.all())})
-  return {"cells": cells, "best": _best_per_arch(cells)}
+                    "params": params, "metrics": metrics, "diverged": int(diverged.sum())})
+  return {"cells": cells, "best": _best_per_arch(cells, axis.num_seeds)}
 
 
 def failed_where_diverged(curve, diverged, lower_is_better=False):
@@ -56,10 +55,10 @@ def failed_where_diverged(curve, diverged, lower_is_better=False):
     lower_is_better: a loss (failed is NaN) rather than an accuracy (failed is 0).
 
   Returns:
-    A float copy of ``curve``.
+    A copy of ``curve``, of its dtype (so that the scores round as the stored ones did).
   """
   failed = np.nan if lower_is_better else 0.0
-  return np.where(np.asarray(diverged, bool)[None, :], failed, np.asarray(curve, np.float64))
+  return np.where(np.asarray(diverged, bool)[None, :], failed, np.asarray(curve))
 
 
 def best_over_training(curve, lower_is_better):
@@ -78,7 +77,7 @@ def _num(x):
   return x if np.isfinite(x) else None
 
 
-def _best_per_arch(cells):
+def _best_per_arch(cells, num_seeds: int):
   """Per arch (and swept value), the paper's table entries: the best mean training and the best
   mean validation accuracy over the learning rates, each with its own learning rate (one whose
   every model diverged aside). ``learning_rate`` is the validation pick (the figures' cross), or
@@ -88,7 +87,7 @@ def _best_per_arch(cells):
     label = config_lib.point_label(cell["params"])
     key = cell["arch"] + (" " + label if label else "")
     entry = best.setdefault(key, {"train_acc": -1.0, "val_acc": -1.0})
-    if cell.get("all_diverged"):  # a learning rate that failed throughout is no pick
+    if cell["diverged"] == num_seeds:  # a learning rate that failed throughout is no pick
       continue
     for split in ("train", "val"):
       score = cell["metrics"].get(f"{split}_acc", {}).get("mean")
