@@ -58,18 +58,17 @@ def program(args, start, task, seeds: int, width: int):
                  eval_every=args.steps, eval_batch_size=len(task.dev["label"]),
                  models_per_vmap=width)
   hp, seed_ids = ft.hyperparameter_grid(c)
-  grid = ft.FinetuneGrid.build(c, task, start, len(seed_ids))
-  state = grid.init(grid.shard(grid_lib.model_keys(0, seed_ids)), grid.shard(hp),
-                    grid.replicate(start.params))
-  dev, _ = ft.eval_batches(task.arrays("dev"), len(task.dev["label"]))
-  rows = grid.shard(np.stack([ft.batch_rows(0, int(s), 0, args.steps, args.batch_size,
-                                            len(task.train["label"])) for s in seed_ids]))
-  return grid, state, (rows, grid.replicate(task.arrays("train")), grid.replicate(dev))
+  grid, _ = ft.build_grid(c, task, start, len(seed_ids))
+  rows = np.stack([ft.batch_rows(0, int(s), 0, args.steps, args.batch_size,
+                                 len(task.train["label"])) for s in seed_ids])
+  per_model = grid.shard(dict(hp, rows=rows))
+  state = grid.init(grid.shard(grid_lib.model_keys(0, seed_ids)), per_model, *grid.shared)
+  return grid, state, per_model
 
 
-def timed(grid, state, arguments):
+def timed(grid, state, per_model):
   began = time.perf_counter()
-  state, out = grid.chunk(state, *arguments)
+  state, out = grid.chunk(state, per_model)
   jax.block_until_ready(out)
   return state, time.perf_counter() - began
 

@@ -89,11 +89,13 @@ def main():
 
   try:
     if args.job == "sweep":
-      from normattn_jax.train.sweep import Interrupted, run_sweep
+      from normattn_jax.train.driver import Interrupted
+      from normattn_jax.train.sweep import run_sweep
       summary = run_sweep(sweep_config(), args.workdir, max_chunks=args.max_chunks,
                           show_progress=False, tensorboard=False)
     else:
-      from normattn_jax.train.pretrain import Interrupted, run_pretraining
+      from normattn_jax.train.driver import Interrupted
+      from normattn_jax.train.pretrain import run_pretraining
       summary = run_pretraining(pretrain_config(args.corpus), args.workdir,
                                 max_steps=args.max_chunks, show_progress=False,
                                 tensorboard=False)

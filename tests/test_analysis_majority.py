@@ -161,7 +161,7 @@ def test_training_all_variants_and_seeds_in_one_program_learns():
   assert data.train_counts.shape == (2, 808, 6) and data.test_counts.shape == (2, 202, 6)
   grid, programs = m.build_grid(config, data)
   settings = grid.shard(m.per_model_settings(config))
-  states = grid.init(grid.shard(m.model_keys(config)), settings)
+  states = grid.init(grid.shard(m.model_keys(config)), settings, *grid.shared)
   embeddings = states.params["params"]["embedding"]["embedding"]
   np.testing.assert_array_equal(embeddings[0], embeddings[2])  # a seed's variants start alike
   before = grid.program(programs.evaluate)(states, settings)
@@ -183,7 +183,7 @@ def test_a_run_through_the_engine_equals_the_same_chunks_by_hand():
   grid, _ = m.build_grid(config, data)
   run = run_grid(grid, m.model_keys(config), m.per_model_settings(config), 2)
   settings = grid.shard(m.per_model_settings(config))
-  states = grid.init(grid.shard(m.model_keys(config)), settings)
+  states = grid.init(grid.shard(m.model_keys(config)), settings, *grid.shared)
   for index in range(2):
     states, metrics = grid.chunk(states, settings)
     for name, value in metrics.items():

@@ -28,7 +28,7 @@ def train(arch, c):
   axis = ModelsAxis.of(c)
   hp, seeds = axis.hyperparameters(), axis.seed_indices()
   hp_dev = grid.shard(hp)
-  state = grid.init(grid.shard(model_keys(c.seed, seeds)), hp_dev)
+  state = grid.init(grid.shard(model_keys(c.seed, seeds)), hp_dev, *grid.shared)
   history = []
   for _ in range(CHUNKS):
     state, metrics = grid.chunk(state, hp_dev)
@@ -59,7 +59,7 @@ def test_one_compilation_per_static_configuration():
   grid = Grid.build(Setup("nap", c), 6)
   axis = ModelsAxis.of(c)
   hp, seeds = axis.hyperparameters(), axis.seed_indices()
-  state = grid.init(grid.shard(model_keys(c.seed, seeds)), grid.shard(hp))
+  state = grid.init(grid.shard(model_keys(c.seed, seeds)), grid.shard(hp), *grid.shared)
   for lr in (1e-3, 1e-4):  # other learning rates, same shapes
     state, _ = grid.chunk(state, grid.shard(dict(hp, learning_rate=np.full(6, lr, np.float32))))
   assert grid.chunk_program._cache_size() == 1

@@ -141,7 +141,7 @@ def test_sweep_on_two_processes_resumes_to_the_one_process_result(one_process_sw
   workdir = tmp_path / "run"
   texts = run(processes("sweep", workdir, "--max_chunks", "2"), str(workdir),
               expected=INTERRUPTED)
-  assert all("stopped after evaluation 2 of 3" in text for text in texts)
+  assert all("stopped after 2 of 3" in text for text in texts)
   steps = workdir / "checkpoints" / "sum"
   assert sorted(os.listdir(steps)) == ["1", "2"]
   assert not (workdir / "summary.json").exists()
@@ -227,7 +227,7 @@ def test_pretraining_on_two_processes(tmp_path):
 
   texts = run(processes("pretrain", resumed, "--corpus", corpus, "--max_chunks", "3"),
               str(resumed), expected=INTERRUPTED)
-  assert all("stopped after 3 steps" in text for text in texts)
+  assert all("pre-training: stopped after 3 of" in text for text in texts)
   run(processes("pretrain", resumed, "--corpus", corpus), str(resumed))
   assert without_timing(returned(resumed, 0)) == without_timing(returned(resumed, 1)) \
       == without_timing(summary)

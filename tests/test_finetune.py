@@ -21,6 +21,7 @@ from normattn_jax.models.albert import AlbertConfig, AlbertModel
 from normattn_jax.models.bert import BertConfig, BertModel, bundled_minilm_path
 from normattn_jax.attention import AttentionSpec
 from normattn_jax.train.checkpoint import WorkdirError
+from normattn_jax.train.driver import Interrupted
 from normattn_jax.train.config import get_field
 from normattn_jax.train.sections import attention_section
 from normattn_jax.train.grid import model_keys
@@ -162,10 +163,11 @@ def test_grid_starts_every_model_from_the_checkpoint(root):
   c = tiny_config(root, learning_rates=(1e-3, 3e-3), num_seeds=2)
   start = encoders.load_starting_point(c.encoder)
   task = offline.load_genre(start.tokenizer, c.task)
-  grid = ft.FinetuneGrid.build(c, task, start, 4)
+  grid, _ = ft.build_grid(c, task, start, 4)
   hp, seeds = ft.hyperparameter_grid(c)
-  state = grid.init(grid.shard(model_keys(c.seed, seeds)), grid.shard(hp),
-                    grid.replicate(start.params))
+  rows = np.zeros((4, c.train.eval_every, c.train.batch_size), np.int32)
+  state = grid.init(grid.shard(model_keys(c.seed, seeds)), grid.shard(dict(hp, rows=rows)),
+                    *grid.shared)
   encoder = flat(state.params["encoder"])
   for path, value in flat(start.params).items():
     for m in range(4):
@@ -183,17 +185,15 @@ def test_an_evaluation_on_non_finite_outputs_counts_as_diverged(root):
   c = tiny_config(root, num_seeds=2)
   start = encoders.load_starting_point(c.encoder)
   task = offline.load_genre(start.tokenizer, c.task)
-  grid = ft.FinetuneGrid.build(c, task, start, 2)
+  grid, _ = ft.build_grid(c, task, start, 2)
   hp, seeds = ft.hyperparameter_grid(c)
   hp["learning_rate"][0] = np.inf
-  state = grid.init(grid.shard(model_keys(c.seed, seeds)), grid.shard(hp),
-                    grid.replicate(start.params))
   n_train = len(task.train["input_ids"])
   rows = np.stack([ft.batch_rows(c.seed, int(s), 0, 1, c.train.batch_size, n_train)
                    for s in seeds])
-  dev, _ = ft.eval_batches(task.arrays("dev"), c.train.eval_batch_size)
-  _, out = grid.chunk(state, grid.shard(rows), grid.replicate(task.arrays("train")),
-                      grid.replicate(dev))
+  per_model = grid.shard(dict(hp, rows=rows))
+  state = grid.init(grid.shard(model_keys(c.seed, seeds)), per_model, *grid.shared)
+  _, out = grid.chunk(state, per_model)
   assert np.isfinite(np.asarray(out["train_loss"])[:2]).all()
   assert np.asarray(out["diverged"])[:2].tolist() == [True, False]
 
@@ -313,7 +313,7 @@ def runs(root):
   out = {"alone": ft.run_finetuning(tiny_config(root), str(root / "alone"), **quiet),
          "grid": ft.run_finetuning(tiny_config(root, (3e-3, 1e-3), 2), str(root / "grid"),
                                    **quiet)}
-  with pytest.raises(ft.Interrupted):
+  with pytest.raises(Interrupted):
     ft.run_finetuning(tiny_config(root), str(root / "resumed"), max_chunks=2, **quiet)
   out["resumed"] = ft.run_finetuning(tiny_config(root), str(root / "resumed"), **quiet)
   return out

@@ -20,7 +20,8 @@ from normattn_jax.train.optim import (clip_by_tensor_norm, learning_rate_of, sch
 from normattn_jax.reporting.tables import regularization_table
 from normattn_jax.train.scoring import summarise
 from normattn_jax.train.config import point_config, static_points
-from normattn_jax.train.sweep import LOGGED, Budget, Interrupted, load_model, resummarise, \
+from normattn_jax.train.driver import Budget, Interrupted
+from normattn_jax.train.sweep import LOGGED, load_model, resummarise, \
     run_sweep
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -178,7 +179,7 @@ def test_the_budget_stops_before_a_chunk_it_cannot_pay():
   budget.spend()
   budget.spend()
   budget.check("nap", 3, 3)  # that grid is done: nothing to stop
-  with pytest.raises(Interrupted, match="nap: stopped after evaluation 1 of 3"):
+  with pytest.raises(Interrupted, match="nap: stopped after 1 of 3"):
     budget.check("nap", 1, 3)
   Budget(None).check("nap", 0, 3)
 

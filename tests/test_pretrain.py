@@ -9,7 +9,8 @@ import pytest
 
 from normattn_jax.train import pretrain
 from normattn_jax.train.config import get_field
-from normattn_jax.train.pretrain import Interrupted, base_pretrain_config, run_pretraining, \
+from normattn_jax.train.driver import Interrupted
+from normattn_jax.train.pretrain import base_pretrain_config, run_pretraining, \
     validate_pretrain_config
 
 VOCAB, SEQ, PRED = 40, 16, 3

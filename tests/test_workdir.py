@@ -18,7 +18,7 @@ from normattn_jax.train.checkpoint import LOCK, DamagedCheckpointWarning, MAY_DI
     WorkdirError, config_json, config_differences, lock_workdir, open_workdir, unlock_workdir
 from normattn_jax.train.config import get_field
 from normattn_jax.train.pretrain import run_pretraining
-from normattn_jax.train.sweep import Interrupted
+from normattn_jax.train.driver import Interrupted
 from test_grid import read, run, tiny_config as grid_config
 from test_pretrain import VOCAB, RandomExamples, read_history, tiny_config as albert_config
 
@@ -190,7 +190,7 @@ def finished_pretraining(tmp_path_factory, random_data):
 def interrupted_pretraining(tmp_path_factory, random_data):
   """Killed after five of six steps: checkpoints 2 and 4."""
   workdir = tmp_path_factory.mktemp("interrupted_pretraining")
-  with pytest.raises(pretrain.Interrupted):
+  with pytest.raises(Interrupted):
     train_albert(albert_config("hnas"), workdir, max_steps=5)
   assert sorted(os.listdir(workdir / "checkpoints")) == ["2", "4"]
   return workdir

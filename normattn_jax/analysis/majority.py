@@ -428,7 +428,7 @@ def eval_pair_capacity(counts: np.ndarray, block: int) -> int:
 
 
 class Programs(NamedTuple):
-  """The programs of ONE model, for ``grid.Grid.of``: ``init(key data, per_model) -> state``,
+  """The programs of ONE model, for ``grid.Grid.of``: ``init(key data, per_model, data) -> state``,
   ``chunk(state, per_model, data) -> (state, metrics)`` (``eval_every_epochs`` epochs, then the
   evaluation) and ``evaluate(state, per_model, data) -> metrics``; ``per_model`` is the model's
   ``{"variant", "seed"}`` (``per_model_settings``), ``data`` the run's ``MajorityData``."""
@@ -484,8 +484,8 @@ def make_programs(config: MajorityConfig, data: MajorityData) -> Programs:
   train_capacity = train_pair_capacity(data.train_counts, config.batch_size)
   eval_capacity = eval_pair_capacity(data.test_counts, config.eval_block)
 
-  def init(key, settings):
-    del settings  # a seed's variants start alike
+  def init(key, settings, data):
+    del settings, data  # a seed's variants start alike, whatever the data
     tokens = jnp.zeros((1, config.seq_len), jnp.int32)
     params = model.init(jax.random.fold_in(jax.random.wrap_key_data(key), 2), tokens, 0)
     return TrainState.create(apply_fn=model.apply, params=params, tx=tx, key=key)

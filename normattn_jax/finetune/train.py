@@ -33,10 +33,11 @@ from normattn_jax.finetune import offline  # noqa: F401 (registers the offline t
 from normattn_jax.finetune import task as task_lib
 from normattn_jax.train import grid as grid_lib
 from normattn_jax.train import multihost
-from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, releases_workdir, \
+from normattn_jax.train.checkpoint import open_workdir, releases_workdir, \
     write_json
 from normattn_jax.train.optim import lamb_adapted, scale_by_adam_without_bias_correction, \
     schedule_shape
+from normattn_jax.train.driver import Budget, RunHooks
 from normattn_jax.train.run_log import RunLog
 from normattn_jax.train.sections import attention_section, attention_spec, check_known_fields
 from normattn_jax.train.state import TrainState
@@ -44,10 +45,6 @@ from normattn_jax.validation import check_config_float, check_config_floats, che
 from normattn_jax.validation import fail_config as _fail
 
 TRAIN_STREAM = 0  # the stream of a model's dropout keys (TrainState.step_key)
-
-
-class Interrupted(Exception):
-  """Raised when ``max_chunks`` ran out: the run resumes from its checkpoints."""
 
 
 def base_finetune_config() -> ml_collections.ConfigDict:
@@ -224,10 +221,12 @@ def eval_batches(arrays: dict, batch_size: int) -> tuple[dict, int]:
 
 @dataclasses.dataclass(frozen=True)
 class Programs:
-  """The pure functions of ONE model; ``FinetuneGrid`` maps them over the models axis."""
+  """The pure functions of ONE model, for ``grid.Grid.of``: each model's own inputs are
+  ``{"learning_rate", "rows" [eval_every, batch]}``, the shared ones ``(train arrays, dev
+  batches, pre-trained encoder parameters)``."""
   model: Any
-  init: Callable   # (key_data, hp, pretrained) -> TrainState
-  chunk: Callable  # (state, rows [eval_every, batch], train arrays, dev batches) -> (state, out)
+  init: Callable   # (key_data, per_model, train, dev, pretrained) -> TrainState
+  chunk: Callable  # (state, per_model, train, dev, pretrained) -> (state, outputs)
 
 
 def make_programs(c: ml_collections.ConfigDict, task: task_lib.FinetuneTask,
@@ -250,12 +249,13 @@ def make_programs(c: ml_collections.ConfigDict, task: task_lib.FinetuneTask,
   tx = optimizer(0.0)  # the structure: each model's rate lives in its optimiser state
   example = {k: v[:1] for k, v in task.arrays("train").items() if k in task_lib.FEATURES}
 
-  def init(key_data, hp, pretrained) -> TrainState:
+  def init(key_data, per_model, train, dev, pretrained) -> TrainState:
+    del train, dev
     init_key, state_key = jax.random.split(jax.random.wrap_key_data(key_data))
     params = dict(model.init(init_key, example)["params"])
     params["encoder"] = encoders.overlay(params["encoder"], pretrained)
     state = TrainState.create(apply_fn=model.apply, params=params, tx=tx, key=state_key)
-    return state.replace(opt_state=optimizer(hp["learning_rate"]).init(params))
+    return state.replace(opt_state=optimizer(per_model["learning_rate"]).init(params))
 
   def loss_fn(params, batch, dropout_key):
     outputs = model.apply({"params": params}, batch, deterministic=deterministic,
@@ -275,8 +275,9 @@ def make_programs(c: ml_collections.ConfigDict, task: task_lib.FinetuneTask,
     finite = jnp.all(jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(outputs)]))
     return head.predict(outputs, batch), finite
 
-  def chunk(state: TrainState, rows, train, dev):
-    state, losses = jax.lax.scan(lambda s, r: train_step(s, r, train), state, rows)
+  def chunk(state: TrainState, per_model, train, dev, pretrained):
+    del pretrained
+    state, losses = jax.lax.scan(lambda s, r: train_step(s, r, train), state, per_model["rows"])
     predictions, finite = jax.lax.map(lambda batch: predict_batch(state.params, batch), dev)
     # parameters that blew up in the chunk's last step: the loss was finite, the outputs are not
     state = state.replace(diverged=state.diverged | ~finite.all())
@@ -286,34 +287,35 @@ def make_programs(c: ml_collections.ConfigDict, task: task_lib.FinetuneTask,
   return Programs(model, init, chunk)
 
 
-@dataclasses.dataclass
-class FinetuneGrid:
-  """The compiled, sharded programs of a task's grid of ``num_models`` models (padded to
-  ``padded`` so that every device holds whole vmaps of ``per_vmap`` models); the data and the
-  pre-trained parameters are arguments, replicated on every device."""
-  programs: Programs
-  num_models: int
-  per_vmap: int
-  padded: int
-  init: Callable   # (key_data [M], hp [M], pretrained) -> states
-  chunk: Callable  # (states, rows [M, E, B], train, dev) -> (states, outputs [M, ...])
+def build_grid(c: ml_collections.ConfigDict, task: task_lib.FinetuneTask,
+               start: encoders.StartingPoint, num_models: int) -> tuple[grid_lib.Grid, Programs]:
+  """The fine-tuning grid on the engine (``grid.Grid.of``): the task's arrays, the dev batches
+  and the pre-trained parameters shared by every model, the vmap width memory-aware as a
+  sweep's (``grid.models_per_vmap``).
 
-  @classmethod
-  def build(cls, c, task, start, num_models: int) -> "FinetuneGrid":
-    programs = make_programs(c, task, start)
-    per_vmap = grid_lib.models_per_vmap(c, num_models)
-    return cls(programs, num_models, per_vmap, grid_lib.padded_count(num_models, per_vmap),
-               grid_lib.models_program(programs.init, per_vmap),
-               grid_lib.models_program(programs.chunk, per_vmap, donate=True))
+  Args:
+    c: the fine-tuning config.
+    task: the task.
+    start: the starting point.
+    num_models: the models of the grid (learning rates x seeds).
 
-  def shard(self, tree):
-    """Pad the models axis of a host tree and place it on the devices."""
-    return jax.device_put(jax.tree.map(lambda x: grid_lib.pad_models(x, self.padded), tree),
-                          grid_lib.models_sharding())
+  Returns:
+    ``(grid, programs)``.
+  """
+  programs = make_programs(c, task, start)
+  dev, _ = eval_batches(task.arrays("dev"), c.train.eval_batch_size)
+  shared = (task.arrays("train"), dev, start.params)
 
-  def replicate(self, tree):
-    """Place a tree on every device whole (data, pre-trained parameters)."""
-    return jax.device_put(tree, grid_lib.replicated())
+  def bytes_per_model() -> int:
+    key = jax.random.key_data(jax.random.key(0))
+    per_model = {"learning_rate": jax.ShapeDtypeStruct((), jnp.float32),
+                 "rows": jax.ShapeDtypeStruct((c.train.eval_every, c.train.batch_size),
+                                              jnp.int32)}
+    state = jax.eval_shape(programs.init, key, per_model, *shared)
+    return grid_lib.program_bytes(programs.chunk, state, per_model, *shared)
+
+  per_vmap = grid_lib.models_per_vmap(c, num_models, bytes_per_model)
+  return grid_lib.Grid.of(programs.init, programs.chunk, num_models, per_vmap, shared), programs
 
 
 def _stats(values: np.ndarray) -> dict:
@@ -407,56 +409,55 @@ def run_finetuning(c: ml_collections.ConfigDict, workdir: str, *,
           f"exceeds the encoder's max_position_embeddings ({start.max_positions})")
   hp, seeds = hyperparameter_grid(c)
   num_models, t = len(seeds), c.train
-  grid = FinetuneGrid.build(c, task, start, num_models)
-  train = grid.replicate(task.arrays("train"))
-  dev_arrays, num_dev = eval_batches(task.arrays("dev"), t.eval_batch_size)
-  dev = grid.replicate(dev_arrays)
-  pretrained = grid.replicate(start.params)
-  state = grid.init(grid.shard(grid_lib.model_keys(c.seed, seeds)), grid.shard(hp), pretrained)
+  grid, _ = build_grid(c, task, start, num_models)
+  num_dev = len(task.dev["input_ids"])
+  n_train = len(task.train["input_ids"])
   num_evals = t.num_steps // t.eval_every
   names = ("train_loss", "diverged") + tuple(task.metrics)
-  history = {name: np.zeros((num_evals, num_models), np.float64) for name in names}
-  done = 0
-  checkpoints = GridCheckpoints(os.path.join(workdir, "checkpoints")) \
-      if t.checkpoint_every else None
-  if checkpoints is not None and checkpoints.latest() is not None:
-    done, restored = checkpoints.restore_newest({"state": state, "metrics": history})
-    state = jax.device_put(restored["state"], jax.tree.map(lambda a: a.sharding, state))
-    history = {k: np.asarray(v) for k, v in restored["metrics"].items()}
-  n_train = len(task.train["input_ids"])
-  timed_chunks, timed_seconds = 0, 0.0
-  log = RunLog(workdir, total=t.num_steps, resume_from=done * t.eval_every,
-               tensorboard=tensorboard, progress=show_progress)
-  try:
-    for index in range(done, num_evals):
-      if max_chunks is not None and index - done >= max_chunks:
-        raise Interrupted(f"stopped after {max_chunks} evaluations at evaluation {index}")
-      rows = np.stack([batch_rows(c.seed, int(s), index * t.eval_every, t.eval_every,
-                                  t.batch_size, n_train) for s in seeds])
-      began = time.perf_counter()
-      state, out = grid.chunk(state, grid.shard(rows), train, dev)
-      out = {k: grid_lib.to_host(v)[:num_models] for k, v in out.items()}
-      if index > done:  # the first chunk of a call compiles
-        timed_chunks, timed_seconds = timed_chunks + 1, timed_seconds + time.perf_counter() - began
-      predictions = out["predictions"].reshape((num_models, -1) + out["predictions"].shape[3:])
-      history["train_loss"][index] = out["train_loss"]
-      history["diverged"][index] = out["diverged"]
-      for m in range(num_models):
-        scores = _score(task, predictions[m, :num_dev], bool(out["diverged"][m]))
-        for name, value in scores.items():
-          history[name][index, m] = value
-      step = (index + 1) * t.eval_every
-      _record(log, c, task, step, {k: v[index] for k, v in history.items()})
+
+  def per_model(index: int) -> dict:
+    rows = np.stack([batch_rows(c.seed, int(s), index * t.eval_every, t.eval_every,
+                                t.batch_size, n_train) for s in seeds])
+    return {"learning_rate": hp["learning_rate"], "rows": rows}
+
+  timing = {"chunks": 0, "seconds": 0.0, "last": None}
+
+  def on_host(out: dict) -> dict:
+    """The dev predictions scored: every metric per model, as float64; the time from one chunk
+    to the next (the first of a call compiles: not counted)."""
+    now = time.perf_counter()
+    if timing["last"] is not None:
+      timing["chunks"], timing["seconds"] = timing["chunks"] + 1, timing["seconds"] + now - \
+          timing["last"]
+    timing["last"] = now
+    predictions = out["predictions"].reshape((num_models, -1) + out["predictions"].shape[3:])
+    scores = [_score(task, predictions[m, :num_dev], bool(out["diverged"][m]))
+              for m in range(num_models)]
+    metrics = {name: np.array([s[name] for s in scores], np.float64) for name in task.metrics}
+    return {"train_loss": out["train_loss"].astype(np.float64),
+            "diverged": out["diverged"].astype(np.float64), **metrics}
+
+  log = RunLog(workdir, total=t.num_steps, tensorboard=tensorboard, progress=show_progress)
+
+  def record(indices, history):
+    for index in indices:
+      _record(log, c, task, (index + 1) * t.eval_every, {k: v[index] for k, v in history.items()})
       main = history[task.metrics[0]][index]
       shown = f"{np.mean(main[np.isfinite(main)]):.3f}" if np.isfinite(main).any() else "n/a"
       log.advance(t.eval_every, **{task.metrics[0]: shown})
-      if checkpoints is not None and ((index + 1) % t.checkpoint_every == 0
-                                      or index + 1 == num_evals):
-        checkpoints.save(index + 1, {"state": state, "metrics": history})
+
+  metrics_like = lambda *_: {name: np.zeros((num_evals, num_models), np.float64)
+                             for name in names}
+  try:
+    with RunHooks(os.path.join(workdir, "checkpoints"), t.checkpoint_every, num_evals,
+                  metrics_like=metrics_like, record=record, budget=Budget(max_chunks),
+                  name="fine-tuning") as hooks:
+      history = grid_lib.run_grid(grid, grid_lib.model_keys(c.seed, seeds), per_model,
+                                  num_evals, resume=hooks.resume, on_chunk=hooks.on_chunk,
+                                  on_host=on_host).metrics
   finally:
     log.close()
-    if checkpoints is not None:
-      checkpoints.close()
+  timed_chunks, timed_seconds = timing["chunks"], timing["seconds"]
   summary = summarise(c, task, history)
   summary.update(
       encoder=start.description,

@@ -406,7 +406,8 @@ class Grid:
     """The grid of the programs of one model.
 
     Args:
-      init: ``(key data, per_model) -> TrainState`` of one model.
+      init: ``(key data, per_model, *shared) -> TrainState`` of one model (the shared arrays,
+        e.g. pre-trained parameters, are there to start from).
       chunk: ``(state, per_model, *shared) -> (state, metrics)`` of one model: some training
         steps and an evaluation.
       num_models: the number of models before padding.
@@ -441,7 +442,7 @@ class Grid:
       state = jax.eval_shape(programs.init, key, hp)
       return program_bytes(programs.chunk, state, hp, *shared)
 
-    return cls.of(programs.init, programs.chunk, num_models,
+    return cls.of(lambda key, hp, *shared: programs.init(key, hp), programs.chunk, num_models,
                   models_per_vmap(setup.config, num_models, bytes_per_model), shared)
 
   def chunk(self, state: TrainState, per_model) -> tuple[TrainState, dict]:
@@ -589,8 +590,8 @@ def train_grid(config: ml_collections.ConfigDict, arch: str, *,
 
 
 def run_grid(grid: Grid, keys: np.ndarray, per_model, num_chunks: int, *,
-             resume: Optional[Callable] = None,
-             on_chunk: Optional[Callable] = None) -> GridRun:
+             resume: Optional[Callable] = None, on_chunk: Optional[Callable] = None,
+             on_host: Optional[Callable] = None) -> GridRun:
   """Train any grid (``Grid.of``): init every model from its key, then run ``num_chunks``
   chunks, collecting each chunk's metrics on the host.
 
@@ -598,28 +599,34 @@ def run_grid(grid: Grid, keys: np.ndarray, per_model, num_chunks: int, *,
     grid: the compiled programs.
     keys: per-model raw key data ``[models, key size]``.
     per_model: a tree of host arrays ``[models, ...]``, each model's own inputs (e.g. its
-      hyper-parameters).
+      hyper-parameters); or ``chunk index -> tree`` for inputs that change from chunk to chunk
+      (e.g. the rows of a data set each model trains on), init getting chunk 0's.
     num_chunks: the chunks to run in all (a resumed run runs those left).
     resume: ``(grid, state, per_model) -> (chunks done, state, metrics so far)``, as in
-      ``train_grid``.
-    on_chunk: ``(chunks done, state, metrics so far) -> None``, as in ``train_grid``.
+      ``train_grid``; ``driver.RunHooks.resume`` restores, logs and budgets.
+    on_chunk: ``(chunks done, state, metrics so far) -> None``, as in ``train_grid``;
+      ``driver.RunHooks.on_chunk`` logs, checkpoints and budgets.
+    on_host: ``{name: [models, ...]} -> {name: [models]}``, what a chunk's outputs become on
+      the host before they are recorded (e.g. predictions scored into metrics); None keeps them.
 
   Returns:
     ``GridRun``: the metrics ``{name: [chunks, models]}`` (rows of chunks that a resume skipped
     as ``resume`` gave them) and the final states.
   """
   num_models = grid.num_models
-  per_model = grid.shard(per_model)
-  state = grid.init(grid.shard(np.asarray(keys)), per_model)
+  inputs = per_model if callable(per_model) else lambda index: per_model
+  state = grid.init(grid.shard(np.asarray(keys)), grid.shard(inputs(0)), *grid.shared)
   done, history = 0, {}
   if resume is not None:
-    done, state, history = resume(grid, state, per_model)
+    done, state, history = resume(grid, state, grid.shard(inputs(0)))
   for index in range(done, num_chunks):
-    state, metrics = grid.chunk(state, per_model)
+    state, metrics = grid.chunk(state, grid.shard(inputs(index)))
+    metrics = {name: to_host(value)[:num_models] for name, value in metrics.items()}
+    if on_host is not None:
+      metrics = on_host(metrics)
     for name, value in metrics.items():
-      curve = history.setdefault(name, np.zeros((num_chunks, num_models) + value.shape[1:],
-                                                         value.dtype))
-      curve[index] = to_host(value)[:num_models]
+      curve = history.setdefault(name, np.zeros((num_chunks,) + value.shape, value.dtype))
+      curve[index] = value
     if on_chunk is not None:
       on_chunk(index + 1, state, history)
   return GridRun(history, jax.tree.map(lambda x: to_host(x)[:num_models], state))

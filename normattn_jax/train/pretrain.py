@@ -31,6 +31,7 @@ from normattn_jax.models.bert import ACTIVATIONS
 from normattn_jax.train import multihost
 from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, releases_workdir, \
     write_json
+from normattn_jax.train.driver import Budget
 from normattn_jax.train.optim import albert_lamb, albert_schedule
 from normattn_jax.train.run_log import RunLog
 from normattn_jax.train.sections import attention_section, attention_spec, check_known_fields
@@ -41,10 +42,6 @@ from normattn_jax.validation import fail_config as _fail
 CORPORA = ("shakespeare", "files", "wikipedia")
 EVAL_SUMS = ("mlm_correct", "mlm_weight", "mlm_nll", "sop_correct", "sop_nll", "examples")
 TRAIN_STREAM = 0  # the stream of the dropout keys (TrainState.step_key)
-
-
-class Interrupted(Exception):
-  """Raised when ``max_steps`` ran out: the run resumes from its checkpoints."""
 
 
 def base_pretrain_config() -> ml_collections.ConfigDict:
@@ -295,10 +292,11 @@ def run_pretraining(c: ml_collections.ConfigDict, workdir: str, *,
   lr_at = albert_schedule(t.learning_rate, t.num_steps, t.warmup_steps)
   tokens_per_step = t.batch_size * c.data.max_seq_length
   timed_steps, timed_seconds = 0, 0.0
+  budget = Budget(max_steps)
   try:
     for step in range(start, t.num_steps):
-      if max_steps is not None and step - start >= max_steps:
-        raise Interrupted(f"stopped after {max_steps} steps at step {step}")
+      budget.check("pre-training", step, t.num_steps)
+      budget.spend()
       batch = trainer.global_batch(train_data, step, t.batch_size, t.seed)
       began = time.perf_counter()
       state, metrics = trainer.train_step(state, batch)

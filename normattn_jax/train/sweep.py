@@ -22,46 +22,15 @@ import numpy as np
 from normattn_jax.train import artifacts
 from normattn_jax.train import config as config_lib
 from normattn_jax.train import multihost
-from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, releases_workdir, \
-    restore_newest_state
-from normattn_jax.train.grid import Grid, Setup, model_keys, train_grid
+from normattn_jax.train.checkpoint import open_workdir, releases_workdir, restore_newest_state
+from normattn_jax.train.driver import Budget, RunHooks
+from normattn_jax.train.grid import Setup, model_keys, train_grid
 from normattn_jax.train.layout import ModelsAxis, grid_name
 from normattn_jax.train.run_log import RunLog
 from normattn_jax.train.scoring import summarise
 
 # The metrics a sweep's history.jsonl and TensorBoard follow, per grid and learning rate.
 LOGGED = ("train_loss", "train_acc", "val_acc")
-
-
-class Interrupted(Exception):
-  """Raised when ``max_chunks`` ran out: the run resumes from its checkpoints."""
-
-
-class Budget:
-  """The evaluations this call may still run (``run_sweep``'s ``max_chunks``, None: no limit):
-  a simulated kill, for tests."""
-
-  def __init__(self, chunks: Optional[int] = None):
-    self.left = chunks
-
-  def spend(self) -> None:
-    """Count one evaluation run (nothing without a limit)."""
-    if self.left is not None:
-      self.left -= 1
-
-  def check(self, name: str, done: int, num_chunks: int) -> None:
-    """Raise ``Interrupted`` before a chunk of grid ``name`` that the budget cannot pay.
-
-    Args:
-      name: the grid's name, for the message.
-      done: the evaluations the grid has done.
-      num_chunks: the evaluations the grid runs in all.
-
-    Raises:
-      Interrupted: if the budget is spent and the grid has evaluations left.
-    """
-    if self.left is not None and self.left <= 0 and done < num_chunks:
-      raise Interrupted(f"{name}: stopped after evaluation {done} of {num_chunks}")
 
 
 def log_evaluations(log: RunLog, name: str, axis: ModelsAxis, every: int, metrics: dict,
@@ -86,30 +55,6 @@ def log_evaluations(log: RunLog, name: str, axis: ModelsAxis, every: int, metric
                  grid=name, learning_rate=f"{learning_rate:g}")
 
 
-def restore(checkpoints: Optional[GridCheckpoints], grid: Grid, state, hp, num_chunks: int):
-  """``train_grid``'s ``resume``: the newest checkpoint that restores, else a fresh start.
-
-  Args:
-    checkpoints: the grid's checkpoints, or None (checkpoints off).
-    grid: the grid's compiled programs.
-    state: the freshly initialised, sharded state: the restore target and the fresh start.
-    hp: the hyper-parameters, name -> ``[padded models]``.
-    num_chunks: the evaluations the grid runs in all.
-
-  Returns:
-    ``(evaluations done, state sharded as ``state``, metrics {name: [evaluations, models]})``.
-  """
-  if checkpoints is None or checkpoints.latest() is None:
-    return 0, state, {}
-  shapes = grid.metric_shapes(state, hp)
-  like = {"state": state,
-          "metrics": {k: np.zeros((num_chunks, grid.num_models), v.dtype)
-                      for k, v in shapes.items()}}
-  done, restored = checkpoints.restore_newest(like)
-  state = jax.device_put(restored["state"], jax.tree.map(lambda a: a.sharding, state))
-  return done, state, {k: np.array(v) for k, v in restored["metrics"].items()}
-
-
 def train_point(config, arch, values, workdir, log: RunLog,
                 budget: Optional[Budget] = None) -> dict:
   """Train (or resume) the grid of one arch at one static point.
@@ -128,34 +73,23 @@ def train_point(config, arch, values, workdir, log: RunLog,
   point = config_lib.point_config(config, values)
   axis = ModelsAxis.of(point)
   name = grid_name(arch, values)
-  every, checkpoint_every = point.train.eval_every, point.train.checkpoint_every
+  every = point.train.eval_every
   num_chunks = point.train.num_steps // every
-  budget = budget or Budget()
-  checkpoints = GridCheckpoints(os.path.join(workdir, "checkpoints", name)) \
-      if checkpoint_every else None
 
-  def resume(grid, state, hp):
-    done, state, metrics = restore(checkpoints, grid, state, hp, num_chunks)
-    log_evaluations(log, name, axis, every, metrics, range(done))
-    log.advance(done * every * axis.num_models)
-    budget.check(name, done, num_chunks)
-    return done, state, metrics
+  def metrics_like(grid, state, hp):
+    return {k: np.zeros((num_chunks, grid.num_models), v.dtype)
+            for k, v in grid.metric_shapes(state, hp).items()}
 
-  def on_chunk(done, state, metrics):
-    log_evaluations(log, name, axis, every, metrics, [done - 1])
-    log.advance(every * axis.num_models)
-    if checkpoints is not None and (done % checkpoint_every == 0 or done == num_chunks):
-      checkpoints.save(done, {"state": state, "metrics": metrics})
-    budget.spend()
-    budget.check(name, done, num_chunks)
+  def record(indices, metrics):
+    log_evaluations(log, name, axis, every, metrics, indices)
+    log.advance(len(indices) * every * axis.num_models)
 
-  try:
+  with RunHooks(os.path.join(workdir, "checkpoints", name), point.train.checkpoint_every,
+                num_chunks, metrics_like=metrics_like, record=record, budget=budget,
+                name=name) as hooks:
     return train_grid(point, arch, hyperparameters=axis.hyperparameters(),
-                      keys=model_keys(point.seed, axis.seed_indices()), resume=resume,
-                      on_chunk=on_chunk).metrics
-  finally:
-    if checkpoints is not None:
-      checkpoints.close()
+                      keys=model_keys(point.seed, axis.seed_indices()), resume=hooks.resume,
+                      on_chunk=hooks.on_chunk).metrics
 
 
 def resummarise(workdir: str) -> dict:

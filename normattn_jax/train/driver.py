@@ -1,0 +1,105 @@
+"""What every run on the grid engine does around its chunks: restore the newest checkpoint,
+record each evaluation, save checkpoints, and stop early when its budget runs out; the one
+``Interrupted`` of the project. ``RunHooks`` gives ``grid.run_grid`` its ``resume`` and
+``on_chunk``; sweeps and fine-tuning use it, pre-training the same ``Budget`` and
+``Interrupted`` around its data-parallel steps.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import jax
+import numpy as np
+
+from normattn_jax.train.checkpoint import GridCheckpoints
+
+
+class Interrupted(Exception):
+  """A run stopped by its budget (``max_chunks``, ``max_steps``: a simulated kill, for tests);
+  it resumes from its checkpoints."""
+
+
+class Budget:
+  """The chunks (or steps) this call may still run, None: no limit."""
+
+  def __init__(self, chunks: Optional[int] = None):
+    self.left = chunks
+
+  def spend(self, count: int = 1) -> None:
+    """Count ``count`` chunks run (nothing without a limit)."""
+    if self.left is not None:
+      self.left -= count
+
+  def check(self, name: str, done: int, num_chunks: int) -> None:
+    """Raise ``Interrupted`` before a chunk of ``name`` that the budget cannot pay.
+
+    Args:
+      name: what runs (a grid's name, "pre-training"), for the message.
+      done: the chunks it has done.
+      num_chunks: the chunks it runs in all.
+
+    Raises:
+      Interrupted: if the budget is spent and chunks are left.
+    """
+    if self.left is not None and self.left <= 0 and done < num_chunks:
+      raise Interrupted(f"{name}: stopped after {done} of {num_chunks}")
+
+
+class RunHooks:
+  """``run_grid``'s ``resume`` and ``on_chunk`` for a run that checkpoints, records its
+  evaluations and may be stopped by a budget; a context manager that closes its checkpoints.
+
+  Args:
+    directory: the checkpoints' folder, or None for none.
+    every: checkpoint every that many chunks (and after the last); 0: never.
+    num_chunks: the chunks the grid runs in all.
+    metrics_like: ``(grid, state, per_model) -> {name: [num_chunks, models] zeros}``, the
+      restore target of the metrics a checkpoint holds.
+    record: ``(chunk indices, metrics so far) -> None``: log those chunks' evaluations (called
+      for the restored ones on resume, so a resumed history reads as an uninterrupted one).
+    budget: the run's ``Budget``; None: no limit.
+    name: the grid's name, for messages.
+  """
+
+  def __init__(self, directory: Optional[str], every: int, num_chunks: int, *,
+               metrics_like: Callable, record: Callable, budget: Optional[Budget] = None,
+               name: str = "grid"):
+    self.checkpoints = GridCheckpoints(directory) if directory and every else None
+    self.every, self.num_chunks, self.name = every, num_chunks, name
+    self.metrics_like, self.record = metrics_like, record
+    self.budget = budget or Budget()
+
+  def resume(self, grid, state, per_model):
+    """The newest checkpoint that restores, else a fresh start; see ``run_grid``.
+
+    Returns:
+      ``(chunks done, state sharded as the given one, metrics {name: [chunks, models]})``.
+    """
+    done, metrics = 0, {}
+    if self.checkpoints is not None and self.checkpoints.latest() is not None:
+      like = {"state": state, "metrics": self.metrics_like(grid, state, per_model)}
+      done, restored = self.checkpoints.restore_newest(like)
+      state = jax.device_put(restored["state"], jax.tree.map(lambda a: a.sharding, state))
+      metrics = {k: np.array(v) for k, v in restored["metrics"].items()}
+    self.record(range(done), metrics)
+    self.budget.check(self.name, done, self.num_chunks)
+    return done, state, metrics
+
+  def on_chunk(self, done: int, state, metrics: dict) -> None:
+    """Record the chunk's evaluation, checkpoint, then pay the chunk from the budget."""
+    self.record([done - 1], metrics)
+    if self.checkpoints is not None and (done % self.every == 0 or done == self.num_chunks):
+      self.checkpoints.save(done, {"state": state, "metrics": metrics})
+    self.budget.spend()
+    self.budget.check(self.name, done, self.num_chunks)
+
+  def close(self) -> None:
+    """Wait for the checkpoints being written and release them."""
+    if self.checkpoints is not None:
+      self.checkpoints.close()
+
+  def __enter__(self) -> "RunHooks":
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
