@@ -7,8 +7,10 @@ import os
 
 import pytest
 
-from normattn_jax.train.checkpoint import MAY_DIFFER, config_differences, config_json
+from normattn_jax.train.checkpoint import ABSENT, MAY_DIFFER, config_differences, config_json
+from normattn_jax.train.config import base_config
 from normattn_jax.train.migrate import with_current_names
+from normattn_jax.train.pretrain import base_pretrain_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -52,13 +54,47 @@ def test_a_committed_fine_tuning_that_keeps_its_encoder_is_todays_config():
   assert differences("finetune_genre/hnas", "finetuning", config) == []
 
 
+# The attention module's options, absent from a config.json written before them: off.
+OPTIONS_OFF = {"output_gate": None, "qk_norm": None, "differential": False}
+
+
 def test_flat_options_become_the_section_keeping_only_what_differs_from_the_defaults():
   old = {"model": {"attention": "sinkhorn", "hybrid_init": 0.5, "sinkhorn_iters": 5, "dropout": 0}}
   assert with_current_names(old, "pretraining") == {"model": {
-      "attention": {"name": "sinkhorn", "options": {"sinkhorn_iters": 5}}, "dropout": 0}}
+      "attention": {"name": "sinkhorn", "options": {"sinkhorn_iters": 5}}, "dropout": 0,
+      **OPTIONS_OFF}}
   assert old["model"]["attention"] == "sinkhorn"  # the stored tree is not changed
   sweep = {"normalization": "", "sweep": {"values": [1]}, "model": {}, "train": {}}
   assert with_current_names(sweep, "sweep") == {
-      "attention": {"name": "", "options": {}}, "sweep": {"grid": [1]}, "model": {}, "train": {}}
+      "attention": {"name": "", "options": {}}, "sweep": {"grid": [1]}, "model": OPTIONS_OFF,
+      "train": {}}
   today = with_current_names(sweep, "sweep")
   assert with_current_names(today, "sweep") == today
+
+
+@pytest.mark.parametrize("kind, config", [("sweep", base_config),
+                                           ("pretraining", base_pretrain_config)])
+def test_a_config_from_before_the_module_options_is_todays_config_with_them_off(kind, config):
+  today = config()
+  old = config_json(today)
+  for key in OPTIONS_OFF:  # as written before the options existed
+    del old["model"][key]
+  assert config_differences(old, config_json(today), MAY_DIFFER[kind]) == [
+      (f"model.{key}", ABSENT, value) for key, value in sorted(OPTIONS_OFF.items())]
+  assert config_differences(with_current_names(old, kind), config_json(today),
+                            MAY_DIFFER[kind]) == []  # it resumes
+  today.model.output_gate = "headwise"
+  assert config_differences(with_current_names(old, kind), config_json(today),
+                            MAY_DIFFER[kind]) == [("model.output_gate", None, "headwise")]
+
+
+@pytest.mark.parametrize("run", ["fig3_reduced", "table3_first_token_d64_n128_nap"])
+def test_a_committed_sweep_reads_with_the_module_options_off(run):
+  assert not set(OPTIONS_OFF) & set(stored(run)["model"])  # written before them
+  assert with_current_names(stored(run), "sweep")["model"].items() >= OPTIONS_OFF.items()
+
+
+def test_a_tree_that_has_the_module_options_keeps_them():
+  tree = {"model": {"output_gate": "elementwise", "qk_norm": "rms", "differential": True}}
+  for kind in ("sweep", "pretraining"):
+    assert with_current_names(tree, kind)["model"] == tree["model"]

@@ -25,6 +25,22 @@ default_kernel_init = nn.linear.default_kernel_init
 
 
 IMPLEMENTATIONS = ("auto", "quadratic", "fast")
+OUTPUT_GATES = (None, "headwise", "elementwise")
+QK_NORMS = (None, "rms", "layer")
+DIFF_NORM_EPSILON = 1e-5  # the per-head RMSNorm of differential attention (Ye et al.'s code)
+LAMBDA_INIT_STD = 0.1     # the normal init of its lambda vectors (Ye et al.'s code)
+
+
+def lambda_init(layer_index: int) -> float:
+  """Differential attention's lambda_init = 0.8 - 0.6 exp(-0.3 (l - 1)) (Ye et al. 2024, Eq. 2).
+
+  Args:
+    layer_index: the layer's depth l, counted from 1.
+
+  Returns:
+    lambda_init, in [0.2, 0.8).
+  """
+  return 0.8 - 0.6 * float(np.exp(-0.3 * (layer_index - 1)))
 
 
 def fast_is_faster(normalization: Union[str, AttentionSpec], q_len: int, k_len: int,
@@ -113,7 +129,9 @@ def padding_masks(padding_mask, query_mask, key_mask, length: int):
 
 
 def check_attention_fields(*, normalization: Union[str, AttentionSpec], dropout_rate: float,
-                           implementation: str = "auto") -> None:
+                           implementation: str = "auto", output_gate: Optional[str] = None,
+                           qk_norm: Optional[str] = None, differential: bool = False,
+                           layer_index: int = 1, head_dim: Optional[int] = None) -> None:
   """Refuse ``MultiHeadAttention`` fields out of range, before any parameter is made.
 
   Args:
@@ -121,16 +139,51 @@ def check_attention_fields(*, normalization: Union[str, AttentionSpec], dropout_
       its normalisation accepts.
     dropout_rate: the attention dropout rate, must lie in [0, 1).
     implementation: must be one of ``IMPLEMENTATIONS``.
+    output_gate: must be one of ``OUTPUT_GATES``.
+    qk_norm: must be one of ``QK_NORMS``.
+    differential: must be a bool.
+    layer_index: the layer's depth, counted from 1 (differential attention's lambda_init).
+    head_dim: the width of each head where known (differential attention needs it even);
+      None skips that check.
 
   Raises:
     ValueError: naming the first field out of range (``registry.get``'s error for an unknown
       normalisation, ``Normalization.resolve_options``' for an option).
   """
+  check_module_options(output_gate=output_gate, qk_norm=qk_norm, differential=differential,
+                       layer_index=layer_index, head_dim=head_dim)
   if implementation not in IMPLEMENTATIONS:
     raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
   AttentionSpec.of(normalization).resolved()
   if not 0.0 <= dropout_rate < 1.0:
     raise ValueError(f"dropout_rate must lie in [0, 1), got {dropout_rate!r}")
+
+
+def check_module_options(*, output_gate: Optional[str] = None, qk_norm: Optional[str] = None,
+                         differential: bool = False, layer_index: int = 1,
+                         head_dim: Optional[int] = None) -> None:
+  """Refuse the output gate, QK-norm and differential options out of range.
+
+  Args:
+    output_gate: must be one of ``OUTPUT_GATES``.
+    qk_norm: must be one of ``QK_NORMS``.
+    differential: must be a bool.
+    layer_index: must be an integer >= 1.
+    head_dim: the width of each head where known, which ``differential`` needs even; or None.
+
+  Raises:
+    ValueError: naming the first field out of range and its value.
+  """
+  if output_gate not in OUTPUT_GATES:
+    raise ValueError(f"output_gate must be one of {OUTPUT_GATES}, got {output_gate!r}")
+  if qk_norm not in QK_NORMS:
+    raise ValueError(f"qk_norm must be one of {QK_NORMS}, got {qk_norm!r}")
+  if not isinstance(differential, (bool, np.bool_)):
+    raise ValueError(f"differential must be True or False, got {differential!r}")
+  check_int("layer_index", layer_index)
+  if differential and head_dim is not None and head_dim % 2:
+    raise ValueError(f"differential=True splits each head's query and key features in two maps, "
+                     f"so the head width must be even, got {head_dim}")
 
 
 class MultiHeadAttention(nn.Module):
@@ -151,6 +204,33 @@ class MultiHeadAttention(nn.Module):
       take structured masks (``padding_mask``, ``query_mask``, ``key_mask``, ``causal``), no
       dense ``mask``, no attention dropout and no ``sow_weights``; "auto" (default) takes the
       fast path where it is allowed and ``fast_is_faster`` says it pays. Same params either way.
+    output_gate: None | "headwise" | "elementwise": gated attention (Qiu et al. 2025): the
+      attention output ``[..., q, heads, head_dim]`` times ``sigmoid(inputs_q W_g + b_g)``, one
+      gate per head and query ("headwise", ``W_g: features -> heads``) or per head and feature
+      ("elementwise", ``W_g: features -> heads x head_dim``), right after the attention (after
+      differential attention's per-head norm), before ``head_norm``/``head_activation`` and the
+      output projection. Its params: ``gate`` (a DenseGeneral, kernel_init/bias_init/use_bias
+      as the projections').
+    qk_norm / qk_norm_epsilon: None | "rms" | "layer": RMSNorm (no bias) or LayerNorm of each
+      head's queries and keys over head_dim, before the logit scaling (the QK-norm of Gemma 3
+      and ViT-22B; OLMo 2 normalises the whole projection instead), with a learned scale (and
+      bias for "layer") per head feature shared by the heads: ``query_norm``, ``key_norm``.
+      It changes only q and k, so the fast paths take it too. With ``differential`` each map's
+      half of the features is normalised (one scale of head_dim / 2, shared by the two maps).
+    differential / layer_index: differential attention (Ye et al. 2024): each head's query and
+      key features split in halves (Q1, Q2), (K1, K2) of head_dim / 2, the weights
+      ``N(Q1 K1^T s) - lambda N(Q2 K2^T s)`` with ``N`` the registered normalisation (the
+      paper's softmax, or any other applied to both maps with the same per-head parameters),
+      ``s = 1/sqrt(head_dim / 2)`` where the normalisation scales its logits,
+      ``lambda = exp(lq1 . lk1) - exp(lq2 . lk2) + lambda_init``, ``lambda_init =
+      0.8 - 0.6 exp(-0.3 (layer_index - 1))`` (``layer_index``: the layer's depth from 1),
+      then each head's output through an RMSNorm (eps 1e-5, learned scale shared by the
+      heads) times ``1 - lambda_init``. A head here is one of the paper's heads (its value is
+      2 x the maps' width, as in the paper); params ``lambda_q1``, ``lambda_k1``,
+      ``lambda_q2``, ``lambda_k2`` ([head_dim / 2], normal(0.1) init, shared by the heads as
+      in the paper's code) and ``diff_norm``. The outputs are linear in the weights, so the
+      fast paths compute it as two fast attentions.
+  All three default off, adding no parameter: the params tree is then flax's.
   The normalisation's per-head parameters join the params tree by name: NAP adds a scalar
   ``nap_gain`` (init 1) and ``nap_bias`` (init 0) per head; HNAS adds ``hybrid_weight``.
   """
@@ -175,14 +255,24 @@ class MultiHeadAttention(nn.Module):
   head_activation: Optional[Callable[[Array], Array]] = None
   implementation: str = "auto"
   block_size: int = fast_lib.DEFAULT_BLOCK
+  output_gate: Optional[str] = None
+  qk_norm: Optional[str] = None
+  qk_norm_epsilon: float = 1e-6
+  differential: bool = False
+  layer_index: int = 1
 
   def __post_init__(self):
     check_int("num_heads", self.num_heads)
     if self.qkv_features is not None and self.qkv_features % self.num_heads:
       raise ValueError(f"num_heads ({self.num_heads}) must divide qkv_features "
                        f"({self.qkv_features})")
-    check_attention_fields(normalization=self.normalization, dropout_rate=self.dropout_rate,
-                           implementation=self.implementation)
+    check_attention_fields(
+        normalization=self.normalization, dropout_rate=self.dropout_rate,
+        implementation=self.implementation, output_gate=self.output_gate, qk_norm=self.qk_norm,
+        differential=self.differential, layer_index=self.layer_index,
+        head_dim=None if self.qkv_features is None else self.qkv_features // self.num_heads)
+    if not self.qk_norm_epsilon > 0:
+      raise ValueError(f"qk_norm_epsilon must be > 0, got {self.qk_norm_epsilon!r}")
     check_int("block_size", self.block_size)
     super().__post_init__()
 
@@ -233,6 +323,7 @@ class MultiHeadAttention(nn.Module):
     if qkv_features % self.num_heads:
       raise ValueError(f"num_heads ({self.num_heads}) must divide the qkv width ({qkv_features})")
     head_dim = qkv_features // self.num_heads
+    check_module_options(differential=self.differential, head_dim=head_dim)
 
     dense = functools.partial(
         nn.DenseGeneral, axis=-1, dtype=self.dtype, param_dtype=self.param_dtype,
@@ -242,25 +333,38 @@ class MultiHeadAttention(nn.Module):
     key = dense(name="key")(inputs_k)
     value = dense(name="value")(inputs_v)
 
+    # differential attention: each head's features as two maps [..., n, h, 2, head_dim / 2]
+    map_dim = head_dim // 2 if self.differential else head_dim
+    if self.differential:
+      query = query.reshape(query.shape[:-1] + (2, map_dim))
+      key = key.reshape(key.shape[:-1] + (2, map_dim))
+    query, key = self._qk_norm(query, "query_norm"), self._qk_norm(key, "key_norm")
     scale = self.scale_logits if self.scale_logits is not None else norm.scale_logits
     if scale:
-      query = query / jnp.sqrt(head_dim).astype(query.dtype)
+      query = query / jnp.sqrt(map_dim).astype(query.dtype)
+    maps = ([(query[..., 0, :], key[..., 0, :]), (query[..., 1, :], key[..., 1, :])]
+            if self.differential else [(query, key)])
+    lam = self._lambda(map_dim) if self.differential else None
 
     params = self._head_params(norm, head_params)
     dropout_active = self.dropout_rate > 0.0 and not nn.merge_param(
         "deterministic", self.deterministic, deterministic)
-    num_logits = int(np.prod(query.shape[:-1])) * key.shape[-3]
-    if self._fast(mask, sow_weights, dropout_active, query.shape[-3], key.shape[-3], head_dim,
-                  causal, num_logits):
+    n_q, n_k = inputs_q.shape[-2], inputs_k.shape[-2]
+    num_logits = int(np.prod(inputs_q.shape[:-1])) * self.num_heads * n_k * len(maps)
+    if self._fast(mask, sow_weights, dropout_active, n_q, n_k, map_dim, causal, num_logits):
       to_heads = lambda x: jnp.swapaxes(x, -2, -3)  # [..., n, h, d] -> [..., h, n, d]
-      heads = to_heads(norm.fast_attention(
-          to_heads(query), to_heads(key), to_heads(value), params, self._options(),
+      outs = [to_heads(norm.fast_attention(
+          to_heads(q), to_heads(k), to_heads(value), params, self._options(),
           query_mask=query_mask, key_mask=key_mask, causal=causal, block_size=self.block_size))
-      return self._output(heads.astype(value.dtype), features)
+          for q, k in maps]
+      heads = outs[0] if lam is None else outs[0] - lam.astype(outs[1].dtype) * outs[1]
+      return self._output(heads.astype(value.dtype), features, inputs_q)
 
-    mask = structured_mask(mask, query_mask, key_mask, causal, query.shape[-3], key.shape[-3])
-    logits = jnp.einsum("...qhd,...khd->...hqk", query, key, precision=self.precision)
-    weights = norm.attention_weights(logits, mask, params, self._options())
+    mask = structured_mask(mask, query_mask, key_mask, causal, n_q, n_k)
+    weights = [norm.attention_weights(
+        jnp.einsum("...qhd,...khd->...hqk", q, k, precision=self.precision), mask, params,
+        self._options()) for q, k in maps]
+    weights = weights[0] if lam is None else weights[0] - lam.astype(weights[1].dtype) * weights[1]
     if sow_weights:
       self.sow("intermediates", "attention_weights", weights)
 
@@ -275,7 +379,7 @@ class MultiHeadAttention(nn.Module):
       weights = weights * (keep / keep_prob).astype(weights.dtype)
 
     heads = jnp.einsum("...hqk,...khd->...qhd", weights, value, precision=self.precision)
-    return self._output(heads, features)
+    return self._output(heads, features, inputs_q)
 
   def _fast(self, mask, sow_weights, dropout_active, q_len, k_len, head_dim, causal,
             num_logits) -> bool:
@@ -297,12 +401,45 @@ class MultiHeadAttention(nn.Module):
     return not blockers and fast_is_faster(self.normalization, q_len, k_len, head_dim, causal,
                                            num_logits)
 
-  def _output(self, heads: Array, features: int) -> Array:
+  def _output(self, heads: Array, features: int, inputs_q: Array) -> Array:
+    """Differential attention's per-head norm, the output gate, the head transform and the
+    output projection of ``heads [..., q, heads, head_dim]``."""
+    if self.differential:
+      heads = LayerNorm(kind="no_projection", epsilon=DIFF_NORM_EPSILON, use_bias=False,
+                        param_dtype=self.param_dtype, name="diff_norm")(heads)
+      heads = heads * jnp.asarray(1.0 - lambda_init(self.layer_index), heads.dtype)
+    if self.output_gate is not None:
+      width = (self.num_heads,) + ((heads.shape[-1],) if self.output_gate == "elementwise" else ())
+      gate = nn.DenseGeneral(
+          features=width, axis=-1, kernel_init=self.kernel_init, bias_init=self.bias_init,
+          use_bias=self.use_bias, dtype=self.dtype, param_dtype=self.param_dtype,
+          precision=self.precision, name="gate")(inputs_q)
+      gate = jax.nn.sigmoid(gate)
+      if self.output_gate == "headwise":
+        gate = gate[..., None]
+      heads = heads * gate.astype(heads.dtype)
     heads = self._head_transform(heads)
     return nn.DenseGeneral(
         features=features, axis=(-2, -1), kernel_init=self.out_kernel_init or self.kernel_init,
         bias_init=self.out_bias_init or self.bias_init, use_bias=self.use_bias, dtype=self.dtype,
         param_dtype=self.param_dtype, precision=self.precision, name="out")(heads)
+
+  def _qk_norm(self, x: Array, name: str) -> Array:
+    """``qk_norm`` of queries or keys over their last axis (each head's, or map's, features)."""
+    if self.qk_norm is None:
+      return x
+    return LayerNorm(kind="no_projection" if self.qk_norm == "rms" else "standard",
+                     epsilon=self.qk_norm_epsilon, use_bias=self.qk_norm == "layer",
+                     param_dtype=self.param_dtype, name=name)(x)
+
+  def _lambda(self, map_dim: int) -> Array:
+    """Differential attention's scalar lambda of this layer (float32)."""
+    init = nn.initializers.normal(LAMBDA_INIT_STD)
+    vector = lambda name: self.param(name, init, (map_dim,), self.param_dtype).astype(
+        jnp.float32)
+    dot = lambda a, b: jnp.exp(jnp.sum(vector(a) * vector(b)))
+    return dot("lambda_q1", "lambda_k1") - dot("lambda_q2", "lambda_k2") \
+        + lambda_init(self.layer_index)
 
   @property
   def spec(self) -> AttentionSpec:

@@ -28,6 +28,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from normattn_jax.attention.module import check_module_options
 from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.models.bert import ACTIVATIONS, BertConfig, BertEmbeddings, BertLayer
 from normattn_jax.norms import LayerNorm
@@ -41,13 +42,18 @@ DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 @dataclasses.dataclass(frozen=True)
 class AlbertConfig(BertConfig):
   """ALBERT's ``albert_config.json`` fields plus the attention normalisation (a name, or an
-  ``AttentionSpec`` with its options)."""
+  ``AttentionSpec`` with its options) and ``MultiHeadAttention``'s ``output_gate``, ``qk_norm``
+  and ``differential`` (off by default). The shared layers' differential lambda_init follows
+  each application's depth (layer application l of ``num_layer_applications``, from 1)."""
   vocab_size: int = 30000
   embedding_size: int = 128
   hidden_act: str = "gelu_new"
   num_hidden_groups: int = 1
   inner_group_num: int = 1
   attention: Union[str, AttentionSpec] = "softmax"
+  output_gate: Optional[str] = None
+  qk_norm: Optional[str] = None
+  differential: bool = False
 
   def __post_init__(self):
     super().__post_init__()
@@ -57,6 +63,9 @@ class AlbertConfig(BertConfig):
       raise ValueError(f"num_hidden_groups ({self.num_hidden_groups}) must not exceed "
                        f"num_hidden_layers ({self.num_hidden_layers})")
     AttentionSpec.of(self.attention).resolved()  # a registered name, options it accepts
+    check_module_options(output_gate=self.output_gate, qk_norm=self.qk_norm,
+                         differential=self.differential,
+                         head_dim=self.hidden_size // self.num_attention_heads)
 
   @property
   def num_layer_applications(self) -> int:
@@ -116,7 +125,8 @@ class AlbertModel(nn.Module):
     self.groups = [[BertLayer(c, self.dropout_rate, self.dtype, self.param_dtype,
                               normalization=c.attention, kernel_init=INIT,
                               attention_implementation=self.attention_implementation,
-                              name=f"group_{g}_inner_{i}")
+                              output_gate=c.output_gate, qk_norm=c.qk_norm,
+                              differential=c.differential, name=f"group_{g}_inner_{i}")
                     for i in range(c.inner_group_num)] for g in range(c.num_hidden_groups)]
     options = AttentionSpec.of(c.attention).resolved()
     self.layer_params = {
@@ -143,9 +153,10 @@ class AlbertModel(nn.Module):
     hidden = [x]
     for layer in range(c.num_hidden_layers):
       for inner, block in enumerate(self.groups[c.group_of_layer(layer)]):
-        own = {name: value[layer * c.inner_group_num + inner]
-               for name, value in self.layer_params.items()}
-        x = block(x, padding_mask, deterministic, sow_weights, head_params=own)
+        application = layer * c.inner_group_num + inner
+        own = {name: value[application] for name, value in self.layer_params.items()}
+        x = block(x, padding_mask, deterministic, sow_weights, head_params=own,
+                  layer_index=application + 1)
       hidden.append(x)
     out = {"last_hidden_state": x, "pooler_output": jnp.tanh(self.pooler(x[..., 0, :]))}
     if output_hidden_states:

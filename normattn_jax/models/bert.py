@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from normattn_jax._extras import require
-from normattn_jax.attention.module import MultiHeadAttention
+from normattn_jax.attention.module import MultiHeadAttention, check_module_options
 from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.norms import LayerNorm
 from normattn_jax.validation import check_int
@@ -131,7 +131,10 @@ class BertLayer(nn.Module):
   weights (pretrained BERTs: softmax); ``padding_mask [..., N]`` (True = token) masks padded queries
   and keys alike, so padding never changes the real positions' outputs, whatever the
   normalisation; ``head_params`` (or ``hybrid_weight``, HNAS's u) at call time supply the
-  normalisation's per-head parameters."""
+  normalisation's per-head parameters. ``output_gate``, ``qk_norm`` and ``differential`` are
+  ``MultiHeadAttention``'s (off by default: a pretrained BERT's parameters); ``layer_index`` at
+  call time is the layer's depth from 1 (differential attention's lambda_init, which ALBERT's
+  shared layers take per application)."""
   config: BertConfig
   dropout_rate: float = 0.0
   dtype: Optional[Any] = None
@@ -139,11 +142,21 @@ class BertLayer(nn.Module):
   normalization: Union[str, AttentionSpec] = "softmax"
   attention_implementation: str = "quadratic"
   kernel_init: Any = nn.initializers.lecun_normal()
+  output_gate: Optional[str] = None
+  qk_norm: Optional[str] = None
+  differential: bool = False
+
+  def __post_init__(self):
+    c = self.config
+    check_module_options(output_gate=self.output_gate, qk_norm=self.qk_norm,
+                         differential=self.differential,
+                         head_dim=c.hidden_size // c.num_attention_heads)
+    super().__post_init__()
 
   @nn.compact
   def __call__(self, x: Array, padding_mask: Optional[Array] = None, deterministic: bool = True,
                sow_weights: bool = False, hybrid_weight: Optional[Array] = None,
-               head_params: Optional[dict] = None) -> Array:
+               head_params: Optional[dict] = None, layer_index: int = 1) -> Array:
     c = self.config
     norm = lambda name: LayerNorm(epsilon=c.layer_norm_eps, param_dtype=self.param_dtype,
                                   name=name)
@@ -155,7 +168,8 @@ class BertLayer(nn.Module):
         num_heads=c.num_attention_heads, normalization=self.normalization,
         implementation=self.attention_implementation, kernel_init=self.kernel_init,
         dropout_rate=self.dropout_rate, broadcast_dropout=False, dtype=self.dtype,
-        param_dtype=self.param_dtype, name="attention",
+        param_dtype=self.param_dtype, output_gate=self.output_gate, qk_norm=self.qk_norm,
+        differential=self.differential, layer_index=layer_index, name="attention",
     )(x, padding_mask=padding_mask, deterministic=deterministic, sow_weights=sow_weights,
       hybrid_weight=hybrid_weight, head_params=head_params)
     p = norm("attention_norm")(x + dropout(h))
@@ -177,6 +191,8 @@ class BertModel(nn.Module):
   ``hidden_states`` (with ``output_hidden_states=True``) is a tuple of the embedding output and
   every layer's output. ``sow_weights=True`` stores each layer's attention weights in the
   'intermediates' collection. ``add_pooler`` adds BERT's tanh pooler on the first token.
+  ``output_gate``, ``qk_norm`` and ``differential`` are every layer's ``MultiHeadAttention``
+  options (off by default; on, they add parameters a HuggingFace checkpoint does not have).
   """
   config: BertConfig
   add_pooler: bool = False
@@ -184,6 +200,16 @@ class BertModel(nn.Module):
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
   normalization: Union[str, AttentionSpec] = "softmax"
+  output_gate: Optional[str] = None
+  qk_norm: Optional[str] = None
+  differential: bool = False
+
+  def __post_init__(self):
+    c = self.config
+    check_module_options(output_gate=self.output_gate, qk_norm=self.qk_norm,
+                         differential=self.differential,
+                         head_dim=c.hidden_size // c.num_attention_heads)
+    super().__post_init__()
 
   @nn.compact
   def __call__(self, input_ids: Array, attention_mask: Optional[Array] = None,
@@ -205,8 +231,10 @@ class BertModel(nn.Module):
     hidden = [x]
     for layer in range(c.num_hidden_layers):
       x = BertLayer(c, self.dropout_rate, self.dtype, self.param_dtype,
-                    normalization=self.normalization, name=f"layer_{layer}")(
-          x, padding_mask, deterministic, sow_weights)
+                    normalization=self.normalization, output_gate=self.output_gate,
+                    qk_norm=self.qk_norm, differential=self.differential,
+                    name=f"layer_{layer}")(
+          x, padding_mask, deterministic, sow_weights, layer_index=layer + 1)
       hidden.append(x)
     out = {"last_hidden_state": x}
     if output_hidden_states:

@@ -31,6 +31,8 @@ class SequenceModel(nn.Module):
     "classes": the first token projected to ``num_classes`` logits, ``[batch, num_classes]``;
     "token_classes": every token projected to ``num_classes`` logits, ``[batch, N, num_classes]``.
   Padding positions (``mask`` False) get the logit -1e9 in the two position heads.
+  ``output_gate``, ``qk_norm`` and ``differential`` are ``MultiHeadAttention``'s, in every block
+  (attention archs only; block l, counted from 1, is differential attention's layer l).
   """
   vocab_size: int
   max_len: int
@@ -51,6 +53,9 @@ class SequenceModel(nn.Module):
   attention_implementation: str = "auto"
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
+  output_gate: Optional[str] = None
+  qk_norm: Optional[str] = None
+  differential: bool = False
 
   def __post_init__(self):
     for name in ("vocab_size", "max_len", "d_model"):
@@ -86,8 +91,9 @@ class SequenceModel(nn.Module):
           ffn_features=self.ffn_features, dropout_rate=self.dropout_rate,
           layer_norm_epsilon=self.layer_norm_epsilon, kernel_init=init,
           attention_implementation=self.attention_implementation, dtype=self.dtype,
-          param_dtype=self.param_dtype, name=f"block_{layer}")(x, mask, deterministic,
-                                                               sow_weights)
+          param_dtype=self.param_dtype, output_gate=self.output_gate, qk_norm=self.qk_norm,
+          differential=self.differential, layer_index=layer + 1,
+          name=f"block_{layer}")(x, mask, deterministic, sow_weights)
     return self._head(x, mask, init)
 
   def _head(self, x: Array, mask: Optional[Array], init) -> Array:

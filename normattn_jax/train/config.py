@@ -10,7 +10,8 @@ import ml_collections
 from ml_collections import config_dict
 
 from normattn_jax import tasks
-from normattn_jax.blocks import ARCHITECTURES
+from normattn_jax.attention.module import OUTPUT_GATES, QK_NORMS
+from normattn_jax.blocks import ARCHITECTURES, ATTENTION_OPTIONS
 from normattn_jax.models.sequence import OUTPUTS
 from normattn_jax.train.sections import attention_section, attention_spec, check_known_fields
 from normattn_jax.validation import check_config_float, check_config_floats, check_config_int
@@ -72,6 +73,11 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.positional = config_dict.placeholder(bool)      # None: the task's own
   c.model.normalize = config_dict.placeholder(bool)       # None: the arch's own
   c.model.attention_gelu = config_dict.placeholder(bool)  # None: the arch's own
+  # MultiHeadAttention's options, attention archs only (README, "The modules"): None | "headwise"
+  # | "elementwise"; None | "rms" | "layer"; differential attention (head width even)
+  c.model.output_gate = config_dict.placeholder(str)
+  c.model.qk_norm = config_dict.placeholder(str)
+  c.model.differential = False
 
   c.train = ml_collections.ConfigDict()
   c.train.num_steps = 3200
@@ -168,6 +174,7 @@ def _validate_fields(config) -> None:
   if attention_spec(config.attention, "attention", keep=True) is not None \
       and any(ARCHITECTURES[a].mixer != "attention" for a in archs):
     _fail("attention.name", config.attention.name, "applies to attention archs only")
+  _validate_attention_options(config.model, "model", archs)
   check_config_floats("learning_rates", config.learning_rates, 0, open_low=True)
   for field in ("num_seeds", "eval.val_batches", "eval.case_set_size"):
     _positive_int(config, field)
@@ -186,6 +193,33 @@ def _validate_fields(config) -> None:
   for field in SWITCHES:
     _switch(config, field)
   check_config_float("train.l2", config.train.l2, 0)
+
+
+def validate_attention_options(model, section: str) -> None:
+  """The attention module's options in a config section: ``output_gate``, ``qk_norm`` and
+  ``differential`` (``attention.module.check_module_options``' rules), as config errors.
+
+  Args:
+    model: the config section holding them (a sweep's or pre-training's ``model``).
+    section: its dotted path, for errors.
+
+  Raises:
+    ValueError: ``config.<section>.<field>=<value>: <why>`` for the first value out of range.
+  """
+  for field, choices in (("output_gate", OUTPUT_GATES), ("qk_norm", QK_NORMS)):
+    if model[field] not in choices:
+      _fail(f"{section}.{field}", model[field], f"must be one of {choices}")
+  if not isinstance(model.differential, bool):
+    _fail(f"{section}.differential", model.differential, "must be True or False")
+
+
+def _validate_attention_options(model, section: str, archs: tuple) -> None:
+  validate_attention_options(model, section)
+  pooling = [a for a in archs if ARCHITECTURES[a].mixer != "attention"]
+  for field in ATTENTION_OPTIONS:
+    if model[field] not in (None, False) and pooling:
+      _fail(f"{section}.{field}", model[field],
+            f"applies to attention archs only, not {tuple(pooling)}")
 
 
 def _validate_sweep(config):
@@ -306,4 +340,8 @@ def _validate_shapes(c) -> None:
   if any(ARCHITECTURES[a].mixer == "attention" for a in c.archs) \
       and c.model.d_model % c.model.num_heads:
     _fail("model.num_heads", c.model.num_heads, f"must divide model.d_model ({c.model.d_model})")
+  if c.model.differential and (c.model.d_model // c.model.num_heads) % 2:
+    _fail("model.differential", c.model.differential,
+          f"splits each head in two maps: needs an even head width, model.d_model / "
+          f"model.num_heads = {c.model.d_model // c.model.num_heads}")
   _task(c).check(c.task)  # the task's own rules, e.g. the case task's vocabulary

@@ -95,7 +95,9 @@ class Setup:
         normalize=c.model.normalize,
         attention_gelu=c.model.attention_gelu, output=self.settings.output,
         num_classes=None if task.num_classes is None else task.num_classes(self.settings),
-        positional=self.positional, dropout_rate=c.train.dropout)
+        positional=self.positional, dropout_rate=c.train.dropout,
+        output_gate=c.model.output_gate, qk_norm=c.model.qk_norm,
+        differential=c.model.differential)
 
   def sample(self, key: Array, batch_size: int, seq_len: int):
     """(inputs, labels) for one batch of the task.

@@ -8,7 +8,9 @@ compared field by field with today's config of the same run.
   ``normalization``, pre-training's ``model.attention`` with ``model.hybrid_init`` and
   ``model.sinkhorn_iters``, fine-tuning's ``encoder.attention`` with ``encoder.hybrid_init``.
   Each is now one ``attention`` section (``train.sections``) holding the options that differ
-  from the normalisation's defaults.
+  from the normalisation's defaults;
+- the attention module's ``output_gate``, ``qk_norm`` and ``differential`` came later: a sweep's
+  or pre-training's config without them ran without them (``model.*`` None, None, False).
 """
 from __future__ import annotations
 
@@ -23,6 +25,13 @@ from normattn_jax.validation import fail_config
 RENAMED = {"sweep": {"sweep.values": "sweep.grid"}}
 # How a config.json written before the switches were booleans stored them.
 _OLD_SWITCHES = {"": None, "auto": None, "true": True, "false": False}
+# Per kind of run: fields added later, as {dotted field: the value that keeps the old behaviour};
+# a stored tree whose section lacks one ran without it.
+ADDED = {
+    "sweep": {"model.output_gate": None, "model.qk_norm": None, "model.differential": False},
+    "pretraining": {"model.output_gate": None, "model.qk_norm": None,
+                    "model.differential": False},
+}
 # Per kind of run: (the section that held the name, its key then, its key now, the option fields
 # that stood beside it).
 _FLAT_ATTENTION = {
@@ -40,14 +49,19 @@ def with_current_names(stored: dict, kind: str) -> dict:
     kind: the kind of run (a key of ``checkpoint.MAY_DIFFER``).
 
   Returns:
-    A copy of ``stored`` with renamed fields under their new names, the sweep's switches as
-    booleans and the attention as one section; a tree already of today's form stays as it is.
+    A copy of ``stored`` with renamed fields under their new names, fields added since at the
+    values that keep the old behaviour, the sweep's switches as booleans and the attention as
+    one section; a tree already of today's form stays as it is.
   """
   tree = copy.deepcopy(stored)
   for old, new in RENAMED.get(kind, {}).items():
     (source, old_key), (target, new_key) = _section(tree, old), _section(tree, new)
     if source is not None and old_key in source and target is not None and new_key not in target:
       target[new_key] = source.pop(old_key)
+  for field, value in ADDED.get(kind, {}).items():
+    holder, key = _section(tree, field)
+    if holder is not None and key not in holder:
+      holder[key] = value
   if kind == "sweep":
     tree = with_boolean_switches(tree)
   if kind in _FLAT_ATTENTION:

@@ -19,6 +19,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 import ml_collections
+from ml_collections import config_dict
 import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
@@ -31,6 +32,7 @@ from normattn_jax.models.bert import ACTIVATIONS
 from normattn_jax.train import multihost
 from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, releases_workdir, \
     write_json
+from normattn_jax.train.config import validate_attention_options
 from normattn_jax.train.driver import Budget
 from normattn_jax.train.optim import albert_lamb, albert_schedule
 from normattn_jax.train.run_log import RunLog
@@ -54,7 +56,10 @@ def base_pretrain_config() -> ml_collections.ConfigDict:
       intermediate_size=4096, num_hidden_groups=1, inner_group_num=1, hidden_act="gelu_new",
       max_position_embeddings=512, type_vocab_size=2, layer_norm_eps=1e-12,
       attention=attention_section("softmax"), dropout=0.0, dtype="float32",
-      attention_implementation="auto"))
+      attention_implementation="auto", differential=False))
+  # model.output_gate / qk_norm: None or a string (placeholders, so the command line sets them)
+  c.model.output_gate = config_dict.placeholder(str)
+  c.model.qk_norm = config_dict.placeholder(str)
   c.data = ml_collections.ConfigDict(dict(
       corpus="shakespeare", files=(), cache_dir="", wikipedia_config="20231101.en",
       vocab_size=30000, max_seq_length=512, masked_lm_prob=0.15, max_predictions_per_seq=20,
@@ -88,6 +93,11 @@ def validate_pretrain_config(c: ml_collections.ConfigDict) -> None:
   for field, (value, allowed) in choices.items():
     if value not in allowed:
       _fail(field, value, f"must be one of {allowed}")
+  validate_attention_options(c.model, "model")
+  if c.model.differential and (c.model.hidden_size // c.model.num_attention_heads) % 2:
+    _fail("model.differential", c.model.differential,
+          f"splits each head in two maps: needs an even head width, model.hidden_size / "
+          f"model.num_attention_heads = {c.model.hidden_size // c.model.num_attention_heads}")
   check_config_float("model.dropout", c.model.dropout, 0, 1, open_high=True)
   check_config_float("model.layer_norm_eps", c.model.layer_norm_eps, 0, open_low=True)
   if c.data.corpus == "files":
@@ -131,7 +141,8 @@ def model_config(c: ml_collections.ConfigDict, vocab_size: int) -> AlbertConfig:
       intermediate_size=m.intermediate_size, num_hidden_groups=m.num_hidden_groups,
       inner_group_num=m.inner_group_num, hidden_act=m.hidden_act,
       max_position_embeddings=m.max_position_embeddings, type_vocab_size=m.type_vocab_size,
-      layer_norm_eps=m.layer_norm_eps, attention=AttentionSpec.of(m.attention))
+      layer_norm_eps=m.layer_norm_eps, attention=AttentionSpec.of(m.attention),
+      output_gate=m.output_gate, qk_norm=m.qk_norm, differential=m.differential)
 
 
 def build_model(c: ml_collections.ConfigDict, vocab_size: int) -> AlbertForPretraining:
