@@ -120,3 +120,13 @@ def test_huge_logits_stay_finite():
   for name in NAMES:
     out = fast_path(name, 1e4 * q, k, v, PARAMS[name], None, None, True)
     assert np.all(np.isfinite(out)), name
+
+
+def test_auto_takes_the_measured_paths():
+  from normattn_jax.attention.module import fast_is_faster
+  for name in ("sigmoid", "sink", "softpick", "ssmax"):
+    assert fast_is_faster(name, 1024, 1024, 64, False), name
+    assert not fast_is_faster(name, 512, 4096, 64, True), name
+  assert not fast_is_faster("stickbreaking", 4096, 4096, 64, False, num_logits=8 * 4096 * 4096)
+  assert fast_is_faster("stickbreaking", 8192, 8192, 64, False, num_logits=8 * 8192 * 8192)
+  assert get("sparsemax").fast is None and get("entmax15").fast is None

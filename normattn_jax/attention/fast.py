@@ -10,6 +10,11 @@ Two identities make the new normalisations cheaper than their definitions:
   log pi_ij = l_ij - a_j - b_i; the row offset b cancels in the final row normalisation, so the
   output is softmax_j(l_ij - a_j) V. The offsets come from blockwise log-sum-exp passes, each
   O(block x N) memory; DNAS is one iteration. HNAS mixes a DNAS and a softmax output.
+* **Sigmoid, softpick, Scalable-Softmax, stick-breaking and sink are row-local.** A row's weights
+  depend on that row's logits alone, and a block of query rows holds every key, so the quadratic
+  weight function applied to one block at a time is exact in O(block x N) memory. Sink is
+  softmax attention scaled by ``sigmoid(lse - sink)``, from the same pass's log-sum-exp;
+  Scalable-Softmax is softmax attention with query i scaled by ``s log(n_i)``.
 
 All functions take floating-point ``q [..., h, n_q, d]``, ``k [..., h, n_k, d]``,
 ``v [..., h, n_k, e]`` (n_q, n_k >= 1; the logits are ``q . k``: scale ``q`` beforehand) and
