@@ -130,3 +130,20 @@ def test_auto_takes_the_measured_paths():
   assert not fast_is_faster("stickbreaking", 4096, 4096, 64, False, num_logits=8 * 4096 * 4096)
   assert fast_is_faster("stickbreaking", 8192, 8192, 64, False, num_logits=8 * 8192 * 8192)
   assert get("sparsemax").fast is None and get("entmax15").fast is None
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_module_gives_one_answer_on_both_paths(name):
+  from normattn_jax import MultiHeadAttention
+  x = jax.random.normal(jax.random.key(5), (2, 7, 8))
+  padding = lengths_mask([7, 5], 7)
+  quad = MultiHeadAttention(num_heads=2, normalization=name, implementation="quadratic")
+  quick = MultiHeadAttention(num_heads=2, normalization=name, implementation="fast",
+                             block_size=BLOCK)
+  params = quad.init(jax.random.key(6), x)
+  params = {"params": dict(params["params"], **PARAMS[name])}  # away from the initial values
+  for causal in (False, True):
+    want = quad.apply(params, x, padding_mask=padding, causal=causal)
+    got = quick.apply(params, x, padding_mask=padding, causal=causal)
+    np.testing.assert_allclose(got[:, :5], want[:, :5], atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(got[0], want[0], atol=1e-5, rtol=1e-5)
