@@ -3,9 +3,10 @@
 For N = 128 .. 8192 (batch 1, 8 heads, d_h = 64): the time (median of repeats, variants
 interleaved) and the peak scratch memory (XLA's compiled memory analysis: temporaries plus
 outputs) of the forward pass and of forward + backward, for the quadratic path (weight matrix,
-``weights.py``) and the fast path (``fast.py``). Plain softmax attention (quadratic) is the time
-reference for DNAS. A variant whose scratch memory exceeds --max_gib is compiled (for its memory)
-but not run.
+``weights.py``) and the fast path (``fast.py``) of every normalisation that has one (by default).
+Plain softmax attention (quadratic) is the time reference of every fast path (the "fast/softmax"
+column). A variant whose scratch memory exceeds --max_gib is compiled (for its memory) but not
+run.
 
   python benchmarks/attention_scaling.py [--max_n 8192] [--repeats 3] [--time_max_n 4096]
 
@@ -81,7 +82,8 @@ def main(argv):
       raise app.UsageError(f"--normalizations: {name!r} has no fast path")
   lengths = [n for n in (128, 256, 512, 1024, 2048, 4096, 8192) if n <= _MAX_N.value]
   print(f"devices: {jax.devices()}; batch 1, {HEADS} heads, d_h = {HEAD_DIM}")
-  print(f"{'norm':>8} {'N':>5} {'mode':>7} {'quad ms':>9} {'fast ms':>9} {'speedup':>8} "
+  width = max(8, *map(len, names))
+  print(f"{'norm':>{width}} {'N':>5} {'mode':>7} {'quad ms':>9} {'fast ms':>9} {'speedup':>8} "
         f"{'quad MiB':>9} {'fast MiB':>9} {'mem ratio':>9} {'fast/softmax':>12}")
   results = {}
   for n in lengths:
@@ -115,7 +117,7 @@ def main(argv):
         fmt = lambda t: f"{t * 1e3:9.1f}" if t is not None else f"{'(skip)':>9}"
         ratio = f"{tq / tf:8.2f}" if tq and tf else f"{'-':>8}"
         vs_softmax = f"{tf / ts:12.2f}" if tf and ts else f"{'-':>12}"
-        print(f"{name:>8} {n:5d} {mode:>7} {fmt(tq)} {fmt(tf)} {ratio} {mq / 2**20:9.1f} "
+        print(f"{name:>{width}} {n:5d} {mode:>7} {fmt(tq)} {fmt(tf)} {ratio} {mq / 2**20:9.1f} "
               f"{mf / 2**20:9.1f} {mq / mf:9.1f} {vs_softmax}", flush=True)
   if 4096 in lengths and "nap" in names and "dnas" in names:
     tq, tf, *_ = results[("nap", 4096, "fwd+bwd")]

@@ -10,6 +10,11 @@ Two identities make the new normalisations cheaper than their definitions:
   log pi_ij = l_ij - a_j - b_i; the row offset b cancels in the final row normalisation, so the
   output is softmax_j(l_ij - a_j) V. The offsets come from blockwise log-sum-exp passes, each
   O(block x N) memory; DNAS is one iteration. HNAS mixes a DNAS and a softmax output.
+* **Sigmoid, softpick, Scalable-Softmax, stick-breaking and sink are row-local.** A row's weights
+  depend on that row's logits alone, and a block of query rows holds every key, so the quadratic
+  weight function applied to one block at a time is exact in O(block x N) memory. Sink is
+  softmax attention scaled by ``sigmoid(lse - sink)``, from the same pass's log-sum-exp;
+  Scalable-Softmax is softmax attention with query i scaled by ``s log(n_i)``.
 
 All functions take floating-point ``q [..., h, n_q, d]``, ``k [..., h, n_k, d]``,
 ``v [..., h, n_k, e]`` (n_q, n_k >= 1; the logits are ``q . k``: scale ``q`` beforehand) and
@@ -27,8 +32,9 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
+from normattn_jax.attention import weights as weights_lib
 from normattn_jax.attention.weights import (NAP_EPSILON, check_nap_eps, masked_logsumexp,
-                                            masked_softmax, power_of_two, power_of_two_exponent)
+                                            power_of_two, power_of_two_exponent)
 from normattn_jax.validation import check_int
 
 Array = jax.Array
@@ -169,14 +175,33 @@ def _row_offsets(blocks: _Blocks, k: Array, column_offsets: Array) -> Array:
   return _unsplit(blocks.map(rows, k), -1)[..., :blocks.n_q]
 
 
-def _biased_softmax_attention(blocks: _Blocks, k, v, key_bias: Optional[Array]) -> Array:
-  """softmax_j(l_ij - key_bias_j) V per query block; rows without a valid key give 0."""
+def _softmax_rows(l: Array, v: Array) -> tuple[Array, Array]:
+  """``(softmax(l) V, logsumexp(l))`` of a block of rows from one exp per logit (masked logits
+  are -inf); the sum is divided out after ``V``. A row without a valid key gives 0 and -inf."""
+  shift = jax.lax.stop_gradient(jnp.max(l, axis=-1, keepdims=True))
+  shift = jnp.where(jnp.isfinite(shift), shift, 0.0)
+  e = jnp.exp(l - shift)
+  total = jnp.sum(e, axis=-1, keepdims=True)
+  safe = jnp.where(total > 0, total, 1.0)
+  out = jnp.einsum("...qk,...ke->...qe", e, v) / safe
+  return out, jnp.where(total > 0, jnp.log(safe) + shift, -jnp.inf)
+
+
+def _biased_softmax_attention(blocks: _Blocks, k, v, key_bias: Optional[Array],
+                              with_lse: bool = False):
+  """softmax_j(l_ij - key_bias_j) V per query block; rows without a valid key give 0.
+
+  With ``with_lse`` also the rows' log-sum-exp ``[..., h, n_q, 1]`` (-inf without a valid key),
+  differentiable like the output (what the sink path scales by).
+  """
   def attend(qb, mask):
     l = _logits(qb, k, mask)
     if key_bias is not None:
       l = l - key_bias[..., None, :]
-    return jnp.einsum("...qk,...ke->...qe", masked_softmax(l), v)
-  return _unsplit(blocks.map(attend, k), -2)[..., :blocks.n_q, :]
+    return _softmax_rows(l, v)
+  out, lse = blocks.map(attend, k)
+  out = _unsplit(out, -2)[..., :blocks.n_q, :]
+  return (out, _unsplit(lse, -2)[..., :blocks.n_q, :]) if with_lse else out
 
 
 def _prepare(q, k, v, query_mask, key_mask, causal):
@@ -275,6 +300,163 @@ def hnas_attention(q, k, v, u, *, query_mask=None, key_mask=None, causal=False,
   u = jnp.asarray(u, jnp.promote_types(q.dtype, jnp.float32))
   out = u * dnas_attention(q, k, v, **kwargs) + (1 - u) * softmax_attention(q, k, v, **kwargs)
   return out.astype(q.dtype)
+
+
+# ----- row-local normalisations: sink, sigmoid, softpick, Scalable-Softmax, stick-breaking -----
+
+def _row_local_attention(q, k, v, weights_fn, query_mask, key_mask, causal,
+                         block_size) -> Array:
+  """``weights_fn(logits, mask) V`` per query block: exact for a normalisation whose weights of
+  a row depend on that row's logits alone, since a block holds its rows against every key.
+
+  ``weights_fn`` is the quadratic weight function itself (``weights.py``), given the block's
+  unmasked logits ``[..., h, block, n_k]`` and element mask (None if all valid).
+  """
+  q, k, v, out_dtype = _prepare(q, k, v, query_mask, key_mask, causal)
+  blocks = _Blocks(q, query_mask, key_mask, causal, block_size)
+
+  def attend(qb, mask):
+    l = jnp.einsum("...qd,...kd->...qk", qb, k)
+    return jnp.einsum("...qk,...ke->...qe", weights_fn(l, mask), v)
+  out = _unsplit(blocks.map(attend, k), -2)[..., :blocks.n_q, :]
+  return out.astype(out_dtype)
+
+
+def sink_attention(q, k, v, sink, *, query_mask=None, key_mask=None, causal=False,
+                   block_size: int = DEFAULT_BLOCK) -> Array:
+  """Softmax with an attention sink from the softmax pass alone: ``out * sigmoid(lse - sink)``.
+
+  ``exp(l_j) / (exp(sink) + sum_k exp(l_k)) = softmax_j(l) * sigmoid(lse - sink)`` with ``lse``
+  the row's log-sum-exp, so the blockwise softmax attention that yields ``lse`` gives the
+  output, and its gradient (autodiff through the same blocks), with no second pass.
+
+  Args:
+    q: floating-point queries, shape ``[..., h, n_q, d]`` (already scaled).
+    k: keys, shape ``[..., h, n_k, d]``.
+    v: values, shape ``[..., h, n_k, e]``.
+    sink: the sink logit, broadcastable to ``[..., h, 1, 1]`` (e.g. one per head).
+    query_mask: boolean ``[..., n_q]``, True = valid query; None: all valid.
+    key_mask: boolean ``[..., n_k]``, True = valid key; None: all valid.
+    causal: query i sees only the keys j <= i + n_k - n_q.
+    block_size: the number of queries per block, a positive integer.
+
+  Returns:
+    The outputs, shape ``[..., h, n_q, e]`` in ``q``'s dtype; 0 for rows without a valid key.
+  """
+  q, k, v, out_dtype = _prepare(q, k, v, query_mask, key_mask, causal)
+  blocks = _Blocks(q, query_mask, key_mask, causal, block_size)
+  out, lse = _biased_softmax_attention(blocks, k, v, None, with_lse=True)
+  sink = jnp.asarray(sink, q.dtype)
+  return (out * jax.nn.sigmoid(lse - sink)).astype(out_dtype)  # lse = -inf: out is 0 too
+
+
+def sigmoid_attention(q, k, v, bias=0.0, *, query_mask=None, key_mask=None, causal=False,
+                      block_size: int = DEFAULT_BLOCK) -> Array:
+  """Sigmoid attention ``sigmoid(l - log(n) + b) V`` (n the row's valid keys) in query blocks.
+
+  Args:
+    q: floating-point queries, shape ``[..., h, n_q, d]`` (already scaled).
+    k: keys, shape ``[..., h, n_k, d]``.
+    v: values, shape ``[..., h, n_k, e]``.
+    bias: the offset b added to ``-log(n)``, broadcastable to ``[..., h, 1, 1]`` (one per head).
+    query_mask: boolean ``[..., n_q]``, True = valid query; None: all valid.
+    key_mask: boolean ``[..., n_k]``, True = valid key; None: all valid.
+    causal: query i sees only the keys j <= i + n_k - n_q.
+    block_size: the number of queries per block, a positive integer.
+
+  Returns:
+    The outputs, shape ``[..., h, n_q, e]`` in ``q``'s dtype; 0 for rows without a valid key.
+  """
+  bias = jnp.asarray(bias, jnp.promote_types(q.dtype, jnp.float32))
+  return _row_local_attention(
+      q, k, v, lambda l, mask: weights_lib.sigmoid_weights(l + bias, None, mask),
+      query_mask, key_mask, causal, block_size)
+
+
+def softpick_attention(q, k, v, eps: float = 1e-6, *, query_mask=None, key_mask=None,
+                       causal=False, block_size: int = DEFAULT_BLOCK) -> Array:
+  """Softpick ``relu(exp(l) - 1) / (sum |exp(l) - 1| + eps) V`` in query blocks, one pass.
+
+  Numerator and denominator are sums over one row, and a block holds its rows against every key,
+  so both come from the block's logits, scaled by ``exp(-m)`` with m the row's largest valid logit
+  (or 0) as in ``softpick_weights``: no running statistics across blocks are needed.
+
+  Args:
+    q: floating-point queries, shape ``[..., h, n_q, d]`` (already scaled).
+    k: keys, shape ``[..., h, n_k, d]``.
+    v: values, shape ``[..., h, n_k, e]``.
+    eps: added to the denominator, >= 0.
+    query_mask: boolean ``[..., n_q]``, True = valid query; None: all valid.
+    key_mask: boolean ``[..., n_k]``, True = valid key; None: all valid.
+    causal: query i sees only the keys j <= i + n_k - n_q.
+    block_size: the number of queries per block, a positive integer.
+
+  Returns:
+    The outputs, shape ``[..., h, n_q, e]`` in ``q``'s dtype; 0 for rows without a valid key.
+  """
+  weights_lib.check_softpick_eps(eps)
+  return _row_local_attention(
+      q, k, v, lambda l, mask: weights_lib.softpick_weights(l, mask, eps),
+      query_mask, key_mask, causal, block_size)
+
+
+def stickbreaking_attention(q, k, v, *, query_mask=None, key_mask=None, causal=False,
+                            block_size: int = DEFAULT_BLOCK) -> Array:
+  """Stick-breaking attention in query blocks: each block's rows hold every key, so the reverse
+  cumulative sum of ``log(1 - sigmoid(l))`` over a row is ``stickbreaking_weights``' own.
+
+  Args:
+    q: floating-point queries, shape ``[..., h, n_q, d]`` (already scaled).
+    k: keys, shape ``[..., h, n_k, d]``.
+    v: values, shape ``[..., h, n_k, e]``.
+    query_mask: boolean ``[..., n_q]``, True = valid query; None: all valid.
+    key_mask: boolean ``[..., n_k]``, True = valid key; None: all valid.
+    causal: query i sees only the keys j <= i + n_k - n_q.
+    block_size: the number of queries per block, a positive integer.
+
+  Returns:
+    The outputs, shape ``[..., h, n_q, e]`` in ``q``'s dtype; 0 for rows without a valid key.
+  """
+  return _row_local_attention(q, k, v, weights_lib.stickbreaking_weights, query_mask,
+                              key_mask, causal, block_size)
+
+
+def _valid_keys_per_query(key_mask, causal, n_q: int, n_k: int, dtype) -> Array:
+  """The number of keys each query sees, ``[..., 1, n_q, 1]`` (broadcastable over heads)."""
+  valid = jnp.ones((n_k,), dtype) if key_mask is None else key_mask.astype(dtype)
+  if causal:
+    count = _for_queries(jnp.cumsum(valid, axis=-1), n_q, -1)
+  else:
+    count = jnp.broadcast_to(jnp.sum(valid, axis=-1, keepdims=True), valid.shape[:-1] + (n_q,))
+  return count[..., None, :, None]
+
+
+def ssmax_attention(q, k, v, scale=1.0, *, query_mask=None, key_mask=None, causal=False,
+                    block_size: int = DEFAULT_BLOCK) -> Array:
+  """Scalable-Softmax ``softmax(scale * log(n) * l) V`` as softmax attention with query i scaled
+  by ``scale * log(n_i)`` (n_i the keys it sees): ``(c q_i) . k_j = c (q_i . k_j)``.
+
+  ``ssmax_weights`` clips a product past the float range; here it would overflow the softmax,
+  which only logits near that range reach.
+
+  Args:
+    q: floating-point queries, shape ``[..., h, n_q, d]`` (already scaled).
+    k: keys, shape ``[..., h, n_k, d]``.
+    v: values, shape ``[..., h, n_k, e]``.
+    scale: the paper's s, broadcastable to ``[..., h, 1, 1]`` (e.g. one per head).
+    query_mask: boolean ``[..., n_q]``, True = valid query; None: all valid.
+    key_mask: boolean ``[..., n_k]``, True = valid key; None: all valid.
+    causal: query i sees only the keys j <= i + n_k - n_q.
+    block_size: the number of queries per block, a positive integer.
+
+  Returns:
+    The outputs, shape ``[..., h, n_q, e]`` in ``q``'s dtype; 0 for rows without a valid key.
+  """
+  q, k, v, out_dtype = _prepare(q, k, v, query_mask, key_mask, causal)
+  count = _valid_keys_per_query(key_mask, causal, q.shape[-2], k.shape[-2], q.dtype)
+  q = q * (jnp.asarray(scale, q.dtype) * jnp.log(jnp.maximum(count, 1.0)))
+  blocks = _Blocks(q, query_mask, key_mask, causal, block_size)
+  return _biased_softmax_attention(blocks, k, v, None).astype(out_dtype)
 
 
 # ----- linear-time NAP and NON -----

@@ -388,6 +388,15 @@ def _blockwise_pays_off(q_len, k_len, head_dim, causal, num_logits) -> bool:
   return max(num_logits, q_len * k_len) >= QUADRATIC_LOGITS_LIMIT
 
 
+def _row_local_pays_off(q_len, k_len, head_dim, causal, num_logits) -> bool:
+  """Blockwise sigmoid/sink/softpick/Scalable-Softmax do the quadratic path's work a block of
+  queries at a time, and on a CPU are faster once queries and keys both number 1024 (4 blocks):
+  1.1-3.3x at N = 1024 .. 4096, forward and forward + backward; or where the logits would pass
+  1 GiB; BENCHMARKS.md."""
+  return min(q_len, k_len) >= 1024 or _blockwise_pays_off(q_len, k_len, head_dim, causal,
+                                                           num_logits)
+
+
 def _unblocked(fn):
   """A linear fast path takes no ``block_size``."""
   return lambda q, k, v, *, block_size, **kwargs: fn(q, k, v, **kwargs)
@@ -430,27 +439,41 @@ NON = register(Normalization(
     head_norm=False,  # its 1/sqrt(N) inside non_weights replaces the MTE head LayerNorm
     fast_pays_off=_linear_pays_off))
 
-# Today's wave, each quadratic for now (no fast path). Learned per-head parameters start where
-# each paper puts its constant: sigmoid's bias offset at 0 (so the bias is -log(n)), the sink
-# logit at 0 (softmax_1), Scalable-Softmax's s at 1.
+# Today's wave. Learned per-head parameters start where each paper puts its constant: sigmoid's
+# bias offset at 0 (so the bias is -log(n)), the sink logit at 0 (softmax_1), Scalable-Softmax's
+# s at 1. The row-local ones have blockwise fast paths (fast.py); stick-breaking's is slower than
+# its quadratic path on a CPU, so "auto" takes it only for memory (as DNAS's); sparsemax and
+# 1.5-entmax stay quadratic.
 SIGMOID = register(Normalization(
     "sigmoid", lambda logits, mask, sigmoid_bias: weights_lib.sigmoid_weights(
         logits + sigmoid_bias, None, mask),  # sigmoid(l - log(n) + b), b learned per head
-    params=(HeadParam("sigmoid_bias", lambda options: nn.initializers.zeros),)))
+    fast=lambda q, k, v, sigmoid_bias, **kw: fast_lib.sigmoid_attention(q, k, v, sigmoid_bias,
+                                                                       **kw),
+    params=(HeadParam("sigmoid_bias", lambda options: nn.initializers.zeros),),
+    fast_pays_off=_row_local_pays_off))
 SINK = register(Normalization(
     "sink", lambda logits, mask, sink_logit: weights_lib.sink_weights(logits, sink_logit, mask),
-    params=(HeadParam("sink_logit", lambda options: nn.initializers.zeros),)))
+    fast=lambda q, k, v, sink_logit, **kw: fast_lib.sink_attention(q, k, v, sink_logit, **kw),
+    params=(HeadParam("sink_logit", lambda options: nn.initializers.zeros),),
+    fast_pays_off=_row_local_pays_off))
 SOFTPICK = register(Normalization(
     "softpick", lambda logits, mask, softpick_eps: weights_lib.softpick_weights(
         logits, mask, softpick_eps),
-    options=(Option("softpick_eps", 1e-6, non_negative),)))
+    fast=lambda q, k, v, softpick_eps, **kw: fast_lib.softpick_attention(q, k, v, softpick_eps,
+                                                                        **kw),
+    options=(Option("softpick_eps", 1e-6, non_negative),),
+    fast_pays_off=_row_local_pays_off))
 SSMAX = register(Normalization(
     "ssmax", lambda logits, mask, ssmax_scale: weights_lib.ssmax_weights(
         logits, ssmax_scale, mask),
-    params=(HeadParam("ssmax_scale", lambda options: nn.initializers.ones),)))
+    fast=lambda q, k, v, ssmax_scale, **kw: fast_lib.ssmax_attention(q, k, v, ssmax_scale, **kw),
+    params=(HeadParam("ssmax_scale", lambda options: nn.initializers.ones),),
+    fast_pays_off=_row_local_pays_off))
 SPARSEMAX = register(Normalization("sparsemax", weights_lib.sparsemax_weights))
 ENTMAX15 = register(Normalization("entmax15", weights_lib.entmax15_weights))
-STICKBREAKING = register(Normalization("stickbreaking", weights_lib.stickbreaking_weights))
+STICKBREAKING = register(Normalization(
+    "stickbreaking", weights_lib.stickbreaking_weights,
+    fast=fast_lib.stickbreaking_attention, fast_pays_off=_blockwise_pays_off))
 
 # The names above, fixed: what the library ships, whatever a user registers later.
 BUILTIN_NORMALIZATIONS = names()

@@ -1,0 +1,149 @@
+"""The blockwise paths of sigmoid, sink, softpick, Scalable-Softmax and stick-breaking equal the
+registered quadratic weights (``fast_attention`` vs ``attention_weights`` then ``A V``): values
+and gradients (q, k, v and the per-head parameters), under every mask, for q shorter than k and
+for bf16 inputs."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from normattn_jax.attention import fast
+from normattn_jax.attention.registry import get
+
+B, H, D, E = 2, 2, 4, 3
+BLOCK = 4  # n_q = 7 or 9: the last query block is padded
+# Per-head parameters away from their initial values, so that each one matters.
+PARAMS = {
+    "sigmoid": {"sigmoid_bias": jnp.array([0.4, -0.7])},
+    "sink": {"sink_logit": jnp.array([0.5, -1.5])},
+    "softpick": {},
+    "ssmax": {"ssmax_scale": jnp.array([0.8, 1.4])},
+    "stickbreaking": {},
+}
+NAMES = sorted(PARAMS)
+
+
+def lengths_mask(lengths, n):
+  return jnp.arange(n)[None, :] < jnp.asarray(lengths)[:, None]
+
+
+# name -> (n_q, n_k, query_mask, key_mask, causal)
+CASES = {
+    "none": (7, 7, None, None, False),
+    "key_mask": (7, 7, None, jnp.array([[1, 0, 1, 1, 0, 1, 1], [0, 1, 1, 1, 1, 1, 0]], bool),
+                 False),
+    "query_mask": (7, 7, jnp.array([[1, 1, 0, 1, 1, 1, 0], [1, 0, 1, 1, 1, 1, 1]], bool), None,
+                   False),
+    "causal": (7, 7, None, None, True),
+    "padded_causal": (7, 7, lengths_mask([7, 4], 7), lengths_mask([7, 4], 7), True),
+    "fully_masked_row": (7, 7, None, lengths_mask([7, 0], 7), False),  # batch 1 sees no key
+    "q_shorter": (3, 9, None, lengths_mask([9, 6], 9), False),
+    "q_shorter_causal": (3, 9, None, None, True),
+    "q_longer_causal": (9, 5, None, None, True),  # the first 4 queries see no key
+}
+
+
+def dense_mask(n_q, n_k, query_mask, key_mask, causal):
+  m = jnp.ones((B, 1, n_q, n_k), bool)
+  if query_mask is not None:
+    m = m & query_mask[:, None, :, None]
+  if key_mask is not None:
+    m = m & key_mask[:, None, None, :]
+  if causal:
+    m = m & (jnp.arange(n_q)[:, None] + n_k - n_q >= jnp.arange(n_k)[None, :])
+  return m
+
+
+def inputs(n_q, n_k, dtype=jnp.float32, seed=0):
+  ks = jax.random.split(jax.random.key(seed), 3)
+  q = 1.5 * jax.random.normal(ks[0], (B, H, n_q, D))
+  k = jax.random.normal(ks[1], (B, H, n_k, D))
+  v = jax.random.normal(ks[2], (B, H, n_k, E))
+  return q.astype(dtype), k.astype(dtype), v.astype(dtype)
+
+
+def quadratic(name, q, k, v, params, mask):
+  logits = jnp.einsum("...qd,...kd->...qk", q, k)
+  return jnp.einsum("...qk,...ke->...qe", get(name).attention_weights(logits, mask, params), v)
+
+
+def fast_path(name, q, k, v, params, query_mask, key_mask, causal):
+  return get(name).fast_attention(q, k, v, params, query_mask=query_mask, key_mask=key_mask,
+                                  causal=causal, block_size=BLOCK)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("name", NAMES)
+def test_values_and_gradients_equal_the_quadratic_path(name, case):
+  n_q, n_k, qm, km, causal = CASES[case]
+  q, k, v = inputs(n_q, n_k)
+  mask = dense_mask(n_q, n_k, qm, km, causal)
+  params = PARAMS[name]
+  got = fast_path(name, q, k, v, params, qm, km, causal)
+  want = quadratic(name, q, k, v, params, mask)
+  np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+  empty = jnp.broadcast_to(~jnp.any(mask, -1), got.shape[:-1])
+  assert np.all(np.asarray(got)[np.asarray(empty)] == 0)  # rows without a valid key
+  probe = jax.random.normal(jax.random.key(1), want.shape)
+  loss_fast = lambda q, k, v, p: jnp.sum(fast_path(name, q, k, v, p, qm, km, causal) * probe)
+  loss_ref = lambda q, k, v, p: jnp.sum(quadratic(name, q, k, v, p, mask) * probe)
+  got_g = jax.grad(loss_fast, (0, 1, 2, 3))(q, k, v, params)
+  want_g = jax.grad(loss_ref, (0, 1, 2, 3))(q, k, v, params)
+  for got, want in zip(jax.tree.leaves(got_g), jax.tree.leaves(want_g)):
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, want, atol=5e-5 * max(float(jnp.max(jnp.abs(want))), 1.0),
+                               rtol=0)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_bf16_inputs(name):
+  n_q, n_k, qm, km, causal = CASES["padded_causal"]
+  q, k, v = inputs(n_q, n_k, jnp.bfloat16, seed=3)
+  got = fast_path(name, q, k, v, PARAMS[name], qm, km, causal)
+  assert got.dtype == jnp.bfloat16
+  f32 = [x.astype(jnp.float32) for x in (q, k, v)]
+  want = quadratic(name, *f32, PARAMS[name], dense_mask(n_q, n_k, qm, km, causal))
+  np.testing.assert_allclose(got.astype(jnp.float32), want, atol=2e-2, rtol=2e-2)
+
+
+def test_sink_is_softmax_scaled_by_its_lse():
+  q, k, v = inputs(7, 7)
+  out = fast.sink_attention(q, k, v, 0.0, causal=True, block_size=BLOCK)
+  soft = fast.softmax_attention(q, k, v, causal=True, block_size=BLOCK)
+  lse = jax.nn.logsumexp(jnp.where(dense_mask(7, 7, None, None, True),
+                                   jnp.einsum("...qd,...kd->...qk", q, k), -jnp.inf), -1)
+  np.testing.assert_allclose(out, soft * jax.nn.sigmoid(lse)[..., None], atol=1e-6, rtol=1e-6)
+
+
+def test_huge_logits_stay_finite():
+  q, k, v = inputs(7, 7)
+  for name in NAMES:
+    out = fast_path(name, 1e4 * q, k, v, PARAMS[name], None, None, True)
+    assert np.all(np.isfinite(out)), name
+
+
+def test_auto_takes_the_measured_paths():
+  from normattn_jax.attention.module import fast_is_faster
+  for name in ("sigmoid", "sink", "softpick", "ssmax"):
+    assert fast_is_faster(name, 1024, 1024, 64, False), name
+    assert not fast_is_faster(name, 512, 4096, 64, True), name
+  assert not fast_is_faster("stickbreaking", 4096, 4096, 64, False, num_logits=8 * 4096 * 4096)
+  assert fast_is_faster("stickbreaking", 8192, 8192, 64, False, num_logits=8 * 8192 * 8192)
+  assert get("sparsemax").fast is None and get("entmax15").fast is None
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_module_gives_one_answer_on_both_paths(name):
+  from normattn_jax import MultiHeadAttention
+  x = jax.random.normal(jax.random.key(5), (2, 7, 8))
+  padding = lengths_mask([7, 5], 7)
+  quad = MultiHeadAttention(num_heads=2, normalization=name, implementation="quadratic")
+  quick = MultiHeadAttention(num_heads=2, normalization=name, implementation="fast",
+                             block_size=BLOCK)
+  params = quad.init(jax.random.key(6), x)
+  params = {"params": dict(params["params"], **PARAMS[name])}  # away from the initial values
+  for causal in (False, True):
+    want = quad.apply(params, x, padding_mask=padding, causal=causal)
+    got = quick.apply(params, x, padding_mask=padding, causal=causal)
+    np.testing.assert_allclose(got[:, :5], want[:, :5], atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(got[0], want[0], atol=1e-5, rtol=1e-5)
