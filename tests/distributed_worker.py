@@ -51,7 +51,8 @@ def pretrain_config(corpus):
   from normattn_jax.train.pretrain import base_pretrain_config
   c = base_pretrain_config()
   c.model.update(embedding_size=8, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                 intermediate_size=32, max_position_embeddings=32, attention="hnas")
+                 intermediate_size=32, max_position_embeddings=32)
+  c.model.attention.name = "hnas"
   c.data.update(corpus="files", files=tuple(sorted(glob.glob(os.path.join(corpus, "*.txt")))),
                 vocab_size=60, max_seq_length=32, max_predictions_per_seq=4, dupe_factor=2,
                 validation_fraction=0.2)

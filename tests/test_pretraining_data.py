@@ -225,7 +225,8 @@ def test_pretraining_runs_on_local_files(tmp_path):
   from normattn_jax.train.pretrain import base_pretrain_config, run_pretraining
   c = base_pretrain_config()
   c.model.update(embedding_size=8, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                 intermediate_size=32, max_position_embeddings=48, attention="dnas")
+                 intermediate_size=32, max_position_embeddings=48)
+  c.model.attention.name = "dnas"
   c.data.update(corpus="files", files=tuple(write_corpus(str(tmp_path), lines=400)),
                 vocab_size=60, max_seq_length=48, max_predictions_per_seq=8, dupe_factor=1,
                 validation_fraction=0.3)
