@@ -52,7 +52,6 @@ def main(argv):
   load_plugins(_PLUGINS.value)
   options = parse_options(_OPTIONS.value)
   try:
-    report_card.check_card(_NORMALIZATION.value, options, _SCALE.value)
     report = report_card.run_card(_NORMALIZATION.value, options, _SCALE.value, _WORKDIR.value,
                                   baselines_dir=_BASELINES.value,
                                   show_progress=_PROGRESS.value)

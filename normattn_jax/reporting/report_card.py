@@ -29,6 +29,8 @@ from typing import Callable, Optional
 import jax
 import ml_collections
 import numpy as np
+import orbax.checkpoint as ocp
+from etils import epath
 
 from normattn_jax.analysis import cost as cost_lib
 from normattn_jax.analysis import explaining_away as ea
@@ -37,7 +39,7 @@ from normattn_jax.analysis.unselectable import unselectable
 from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.reporting import seeds as seeds_lib
 from normattn_jax.train import artifacts
-from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, write_json
+from normattn_jax.train.checkpoint import ITEM, GridCheckpoints, open_workdir, write_json
 from normattn_jax.train.config import PAPER_LEARNING_RATES, base_config
 from normattn_jax.train.grid import Setup
 from normattn_jax.train.layout import ModelsAxis, grid_name
@@ -108,7 +110,7 @@ SCALES = {
                    clusters=(100, 10)),
     # at most 20 minutes on 2 CPU cores per card, the baselines trained once per scale aside
     "cpu": Scale(seq_len=16, d_model=32, num_heads=4, num_layers=2, batch_size=32,
-                 num_steps=1000, eval_every=100, mode_steps=1000, mode_eval_every=100,
+                 num_steps=2000, eval_every=100, mode_steps=2000, mode_eval_every=100,
                  learning_rates=(0.027, 0.0081, 0.00243), num_seeds=5, val_batches=8,
                  case_set_size=200, probe_batch=8, cost_lengths=(128, 1024, 4096),
                  cost_repeats=3, clusters=(500, 50)),
@@ -191,7 +193,7 @@ def sweep_config(task: str, scale: str, archs: tuple,
   c.train.batch_size = s.batch_size
   c.train.num_steps = s.mode_steps if task == "mode" else s.num_steps
   c.train.eval_every = s.mode_eval_every if task == "mode" else s.eval_every
-  c.train.checkpoint_every = 1
+  c.train.checkpoint_every = 4  # > 0: the analyses read the final checkpoint
   c.eval.val_batches, c.eval.case_set_size = s.val_batches, s.case_set_size
   return c
 
@@ -301,20 +303,17 @@ def final_states(arm: Arm) -> tuple:
   Returns:
     ``(config, [params per seed], setup)``.
   """
-  config = artifacts.read_config(arm.workdir)
-  run = seeds_lib.OurSweep(config, {})
-  lr = best_learning_rate(arm.sweep(), arm.arch)
+  run = arm.sweep()
+  config, lr = run.config, best_learning_rate(run, arm.arch)
   lr_index = int(np.argmin(np.abs(np.log(np.asarray(run.learning_rates) / lr))))
   checkpoints = GridCheckpoints(os.path.join(arm.workdir, "checkpoints", grid_name(arm.arch, {})))
   try:
     step = checkpoints.latest()
     if step is None:
       raise FileNotFoundError(f"{arm.workdir}: no checkpoint of {arm.arch!r} to analyse")
-    import orbax.checkpoint as ocp
-    from etils import epath
-    handler = ocp.StandardCheckpointHandler()
+    handler = ocp.StandardCheckpointHandler()  # no target: the arrays as saved
     try:
-      tree = handler.restore(epath.Path(checkpoints.directory) / str(step) / "default")
+      tree = handler.restore(epath.Path(checkpoints.directory) / str(step) / ITEM)
     finally:
       handler.close()
   finally:
@@ -338,6 +337,8 @@ def _keys(model, params, tokens) -> list:
       elif isinstance(value, dict):
         walk(value, path + (name,))
   walk(jax.tree_util.tree_map(np.asarray, dict(state["intermediates"])), ())
+  if not found:
+    raise ValueError("the model has no attention key projections (modules named 'key')")
   return [np.asarray(keys) for _, keys in sorted(found, key=lambda item: item[0])]
 
 
