@@ -111,6 +111,52 @@ def test_cost_against_softmax():
   assert {r["path"] for r in fast} == {"quadratic", "fast"}
 
 
+def synthetic_report():
+  """A report as run_card assembles it, with made-up numbers (two seeds)."""
+  def arm(acc, learned=True):
+    entry = {"learning_rate": 0.01, "train_acc": [acc, acc + 0.1], "val_acc": [acc, acc]}
+    entry.update({f"case_acc_{c}": [acc, acc] for c in rc.CASES})
+    entry["learned_all"] = [learned, False]
+    return entry
+  tests = {"softmax": {"train_acc": 0.01, "val_acc": 0.5}, "nap": {"train_acc": 0.5,
+                                                                     "val_acc": 0.5}}
+  tasks = {task: {"arms": {"card": arm(0.9), "softmax": arm(0.5), "nap": arm(0.85, False)},
+                  "tests": tests, "threshold": 0.36} for task in rc.TASKS}
+  del tasks["mode"]["threshold"]
+  attention = {label: {"explained_away": [0.0, 0.1], "below_bound": [0.0, 0.2],
+                       "min_sum_times_n": [1.0, 0.0], "unselectable": [0.0, 0.05]}
+               for label in rc.ARMS}
+  cost = [{"n": 128, "path": "quadratic", "mode": mode, "seconds": 0.002, "bytes": 2 ** 20,
+           "softmax_seconds": 0.001, "softmax_bytes": 2 ** 20} for mode in ("fwd", "fwd+bwd")]
+  collapse = {pair: {"card": [2, 2], "softmax": [2, 1], "dnas": [2, 2]}
+              for pair in ("unbalanced", "balanced")}
+  return {"normalization": "x(t=2)", "name": "x", "options": {"t": 2}, "scale": "smoke",
+          "sizes": dict(rc.dataclasses.asdict(rc.SCALES["smoke"])), "baselines_dir": "b",
+          "tasks": tasks, "attention": attention, "mode_collapse": collapse, "cost": cost,
+          "seconds": {"sweeps": {"card/case": 3.0, "baselines/case": None}, "this_call": 5.0}}
+
+
+def test_verdicts_say_what_the_numbers_show():
+  from normattn_jax.reporting import report_card_text as text
+  report = synthetic_report()
+  lines = text.verdicts(report)
+  assert set(lines) == set(DIAGNOSTICS)
+  assert lines["case"].startswith("At the smoke scale, x(t=2)'s training accuracy")
+  assert "above softmax's" in lines["case"] and "no different from NAP's" in lines["case"]
+  assert lines["first_token"].startswith("At the smoke scale, 1/2 of x(t=2)'s seeds learn all "
+                                         "three cases (softmax 1/2, NAP 0/2)")
+  assert "learn all three" not in lines["mode"]
+  assert "bound" in lines["explaining_away"] and "fails" in lines["explaining_away"]
+  assert "leaves 2 cluster(s) (softmax 1, DNAS 2)" in lines["mode_collapse"]
+  assert "2.00x softmax's time and 1.00x its memory" in lines["cost"]
+  assert "no fast path" in lines["cost"]
+  report["verdicts"] = lines
+  md = text.markdown(report)
+  assert md.count("**Verdict:**") == len(DIAGNOSTICS)
+  assert "| card vs softmax | 0.01 | 0.5 |" in md
+  assert "| card | 90.0, 100.0 | 90.0, 90.0 | y n |" in md
+
+
 def _check_report(workdir):
   with open(os.path.join(workdir, "report.json")) as f:
     report = json.load(f)

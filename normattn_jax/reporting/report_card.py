@@ -127,6 +127,13 @@ TASKS = {"case": ("case_distinction", "tokens"), "first_token": ("case_distincti
          "mode": ("mode_finding", "classes")}
 
 
+def section(name: str, options: dict) -> ml_collections.ConfigDict:
+  """A config's ``attention`` section of ``name`` and ``options`` (any option names)."""
+  out = attention_section(name)
+  out.options = dict(options)
+  return out
+
+
 def check_card(normalization: str, options: dict, scale: str) -> AttentionSpec:
   """The card's normalisation, checked before anything is written or compiled.
 
@@ -146,7 +153,7 @@ def check_card(normalization: str, options: dict, scale: str) -> AttentionSpec:
   if not isinstance(options, dict):
     raise ValueError(f"options={options!r}: must be a mapping of option names to values")
   try:
-    return attention_spec(attention_section(normalization, **options), "attention")
+    return attention_spec(section(normalization, options), "attention")
   except ValueError as err:
     raise ValueError(str(err).replace("config.attention.name", "normalization")
                      .replace("config.attention.options", "options")) from None
@@ -183,7 +190,7 @@ def sweep_config(task: str, scale: str, archs: tuple,
   c = base_config()
   c.archs = tuple(archs)
   if spec is not None:
-    c.attention = attention_section(spec.name, **dict(spec.options))
+    c.attention = section(spec.name, dict(spec.options))
   c.learning_rates = tuple(s.learning_rates)
   c.num_seeds = s.num_seeds
   c.task.name, c.task.output = TASKS[task]

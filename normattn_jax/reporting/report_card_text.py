@@ -41,18 +41,21 @@ def _task_verdict(task: str, scores: dict, scale: str, name: str) -> str:
   metric = "val_acc" if task == "mode" else "train_acc"
   what = "validation accuracy at 2N" if task == "mode" else "training accuracy"
   seeds = len(arms["card"][metric])
-  parts = [f"At the {scale} scale, {name}'s {what} (best per seed, {seeds} seeds) averages "
-           f"{_pct(np.mean(arms['card'][metric]))}%"]
+  accuracy = [f"{name}'s {what} (best per seed, {seeds} seeds) averages "
+              f"{_pct(np.mean(arms['card'][metric]))}%"]
   for base in ("softmax", "nap"):
     p = scores["tests"][base][metric]
-    parts.append(f"{_compare(p, arms['card'][metric], arms[base][metric])} {SHOWN[base]}'s "
-                 f"{_pct(np.mean(arms[base][metric]))}% (p = {p:.3g})")
-  line = parts[0] + ", " + " and ".join(parts[1:])
-  if "threshold" in scores:
-    learned = {label: f"{sum(arms[label]['learned_all'])}/{seeds}" for label in ARMS}
-    line += (f"; seeds that learn all three cases: {name} {learned['card']}, softmax "
-             f"{learned['softmax']}, NAP {learned['nap']}")
-  return line + "."
+    accuracy.append(f"{_compare(p, arms['card'][metric], arms[base][metric])} {SHOWN[base]}'s "
+                    f"{_pct(np.mean(arms[base][metric]))}% (p = {p:.3g})")
+  accuracy = accuracy[0] + ", " + " and ".join(accuracy[1:])
+  if "threshold" not in scores:
+    return f"At the {scale} scale, {accuracy}."
+  learned = {label: f"{sum(arms[label]['learned_all'])}/{seeds}" for label in ARMS}
+  learned = (f"{learned['card']} of {name}'s seeds learn all three cases (softmax "
+             f"{learned['softmax']}, NAP {learned['nap']})")
+  if task == "first_token":  # Fig. 5's question leads
+    return f"At the {scale} scale, {learned}; {accuracy}."
+  return f"At the {scale} scale, {accuracy}; {learned}."
 
 
 def verdicts(report: dict) -> dict:
