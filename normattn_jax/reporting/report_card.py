@@ -102,10 +102,11 @@ class Scale:
 
 
 SCALES = {
-    # minutes on a CPU: for tests and for a first look at a plugin; its numbers mean little
-    "smoke": Scale(seq_len=8, d_model=8, num_heads=2, num_layers=2, batch_size=16, num_steps=40,
-                   eval_every=20, mode_steps=40, mode_eval_every=20,
-                   learning_rates=(0.0081, 0.00243), num_seeds=2, val_batches=2,
+    # minutes on a CPU, nearly all of it compiling: for tests and for a first look at a plugin;
+    # its numbers mean little
+    "smoke": Scale(seq_len=8, d_model=8, num_heads=2, num_layers=2, batch_size=16,
+                   num_steps=300, eval_every=100, mode_steps=300, mode_eval_every=100,
+                   learning_rates=(0.027, 0.0081), num_seeds=2, val_batches=2,
                    case_set_size=50, probe_batch=4, cost_lengths=(128,), cost_repeats=1,
                    clusters=(100, 10)),
     # at most 20 minutes on 2 CPU cores per card, the baselines trained once per scale aside
