@@ -146,7 +146,7 @@ def test_verdicts_say_what_the_numbers_show():
   assert lines["first_token"].startswith("At the smoke scale, 1/2 of x(t=2)'s seeds learn all "
                                          "three cases (softmax 1/2, NAP 0/2)")
   assert "learn all three" not in lines["mode"]
-  assert "bound" in lines["explaining_away"] and "fails" in lines["explaining_away"]
+  assert "fails for x(t=2) in 1 of 2 seeds (10.0% of keys below it)" in lines["explaining_away"]
   assert "leaves 2 cluster(s) (softmax 1, DNAS 2)" in lines["mode_collapse"]
   assert "2.00x softmax's time and 1.00x its memory" in lines["cost"]
   assert "no fast path" in lines["cost"]
