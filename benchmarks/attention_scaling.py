@@ -3,10 +3,10 @@
 For N = 128 .. 8192 (batch 1, 8 heads, d_h = 64): the time (median of repeats, variants
 interleaved) and the peak scratch memory (XLA's compiled memory analysis: temporaries plus
 outputs) of the forward pass and of forward + backward, for the quadratic path (weight matrix,
-``weights.py``) and the fast path (``fast.py``) of every normalisation that has one (by default).
-Plain softmax attention (quadratic) is the time reference of every fast path (the "fast/softmax"
-column). A variant whose scratch memory exceeds --max_gib is compiled (for its memory) but not
-run.
+``weights.py``) and the fast path (``fast.py``) of every normalisation that has one (by default),
+measured by ``normattn_jax.analysis.cost``. Plain softmax attention (quadratic) is the time
+reference of every fast path (the "fast/softmax" column). A variant whose scratch memory exceeds
+--max_gib is compiled (for its memory) but not run.
 
   python benchmarks/attention_scaling.py [--max_n 8192] [--repeats 3] [--time_max_n 4096]
 
@@ -15,16 +15,11 @@ dnas_memory_ratio_at_4096=<quadratic / fast peak memory, forward+backward>.
 """
 from __future__ import annotations
 
-import statistics
-import time
-
 import jax
-import jax.numpy as jnp
 from absl import app, flags
 
+from normattn_jax.analysis import cost
 from normattn_jax.attention import registry
-
-HEADS, HEAD_DIM = 8, 64
 
 _MAX_N = flags.DEFINE_integer("max_n", 8192, "Longest sequence length N (of 128 .. 8192).",
                               lower_bound=128)
@@ -37,41 +32,6 @@ _NORMALIZATIONS = flags.DEFINE_list(
     "Normalisations to measure (each needs a fast path).")
 
 
-def quadratic(name):
-  """Attention through the normalisation's weight matrix, at its initial per-head params."""
-  norm = registry.get(name)
-  params = norm.initial_params(HEADS)
-  def attend(q, k, v):
-    logits = jnp.einsum("...qd,...kd->...qk", q, k)
-    return jnp.einsum("...qk,...ke->...qe", norm.attention_weights(logits, None, params), v)
-  return attend
-
-
-def fast_path(name):
-  """The normalisation's fast path, at its initial per-head params."""
-  norm = registry.get(name)
-  params = norm.initial_params(HEADS)
-  return lambda q, k, v: norm.fast_attention(q, k, v, params)
-
-
-def programs(fn, args):
-  """Compiled forward and forward+backward programs with their scratch memory in bytes."""
-  forward = jax.jit(fn)
-  both = jax.jit(jax.value_and_grad(lambda q, k, v: jnp.sum(fn(q, k, v) ** 2), argnums=(0, 1, 2)))
-  out = {}
-  for mode, f in (("fwd", forward), ("fwd+bwd", both)):
-    compiled = f.lower(*args).compile()
-    mem = compiled.memory_analysis()
-    out[mode] = (compiled, mem.temp_size_in_bytes + mem.output_size_in_bytes)
-  return out
-
-
-def timed(compiled, args):
-  start = time.perf_counter()
-  jax.block_until_ready(compiled(*args))
-  return time.perf_counter() - start
-
-
 def main(argv):
   del argv
   names = _NORMALIZATIONS.value
@@ -81,38 +41,23 @@ def main(argv):
     if registry.get(name).fast is None:
       raise app.UsageError(f"--normalizations: {name!r} has no fast path")
   lengths = [n for n in (128, 256, 512, 1024, 2048, 4096, 8192) if n <= _MAX_N.value]
-  print(f"devices: {jax.devices()}; batch 1, {HEADS} heads, d_h = {HEAD_DIM}")
+  print(f"devices: {jax.devices()}; batch 1, {cost.HEADS} heads, d_h = {cost.HEAD_DIM}")
   width = max(8, *map(len, names))
   print(f"{'norm':>{width}} {'N':>5} {'mode':>7} {'quad ms':>9} {'fast ms':>9} {'speedup':>8} "
         f"{'quad MiB':>9} {'fast MiB':>9} {'mem ratio':>9} {'fast/softmax':>12}")
   results = {}
+  measured = names + ["softmax"] * ("softmax" not in names)  # the time reference
   for n in lengths:
-    keys = jax.random.split(jax.random.key(n), 3)
-    qkv = tuple(jax.random.normal(key, (1, HEADS, n, HEAD_DIM)) / HEAD_DIM ** 0.25
-                for key in keys)
-    compiled = {(name, path): programs(fn(name), qkv)
-                for name in names for path, fn in (("quadratic", quadratic), ("fast", fast_path))}
-    if ("softmax", "quadratic") not in compiled:
-      compiled[("softmax", "quadratic")] = programs(quadratic("softmax"), qkv)
-    runnable = {key: {mode: c for mode, (c, mem) in modes.items()
-                      if mem <= _MAX_GIB.value * 2 ** 30 and n <= _TIME_MAX_N.value}
-                for key, modes in compiled.items()}
-    samples = {(key, mode): [] for key, modes in runnable.items() for mode in modes}
-    for key, modes in runnable.items():  # warm up
-      for c in modes.values():
-        timed(c, qkv)
-    for _ in range(_REPEATS.value):
-      for key, modes in runnable.items():
-        for mode, c in modes.items():
-          samples[(key, mode)].append(timed(c, qkv))
-    median = {k: statistics.median(v) for k, v in samples.items()}
+    costs = cost.measure(measured, n, _REPEATS.value, _MAX_GIB.value * 2 ** 30,
+                         time_it=n <= _TIME_MAX_N.value)
+    median = {((name, path), mode): c["seconds"] for (name, path, mode), c in costs.items()}
     for name in names:
       for mode in ("fwd", "fwd+bwd"):
         tq = median.get(((name, "quadratic"), mode))
         tf = median.get(((name, "fast"), mode))
         ts = median.get((("softmax", "quadratic"), mode))
-        mq = compiled[(name, "quadratic")][mode][1]
-        mf = compiled[(name, "fast")][mode][1]
+        mq = costs[(name, "quadratic", mode)]["bytes"]
+        mf = costs[(name, "fast", mode)]["bytes"]
         results[(name, n, mode)] = (tq, tf, mq, mf, ts)
         fmt = lambda t: f"{t * 1e3:9.1f}" if t is not None else f"{'(skip)':>9}"
         ratio = f"{tq / tf:8.2f}" if tq and tf else f"{'-':>8}"

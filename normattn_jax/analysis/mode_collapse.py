@@ -1,6 +1,8 @@
 """Mode collapse under attention (Ding et al., Appendix E): self-attention with Q = K = V = I and
 Gaussian weights pi_ij ~ N(x_i | x_j, I) pulls points together; UNAS (Eq. 3) merges an unbalanced
-pair of clusters within a few steps, DNAS (Eq. 7-8) keeps them apart.
+pair of clusters within a few steps, DNAS (Eq. 7-8) keeps them apart. Any registered
+normalisation (a name or an ``AttentionSpec``) can take their place, at its initial per-head
+parameters.
 """
 from __future__ import annotations
 
@@ -8,9 +10,31 @@ import jax.numpy as jnp
 import numpy as np
 
 from normattn_jax._extras import require
+from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.attention.weights import dnas_weights, softmax_weights
 
 UPDATES = {"unas": softmax_weights, "dnas": dnas_weights}
+
+
+def weight_function(scheme):
+  """The weights ``[n, n] -> [n, n]`` of a scheme: "unas" or "dnas" (the paper's), else a
+  registered normalisation at its initial per-head parameters (one head).
+
+  Args:
+    scheme: "unas", "dnas", a registered normalisation's name or an ``AttentionSpec``.
+
+  Returns:
+    A function of the logits ``[n, n]``.
+
+  Raises:
+    ValueError: if ``scheme`` names no registered normalisation or its options are refused.
+  """
+  if isinstance(scheme, str) and scheme in UPDATES:
+    return UPDATES[scheme]
+  spec = AttentionSpec.of(scheme)
+  norm, options = spec.normalization, spec.resolved()
+  params = norm.initial_params(1, options)
+  return lambda logits: norm.attention_weights(logits[None], None, params, options)[0]
 
 
 def two_gaussians(n0: int = 500, n1: int = 50, center0=(1.8, 0.7), center1=(-1.0, -1.0),
@@ -39,14 +63,14 @@ def attention_step(points: np.ndarray, scheme: str) -> np.ndarray:
 
   Args:
     points: ``[n, d]``.
-    scheme: "unas" or "dnas".
+    scheme: "unas", "dnas" or any registered normalisation (``weight_function``).
 
   Returns:
     float32 ``[n, d]``: the updated points.
   """
   x = jnp.asarray(points, jnp.float32)
   logits = -0.5 * jnp.sum((x[:, None, :] - x[None, :, :]) ** 2, axis=-1)
-  return np.asarray(UPDATES[scheme](logits) @ x)
+  return np.asarray(weight_function(scheme)(logits) @ x)
 
 
 def trajectory(points: np.ndarray, scheme: str, steps: int = 4) -> list[np.ndarray]:
@@ -54,7 +78,7 @@ def trajectory(points: np.ndarray, scheme: str, steps: int = 4) -> list[np.ndarr
 
   Args:
     points: ``[n, d]``.
-    scheme: "unas" or "dnas".
+    scheme: "unas", "dnas" or any registered normalisation (``weight_function``).
     steps: the number of updates.
 
   Returns:

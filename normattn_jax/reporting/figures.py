@@ -289,3 +289,32 @@ def draw_sweep(config, summary, metrics_path, workdir):
     case_figure(config, summary, os.path.join(workdir, "case_accuracy.png"), groups)
   learning_curves_figure(config, summary, metrics_path,
                          os.path.join(workdir, "learning_curves.png"), groups)
+
+
+def card_accuracy(report: dict, path: str) -> None:
+  """A report card's figure: per task, each arm's best accuracy per seed (dots) and their mean
+  (bar), at the arm's best learning rate; training accuracy, for the mode task validation
+  accuracy at 2N.
+
+  Args:
+    report: ``reporting.report_card.run_card``'s report.
+    path: the image file to write.
+  """
+  tasks_ = list(report["tasks"])
+  fig, axes = plt.subplots(1, len(tasks_), figsize=(3.2 * len(tasks_), 3), squeeze=False)
+  for ax, task in zip(axes[0], tasks_):
+    metric = "val_acc" if task == "mode" else "train_acc"
+    arms = report["tasks"][task]["arms"]
+    for i, (label, entry) in enumerate(arms.items()):
+      values = np.asarray(entry[metric])
+      ax.bar(i, values.mean(), color=curve_colours(len(arms))[i], alpha=0.6)
+      ax.plot(np.full(values.shape, i), values, "k.", markersize=5)
+    ax.set_xticks(range(len(arms)), [report["name"] if a == "card" else a for a in arms],
+                  fontsize=8)
+    ax.set_ylim(0, 1)
+    ax.set_title(f"{task}: {'val (2N)' if metric == 'val_acc' else 'train'} accuracy",
+                 fontsize=9)
+  fig.suptitle(f"{report['normalization']}, {report['scale']} scale", fontsize=10)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)

@@ -41,6 +41,8 @@ MAY_DIFFER = {
     "finetuning": ("train.checkpoint_every", "task.cache_dir"),
     # analysis.causal_lm_keys: log_every sets its scan's length and its checkpoints' numbering.
     "causal_lm": ("train.checkpoint_every", "data.cache_dir"),
+    # a report card (reporting.report_card): its normalisation, options and scale, all results
+    "report_card": (),
 }
 _SHOWN = 8  # differing fields named in an error, the rest counted
 ITEM = "default"  # the folder of a step that holds the tree (orbax's single item)

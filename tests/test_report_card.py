@@ -1,0 +1,214 @@
+"""The report card: its checks, configs and guard (fast), and whole smoke cards of a plugin
+normalisation with an option, in process and from the command line (slow)."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from normattn_jax.attention.registry import AttentionSpec
+from normattn_jax.registry import load_plugins
+from normattn_jax.reporting import report_card as rc
+from normattn_jax.train import config as config_lib
+from normattn_jax.train.checkpoint import WorkdirError, open_workdir
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SPEC = AttentionSpec("tempered_softmax", {"temperature": 2.0})
+DIAGNOSTICS = ("case", "first_token", "mode", "explaining_away", "mode_collapse",
+               "unselectable", "cost")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def plugin():
+  sys.path.insert(0, FIXTURES)
+  load_plugins(["card_plugin"])
+  yield
+  sys.path.remove(FIXTURES)
+
+
+@pytest.fixture(scope="module")
+def baselines(tmp_path_factory):
+  """One baselines folder for every card of this module, as cards of one scale share it."""
+  return str(tmp_path_factory.mktemp("baselines"))
+
+
+def test_check_card_names_the_field():
+  assert rc.check_card("tempered_softmax", {"temperature": 2.0}, "smoke") == SPEC
+  with pytest.raises(ValueError, match="normalization=.*'nope'"):
+    rc.check_card("nope", {}, "smoke")
+  with pytest.raises(ValueError, match="options=.*temperature must be a number > 0"):
+    rc.check_card("tempered_softmax", {"temperature": -1.0}, "smoke")
+  with pytest.raises(ValueError, match="options=.*no option 'temp'"):
+    rc.check_card("tempered_softmax", {"temp": 1.0}, "smoke")
+  with pytest.raises(ValueError, match="scale='huge'"):
+    rc.check_card("tempered_softmax", {}, "huge")
+
+
+@pytest.mark.parametrize("scale", tuple(rc.SCALES))
+def test_every_sweep_of_every_scale_validates(scale):
+  for task in rc.TASKS:
+    card = rc.sweep_config(task, scale, (rc.CARD_ARCH,), SPEC)
+    config_lib.validate(card)
+    config_lib.validate(rc.sweep_config(task, scale, rc.BASELINE_ARCHS))
+    assert card.attention.name == "tempered_softmax"
+    assert card.attention.options.temperature == 2.0
+    if task == "mode":
+      assert card.task.vocab_size == 2 * card.task.seq_len  # S = 2N
+  assert len(rc.SCALES[scale].learning_rates) >= 2
+  assert rc.SCALES["cpu"].num_seeds == rc.SCALES["paper"].num_seeds == 5
+
+
+def test_paper_scale_is_the_nap_papers():
+  s = rc.SCALES["paper"]
+  assert (s.seq_len, s.d_model, s.num_heads, s.num_layers, s.batch_size, s.num_steps) == \
+      (128, 128, 4, 2, 32, 3200)
+  assert s.learning_rates == config_lib.PAPER_LEARNING_RATES
+  assert s.cost_lengths == (128, 1024, 4096)
+
+
+def test_learned_threshold():
+  # N = 8, 50 examples: chance 0.125 plus 5 standard errors (0.234) beats chance doubled
+  assert rc.learned_threshold(8, 50) == pytest.approx(0.125 + 5 * (0.125 * 0.875 / 50) ** 0.5)
+  # N = 128, 100000 examples: twice chance is the larger margin
+  assert rc.learned_threshold(128, 100000) == pytest.approx(2 / 128)
+
+
+def test_default_baselines_dir_is_shared_beside_the_card(tmp_path):
+  assert rc.default_baselines_dir(str(tmp_path / "cards" / "mine"), "cpu") == \
+      str(tmp_path / "cards" / "baselines" / "cpu")
+
+
+def test_refuses_a_workdir_of_another_card_before_training(tmp_path, monkeypatch):
+  workdir = str(tmp_path / "card")
+  open_workdir(workdir, rc.card_config(SPEC, "smoke"), rc.KIND)
+  monkeypatch.setattr(rc, "run_sweep", lambda *a, **k: pytest.fail("trained"))
+  with pytest.raises(WorkdirError, match="normalization was \"tempered_softmax\", now \"dnas\""):
+    rc.run_card("dnas", {}, "smoke", workdir)
+  with pytest.raises(WorkdirError, match="scale was \"smoke\", now \"cpu\""):
+    rc.run_card("tempered_softmax", {"temperature": 2.0}, "cpu", workdir)
+  with pytest.raises(WorkdirError, match="options.temperature"):
+    rc.run_card("tempered_softmax", {"temperature": 3.0}, "smoke", workdir)
+  assert os.path.exists(os.path.join(workdir, "versions.json"))
+
+
+def test_mode_collapse_runs_for_a_plugin():
+  counts = rc.mode_collapse_scores(SPEC, (40, 4), steps=2)
+  assert set(counts) == {"unbalanced", "balanced"}
+  for schemes in counts.values():
+    assert set(schemes) == {"card", "softmax", "dnas"}
+    assert all(len(c) == 3 and all(k >= 1 for k in c) for c in schemes.values())
+
+
+def test_cost_against_softmax():
+  rows = rc.cost_scores(SPEC, (16,), 1)
+  # no fast path: the quadratic path only, forward and forward + backward
+  assert {(r["path"], r["mode"]) for r in rows} == {("quadratic", "fwd"), ("quadratic", "fwd+bwd")}
+  assert all(r["bytes"] > 0 and r["softmax_bytes"] > 0 and r["seconds"] > 0 for r in rows)
+  fast = rc.cost_scores("dnas", (16,), 1)
+  assert {r["path"] for r in fast} == {"quadratic", "fast"}
+
+
+def synthetic_report():
+  """A report as run_card assembles it, with made-up numbers (two seeds)."""
+  def arm(acc, learned=True):
+    entry = {"learning_rate": 0.01, "train_acc": [acc, acc + 0.1], "val_acc": [acc, acc]}
+    entry.update({f"case_acc_{c}": [acc, acc] for c in rc.CASES})
+    entry["learned_all"] = [learned, False]
+    return entry
+  tests = {"softmax": {"train_acc": 0.01, "val_acc": 0.5}, "nap": {"train_acc": 0.5,
+                                                                     "val_acc": 0.5}}
+  tasks = {task: {"arms": {"card": arm(0.9), "softmax": arm(0.5), "nap": arm(0.85, False)},
+                  "tests": tests, "threshold": 0.36} for task in rc.TASKS}
+  del tasks["mode"]["threshold"]
+  attention = {label: {"explained_away": [0.0, 0.1], "below_bound": [0.0, 0.2],
+                       "min_sum_times_n": [1.0, 0.0], "unselectable": [0.0, 0.05]}
+               for label in rc.ARMS}
+  cost = [{"n": 128, "path": "quadratic", "mode": mode, "seconds": 0.002, "bytes": 2 ** 20,
+           "softmax_seconds": 0.001, "softmax_bytes": 2 ** 20} for mode in ("fwd", "fwd+bwd")]
+  collapse = {pair: {"card": [2, 2], "softmax": [2, 1], "dnas": [2, 2]}
+              for pair in ("unbalanced", "balanced")}
+  return {"normalization": "x(t=2)", "name": "x", "options": {"t": 2}, "scale": "smoke",
+          "sizes": dict(rc.dataclasses.asdict(rc.SCALES["smoke"])), "baselines_dir": "b",
+          "tasks": tasks, "attention": attention, "mode_collapse": collapse, "cost": cost,
+          "seconds": {"sweeps": {"card/case": 3.0, "baselines/case": None}, "this_call": 5.0}}
+
+
+def test_verdicts_say_what_the_numbers_show():
+  from normattn_jax.reporting import report_card_text as text
+  report = synthetic_report()
+  lines = text.verdicts(report)
+  assert set(lines) == set(DIAGNOSTICS)
+  assert lines["case"].startswith("At the smoke scale, x(t=2)'s training accuracy")
+  assert "above softmax's" in lines["case"] and "no different from NAP's" in lines["case"]
+  assert lines["first_token"].startswith("At the smoke scale, 1/2 of x(t=2)'s seeds learn all "
+                                         "three cases (softmax 1/2, NAP 0/2)")
+  assert "learn all three" not in lines["mode"]
+  assert "fails for x(t=2) in 1 of 2 seeds (10.0% of keys below it)" in lines["explaining_away"]
+  assert "leaves 2 cluster(s) (softmax 1, DNAS 2)" in lines["mode_collapse"]
+  assert "2.00x softmax's time and 1.00x its memory" in lines["cost"]
+  assert "no fast path" in lines["cost"]
+  report["verdicts"] = lines
+  md = text.markdown(report)
+  assert md.count("**Verdict:**") == len(DIAGNOSTICS)
+  assert "| card vs softmax | 0.01 | 0.5 |" in md
+  assert "| card | 90.0, 100.0 | 90.0, 90.0 | y n |" in md
+
+
+def _check_report(workdir):
+  with open(os.path.join(workdir, "report.json")) as f:
+    report = json.load(f)
+  assert set(report["verdicts"]) == set(DIAGNOSTICS)
+  assert all(line.startswith("At the smoke scale") for line in report["verdicts"].values())
+  for task in rc.TASKS:
+    scores = report["tasks"][task]
+    assert set(scores["arms"]) == set(rc.ARMS)
+    assert all(len(a["train_acc"]) == rc.SCALES["smoke"].num_seeds
+               for a in scores["arms"].values())
+    assert set(scores["tests"]) == {"softmax", "nap"}
+  assert "learned_all" in report["tasks"]["first_token"]["arms"]["card"]
+  assert set(report["attention"]) == set(rc.ARMS)
+  with open(os.path.join(workdir, "report.md")) as f:
+    text = f.read()
+  for heading in ("Case task", "First-token task", "Mode task", "Explaining away",
+                  "Mode collapse", "Unselectable keys", "## Cost", "Mann-Whitney"):
+    assert heading in text
+  assert text.count("**Verdict:**") == len(DIAGNOSTICS)
+  assert os.path.exists(os.path.join(workdir, "accuracy.png"))
+  return report
+
+
+@pytest.mark.slow
+def test_smoke_card_in_process_resumes_without_training(tmp_path, baselines, monkeypatch):
+  workdir = str(tmp_path / "tempered")
+  report = rc.run_card("tempered_softmax", {"temperature": 2.0}, "smoke", workdir,
+                       baselines_dir=baselines)
+  assert report["normalization"] == "tempered_softmax(temperature=2.0)"
+  _check_report(workdir)
+  assert os.path.exists(os.path.join(baselines, "case", "summary.json"))
+  monkeypatch.setattr(rc, "run_sweep", lambda *a, **k: pytest.fail("trained again"))
+  start = time.perf_counter()
+  assert rc.run_card("tempered_softmax", {"temperature": 2.0}, "smoke", workdir,
+                     baselines_dir=baselines) == json.loads(json.dumps(report))
+  assert time.perf_counter() - start < 5
+
+
+@pytest.mark.slow
+def test_smoke_card_from_the_command_line(tmp_path, baselines):
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, FIXTURES]), JAX_PLATFORMS="cpu")
+  workdir = str(tmp_path / "cli")
+  command = [sys.executable, os.path.join(ROOT, "experiments", "report_card.py"),
+             "--plugins=card_plugin", "--normalization=tempered_softmax",
+             '--options={"temperature": 0.5}', f"--workdir={workdir}", "--scale=smoke",
+             f"--baselines_dir={baselines}", "--noprogress"]
+  done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert "At the smoke scale" in done.stdout
+  _check_report(workdir)
+  other = [c.replace("tempered_softmax", "dnas") if c.startswith("--normalization") else c
+           for c in command if not c.startswith("--options")]
+  refused = subprocess.run(other, env=env, capture_output=True, text=True, timeout=300)
+  assert refused.returncode == 2
+  assert "holds a run of another config" in refused.stderr
