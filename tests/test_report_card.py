@@ -12,7 +12,7 @@ from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.registry import load_plugins
 from normattn_jax.reporting import report_card as rc
 from normattn_jax.train import config as config_lib
-from normattn_jax.train.checkpoint import WorkdirError, open_workdir
+from normattn_jax.train.checkpoint import WorkdirError, open_workdir, unlock_workdir
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -84,6 +84,7 @@ def test_default_baselines_dir_is_shared_beside_the_card(tmp_path):
 def test_refuses_a_workdir_of_another_card_before_training(tmp_path, monkeypatch):
   workdir = str(tmp_path / "card")
   open_workdir(workdir, rc.card_config(SPEC, "smoke"), rc.KIND)
+  unlock_workdir(workdir)  # as the card's run does when it ends
   monkeypatch.setattr(rc, "run_sweep", lambda *a, **k: pytest.fail("trained"))
   with pytest.raises(WorkdirError, match="normalization was \"tempered_softmax\", now \"dnas\""):
     rc.run_card("dnas", {}, "smoke", workdir)

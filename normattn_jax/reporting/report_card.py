@@ -39,7 +39,8 @@ from normattn_jax.analysis.unselectable import unselectable
 from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.reporting import seeds as seeds_lib
 from normattn_jax.train import artifacts
-from normattn_jax.train.checkpoint import ITEM, GridCheckpoints, open_workdir, write_json
+from normattn_jax.train.checkpoint import ITEM, GridCheckpoints, open_workdir, releases_workdir, \
+    write_json
 from normattn_jax.train.config import PAPER_LEARNING_RATES, base_config
 from normattn_jax.train.grid import Setup
 from normattn_jax.train.layout import ModelsAxis, grid_name
@@ -466,6 +467,7 @@ def train_all(spec: AttentionSpec, scale: str, workdir: str, baselines_dir: str,
   return seconds
 
 
+@releases_workdir
 def run_card(normalization: str, options: dict, scale: str, workdir: str, *,
              baselines_dir: Optional[str] = None, show_progress: bool = False) -> dict:
   """Make (or resume, or read back) the report card of one normalisation.
