@@ -45,7 +45,8 @@ def ref_attention(x, p, normalization, normalize, attention_gelu, mask):
   elif normalization == "sinkhorn":
     a = W.sinkhorn_weights(logits, 3, amask)
   else:
-    a = W.WEIGHT_FUNCTIONS[normalization](logits, amask)
+    a = {"softmax": W.softmax_weights, "dnas": W.dnas_weights, "non": W.non_weights}[
+        normalization](logits, amask)
   hidden = jnp.einsum("bhqk,bkhd->bqhd", a, v).reshape(x.shape[:2] + (D,))
   if normalize and normalization != "non":
     hidden = ln(hidden, p["head_norm"])

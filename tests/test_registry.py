@@ -69,7 +69,6 @@ def tiny_grid(**overrides):
 def test_the_builtins_are_registered():
   assert names()[:6] == ("softmax", "dnas", "hnas", "sinkhorn", "nap", "non")
   assert tuple(NORMALIZATIONS) == names() and "scaled_sparsemax" in NORMALIZATIONS
-  assert weights_lib.NORMALIZATIONS is NORMALIZATIONS  # the old import stays live
   assert [get(n).scale_logits for n in ("softmax", "nap")] == [True, False]
   assert not get("non").head_norm and get("nap").head_norm
   assert get("hnas").param_names == ("hybrid_weight",)

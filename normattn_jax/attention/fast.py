@@ -33,8 +33,8 @@ import jax
 import jax.numpy as jnp
 
 from normattn_jax.attention import weights as weights_lib
-from normattn_jax.attention.weights import (NAP_EPSILON, check_nap_eps, masked_logsumexp,
-                                            power_of_two, power_of_two_exponent)
+from normattn_jax.attention.numerics import (NAP_EPSILON, check_nap_eps, masked_logsumexp,
+                                             power_of_two, power_of_two_exponent)
 from normattn_jax.validation import check_int
 
 Array = jax.Array
