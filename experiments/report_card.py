@@ -21,6 +21,7 @@ from absl import app, flags, logging
 
 from normattn_jax.registry import load_plugins
 from normattn_jax.reporting import report_card
+from normattn_jax.train import cli
 from normattn_jax.train.checkpoint import WorkdirError
 
 _NORMALIZATION = flags.DEFINE_string("normalization", None, "A registered normalisation.")
@@ -49,6 +50,7 @@ def parse_options(text: str) -> dict:
 def main(argv):
   del argv
   logging.set_verbosity(logging.ERROR)
+  cli.enable_compilation_cache()
   load_plugins(_PLUGINS.value)
   options = parse_options(_OPTIONS.value)
   try:

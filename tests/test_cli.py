@@ -36,3 +36,34 @@ def test_cpu_devices_splits_the_cpu_before_the_run_starts():
 def test_multi_host_flags_without_distributed_are_refused():
   done = command("--workdir=w", "--num_processes=2")
   assert done.returncode != 0 and "need --distributed" in done.stderr
+
+
+def test_the_compilation_cache_is_on_by_default_under_the_users_cache(tmp_path):
+  import jax
+  from normattn_jax.train import cli
+  assert cli.compilation_cache_dir({"XDG_CACHE_HOME": "/x"}) == "/x/normattn_jax/jax"
+  assert cli.compilation_cache_dir({}).endswith(os.path.join(".cache", "normattn_jax", "jax"))
+  assert cli.enable_compilation_cache(False) is None
+  assert cli.enable_compilation_cache(True, {cli.CACHE_ENV: "0"}) is None
+  given = jax.config.jax_compilation_cache_dir  # the tests' own (conftest.py) is kept
+  assert cli.enable_compilation_cache(True, {"XDG_CACHE_HOME": str(tmp_path)}) == given
+  try:
+    jax.config.update("jax_compilation_cache_dir", None)  # none given to JAX
+    assert cli.enable_compilation_cache(True, {"XDG_CACHE_HOME": str(tmp_path)}) == \
+        str(tmp_path / "normattn_jax" / "jax")
+  finally:
+    jax.config.update("jax_compilation_cache_dir", given)
+
+
+def test_a_run_resumed_on_another_device_count_says_so(tmp_path, monkeypatch):
+  import json
+  import pytest
+  from normattn_jax.train import checkpoint
+  first = checkpoint.write_versions(str(tmp_path))
+  assert checkpoint.write_versions(str(tmp_path)) == first  # same machine: nothing to say
+  more = dict(first, device_count=first["device_count"] + 1)
+  monkeypatch.setattr(checkpoint, "versions", lambda: more)
+  with pytest.warns(checkpoint.DeviceCountWarning, match="resumes on"):
+    stored = checkpoint.write_versions(str(tmp_path))
+  assert stored["resumed_with"] == [more]
+  assert json.loads((tmp_path / "versions.json").read_text()) == stored

@@ -54,6 +54,10 @@ class WorkdirError(ValueError):
   """A workdir that cannot serve this run; the message names it, says why and what to do."""
 
 
+class DeviceCountWarning(UserWarning):
+  """A run resumed on another number of devices than it started on."""
+
+
 class DamagedCheckpointWarning(UserWarning):
   """A checkpoint that does not restore was skipped for an older one."""
 
@@ -329,7 +333,8 @@ def _open_locked(workdir: str, config: ml_collections.ConfigDict, kind: str, afr
 def write_versions(workdir: str) -> dict:
   """Store ``versions.json``: python, devices and package versions (``_extras.versions``), so
   that a result can be reproduced. A run resumed under other versions adds them to the list
-  ``resumed_with`` and keeps those it started with."""
+  ``resumed_with`` and keeps those it started with; one resumed on another device count says so
+  (``DeviceCountWarning``)."""
   path = os.path.join(workdir, "versions.json")
   current = versions()
   try:
@@ -339,11 +344,16 @@ def write_versions(workdir: str) -> dict:
     stored = None
   if stored is None:
     stored = current
-  elif {k: v for k, v in stored.items() if k != "resumed_with"} != current \
-      and current not in stored.get("resumed_with", []):
-    stored.setdefault("resumed_with", []).append(current)
   else:
-    return stored
+    if stored.get("device_count", current["device_count"]) != current["device_count"]:
+      warnings.warn(f"{workdir} was started on {stored['device_count']} device(s) and resumes "
+                    f"on {current['device_count']}: its numbers will agree with an uninterrupted "
+                    f"run's to float rounding, not bit for bit (versions.json lists both)",
+                    DeviceCountWarning, stacklevel=2)
+    started = {k: v for k, v in stored.items() if k != "resumed_with"}
+    if started == current or current in stored.get("resumed_with", []):
+      return stored
+    stored.setdefault("resumed_with", []).append(current)
   write_json(path, stored, indent=2, sort_keys=True)
   return stored
 

@@ -5,6 +5,7 @@ that every script joins hosts, loads plugins and refuses a workdir alike.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from typing import Any, Callable, Optional, TypeVar
 
@@ -18,6 +19,33 @@ from normattn_jax.train.checkpoint import WorkdirError
 
 T = TypeVar("T")
 WORKDIR_ERROR_EXIT = 2
+CACHE_ENV = "NORMATTN_JAX_COMPILATION_CACHE"  # "0" turns the persistent cache off
+
+
+def compilation_cache_dir(environ=os.environ) -> str:
+  """Where the run scripts keep compiled programs: ``$XDG_CACHE_HOME/normattn_jax/jax``
+  (``~/.cache`` without it)."""
+  root = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+  return os.path.join(root, "normattn_jax", "jax")
+
+
+def enable_compilation_cache(enabled: bool = True, environ=os.environ) -> Optional[str]:
+  """Turn on JAX's persistent compilation cache, so that a rerun (or a resumed run) compiles
+  nothing it compiled before: off with ``enabled=False`` or ``NORMATTN_JAX_COMPILATION_CACHE=0``;
+  a cache directory the user gave JAX already (``JAX_COMPILATION_CACHE_DIR``) is kept.
+
+  Args:
+    enabled: the scripts' ``--compilation_cache`` flag.
+    environ: the environment.
+
+  Returns:
+    The cache directory in use, or None when the cache is off.
+  """
+  if not enabled or environ.get(CACHE_ENV, "1") == "0":
+    return None
+  if not jax.config.jax_compilation_cache_dir:
+    jax.config.update("jax_compilation_cache_dir", compilation_cache_dir(environ))
+  return jax.config.jax_compilation_cache_dir
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +59,7 @@ class RunFlags:
   afresh: flags.FlagHolder
   plugins: flags.FlagHolder
   cpu_devices: flags.FlagHolder
+  compilation_cache: flags.FlagHolder
 
 
 def define_config_flag(default: Optional[str], help_string: str,
@@ -83,7 +112,11 @@ def define_run_flags() -> RunFlags:
           "cpu_devices", 0, "Split a CPU into this many devices, e.g. one per core, over which "
           "the models are sharded (faster for grids of many small models; other numbers than "
           "one device, to float rounding); 0: JAX's default, one. No effect on accelerators.",
-          lower_bound=0))
+          lower_bound=0),
+      compilation_cache=flags.DEFINE_bool(
+          "compilation_cache", True, "Keep compiled programs in $XDG_CACHE_HOME/normattn_jax "
+          "(~/.cache without it), so that a rerun compiles nothing twice; also off with "
+          f"{CACHE_ENV}=0."))
   flags.mark_flag_as_required("workdir")
   return holders
 
@@ -113,6 +146,7 @@ def run_command(run: Callable[..., T], config: Any, run_flags: RunFlags) -> T:
   if f.cpu_devices.value:  # before anything starts JAX's backends
     jax.config.update("jax_num_cpu_devices", f.cpu_devices.value)
   logging.set_verbosity(logging.ERROR)
+  enable_compilation_cache(f.compilation_cache.value)
   load_plugins(f.plugins.value)
   if f.distributed.value:
     multihost.initialize(f.coordinator_address.value, f.num_processes.value,
