@@ -65,6 +65,46 @@ def fast_is_faster(normalization: Union[str, AttentionSpec], q_len: int, k_len: 
       norm.fast_pays_off(q_len, k_len, head_dim, causal, num_logits))
 
 
+def takes_fast_path(normalization: Union[str, AttentionSpec], implementation: str,
+                    blockers, q_len: int, k_len: int, head_dim: int, causal: bool,
+                    num_logits: int = 0, structured: str = "structured masks") -> bool:
+  """Whether a call takes the fast path: never for "quadratic", always for "fast" (refusing
+  what it cannot take), for "auto" where nothing blocks it and ``fast_is_faster`` says so.
+
+  Args:
+    normalization: a registered normalisation's name, or its ``AttentionSpec``.
+    implementation: one of ``IMPLEMENTATIONS``.
+    blockers: the names of what this call has that the fast path cannot take (a dense mask,
+      sow_weights, attention dropout), empty if none.
+    q_len: the number of queries.
+    k_len: the number of keys.
+    head_dim: the size of each head.
+    causal: whether the attention is causal.
+    num_logits: the number of logits of the call (0: unknown).
+    structured: the masks the caller can pass instead, for the error message.
+
+  Returns:
+    True to take the fast path.
+
+  Raises:
+    ValueError: for implementation="fast" where the normalisation has no fast path or a
+      blocker is present.
+  """
+  if implementation == "quadratic":
+    return False
+  if implementation == "fast":
+    if AttentionSpec.of(normalization).normalization.fast is None:
+      raise ValueError(f"normalization {normalization!r} has no fast path; use "
+                       f"implementation='quadratic' or 'auto'")
+    if blockers:
+      raise ValueError(f"implementation='fast' never forms the weights, so it cannot take "
+                       f"{', '.join(blockers)}; pass {structured} or use "
+                       f"implementation='quadratic'")
+    return True
+  return not blockers and fast_is_faster(normalization, q_len, k_len, head_dim, causal,
+                                         num_logits)
+
+
 def structured_mask(mask, query_mask, key_mask, causal, q_len, k_len):
   """One dense boolean mask from a dense ``mask`` and the structured ones (None if none).
 
@@ -384,22 +424,12 @@ class MultiHeadAttention(nn.Module):
   def _fast(self, mask, sow_weights, dropout_active, q_len, k_len, head_dim, causal,
             num_logits) -> bool:
     """Whether this call takes the fast path (see ``implementation``)."""
-    if self.implementation == "quadratic":
-      return False
     blockers = [name for name, present in (("a dense mask", mask is not None),
                                            ("sow_weights", sow_weights),
                                            ("attention dropout", dropout_active)) if present]
-    if self.implementation == "fast":
-      if self.spec.normalization.fast is None:
-        raise ValueError(f"normalization {self.normalization!r} has no fast path; use "
-                         f"implementation='quadratic' or 'auto'")
-      if blockers:
-        raise ValueError(f"implementation='fast' never forms the weights, so it cannot take "
-                         f"{', '.join(blockers)}; pass padding_mask/query_mask/key_mask/causal "
-                         f"or use implementation='quadratic'")
-      return True
-    return not blockers and fast_is_faster(self.normalization, q_len, k_len, head_dim, causal,
-                                           num_logits)
+    return takes_fast_path(self.normalization, self.implementation, blockers, q_len, k_len,
+                           head_dim, causal, num_logits,
+                           structured="padding_mask/query_mask/key_mask/causal")
 
   def _output(self, heads: Array, features: int, inputs_q: Array) -> Array:
     """Differential attention's per-head norm, the output gate, the head transform and the

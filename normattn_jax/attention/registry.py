@@ -122,6 +122,9 @@ class Normalization:
   scale_logits: divide the logits by sqrt(head_dim) unless the module says otherwise.
   head_norm: whether the MTE layout's LayerNorm over the concatenated heads applies.
   fast_pays_off(q_len, k_len, head_dim, causal, num_logits): ``implementation="auto"``'s rule.
+  normalizes_over_queries: each key's weights are also normalised over the queries (DNAS, HNAS,
+    Sinkhorn), so a query's row depends on the other queries: no step-by-step decoding with a
+    key/value cache, and padded queries must be masked.
   """
   name: str
   weights: Callable[..., Array]
@@ -131,6 +134,7 @@ class Normalization:
   scale_logits: bool = True
   head_norm: bool = True
   fast_pays_off: Callable[..., bool] = never
+  normalizes_over_queries: bool = False
 
   @property
   def param_names(self) -> tuple:
@@ -407,7 +411,8 @@ SOFTMAX = register(Normalization(  # "auto" keeps it quadratic, exactly as flax 
     fast=fast_lib.softmax_attention))
 DNAS = register(Normalization(
     "dnas", weights_lib.dnas_weights,
-    fast=fast_lib.dnas_attention, fast_pays_off=_blockwise_pays_off))
+    fast=fast_lib.dnas_attention, fast_pays_off=_blockwise_pays_off,
+    normalizes_over_queries=True))
 HNAS = register(Normalization(
     "hnas", lambda logits, mask, hybrid_weight: weights_lib.hnas_weights(
         logits, hybrid_weight, mask),
@@ -417,13 +422,14 @@ HNAS = register(Normalization(
                       lambda options: nn.initializers.constant(options["hybrid_init"]),
                       constrain=straight_through_clip, per_layer=True),),
     options=(Option("hybrid_init", 0.5, unit_interval, init_only=True),),  # u at the start
-    fast_pays_off=_blockwise_pays_off))
+    fast_pays_off=_blockwise_pays_off, normalizes_over_queries=True))
 SINKHORN = register(Normalization(
     "sinkhorn", lambda logits, mask, sinkhorn_iters: weights_lib.sinkhorn_weights(
         logits, sinkhorn_iters, mask),
     fast=lambda q, k, v, sinkhorn_iters, **kw: fast_lib.sinkhorn_attention(
         q, k, v, sinkhorn_iters, **kw),
-    options=(Option("sinkhorn_iters", 3, int_problem),), fast_pays_off=_blockwise_pays_off))
+    options=(Option("sinkhorn_iters", 3, int_problem),), fast_pays_off=_blockwise_pays_off,
+    normalizes_over_queries=True))
 NAP = register(Normalization(
     "nap", lambda logits, mask, nap_gain, nap_bias: weights_lib.nap_weights(
         logits, nap_gain, nap_bias, mask),
