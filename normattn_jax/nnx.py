@@ -6,7 +6,9 @@ It subclasses flax's module, so the constructor, the state tree (``query``, ``ke
 ``sow_weights``, ``is_causal``) are flax's; only the attention between the projections is this
 library's: the normalisation's weights (``registry.Normalization.attention_weights``) or its exact
 fast path (``fast_attention``), chosen as the Linen ``normattn_jax.MultiHeadAttention`` chooses.
-With ``normalization="softmax"`` it gives flax's outputs given flax's state.
+With ``normalization="softmax"`` it gives flax's outputs given flax's state, except in a query
+row whose keys are all masked: flax spreads it evenly over the keys, the registry's masked
+softmax gives it zero weights (as the Linen module does).
 """
 from __future__ import annotations
 
