@@ -9,8 +9,8 @@ between archs, each at its best learning rate. On the case task each seed's best
 argmax accuracy is printed too, and a seed has learned when it learned all three cases (each
 above chance by a margin: ``reporting.seeds.case_rule``, the report card's rule), the NAP paper's
 criterion; the authors stored no per-case accuracies, so their seeds are not judged by it.
-Elsewhere a seed has learned when its best training accuracy reaches ``--threshold``. ``--authors`` is a folder of
-OliverRichter/normalized-attention's ``paper_results`` (e.g.
+Elsewhere a seed has learned when its best training accuracy reaches ``--threshold``.
+``--authors`` is a folder of OliverRichter/normalized-attention's ``paper_results`` (e.g.
 ``paper_results/cases/first_token_output/var_dim``) whose swept hyper-parameter is read from our
 config (d for ``var_dim``, S for ``var_vocab``); archs they stored no results for show ours
 alone, but a missing folder, one with none of the runs' archs, or an arch with one of its two
