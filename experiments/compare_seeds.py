@@ -5,8 +5,12 @@ python experiments/compare_seeds.py --authors=<paper_results folder> --tests=nap
 Prints, per arch x learning rate (x static point), each seed's best training and validation
 accuracy over training, how many seeds learned the task and the paper's pixel values (min / mean
 / max over seeds), ours and the authors' for the same cell; then one-sided Mann-Whitney U tests
-between archs, each at its best learning rate. ``--authors`` is a folder of
-OliverRichter/normalized-attention's ``paper_results`` (e.g.
+between archs, each at its best learning rate. On the case task each seed's best argmin / first /
+argmax accuracy is printed too, and a seed has learned when it learned all three cases (each
+above chance by a margin: ``reporting.seeds.case_rule``, the report card's rule), the NAP paper's
+criterion; the authors stored no per-case accuracies, so their seeds are not judged by it.
+Elsewhere a seed has learned when its best training accuracy reaches ``--threshold``.
+``--authors`` is a folder of OliverRichter/normalized-attention's ``paper_results`` (e.g.
 ``paper_results/cases/first_token_output/var_dim``) whose swept hyper-parameter is read from our
 config (d for ``var_dim``, S for ``var_vocab``); archs they stored no results for show ours
 alone, but a missing folder, one with none of the runs' archs, or an arch with one of its two
@@ -24,7 +28,8 @@ from normattn_jax.train.checkpoint import write_json
 
 _AUTHORS = flags.DEFINE_string("authors", None, "A folder of the authors' paper_results pickles.")
 _THRESHOLD = flags.DEFINE_float("threshold", 0.8,
-                                "Best training accuracy at which a seed has learned the task.")
+                                "Best training accuracy at which a seed has learned a task "
+                                "without cases (the case task: all three cases learned).")
 _TESTS = flags.DEFINE_list("tests", [], "Pairs better:worse of archs to test, e.g. nap:bert.")
 _OUT = flags.DEFINE_string("out", None, "Write the report as JSON here.")
 _FIGURE = flags.DEFINE_string("figure", None,

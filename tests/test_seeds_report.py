@@ -271,3 +271,125 @@ def test_the_command_refuses_a_missing_authors_folder(tmp_path):
       cwd=REPO, timeout=300, env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO))
   assert done.returncode != 0
   assert f"--authors folder {tmp_path / 'nowhere'} does not exist" in done.stderr
+
+
+# ----- the case task: a seed has learned when it learned all three cases -----
+
+def case_run(tmp_path, argmax_of_bert=0.03):
+  """A made-up finished case-task sweep (N = 8, 1000 examples per case) whose seeds all reach
+  at least 0.9 training accuracy; nap's seeds solve the argmax case (0.3 + 0.01 s), bert's stay
+  at ``argmax_of_bert`` on it (seed 4 of the second learning rate once at 0.5)."""
+  c = tiny_config(**{"eval.case_set_size": 1000})
+  c.archs = ("nap", "bert")
+  c.model.d_model = 16
+  c.learning_rates = (0.09, 0.0081)
+  c.num_seeds = SEEDS
+  axis = ModelsAxis.of(c)
+  evals = c.train.num_steps // c.train.eval_every
+  results = {}
+  for arch in c.archs:
+    ramp = 0.01 * np.arange(axis.num_models)
+    flat = lambda value: np.tile(value + ramp, (evals, 1)).astype(np.float32)
+    curves = {"train_acc": flat(0.9), "val_acc": flat(0.8), "train_loss": flat(0.1),
+              "case_acc_argmin": flat(0.85), "case_acc_first": np.ones((evals, axis.num_models),
+                                                                      np.float32),
+              "case_acc_argmax": (flat(0.3) if arch == "nap"
+                                  else np.full((evals, axis.num_models), argmax_of_bert,
+                                               np.float32)),
+              "diverged": np.zeros((evals, axis.num_models), bool)}
+    if arch == "bert":  # one evaluation of one seed above the threshold: its best counts
+      curves["case_acc_argmax"][1, axis.rows(1, 0)[4]] = 0.5
+    results[(arch, ())] = curves
+  artifacts.save_metrics(os.path.join(tmp_path, artifacts.METRICS), c, results)
+  write_json(os.path.join(tmp_path, "config.json"), config_json(c))
+  return c
+
+
+@pytest.fixture
+def guess_rate(monkeypatch):
+  """The best input-independent guess fixed at 2% (threshold 2% + 5 SE = 4.21%), the rules'
+  cache emptied."""
+  monkeypatch.setattr(seeds.synthetic, "case_guess_rate", lambda seq_len, vocab_size: 0.02)
+  monkeypatch.setattr(seeds, "_CASE_RULES", {})
+  return 0.02
+
+
+def test_learned_threshold_is_chance_plus_a_margin():
+  assert seeds.learned_threshold(8, 50) == pytest.approx(0.125 + 5 * (0.125 * 0.875 / 50) ** 0.5)
+  assert seeds.learned_threshold(128, 100000) == pytest.approx(2 / 128)
+  assert seeds.learned_threshold(8, 1000, chance=0.02) == pytest.approx(  # 5 SE > chance
+      0.02 + 5 * (0.02 * 0.98 / 1000) ** 0.5)
+  assert seeds.learned_threshold(128, 1000, chance=0.0143) == pytest.approx(
+      0.0143 + 5 * (0.0143 * 0.9857 / 1000) ** 0.5)
+
+
+def test_the_report_card_judges_cases_by_the_same_function():
+  from normattn_jax.reporting import report_card
+  assert report_card.learned_threshold is seeds.learned_threshold
+  assert report_card.LEARNED_SE == seeds.LEARNED_SE
+
+
+def test_the_best_constant_guess_beats_one_over_n_as_ties_go_to_the_first():
+  from normattn_jax.tasks import synthetic
+  n, k = 8, 98  # the argmax case draws from 98 values (50 and 64 left out)
+  levels = np.arange(k) / k
+  exact = max(np.sum(levels ** p * (levels + 1 / k) ** (n - 1 - p)) / k for p in range(n))
+  rate = synthetic.case_guess_rate(n, 100, num_per_case=20000)
+  assert rate > 1 / n
+  assert rate >= exact - 4 * (exact * (1 - exact) / 20000) ** 0.5
+
+
+def test_a_seed_has_learned_the_case_task_only_with_all_three_cases(tmp_path, guess_rate):
+  c = case_run(tmp_path)
+  report = seeds.compare([seeds.OurSweep.read(str(tmp_path))], threshold=0.8)
+  (rule,) = report["case_rules"]
+  assert rule == {"seq_len": 8, "vocab_size": c.task.vocab_size, "case_set_size": 1000,
+                  "chance": 0.02, "threshold": pytest.approx(0.0421, abs=1e-4)}
+  cells = {(cell["arch"], cell["learning_rate"]): cell for cell in report["cells"]}
+  nap, bert = cells[("nap", 0.0081)]["ours"], cells[("bert", 0.0081)]["ours"]
+  # every seed above 80% training accuracy; bert's argmax at 3%, below the 4.21% threshold
+  assert min(bert["train_acc"]["seeds"]) >= 0.9
+  np.testing.assert_allclose(nap["cases"]["argmax"], 0.3 + 0.01 * (5 + np.arange(5)), rtol=1e-6)
+  np.testing.assert_allclose(bert["cases"]["argmax"], [0.03] * 4 + [0.5], rtol=1e-6)
+  assert nap["learned_all"] == [True] * 5 and nap["train_acc"]["learned"] == 5
+  assert bert["learned_all"] == [False] * 4 + [True]  # its best over training: 0.5
+  assert bert["train_acc"]["learned"] == 1
+  assert cells[("bert", 0.09)]["ours"]["train_acc"]["learned"] == 0
+  table = seeds.markdown(report)
+  assert "exceeds 4.21%" in table and "(2.00%; 1/N = 12.50%)" in table
+  assert ">= 80%" not in table  # the training-accuracy rule is not this report's
+  assert "| train, per seed | argmin / first / argmax, per seed | learned |" in table
+  row = next(line for line in table.splitlines() if line.startswith("| bert | - | 0.0081 |"))
+  cases = "90.0/100.0/3.0, 91.0/100.0/3.0, 92.0/100.0/3.0, 93.0/100.0/3.0, 94.0/100.0/50.0"
+  assert f"| {cases} | 1/5 |" in row
+
+
+def test_a_case_just_below_the_threshold_is_not_learned(tmp_path, guess_rate):
+  case_run(tmp_path, argmax_of_bert=0.042)  # twice chance, not chance + 5 SE
+  report = seeds.compare([seeds.OurSweep.read(str(tmp_path))])
+  bert = next(cell["ours"] for cell in report["cells"]
+              if cell["arch"] == "bert" and cell["learning_rate"] == 0.09)
+  assert bert["learned_all"] == [False] * 5
+
+
+def test_the_authors_seeds_are_not_judged_without_their_cases(tmp_path, guess_rate):
+  authors, run = tmp_path / "authors", tmp_path / "run"
+  authors.mkdir(), run.mkdir()
+  write_authors(authors, "NAP")
+  case_run(run)
+  report = seeds.compare([seeds.OurSweep.read(str(run))], str(authors))
+  nap = next(cell for cell in report["cells"]
+             if cell["arch"] == "nap" and cell["learning_rate"] == 0.0081)
+  assert nap["authors"]["train_acc"]["learned"] is None and "cases" not in nap["authors"]
+  table = seeds.markdown(report)
+  row = next(line for line in table.splitlines() if line.startswith("| nap | - | 0.0081 | authors"))
+  assert row.split(" | ")[5:7] == ["-", "-"]  # no cases, no learned count
+  assert "their seeds cannot be judged by it" in table
+
+
+def test_a_case_task_run_without_case_metrics_keeps_the_training_rule(tmp_path):
+  our_run(tmp_path)  # tiny_config's case task, stored without case_acc_*
+  report = seeds.compare([seeds.OurSweep.read(str(tmp_path))], threshold=0.8)
+  assert report["case_rules"] == [] and all("case_rule" not in c for c in report["cells"])
+  assert seeds.markdown(report).startswith(
+      "Best accuracy over training per seed (%); learned: seeds with best training accuracy >= 80%")

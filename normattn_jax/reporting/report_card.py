@@ -54,8 +54,10 @@ ARMS = ("card", "softmax", "nap")
 CASES = ("argmin", "first", "argmax")
 EPSILON = ea.EPSILON
 # A seed learns a case when its best accuracy on that case beats chance (1/N) by at least
-# chance itself and by LEARNED_SE binomial standard errors of chance on the case set.
-LEARNED_SE = 5.0
+# chance itself and by LEARNED_SE binomial standard errors of chance on the case set
+# (seeds.learned_threshold, shared with experiments/compare_seeds.py).
+LEARNED_SE = seeds_lib.LEARNED_SE
+learned_threshold = seeds_lib.learned_threshold
 UNSELECTABLE_TOL = 1e-6  # float32 keys (analysis.unselectable)
 REPORT_MD, REPORT_JSON, SUMMARY = "report.md", "report.json", artifacts.SUMMARY
 
@@ -256,22 +258,6 @@ def arm_seeds(arm: Arm, metrics: tuple) -> dict:
     best = seeds_lib.best_per_seed(run.seeds(arm.arch, metric, lr))
     out[metric] = [float(x) for x in np.nan_to_num(best, nan=0.0)]
   return out
-
-
-def learned_threshold(seq_len: int, case_set_size: int) -> float:
-  """The accuracy a seed must beat on a case to have learned it: chance (1/N) plus the larger of
-  chance and ``LEARNED_SE`` binomial standard errors of chance on ``case_set_size`` examples.
-
-  Args:
-    seq_len: N (the label is one of N positions).
-    case_set_size: examples per case.
-
-  Returns:
-    The threshold, in (0, 1).
-  """
-  chance = 1.0 / seq_len
-  error = np.sqrt(chance * (1 - chance) / case_set_size)
-  return float(chance + max(chance, LEARNED_SE * error))
 
 
 def task_scores(task: str, scale: str, task_arms: dict) -> dict:

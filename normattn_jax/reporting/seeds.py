@@ -5,6 +5,13 @@ often bimodal (a seed learns the task or stays at a base rate), so a claim betwe
 is judged here seed by seed: each seed's best accuracy over training, how many seeds learn, and a
 rank test between two architectures' seeds.
 
+On the case task a seed has learned when it learned each of the three cases (the NAP paper's
+Fig. 4 and 5 criterion, "learn all three cases"): its best accuracy on every case above
+``learned_threshold``, the report card's rule, with chance the best input-independent guess
+(``synthetic.case_guess_rate``). Training accuracy alone does not tell: at N = 128 the argmax
+case is 7.5% of the data, so a model that never solves it can still reach 92.5%. On other tasks
+a seed has learned when its best training accuracy reaches a given threshold.
+
 The authors' code (OliverRichter/normalized-attention, ``train.py``) stores each architecture's
 sweep as ``<ARCH>.pickle``, a tuple ``(results, completed runs, run order)`` whose ``results``
 nest as [epoch][learning rate][swept value][metric][seed] (metric 0: training accuracy, 1:
@@ -22,6 +29,7 @@ from typing import Mapping, Optional
 import numpy as np
 import scipy.stats
 
+from normattn_jax.tasks import synthetic
 from normattn_jax.train import artifacts
 from normattn_jax.train.config import get_field, point_config, point_label, static_points
 from normattn_jax.train.layout import ModelsAxis
@@ -37,6 +45,54 @@ AUTHORS_FIELDS = {"model_dimension": "model.d_model", "vocabulary_size": "task.v
                   "max_sequence_length": "task.seq_len", "batch_size": "train.batch_size"}
 # Our metric names -> the authors' metric index.
 AUTHORS_METRICS = {"train_acc": 0, "val_acc": 1}
+CASES = synthetic.CASES
+CASE_METRICS = tuple(f"case_acc_{case}" for case in CASES)  # at the training length N
+# A seed learns a case when its best accuracy on that case beats chance by at least chance
+# itself and by LEARNED_SE binomial standard errors of chance on the case set.
+LEARNED_SE = 5.0
+
+
+def learned_threshold(seq_len: int, case_set_size: int, chance: Optional[float] = None) -> float:
+  """The accuracy a seed must beat on a case to have learned it: chance plus the larger of
+  chance and ``LEARNED_SE`` binomial standard errors of chance on ``case_set_size`` examples.
+
+  Args:
+    seq_len: N (the label is one of N positions).
+    case_set_size: examples per case.
+    chance: the accuracy of the best guess that ignores the input; None for 1/N (labels uniform
+      over the positions). The case task's argmin and argmax labels are not uniform
+      (``synthetic.case_guess_rate``).
+
+  Returns:
+    The threshold, in (0, 1) for chance below 1/2.
+  """
+  chance = 1.0 / seq_len if chance is None else float(chance)
+  error = np.sqrt(chance * (1 - chance) / case_set_size)
+  return float(chance + max(chance, LEARNED_SE * error))
+
+
+_CASE_RULES = {}
+
+
+def case_rule(config) -> Optional[dict]:
+  """The case task's rule for a seed to have learned, for a run of ``config``: ``{"seq_len",
+  "vocab_size", "case_set_size", "chance", "threshold"}`` (``learned_threshold`` with chance
+  ``synthetic.case_guess_rate``); None for other tasks."""
+  if config.task.name != "case_distinction":
+    return None
+  key = (int(config.task.seq_len), int(config.task.vocab_size), int(config.eval.case_set_size))
+  if key not in _CASE_RULES:
+    chance = synthetic.case_guess_rate(key[0], key[1])
+    _CASE_RULES[key] = {"seq_len": key[0], "vocab_size": key[1], "case_set_size": key[2],
+                        "chance": chance, "threshold": learned_threshold(key[0], key[2], chance)}
+  return dict(_CASE_RULES[key])
+
+
+def learned_cases(cases: Mapping, threshold: float) -> list[bool]:
+  """Per seed, whether it learned all three cases: ``cases`` ``{case: [seeds]}`` of best
+  accuracies, each above ``threshold``."""
+  each = np.array([np.asarray(cases[case], dtype=np.float64) for case in CASES]) > threshold
+  return [bool(x) for x in each.all(axis=0)]
 
 
 def _variation_values(variation: dict) -> np.ndarray:
@@ -238,7 +294,8 @@ def pixel(curves: np.ndarray) -> dict:
 
 
 def learned(best: np.ndarray, threshold: float) -> int:
-  """How many seeds reached ``threshold`` (e.g. 0.8 train accuracy: the task learned)."""
+  """How many seeds reached ``threshold`` (e.g. 0.8 train accuracy: a task without cases
+  learned)."""
   return int(np.sum(np.asarray(best) >= threshold))
 
 
@@ -267,15 +324,20 @@ def compare(runs: list[OurSweep], authors_dir: Optional[str] = None, threshold: 
     runs: finished sweeps (any archs and learning rates, with or without static points).
     authors_dir: a folder of the authors' pickles whose swept hyper-parameter is a field of our
       config (``AUTHORS_FIELDS``); None for ours alone.
-    threshold: the best training accuracy at which a seed counts as having learned the task.
+    threshold: the best training accuracy at which a seed counts as having learned a task
+      without cases; a seed of the case task has learned when it learned all three cases
+      (``case_rule``).
     tests: pairs ``(better, worse)`` of archs, each tested at its best learning rate at every
       static point both were run at.
 
   Returns:
-    ``{"threshold", "cells": [...], "tests": [...]}``. A cell holds, for "ours" and (where
-    stored) "authors", per metric the seeds' best over training, the pixel values and, for
-    training accuracy, the number of seeds that learned; with the authors' cell also
-    "ours_vs_authors", per metric the two-sided rank test between the two sets of seeds.
+    ``{"threshold", "case_rules", "cells": [...], "tests": [...]}``. A cell holds, for "ours"
+    and (where stored) "authors", per metric the seeds' best over training, the pixel values
+    and, for training accuracy, the number of seeds that learned; with the authors' cell also
+    "ours_vs_authors", per metric the two-sided rank test between the two sets of seeds. On
+    the case task a cell also holds its "case_rule" and ours "cases" (per case the seeds' best
+    accuracy) and "learned_all" (per seed); the authors stored no per-case accuracies, so
+    their "learned" is None there. "case_rules" lists the distinct rules of the cells.
 
   Raises:
     FileNotFoundError, ValueError: an ``authors_dir`` that is missing, holds none of the runs'
@@ -283,17 +345,26 @@ def compare(runs: list[OurSweep], authors_dir: Optional[str] = None, threshold: 
   """
   if authors_dir is not None:
     check_authors_folder(authors_dir, _archs(runs))
-  cells, authors, ours_best = [], {}, {}
+  cells, authors, ours_best, rules = [], {}, {}, []
   for run in runs:
+    rule = case_rule(run.config)
+    if rule is not None and not all(m in h for h in run.results.values() for m in CASE_METRICS):
+      rule = None  # a run that stored no per-case accuracies: training accuracy alone
+    if rule is not None and rule not in rules:
+      rules.append(rule)
     for point in run.points:
       for arch in run.config.archs:
         sweep = _authors_sweep(authors, authors_dir, arch)
         value = _field_value(run.config, point, _our_field(sweep)) if sweep else None
         for lr in run.learning_rates:
           cell = {"arch": arch, "learning_rate": lr, "point": point_label(point),
-                  "ours": _scores(lambda m: run.seeds(arch, m, lr, point), threshold)}
+                  "ours": _scores(lambda m: run.seeds(arch, m, lr, point), threshold, rule)}
+          if rule is not None:
+            cell["case_rule"] = rule
           if sweep is not None and _close(sweep.learning_rates, lr).any():
             cell["authors"] = _scores(lambda m: sweep.seeds(m, lr, value), threshold)
+            if rule is not None:  # their pickles hold no per-case accuracies
+              cell["authors"]["train_acc"]["learned"] = None
             cell["ours_vs_authors"] = {  # two-sided: do our seeds differ from theirs?
                 m: rank_test(cell["ours"][m]["seeds"], cell["authors"][m]["seeds"], "two-sided")
                 for m in AUTHORS_METRICS}
@@ -308,7 +379,7 @@ def compare(runs: list[OurSweep], authors_dir: Optional[str] = None, threshold: 
       if arch == better and (worse, point) in ours_best:
         out_tests.append(_test(cell, ours_best[(worse, point)][1], value,
                                authors.get(better), authors.get(worse)))
-  return {"threshold": threshold, "cells": cells, "tests": out_tests}
+  return {"threshold": threshold, "case_rules": rules, "cells": cells, "tests": out_tests}
 
 
 def _authors_sweep(cache: dict, authors_dir: Optional[str], arch: str):
@@ -418,15 +489,22 @@ def _rgb(curves: np.ndarray) -> np.ndarray:
   return np.asarray([np.nan if p[k] is None else p[k] for k in ("min", "mean", "max")])
 
 
-def _scores(read, threshold: float) -> dict:
+def _scores(read, threshold: float, rule: Optional[dict] = None) -> dict:
   """Per metric: each seed's best over training and the pixel values; for training accuracy
-  also how many seeds learned."""
+  also how many seeds learned: with a case ``rule``, the seeds that learned all three cases
+  (also "cases" and "learned_all"), else those whose best reached ``threshold``."""
   out = {}
   for metric in AUTHORS_METRICS:
     curves = read(metric)
     best = best_per_seed(curves)
     out[metric] = {"seeds": [float(x) for x in best], "pixel": pixel(curves)}
-  out["train_acc"]["learned"] = learned(out["train_acc"]["seeds"], threshold)
+  if rule is None:
+    out["train_acc"]["learned"] = learned(out["train_acc"]["seeds"], threshold)
+    return out
+  out["cases"] = {case: [float(x) for x in best_per_seed(read(metric))]
+                  for case, metric in zip(CASES, CASE_METRICS)}
+  out["learned_all"] = learned_cases(out["cases"], rule["threshold"])
+  out["train_acc"]["learned"] = int(sum(out["learned_all"]))
   return out
 
 
@@ -460,22 +538,39 @@ def markdown(report: dict) -> str:
                              for k in ("min", "mean", "max"))
   lrs = lambda xs: " / ".join(f"{x:.3g}" for x in xs)
   with_authors = any("authors" in cell for cell in report["cells"])
-  lines = [f"Best accuracy over training per seed (%); learned: seeds with best training "
-           f"accuracy >= {100 * report['threshold']:g}%; pixel: min / mean / max over seeds."]
+  with_cases = any("case_rule" in cell for cell in report["cells"])
+  without_cases = any("case_rule" not in cell for cell in report["cells"])
+  if without_cases or not report["cells"]:
+    lines = [f"Best accuracy over training per seed (%); learned: seeds with best training "
+             f"accuracy >= {100 * report['threshold']:g}%; pixel: min / mean / max over seeds."]
+  else:
+    lines = ["Best accuracy over training per seed (%); pixel: min / mean / max over seeds."]
+  for rule in report.get("case_rules", ()):
+    lines.append(
+        f"Case task (N = {rule['seq_len']}, S = {rule['vocab_size']}): learned: seeds whose best "
+        f"accuracy on each of the three cases (argmin / first / argmax, at N) exceeds "
+        f"{100 * rule['threshold']:.2f}%: chance, the best input-independent guess on the argmin "
+        f"and argmax cases ({100 * rule['chance']:.2f}%; 1/N = {100 / rule['seq_len']:.2f}%), "
+        f"plus the larger of chance and {LEARNED_SE:g} binomial standard errors of chance on "
+        f"{rule['case_set_size']} examples per case (the report card's rule). The authors stored "
+        "no per-case accuracies: their seeds cannot be judged by it (-).")
   if with_authors:
     lines.append("p: two-sided Mann-Whitney U test of our seeds against the authors', train / "
                  "validation.")
-  columns = ["arch", "point", "learning rate", "source", "train, per seed", "learned",
-             "train pixel", "validation, per seed", "validation pixel"] + ["p"] * with_authors
+  columns = (["arch", "point", "learning rate", "source", "train, per seed"]
+             + ["argmin / first / argmax, per seed"] * with_cases
+             + ["learned", "train pixel", "validation, per seed", "validation pixel"]
+             + ["p"] * with_authors)
   lines += ["", "| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
   for cell in report["cells"]:
     for source in ("ours", "authors"):
       if source in cell:
         s = cell[source]
-        row = [cell["arch"], cell["point"] or "-", f"{cell['learning_rate']:.3g}", source,
-               pct(s["train_acc"]["seeds"]),
-               f"{s['train_acc']['learned']}/{len(s['train_acc']['seeds'])}",
-               pix(s["train_acc"]["pixel"]), pct(s["val_acc"]["seeds"]), pix(s["val_acc"]["pixel"])]
+        n, count = len(s["train_acc"]["seeds"]), s["train_acc"]["learned"]
+        row = ([cell["arch"], cell["point"] or "-", f"{cell['learning_rate']:.3g}", source,
+                pct(s["train_acc"]["seeds"])] + [_cases(s.get("cases"))] * with_cases
+               + ["-" if count is None else f"{count}/{n}", pix(s["train_acc"]["pixel"]),
+                  pct(s["val_acc"]["seeds"]), pix(s["val_acc"]["pixel"])])
         if with_authors:
           p = cell.get("ours_vs_authors") if source == "authors" else None
           row.append(f"{p['train_acc']:.2f} / {p['val_acc']:.2f}" if p else "")
@@ -497,3 +592,11 @@ def markdown(report: dict) -> str:
                  f"{a['val_acc']:.3f}"] if a else ["-", "-", "-"])
       lines.append("| " + " | ".join(row) + " |")
   return "\n".join(lines)
+
+
+def _cases(cases: Optional[Mapping]) -> str:
+  """Per seed its best argmin / first / argmax accuracy (%), or "-" without them."""
+  if cases is None:
+    return "-"
+  return ", ".join("/".join(f"{100 * x:.1f}" for x in seed)
+                   for seed in zip(*(cases[case] for case in CASES)))
