@@ -69,13 +69,6 @@ def test_paper_scale_is_the_nap_papers():
   assert s.cost_lengths == (128, 1024, 4096)
 
 
-def test_learned_threshold():
-  # N = 8, 50 examples: chance 0.125 plus 5 standard errors (0.234) beats chance doubled
-  assert rc.learned_threshold(8, 50) == pytest.approx(0.125 + 5 * (0.125 * 0.875 / 50) ** 0.5)
-  # N = 128, 100000 examples: twice chance is the larger margin
-  assert rc.learned_threshold(128, 100000) == pytest.approx(2 / 128)
-
-
 def test_default_baselines_dir_is_shared_beside_the_card(tmp_path):
   assert rc.default_baselines_dir(str(tmp_path / "cards" / "mine"), "cpu") == \
       str(tmp_path / "cards" / "baselines" / "cpu")
@@ -122,8 +115,8 @@ def synthetic_report():
   tests = {"softmax": {"train_acc": 0.01, "val_acc": 0.5}, "nap": {"train_acc": 0.5,
                                                                      "val_acc": 0.5}}
   tasks = {task: {"arms": {"card": arm(0.9), "softmax": arm(0.5), "nap": arm(0.85, False)},
-                  "tests": tests, "threshold": 0.36} for task in rc.TASKS}
-  del tasks["mode"]["threshold"]
+                  "tests": tests, "threshold": 0.36, "chance": 0.18} for task in rc.TASKS}
+  del tasks["mode"]["threshold"], tasks["mode"]["chance"]
   attention = {label: {"explained_away": [0.0, 0.1], "below_bound": [0.0, 0.2],
                        "min_sum_times_n": [1.0, 0.0], "unselectable": [0.0, 0.05]}
                for label in rc.ARMS}

@@ -323,12 +323,6 @@ def test_learned_threshold_is_chance_plus_a_margin():
       0.0143 + 5 * (0.0143 * 0.9857 / 1000) ** 0.5)
 
 
-def test_the_report_card_judges_cases_by_the_same_function():
-  from normattn_jax.reporting import report_card
-  assert report_card.learned_threshold is seeds.learned_threshold
-  assert report_card.LEARNED_SE == seeds.LEARNED_SE
-
-
 def test_the_best_constant_guess_beats_one_over_n_as_ties_go_to_the_first():
   from normattn_jax.tasks import synthetic
   n, k = 8, 98  # the argmax case draws from 98 values (50 and 64 left out)

@@ -38,6 +38,7 @@ from normattn_jax.analysis import mode_collapse as mc
 from normattn_jax.analysis.unselectable import unselectable
 from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.reporting import seeds as seeds_lib
+from normattn_jax.tasks.synthetic import case_guess_rate
 from normattn_jax.train import artifacts
 from normattn_jax.train.checkpoint import ITEM, GridCheckpoints, open_workdir, releases_workdir, \
     write_json
@@ -53,11 +54,11 @@ BASELINE_ARCHS = ("mte", "nap")  # softmax in the MTE layout, and NAP
 ARMS = ("card", "softmax", "nap")
 CASES = ("argmin", "first", "argmax")
 EPSILON = ea.EPSILON
-# A seed learns a case when its best accuracy on that case beats chance (1/N) by at least
-# chance itself and by LEARNED_SE binomial standard errors of chance on the case set
-# (seeds.learned_threshold, shared with experiments/compare_seeds.py).
-LEARNED_SE = seeds_lib.LEARNED_SE
-learned_threshold = seeds_lib.learned_threshold
+# A seed learns a case when its best accuracy on that case beats chance (the best guess that
+# ignores the input, synthetic.case_guess_rate) by at least chance itself and by
+# seeds.LEARNED_SE binomial standard errors of chance on the case set (seeds.learned_threshold,
+# shared with experiments/compare_seeds.py).
+CASE_VOCAB = 100  # the case tasks' vocabulary (sweep_config)
 UNSELECTABLE_TOL = 1e-6  # float32 keys (analysis.unselectable)
 REPORT_MD, REPORT_JSON, SUMMARY = "report.md", "report.json", artifacts.SUMMARY
 
@@ -199,7 +200,7 @@ def sweep_config(task: str, scale: str, archs: tuple,
   c.num_seeds = s.num_seeds
   c.task.name, c.task.output = TASKS[task]
   c.task.seq_len = s.seq_len
-  c.task.vocab_size = 2 * s.seq_len if task == "mode" else 100
+  c.task.vocab_size = 2 * s.seq_len if task == "mode" else CASE_VOCAB
   c.model.d_model, c.model.num_heads, c.model.num_layers = s.d_model, s.num_heads, s.num_layers
   c.train.batch_size = s.batch_size
   c.train.num_steps = s.mode_steps if task == "mode" else s.num_steps
@@ -277,7 +278,9 @@ def task_scores(task: str, scale: str, task_arms: dict) -> dict:
   out = {"arms": {label: arm_seeds(arm, metrics) for label, arm in task_arms.items()}}
   if cased:
     s = SCALES[scale]
-    threshold = learned_threshold(s.seq_len, s.case_set_size)
+    chance = case_guess_rate(s.seq_len, CASE_VOCAB)
+    threshold = seeds_lib.learned_threshold(s.seq_len, s.case_set_size, chance)
+    out["chance"] = chance
     out["threshold"] = threshold
     for entry in out["arms"].values():
       each = np.array([entry[f"case_acc_{c}"] for c in CASES]) > threshold  # [cases, seeds]

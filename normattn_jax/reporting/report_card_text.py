@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from normattn_jax.reporting.report_card import ARMS, CASES, EPSILON, LEARNED_SE, TASKS
+from normattn_jax.reporting.report_card import ARMS, CASES, EPSILON, TASKS
+from normattn_jax.reporting.seeds import LEARNED_SE
 
 TASK_TITLES = {"case": "Case task (NAP paper Fig. 3: argmin / first / argmax, output per token)",
                "first_token": "First-token task (NAP paper Fig. 5: output from the first token)",
@@ -137,8 +138,10 @@ def _task_section(task: str, scores: dict) -> list:
   if "threshold" in scores:
     columns.append("learned all three cases, per seed")
     lines += ["", f"A seed learned a case when its best accuracy on that case exceeds "
-              f"{_pct(scores['threshold'])}%: chance (1/N) plus the larger of chance and "
-              f"{LEARNED_SE:g} binomial standard errors of chance on the case set."]
+              f"{_pct(scores['threshold'])}%: chance ({_pct(scores['chance'])}%, the best guess "
+              f"that ignores the input: argmin and argmax labels favour early positions) plus "
+              f"the larger of chance and {LEARNED_SE:g} binomial standard errors of chance on "
+              f"the case set."]
   lines += [""] + _table(columns, per_seed)
   tests = [[f"card vs {base}", f"{p['train_acc']:.3g}", f"{p['val_acc']:.3g}"]
            for base, p in scores["tests"].items()]
