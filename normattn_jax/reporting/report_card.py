@@ -486,7 +486,8 @@ def run_card(normalization: str, options: dict, scale: str, workdir: str, *,
   seconds = train_all(spec, scale, workdir, baselines_dir, show_progress)
   s = SCALES[scale]
   report = {"normalization": str(spec), "name": spec.name, "options": dict(spec.options),
-            "scale": scale, "sizes": dataclasses.asdict(s), "baselines_dir": baselines_dir,
+            "scale": scale, "sizes": dataclasses.asdict(s),
+            "baselines_dir": os.path.relpath(baselines_dir, workdir),  # the card's folder moves
             "tasks": {task: task_scores(task, scale, arms(workdir, baselines_dir, task))
                       for task in TASKS}}
   case_arms = arms(workdir, baselines_dir, "case")

@@ -167,8 +167,8 @@ def markdown(report: dict) -> str:
            f"L = {s['num_layers']}, H = {s['num_heads']}, batch {s['batch_size']}, "
            f"{s['num_steps']} steps ({s['mode_steps']} for the mode task), learning rates "
            f"{', '.join(f'{lr:.3g}' for lr in s['learning_rates'])}, {s['num_seeds']} seeds. "
-           f"Baselines: {report['baselines_dir']}. Verdicts say what the numbers show at this "
-           f"scale.", "", "![accuracy](accuracy.png)", "", "## NAP paper", ""]
+           f"Baselines: {report['baselines_dir']} (from the card's folder). Verdicts say what "
+           f"the numbers show at this scale.", "", "![accuracy](accuracy.png)", "", "## NAP paper", ""]
   for task in TASKS:
     lines += _task_section(task, report["tasks"][task]) + ["", f"**Verdict:** {v[task]}", ""]
   att = report["attention"]
