@@ -168,7 +168,8 @@ def markdown(report: dict) -> str:
            f"{s['num_steps']} steps ({s['mode_steps']} for the mode task), learning rates "
            f"{', '.join(f'{lr:.3g}' for lr in s['learning_rates'])}, {s['num_seeds']} seeds. "
            f"Baselines: {report['baselines_dir']} (from the card's folder). Verdicts say what "
-           f"the numbers show at this scale.", "", "![accuracy](accuracy.png)", "", "## NAP paper", ""]
+           f"the numbers show at this scale.", "", "![accuracy](accuracy.png)", "",
+           "## NAP paper", ""]
   for task in TASKS:
     lines += _task_section(task, report["tasks"][task]) + ["", f"**Verdict:** {v[task]}", ""]
   att = report["attention"]
