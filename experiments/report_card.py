@@ -33,6 +33,7 @@ _SCALE = flags.DEFINE_enum("scale", "smoke", tuple(report_card.SCALES), "The car
 _BASELINES = flags.DEFINE_string("baselines_dir", None, "The shared softmax and NAP runs; "
                                  "default <parent of workdir>/baselines/<scale>.")
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show the sweeps' progress bars.")
+_CPU_DEVICES = cli.define_cpu_devices_flag()
 flags.mark_flags_as_required(["normalization", "workdir"])
 
 
@@ -50,6 +51,7 @@ def parse_options(text: str) -> dict:
 def main(argv):
   del argv
   logging.set_verbosity(logging.ERROR)
+  cli.split_cpu(_CPU_DEVICES.value)
   cli.enable_compilation_cache()
   load_plugins(_PLUGINS.value)
   options = parse_options(_OPTIONS.value)
