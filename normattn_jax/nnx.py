@@ -16,7 +16,8 @@ from typing import Any, Mapping, Optional, Union
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
+from flax import linen, nnx
+from flax.nnx import bridge
 from flax.nnx.nn import dtypes
 from flax.nnx.nn.attention import dot_product_attention
 
@@ -307,3 +308,24 @@ def _flatten(tree, prefix=()):
       yield from _flatten(value, prefix + (name,))
     else:
       yield prefix + (name,), value
+
+
+def from_linen(module: linen.Module, *example_inputs: Any, rngs: nnx.Rngs,
+               **call_kwargs: Any) -> nnx.Module:
+  """One of the library's Linen modules (a ``TransformerBlock``, a ``SequenceModel`` of any of
+  the six architectures, ``BertModel``, ``AlbertModel``, ``CausalLM``) as an NNX module, through
+  flax's Linen-to-NNX bridge: its parameters are initialised from ``rngs`` on
+  ``example_inputs``, its state tree is the Linen module's (``nnx.state(m, nnx.Param)`` is its
+  ``params``), and it is called as the Linen module is. The blocks and models are written once,
+  in Linen, so every normalisation and module option works in them.
+
+  Args:
+    module: the Linen module.
+    *example_inputs: inputs of the shapes it will be called with (e.g. tokens ``[batch, N]``).
+    rngs: the NNX random streams (``params``; ``dropout`` for training with dropout).
+    **call_kwargs: keyword arguments of the initialising call (e.g. ``mask``).
+
+  Returns:
+    The NNX module, initialised.
+  """
+  return bridge.lazy_init(bridge.ToNNX(module, rngs=rngs), *example_inputs, **call_kwargs)
