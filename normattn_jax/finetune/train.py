@@ -108,8 +108,10 @@ def validate_finetune_config(c: ml_collections.ConfigDict, check_paths: bool = T
 
   Args:
     c: the fine-tuning config.
-    check_paths: also check that ``encoder.path`` holds what ``encoder.kind`` needs and, for a
-      pre-training workdir and an offline task, that both hold out the same documents.
+    check_paths: also check what the config's paths hold: that ``encoder.path`` holds what
+      ``encoder.kind`` needs and, for a pre-training workdir and an offline task, that both
+      hold out the same documents; and the task's data (its registered check, e.g. that the
+      offline task's corpus gives both splits examples).
   """
   check_known_fields(c, base_finetune_config(), free=("encoder.attention.options",))
   e = c.encoder
@@ -144,6 +146,9 @@ def validate_finetune_config(c: ml_collections.ConfigDict, check_paths: bool = T
   check_config_float("train.weight_decay", t.weight_decay, 0)
   check_config_float("train.clip_norm", t.clip_norm, 0, open_low=True)
   _fraction("train.classifier_dropout", t.classifier_dropout)
+  if check_paths:  # the chief fetches the task's data into the shared cache, the others read it
+    multihost.chief_first("normattn_jax finetune check",
+                          lambda: task_lib.check_config(c.task.name, c.task))
 
 
 def _check_encoder_path(c: ml_collections.ConfigDict) -> None:
@@ -407,6 +412,7 @@ def run_finetuning(c: ml_collections.ConfigDict, workdir: str, *,
   if task.seq_len > start.max_positions:
     _fail("task.max_seq_length", task.seq_len,
           f"exceeds the encoder's max_position_embeddings ({start.max_positions})")
+  task.check_ids(start.module.config.vocab_size, start.module.config.type_vocab_size)
   hp, seeds = hyperparameter_grid(c)
   num_models, t = len(seeds), c.train
   grid, _ = build_grid(c, task, start, num_models)
