@@ -1,7 +1,7 @@
-"""Fine-tuning refuses what it cannot use, naming it, before it writes or compiles: a task
-config whose split would be empty, a corpus too small, a task's malformed features; and it
-keeps what its config and its pre-training run record (``task.max_examples``, the run's own
-vocabulary)."""
+"""Fine-tuning refuses what it cannot use, naming it, before it writes or compiles: an encoder
+replaced under a resumed workdir, a task config whose split would be empty, a corpus too small,
+a task's malformed features; and it keeps what its config and its pre-training run record
+(``task.max_examples``, the run's own vocabulary)."""
 import dataclasses
 import glob
 import json
@@ -16,6 +16,7 @@ from normattn_jax.finetune import encoders, offline
 from normattn_jax.finetune import features as features_lib
 from normattn_jax.finetune import task as task_lib
 from normattn_jax.finetune import train as ft
+from normattn_jax.train.checkpoint import WorkdirError
 from normattn_jax.train.driver import Interrupted
 from normattn_jax.train.pretrain import run_pretraining
 from test_finetune import WORDS, pretrained, pretraining_config, tiny_config, write_plays
@@ -35,6 +36,42 @@ def corpus_files(root):
 @pytest.fixture(scope="module")
 def tokenizer(root):
   return encoders.from_pretraining(str(root / "pretrain")).tokenizer
+
+
+# ----- the starting point a workdir began from -----
+
+def test_a_resumed_run_refuses_an_encoder_replaced_under_it(root, tmp_path):
+  """Pre-training re-run afresh (another seed) under a killed fine-tuning run: resuming would
+  go on from the old checkpoints on the new encoder."""
+  pretraining = str(tmp_path / "pretrain")
+  run_pretraining(pretraining_config(corpus_files(root)), pretraining, **QUIET)
+  c = tiny_config(root)
+  c.encoder.path = pretraining
+  workdir = str(tmp_path / "run")
+  for _ in range(2):  # started, then resumed on the same encoder
+    with pytest.raises(Interrupted):
+      ft.run_finetuning(c, workdir, max_chunks=1, **QUIET)
+  replaced = pretraining_config(corpus_files(root))
+  replaced.train.seed = 1
+  run_pretraining(replaced, pretraining, afresh=True, **QUIET)
+  with pytest.raises(WorkdirError, match=r"fine-tunes another starting point: "
+                                         r"parameters_sha256 was '[0-9a-f]{64}', now"):
+    ft.run_finetuning(c, workdir, **QUIET)
+  assert not os.path.exists(os.path.join(workdir, "summary.json"))
+  with open(os.path.join(workdir, "starting_point.json")) as f:
+    recorded = json.load(f)
+  assert recorded["encoder.path"] == pretraining and recorded["step"] == 2
+
+
+def test_parameters_sha256_sees_every_value_and_name():
+  params = {"layer": {"kernel": np.zeros((2, 3), np.float32), "bias": np.zeros(3, np.float32)}}
+  digest = encoders.parameters_sha256(params)
+  copied = {"layer": {name: value.copy() for name, value in params["layer"].items()}}
+  assert encoders.parameters_sha256(copied) == digest
+  changed = {"layer": dict(params["layer"], bias=np.array([0, 0, 1e-7], np.float32))}
+  renamed = {"other": params["layer"]}
+  assert len({digest, encoders.parameters_sha256(changed),
+              encoders.parameters_sha256(renamed)}) == 3
 
 
 # ----- the pre-training run's vocabulary -----

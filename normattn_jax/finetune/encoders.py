@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import hashlib
 import json
 import os
 from typing import Any, Optional, Union
@@ -42,12 +43,25 @@ ENCODER_KINDS = ("pretraining", "huggingface", "minilm")
 class StartingPoint:
   """An encoder (``AlbertModel`` or ``BertModel`` with a pooler), the parameters it starts from
   (possibly without the parameters a switched normalisation adds) and its tokenizer (a
-  ``finetune.features.Tokenizer``)."""
+  ``finetune.features.Tokenizer``); ``step``: the pre-training checkpoint's, None for the
+  others."""
   module: nn.Module
   params: Any
   tokenizer: Any
   description: str
   max_positions: int
+  step: Optional[int] = None
+
+
+def parameters_sha256(params) -> str:
+  """A hash of every parameter's path, dtype, shape and values: a fine-tuning workdir records
+  it, so that a resumed run refuses an encoder that changed under it."""
+  digest = hashlib.sha256()
+  for path, value in sorted(traverse_util.flatten_dict(params, sep="/").items()):
+    value = np.ascontiguousarray(value)
+    digest.update(f"{path}:{value.dtype}:{value.shape}".encode())
+    digest.update(value.tobytes())
+  return digest.hexdigest()
 
 
 def _read_json(path: str, what: str) -> dict:
@@ -140,7 +154,7 @@ def from_pretraining(workdir: str, *, attention: Union[str, AttentionSpec, None]
   if albert_config.attention != trained_with:
     described += f", switched to {albert_config.attention}"
   return StartingPoint(module, params, features.as_tokenizer(vocab_path), described,
-                       config.model.max_position_embeddings)
+                       config.model.max_position_embeddings, step)
 
 
 def from_huggingface(folder, *, attention: Union[str, AttentionSpec, None] = None,
