@@ -47,11 +47,8 @@ def write_plays(folder, lines=640, seed=0):
   return paths
 
 
-@pytest.fixture(scope="module")
-def root(tmp_path_factory):
-  """A finished tiny pre-training run on text files named as the corpus's plays."""
-  root = tmp_path_factory.mktemp("finetune")
-  files = write_plays(str(root / "corpus" / "shakespeare"))
+def pretraining_config(files):
+  """A tiny pre-training on ``files``, two steps."""
   c = base_pretrain_config()
   c.model.update(embedding_size=8, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                  intermediate_size=32, max_position_embeddings=32)
@@ -59,8 +56,21 @@ def root(tmp_path_factory):
                 max_predictions_per_seq=4, dupe_factor=1, validation_fraction=HELD_OUT)
   c.train.update(batch_size=4, num_steps=2, warmup_steps=1, log_every=1, eval_every=2,
                  eval_batches=1, checkpoint_every=2)
-  run_pretraining(c, str(root / "pretrain"), show_progress=False, tensorboard=False)
+  return c
+
+
+def pretrained(root):
+  """``root`` with a finished tiny pre-training run (``pretrain``) on text files named as the
+  corpus's plays (``corpus``)."""
+  files = write_plays(str(root / "corpus" / "shakespeare"))
+  run_pretraining(pretraining_config(files), str(root / "pretrain"), show_progress=False,
+                  tensorboard=False)
   return root
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+  return pretrained(tmp_path_factory.mktemp("finetune"))
 
 
 def tiny_config(root, learning_rates=(1e-3,), num_seeds=1):
@@ -355,6 +365,8 @@ def test_resumed_run_equals_uninterrupted(root, runs):
     ("learning_rates", (1e-3, float("inf"))), ("learning_rates", (float("nan"),)),
     ("train.weight_decay", float("nan")), ("train.weight_decay", float("inf")),
     ("train.clip_norm", float("inf")), ("encoder.dropout", float("nan")),
+    ("task.dev_fraction", 0.0), ("task.dev_fraction", 0.99), ("task.passage_lines", 0),
+    ("task.passage_lines", 65),
 ])
 def test_bad_config_names_the_field_before_anything_is_written(root, tmp_path, field, value):
   c = tiny_config(root)

@@ -9,6 +9,7 @@ bias correction, decoupled weight decay except on LayerNorm parameters, biases a
 linear warm-up then linear decay) with the learning rate in the optimiser state, so that one
 program trains all of them. The dev split is scored at fixed intervals, with no early stopping:
 the result of a model is its last evaluation. ``run_finetuning`` writes ``config.json``,
+``starting_point.json`` (what the encoder started from: a resumed run refuses another),
 ``history.jsonl``, TensorBoard scalars, orbax checkpoints (a killed run resumes with the same
 numbers), ``metrics.npz``, ``curves.png`` and, last, ``summary.json``: per learning rate the mean,
 standard error, min and max over the seeds, and the best learning rate.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import os
 import time
 from typing import Any, Callable, Optional
@@ -33,7 +35,7 @@ from normattn_jax.finetune import offline  # noqa: F401 (registers the offline t
 from normattn_jax.finetune import task as task_lib
 from normattn_jax.train import grid as grid_lib
 from normattn_jax.train import multihost
-from normattn_jax.train.checkpoint import open_workdir, releases_workdir, \
+from normattn_jax.train.checkpoint import WorkdirError, open_workdir, releases_workdir, \
     write_json
 from normattn_jax.train.optim import lamb_adapted, scale_by_adam_without_bias_correction, \
     schedule_shape
@@ -108,8 +110,10 @@ def validate_finetune_config(c: ml_collections.ConfigDict, check_paths: bool = T
 
   Args:
     c: the fine-tuning config.
-    check_paths: also check that ``encoder.path`` holds what ``encoder.kind`` needs and, for a
-      pre-training workdir and an offline task, that both hold out the same documents.
+    check_paths: also check what the config's paths hold: that ``encoder.path`` holds what
+      ``encoder.kind`` needs and, for a pre-training workdir and an offline task, that both
+      hold out the same documents; and the task's data (its registered check, e.g. that the
+      offline task's corpus gives both splits examples).
   """
   check_known_fields(c, base_finetune_config(), free=("encoder.attention.options",))
   e = c.encoder
@@ -144,6 +148,9 @@ def validate_finetune_config(c: ml_collections.ConfigDict, check_paths: bool = T
   check_config_float("train.weight_decay", t.weight_decay, 0)
   check_config_float("train.clip_norm", t.clip_norm, 0, open_low=True)
   _fraction("train.classifier_dropout", t.classifier_dropout)
+  if check_paths:  # the chief fetches the task's data into the shared cache, the others read it
+    multihost.chief_first("normattn_jax finetune check",
+                          lambda: task_lib.check_config(c.task.name, c.task))
 
 
 def _check_encoder_path(c: ml_collections.ConfigDict) -> None:
@@ -158,6 +165,37 @@ def _check_encoder_path(c: ml_collections.ConfigDict) -> None:
       _fail("task.validation_fraction", c.task.validation_fraction,
             f"must equal the pre-training run's data.validation_fraction ({held_out}), so that "
             f"the task's documents are the ones it held out")
+
+
+STARTING_POINT = "starting_point.json"  # in a fine-tuning workdir: what its encoder started from
+
+
+def starting_point_record(c: ml_collections.ConfigDict, start: encoders.StartingPoint) -> dict:
+  """What a fine-tuning run starts from: the encoder's kind and path, the pre-training
+  checkpoint's step and a hash of the parameters."""
+  return {"encoder.kind": c.encoder.kind, "encoder.path": c.encoder.path, "step": start.step,
+          "parameters_sha256": encoders.parameters_sha256(start.params)}
+
+
+def pin_starting_point(workdir: str, record: dict) -> None:
+  """Store the starting point of a new run (``STARTING_POINT``), or refuse to resume one from
+  another: its checkpoints would go on from an encoder that is no longer the one at
+  ``encoder.path`` (e.g. its pre-training workdir was run again with ``--afresh``), and its
+  summary would name the new one. A workdir from before the record pins what it resumes with."""
+  path = os.path.join(workdir, STARTING_POINT)
+  if os.path.exists(path):
+    with open(path) as f:
+      stored = json.load(f)
+    changed = [f"{key} was {stored.get(key)!r}, now {record.get(key)!r}"
+               for key in sorted(stored.keys() | record.keys())
+               if stored.get(key) != record.get(key)]
+    if changed:
+      raise WorkdirError(f"workdir {workdir} fine-tunes another starting point: "
+                         f"{'; '.join(changed)}. Restore the encoder it started from, use "
+                         f"another workdir, or start afresh (--afresh, afresh=True) to move it "
+                         f"aside")
+  elif multihost.is_chief():
+    write_json(path, record, indent=2, sort_keys=True)
 
 
 def adamw(learning_rate, num_steps: int, warmup_steps: int, weight_decay: float,
@@ -400,6 +438,7 @@ def run_finetuning(c: ml_collections.ConfigDict, workdir: str, *,
   if finished is not None:
     return finished
   start = encoders.load_starting_point(c.encoder)
+  pin_starting_point(workdir, starting_point_record(c, start))
   # every process needs the task; the chief fetches and prepares its data (corpus, TFDS) into
   # the shared cache, the others then read it
   task = multihost.chief_first("normattn_jax finetune task",
@@ -407,6 +446,7 @@ def run_finetuning(c: ml_collections.ConfigDict, workdir: str, *,
   if task.seq_len > start.max_positions:
     _fail("task.max_seq_length", task.seq_len,
           f"exceeds the encoder's max_position_embeddings ({start.max_positions})")
+  task.check_ids(start.module.config.vocab_size, start.module.config.type_vocab_size)
   hp, seeds = hyperparameter_grid(c)
   num_models, t = len(seeds), c.train
   grid, _ = build_grid(c, task, start, num_models)

@@ -12,6 +12,7 @@ checkpoint and ends with the same numbers; the workdir belongs to its config
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from typing import Optional
@@ -116,6 +117,8 @@ def validate_pretrain_config(c: ml_collections.ConfigDict) -> None:
     check_config_float(f"data.{name}", c.data[name], 0, 1)
   check_config_float("data.validation_fraction", c.data.validation_fraction, 0, 1,
                      open_low=True, open_high=True)
+  if c.data.corpus == "files":
+    _check_enough_documents(c.data)
   for name in ("batch_size", "num_steps", "log_every", "eval_every", "eval_batches"):
     check_config_int(f"train.{name}", c.train[name])
   for name in ("warmup_steps", "checkpoint_every", "eval_batch_size"):
@@ -131,6 +134,33 @@ def validate_pretrain_config(c: ml_collections.ConfigDict) -> None:
     if c.train[name] % devices:
       _fail(f"train.{name}", c.train[name],
             f"must be divisible by the number of devices ({devices})")
+
+
+def _check_enough_documents(d: ml_collections.ConfigDict) -> None:
+  """Local text files that make too few documents for a split are refused with the config, not
+  once the workdir is written (the corrected command would then be another config's)."""
+  from normattn_jax.data import albert_examples, tfds_text
+  need = albert_examples.DOCUMENTS_PER_SPLIT
+  counts = tfds_text.split_counts([str(f) for f in d.files], albert_examples.LINES_PER_DOCUMENT,
+                                  d.validation_fraction, enough=need)
+  if min(counts.values()) < need:
+    _fail("data.files", tuple(d.files),
+          f"make {counts['train']} train and {counts['validation']} validation documents "
+          f"({albert_examples.LINES_PER_DOCUMENT} non-empty lines each, data.validation_fraction="
+          f"{d.validation_fraction}); ALBERT's examples need {need} in each split: add text or "
+          f"change data.validation_fraction")
+
+
+def file_sha256(path: str) -> str:
+  with open(path, "rb") as f:
+    return hashlib.sha256(f.read()).hexdigest()
+
+
+def vocab_record(vocab_path: str, workdir: str) -> dict:
+  """Which SentencePiece model the run trained with, for its ``summary.json``: its path
+  relative to the workdir (a workdir moves with its own data cache) and the sha256 of the file,
+  so that fine-tuning reads this one even where ``data.cache_dir`` holds other runs' too."""
+  return {"path": os.path.relpath(vocab_path, workdir), "sha256": file_sha256(vocab_path)}
 
 
 def model_config(c: ml_collections.ConfigDict, vocab_size: int) -> AlbertConfig:
@@ -346,7 +376,7 @@ def run_pretraining(c: ml_collections.ConfigDict, workdir: str, *,
       "train_mlm_accuracy": last_train["mlm_accuracy"],
       "train_sop_accuracy": last_train["sop_accuracy"],
       "num_params": int(sum(np.size(p) for p in jax.tree.leaves(state.params))),
-      "vocab_size": vocab.size,
+      "vocab_size": vocab.size, "vocab": vocab_record(vocab.path, workdir),
       "train_examples": train_data.num_examples, "validation_examples": val_data.num_examples,
       "tokens_per_second": (tokens_per_step * timed_steps / timed_seconds
                             if timed_seconds else None),
