@@ -369,8 +369,10 @@ def _stats(values: np.ndarray) -> dict:
 
 def summarise(c, task: task_lib.FinetuneTask, history: dict) -> dict:
   """Per learning rate, the statistics over seeds of every metric at the last evaluation, and
-  the learning rate of the best mean main metric (a diverged seed counts in ``diverged``, not
-  in the statistics)."""
+  the best learning rate. A diverged seed counts in ``diverged``, not in the statistics, and as
+  a failure in the choice: the best learning rate is one with the fewest diverged seeds, and
+  among those the best mean main metric (so a rate where most seeds blew up never wins on the
+  mean of the few that did not)."""
   n_seeds = c.num_seeds
   cells = []
   for i, lr in enumerate(c.learning_rates):
@@ -385,7 +387,7 @@ def summarise(c, task: task_lib.FinetuneTask, history: dict) -> dict:
     cells.append(cell)
   main = task.metrics[0]
   scored = [cell for cell in cells if cell[main]["mean"] is not None]
-  best = max(scored, key=lambda cell: cell[main]["mean"]) if scored else None
+  best = max(scored, key=lambda cell: (-cell["diverged"], cell[main]["mean"])) if scored else None
   return {"task": task.name, "task_description": task.description, "head": task.head,
           "metric": main, "metrics": list(task.metrics), "cells": cells, "best": best,
           "num_seeds": n_seeds, "steps": c.train.num_steps,
