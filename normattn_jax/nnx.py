@@ -22,22 +22,14 @@ from flax.nnx.nn import dtypes
 from flax.nnx.nn.attention import dot_product_attention
 
 from normattn_jax.attention import fast as fast_lib
-from normattn_jax.attention.module import check_attention_fields, takes_fast_path
+from normattn_jax.attention.module import (check_attention_fields, check_decodable,
+                                            takes_fast_path)
 from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.validation import check_int
 
 Array = jax.Array
 # The Linen module's options that change the attention around the weights; refused here.
 LINEN_ONLY_OPTIONS = ("output_gate", "qk_norm", "differential")
-
-
-def _refuse_decode(spec: AttentionSpec) -> None:
-  """Refuse step-by-step decoding for a normalisation that normalises over the queries."""
-  if spec.normalization.normalizes_over_queries:
-    raise ValueError(f"decode=True is not supported with normalization={str(spec)!r}: it also "
-                     f"normalises each key's weights over the queries, so a query's weights "
-                     f"depend on queries not yet decoded and a key/value cache cannot give the "
-                     f"full pass's outputs; run the whole sequence with is_causal=True instead")
 
 
 class MultiHeadAttention(nnx.MultiHeadAttention):
@@ -124,7 +116,7 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
       raise ValueError(f"scale_logits must be None, True or False, got {scale_logits!r}")
     check_int("block_size", block_size)
     if kwargs.get("decode"):
-      _refuse_decode(spec)
+      check_decodable(spec)
     super().__init__(num_heads, in_features, qkv_features, out_features, num_kv_heads,
                      in_kv_features, rngs=rngs, **kwargs)
     # flax's __call__ calls self.attention_fn: drop the instance attribute so that the method
@@ -171,7 +163,7 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
         queries or with implementation="fast".
     """
     if decode or (decode is None and self.decode):
-      _refuse_decode(self.normalization)
+      check_decodable(self.normalization)
       if self.implementation == "fast":
         raise ValueError("implementation='fast' cannot decode: the cache adds a dense mask of "
                          "the keys seen so far; use implementation='auto' or 'quadratic'")
@@ -190,7 +182,7 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
     Raises:
       ValueError: for a normalisation that normalises over the queries (DNAS, HNAS, Sinkhorn).
     """
-    _refuse_decode(self.normalization)
+    check_decodable(self.normalization)
     super().init_cache(input_shape, dtype)
 
   def head_params(self) -> dict:

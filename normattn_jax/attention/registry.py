@@ -225,7 +225,9 @@ class Normalization:
     Raises:
       ValueError: if a per-head parameter is missing or an option is refused.
     """
-    return self.weights(logits, mask, **_per_head(self, params), **self.function_options(options))
+    weights = self.weights(logits, mask, **_per_head(self, params),
+                           **self.function_options(options))
+    return weights.astype(logits.dtype)  # float32 per-head params must not promote bf16 logits
 
   def fast_attention(self, q: Array, k: Array, v: Array, params: Mapping[str, Array],
                      options: Optional[Mapping[str, Any]] = None, *, query_mask=None,
