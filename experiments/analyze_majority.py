@@ -9,7 +9,8 @@ Writes to --workdir: config.json, history.jsonl (test accuracy, losses and query
 model at every evaluation), checkpoints/, majority.json (the summary) and majority.png. A run
 stopped by --max_minutes (or killed) resumes when started again with the same flags; --steps may
 grow between parts. A workdir of other settings is refused (exit code 2) unless --afresh moves
-it aside.
+it aside. --resummarise rewrites majority.json and majority.png of a workdir from its
+history.jsonl without training (the data are rebuilt from the seeds for their statistics).
 """
 import dataclasses
 import json
@@ -27,7 +28,7 @@ from normattn_jax.analysis import majority
 from normattn_jax.train.checkpoint import (GridCheckpoints, config_differences, move_aside,
                                            write_json)
 from normattn_jax.train.grid import run_grid, to_host
-from normattn_jax.train.run_log import RunLog
+from normattn_jax.train.run_log import RunLog, read_history
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -44,6 +45,8 @@ _EVAL_EVERY = flags.DEFINE_integer("eval_every_epochs", 2, "Epochs between evalu
 _MODELS_PER_VMAP = flags.DEFINE_integer("models_per_vmap", 0, "Models per vmap (0: all).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seeds the data sets and initialisations.")
 _AFRESH = flags.DEFINE_bool("afresh", False, "Move an existing workdir aside and start anew.")
+_RESUMMARISE = flags.DEFINE_bool("resummarise", False, "Rewrite majority.json and majority.png "
+                                 "from the workdir's history.jsonl; no training.")
 
 THRESHOLDS = (0.5, 0.7, 0.8, 0.9)
 PAPER_STEPS = 17_000
@@ -176,6 +179,26 @@ def plot(history: list[dict], config: majority.MajorityConfig, path: str) -> Non
   plt.close(fig)
 
 
+def write_summary(workdir: str, config: majority.MajorityConfig, history: list[dict],
+                  data: majority.MajorityData, speed: list[float]) -> dict:
+  """Write majority.json (``summarise`` with the data's statistics and the run's pace) and
+  majority.png from ``history``; ``speed``: model-steps/s of this call's chunks (none: the
+  stored value is kept)."""
+  train_size = int(data.train_counts.shape[1])
+  extra = {"data": majority.data_statistics(data.train_counts)
+                   | {"train_size": train_size, "test_size": int(data.test_counts.shape[1])},
+           "eval_every_steps": config.eval_every_epochs * majority.steps_per_epoch(config,
+                                                                                   train_size),
+           "diverged_models": int(sum(np.asarray(history[-1].get("diverged", [0])))),
+           "model_steps_per_second_last_part": (float(np.median(speed)) if speed
+                                                else _stored(workdir, "model_steps_per_second_"
+                                                                      "last_part"))}
+  summary = summarise(history, config, extra)
+  write_json(os.path.join(workdir, "majority.json"), summary, indent=1)
+  plot(history, config, os.path.join(workdir, "majority.png"))
+  return summary
+
+
 class OutOfTime(Exception):
   """--max_minutes passed: the run resumes from its checkpoints when started again."""
 
@@ -193,15 +216,24 @@ def main(argv):
   if _STEPS.value < 1:
     raise app.UsageError(f"--steps must be >= 1, got {_STEPS.value}")
   workdir = _WORKDIR.value
+  history_path = os.path.join(workdir, "history.jsonl")
+  if _RESUMMARISE.value and (_AFRESH.value or not read_history(history_path)):
+    raise app.UsageError(f"--resummarise needs a run's history, {history_path}, and no --afresh")
   open_run(workdir, config, _AFRESH.value)
   started = time.time()
   data = majority.build_data(config)
+  if _RESUMMARISE.value:
+    summary = write_summary(workdir, config, read_history(history_path), data, [])
+    print(json.dumps({k: summary[k] for k in summary if k != "variants"}, indent=1))
+    return
   grid, programs = majority.build_grid(config, data)
   chunk_steps = config.eval_every_epochs * programs.steps_per_epoch
   target = math.ceil(_STEPS.value / chunk_steps)
   checkpoints = GridCheckpoints(os.path.join(workdir, "checkpoints"))
   log = None
   statistics = majority.data_statistics(data.train_counts)
+  described = (f"{statistics['types_per_sequence']:.2f} types and a majority of "
+               f"{statistics['majority_count']:.1f} tokens per sequence")
   speed, tick = [], 0.0  # model-steps/s of each chunk, and when the last one ended
 
   def resume(grid, states, settings):
@@ -216,7 +248,7 @@ def main(argv):
       log.record(0, rounded(checked({k: to_host(v)[:config.num_models]
                                      for k, v in before.items()})))
     print(f"data: {data.train_counts.shape[1]} train / {data.test_counts.shape[1]} test "
-          f"sequences per seed, {statistics}; {config.num_models} models; from step "
+          f"sequences per seed, {described}; {config.num_models} models; from step "
           f"{done * chunk_steps} to {target * chunk_steps}", flush=True)
     tick = time.time()
     return done, states, {}
@@ -246,16 +278,7 @@ def main(argv):
     checkpoints.close()
     if log is not None:
       log.close()
-  extra = {"data": statistics | {"train_size": int(data.train_counts.shape[1]),
-                                 "test_size": int(data.test_counts.shape[1])},
-           "eval_every_steps": chunk_steps,
-           "diverged_models": int(sum(np.asarray(log.history[-1].get("diverged", [0])))),
-           "model_steps_per_second_last_part": (float(np.median(speed)) if speed
-                                                else _stored(workdir, "model_steps_per_second_"
-                                                                      "last_part"))}
-  summary = summarise(log.history, config, extra)
-  write_json(os.path.join(workdir, "majority.json"), summary, indent=1)
-  plot(log.history, config, os.path.join(workdir, "majority.png"))
+  summary = write_summary(workdir, config, log.history, data, speed)
   print(json.dumps({k: summary[k] for k in summary if k != "variants"}, indent=1))
 
 

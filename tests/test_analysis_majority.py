@@ -1,6 +1,10 @@
 """The majority experiment of Brody et al.: data, model, LayerNorm variants, query angle and the
 vmapped training."""
+import json
 import math
+import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +15,7 @@ from normattn_jax.analysis import majority as m
 from normattn_jax.train.grid import run_grid
 
 D = 8
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _partition_count(total, largest, parts):
@@ -196,3 +201,41 @@ def test_the_learning_rate_decays_linearly_over_10000_epochs():
   schedule = m.learning_rate_schedule(config, 80_008)
   np.testing.assert_allclose([schedule(0), schedule(14_000), schedule(140_000)],
                              [1e-3, 0.9e-3, 0.0], atol=1e-9)
+
+
+def test_the_data_statistics_are_given_per_data_set_too():
+  data = m.build_data(m.MajorityConfig(**SMALL))
+  stats = m.data_statistics(data.train_counts)
+  per_set = [m.data_statistics(counts) for counts in data.train_counts]
+  assert stats["types_per_sequence_per_data_set"] == pytest.approx(
+      [s["types_per_sequence"] for s in per_set])
+  assert stats["majority_count_per_data_set"] == pytest.approx(
+      [s["majority_count"] for s in per_set])
+  assert stats["types_per_sequence"] == pytest.approx(
+      np.mean(stats["types_per_sequence_per_data_set"]))  # data sets of equal size
+
+
+def test_resummarise_rewrites_the_summary_from_the_history_without_training(tmp_path):
+  workdir = tmp_path / "majority"
+  script = os.path.join(REPO, "experiments", "analyze_majority.py")
+  flags = [f"--workdir={workdir}", "--num_seeds=1", "--variants=with_projection,"
+           "without_projection"]
+  run = lambda *extra: subprocess.run([sys.executable, script, *flags, *extra],
+                                      capture_output=True, text=True, cwd=REPO, timeout=600,
+                                      env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO))
+  refused = run("--resummarise")
+  assert refused.returncode != 0 and "needs a run's history" in refused.stderr
+  assert not workdir.exists()  # refused before anything was written
+  workdir.mkdir()
+  rows = [{"step": step, "test_accuracy": [acc, acc / 2], "train_loss": [1 - acc, 1.0],
+           "test_loss": [1 - acc, 1.0], "query_angle": [60.0, 70.0]}
+          for step, acc in ((0, 0.1), (28, 0.6), (56, 0.95))]
+  (workdir / "history.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+  done = run("--resummarise")
+  assert done.returncode == 0, done.stderr
+  summary = json.loads((workdir / "majority.json").read_text())
+  assert summary["steps_run"] == 56 and not (workdir / "checkpoints").exists()
+  assert summary["variants"]["with_projection"]["steps_to_test_accuracy"]["0.9"][
+      "per_seed"] == [56]
+  assert len(summary["data"]["types_per_sequence_per_data_set"]) == 1
+  assert (workdir / "majority.png").exists()

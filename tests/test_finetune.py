@@ -397,3 +397,45 @@ def test_shipped_configs_are_valid(path):
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   ft.validate_finetune_config(module.get_config(), check_paths=False)
+
+
+# ----- HNAS's u after fine-tuning -----
+
+def test_hybrid_weights_are_read_in_layer_order_and_clipped():
+  u = lambda value: np.full((2, 3), value, np.float32)  # [models, heads]
+  params = {"head": {"kernel": np.zeros((2, 4))},
+            "encoder": {f"layer_{i}": {"attention": {"hybrid_weight": u(i / 20)}}
+                        for i in range(12)}}
+  params["encoder"]["layer_11"]["attention"]["hybrid_weight"] = u(1.5)  # clipped to 1
+  params["encoder"]["layer_0"]["attention"]["hybrid_weight"] = u(-0.5)  # clipped to 0
+  got = ft.hybrid_weights(params)
+  assert got.shape == (2, 12, 3)
+  np.testing.assert_allclose(got[0, :, 0], [0.0] + [i / 20 for i in range(1, 11)] + [1.0])
+  shared = {"encoder": {"albert": {"hybrid_weights": np.full((2, 4, 3), 0.25, np.float32)}}}
+  assert ft.hybrid_weights(shared).shape == (2, 4, 3)  # ALBERT's [models, layers, heads]
+  assert ft.hybrid_weights({"encoder": {"layer_0": {"kernel": np.zeros(3)}}}) is None
+
+
+def test_hybrid_weights_go_to_their_learning_rates_cells():
+  c = ft.base_finetune_config()
+  c.learning_rates, c.num_seeds = (1e-4, 3e-4), 2
+  summary = {"cells": [{"learning_rate": 1e-4}, {"learning_rate": 3e-4}]}
+  u = np.arange(4 * 3 * 2, dtype=np.float64).reshape(4, 3, 2) / 24  # [models, layers, heads]
+  cells = ft.with_hybrid_weights(summary, c, u)["cells"]
+  assert cells[0]["hybrid_weights"] == u[:2].tolist()
+  assert cells[1]["hybrid_weights"] == u[2:].tolist()
+  assert "hybrid_weights" not in ft.with_hybrid_weights(
+      {"cells": [{"learning_rate": 1e-4}]}, c, None)["cells"][0]
+
+
+@pytest.mark.slow
+def test_a_run_switched_to_hnas_records_its_u(root, tmp_path):
+  c = tiny_config(root, num_seeds=2)
+  c.encoder.attention = attention_section("hnas", hybrid_init=0.25)
+  summary = ft.run_finetuning(c, str(tmp_path / "hnas"), show_progress=False, tensorboard=False)
+  u = np.asarray(summary["cells"][0]["hybrid_weights"])
+  assert u.shape == (2, 1, 2)  # seeds, the tiny ALBERT's one layer, its 2 heads
+  # the run's own u: its hybrid_init, moved a little (the tiny model's gradient in u is ~1e-9)
+  np.testing.assert_allclose(u, 0.25, atol=1e-3)
+  with open(tmp_path / "hnas" / "summary.json") as f:
+    assert json.load(f)["best"]["hybrid_weights"] == u.tolist()

@@ -395,10 +395,22 @@ def build_data(config: MajorityConfig) -> MajorityData:
 
 
 def data_statistics(counts: np.ndarray) -> dict:
-  """Mean types per sequence and mean count of the majority type."""
+  """Mean types per sequence and mean count of the majority type, over all sequences and per
+  data set (each seed draws its own partitions, so the data sets differ).
+
+  Args:
+    counts: type counts ``[n, types]`` of one data set or ``[seeds, n, types]``.
+
+  Returns:
+    ``types_per_sequence`` and ``majority_count`` (means over every sequence), and the same per
+    data set as ``..._per_data_set`` lists.
+  """
   counts = np.asarray(counts)
-  return {"types_per_sequence": float((counts > 0).sum(-1).mean()),
-          "majority_count": float(counts.max(-1).mean())}
+  per_set = counts.reshape((-1,) + counts.shape[-2:])
+  types, majority = (per_set > 0).sum(-1), per_set.max(-1)
+  return {"types_per_sequence": float(types.mean()), "majority_count": float(majority.mean()),
+          "types_per_sequence_per_data_set": types.mean(-1).tolist(),
+          "majority_count_per_data_set": majority.mean(-1).tolist()}
 
 
 def train_pair_capacity(counts: np.ndarray, batch_size: int) -> int:

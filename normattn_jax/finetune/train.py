@@ -12,7 +12,8 @@ the result of a model is its last evaluation. ``run_finetuning`` writes ``config
 ``starting_point.json`` (what the encoder started from: a resumed run refuses another),
 ``history.jsonl``, TensorBoard scalars, orbax checkpoints (a killed run resumes with the same
 numbers), ``metrics.npz``, ``curves.png`` and, last, ``summary.json``: per learning rate the mean,
-standard error, min and max over the seeds, and the best learning rate.
+standard error, min and max over the seeds (with HNAS, each seed's u per layer and head at the
+end), and the best learning rate.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import dataclasses
 import itertools
 import json
 import os
+import re
 import time
 from typing import Any, Callable, Optional
 
@@ -396,6 +398,36 @@ def summarise(c, task: task_lib.FinetuneTask, history: dict) -> dict:
           "dev_examples": len(task.dev["input_ids"])}
 
 
+def _natural_key(path) -> tuple:
+  """A parameter path as a sort key in which ``layer_10`` follows ``layer_9``."""
+  parts = re.split(r"(\d+)", jax.tree_util.keystr(path))
+  return tuple(int(p) if p.isdigit() else p for p in parts)
+
+
+def hybrid_weights(params) -> Optional[np.ndarray]:
+  """HNAS's u as the attention uses it (clipped to [0, 1]), ``[models, layers, heads]`` in layer
+  order, from parameters with a leading models axis; None without HNAS. A layer's own module
+  holds ``hybrid_weight [models, heads]``, an ALBERT encoder that shares its layers
+  ``hybrid_weights [models, layers, heads]``; u moves in fine-tuning, so the end's is recorded."""
+  leaves = [(path, np.asarray(leaf)) for path, leaf in jax.tree_util.tree_leaves_with_path(params)
+            if jax.tree_util.keystr(path[-1:]) in ("['hybrid_weight']", "['hybrid_weights']")]
+  if not leaves:
+    return None
+  leaves.sort(key=lambda item: _natural_key(item[0]))
+  per_layer = [u[:, None] if u.ndim == 2 else u for _, u in leaves]
+  return np.clip(np.concatenate(per_layer, axis=1), 0.0, 1.0)
+
+
+def with_hybrid_weights(summary: dict, c, u: Optional[np.ndarray]) -> dict:
+  """``summary`` with each learning rate's u per seed, layer and head at the last step
+  (``hybrid_weights``, from ``hybrid_weights``) in its cell; unchanged without HNAS."""
+  if u is None:
+    return summary
+  for i, cell in enumerate(summary["cells"]):
+    cell["hybrid_weights"] = u[i * c.num_seeds:(i + 1) * c.num_seeds].tolist()
+  return summary
+
+
 def _score(task: task_lib.FinetuneTask, predictions: np.ndarray, diverged: bool) -> dict:
   """A model's dev metrics; NaN (counted as diverged, never averaged) for a diverged model."""
   if diverged:
@@ -494,13 +526,15 @@ def run_finetuning(c: ml_collections.ConfigDict, workdir: str, *,
     with RunHooks(os.path.join(workdir, "checkpoints"), t.checkpoint_every, num_evals,
                   metrics_like=metrics_like, record=record, budget=Budget(max_chunks),
                   name="fine-tuning") as hooks:
-      history = grid_lib.run_grid(grid, grid_lib.model_keys(c.seed, seeds), per_model,
-                                  num_evals, resume=hooks.resume, on_chunk=hooks.on_chunk,
-                                  on_host=on_host).metrics
+      finished_run = grid_lib.run_grid(grid, grid_lib.model_keys(c.seed, seeds), per_model,
+                                       num_evals, resume=hooks.resume, on_chunk=hooks.on_chunk,
+                                       on_host=on_host)
   finally:
     log.close()
+  history = finished_run.metrics
   timed_chunks, timed_seconds = timing["chunks"], timing["seconds"]
-  summary = summarise(c, task, history)
+  summary = with_hybrid_weights(summarise(c, task, history), c,
+                                hybrid_weights(finished_run.state.params))
   summary.update(
       encoder=start.description,
       model_steps_per_second=(num_models * t.eval_every * timed_chunks / timed_seconds
