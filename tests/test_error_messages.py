@@ -1,5 +1,6 @@
 """Bad input from a user's files and flags is refused with an error that names the field, flag
 or file at fault and its value, instead of failing later with an error that hides the cause."""
+import json
 import os
 import re
 import subprocess
@@ -7,7 +8,8 @@ import sys
 
 import pytest
 
-from normattn_jax.train import multihost
+from normattn_jax.train import checkpoint, multihost
+from normattn_jax.train.config import base_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -51,3 +53,50 @@ def test_the_run_scripts_refuse_a_coordinator_address_by_flag(tmp_path):
   assert done.returncode != 0 and "ran" not in done.stdout
   assert "--coordinator_address='notahost' must be host:port" in done.stderr
   assert "IndexError" not in done.stderr
+
+
+# ----- a workdir's config.json and summary.json -----
+
+def test_a_config_json_that_is_a_list_is_refused_naming_the_workdir(tmp_path):
+  write(tmp_path / "config.json", "[1, 2, 3]")
+  with pytest.raises(checkpoint.WorkdirError,
+                     match=re.escape(f"workdir {tmp_path}: cannot read its config.json (")
+                     + r".*config\.json holds a JSON list, not an object of fields"):
+    checkpoint.check_workdir(str(tmp_path), base_config(), "sweep")
+
+
+def test_a_damaged_summary_of_a_finished_run_is_named(tmp_path):
+  config = base_config()
+  write(tmp_path / "config.json", json.dumps(checkpoint.config_json(config)))
+  path = write(tmp_path / "summary.json", '{"best": ')
+  with pytest.raises(checkpoint.WorkdirError,
+                     match=re.escape(f"workdir {tmp_path}: its summary.json, which marks a "
+                                     f"finished run, is damaged: {path} is not valid JSON")):
+    checkpoint.open_workdir(str(tmp_path), config, "sweep")
+  assert checkpoint.lock_holder(str(tmp_path)) is None  # released
+  with pytest.raises(ValueError, match=re.escape(f"{path} is not valid JSON")):
+    checkpoint.finished_summary(str(tmp_path))
+  with pytest.raises(FileNotFoundError, match="has no summary.json: its run has not finished"):
+    checkpoint.finished_summary(str(tmp_path / "elsewhere"))
+
+
+def test_the_comparison_scripts_name_a_damaged_summary(tmp_path):
+  path = write(tmp_path / "summary.json", "not json")
+  done = run_script(os.path.join(REPO, "experiments", "regularization_table.py"), str(tmp_path))
+  assert done.returncode != 0
+  assert f"{path} is not valid JSON" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_sweeps_damaged_files_are_named(tmp_path):
+  from normattn_jax.train import artifacts
+  path = write(tmp_path / "config.json", "{")
+  with pytest.raises(ValueError, match=re.escape(f"{path} is not valid JSON")):
+    artifacts.read_config(str(tmp_path))
+  write(path, json.dumps({"model": {}}))
+  with pytest.raises(ValueError, match=re.escape(f"{path} is not a sweep's config: it has no "
+                                                 "list archs")):
+    artifacts.read_config(str(tmp_path))
+  write(path, json.dumps(checkpoint.config_json(base_config())))
+  metrics = write(tmp_path / artifacts.METRICS, "PK\x03\x04 cut short")
+  with pytest.raises(ValueError, match=re.escape(f"{metrics} is not a readable .npz")):
+    artifacts.read_results(str(tmp_path), artifacts.read_config(str(tmp_path)))
