@@ -27,6 +27,28 @@ def write(path, text):
   return str(path)
 
 
+# ----- fine-tuning from a workdir that is no pre-training run -----
+
+def test_encoder_path_at_a_sweep_workdir_names_the_field_and_the_file(tmp_path):
+  from normattn_jax.finetune import encoders
+  write(tmp_path / "config.json", json.dumps(checkpoint.config_json(base_config())))
+  with pytest.raises(ValueError, match=re.escape(f"encoder.path={str(tmp_path)!r} is not a "
+                                                 "pre-training workdir: its ")
+                     + r".*config\.json has the sections \['archs', .*'data', 'model', 'train'"):
+    encoders.from_pretraining(str(tmp_path))
+
+
+def test_encoder_path_with_a_damaged_config_names_the_file(tmp_path):
+  from normattn_jax.finetune import encoders
+  path = write(tmp_path / "config.json", '{"model": ')
+  with pytest.raises(ValueError, match=re.escape(f"encoder.path={str(tmp_path)!r}: {path} is "
+                                                 "not valid JSON")):
+    encoders.pretraining_config(str(tmp_path))
+  write(tmp_path / "config.json", "[1, 2]")
+  with pytest.raises(ValueError, match=re.escape(f"{path} holds a JSON list, not a config")):
+    encoders.pretraining_config(str(tmp_path))
+
+
 # ----- --coordinator_address -----
 
 @pytest.mark.parametrize("address", ["localhost:1234", "10.0.0.1:80", "[::1]:1234", ""])
