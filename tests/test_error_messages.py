@@ -122,3 +122,37 @@ def test_a_sweeps_damaged_files_are_named(tmp_path):
   metrics = write(tmp_path / artifacts.METRICS, "PK\x03\x04 cut short")
   with pytest.raises(ValueError, match=re.escape(f"{metrics} is not a readable .npz")):
     artifacts.read_results(str(tmp_path), artifacts.read_config(str(tmp_path)))
+
+
+# ----- HuggingFace folders -----
+
+@pytest.fixture
+def hf_folder(tmp_path):
+  from normattn_jax.models import bert
+  import shutil
+  for name in ("config.json", "model.safetensors", "tokenizer.json"):
+    shutil.copy(bert.bundled_minilm_path() / name, tmp_path / name)
+  return tmp_path
+
+
+@pytest.mark.parametrize("text, match", [
+    ('{"hidden_size": ', "is not valid JSON"),
+    ("[384]", "holds a JSON list, not a model config"),
+    ('{"hidden_size": "big"}', "hidden_size must be a positive integer, got 'big'"),
+])
+def test_a_damaged_hf_config_is_named(hf_folder, text, match):
+  from normattn_jax.models import bert
+  path = write(hf_folder / "config.json", text)
+  with pytest.raises(ValueError, match=re.escape(path) + ".*" + re.escape(match)):
+    bert.load_config(hf_folder)
+
+
+def test_damaged_hf_weights_and_tokenizer_are_named(hf_folder):
+  from normattn_jax.finetune import encoders
+  from normattn_jax.models import bert
+  path = write(hf_folder / "model.safetensors", "garbage")
+  with pytest.raises(ValueError, match=re.escape(f"{path} is not a readable safetensors file")):
+    encoders.from_huggingface(hf_folder)
+  path = write(hf_folder / "tokenizer.json", "{not json")
+  with pytest.raises(ValueError, match=re.escape(f"{path} is not a readable tokenizer")):
+    bert.load_tokenizer(hf_folder)
