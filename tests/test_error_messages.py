@@ -156,3 +156,25 @@ def test_damaged_hf_weights_and_tokenizer_are_named(hf_folder):
   path = write(hf_folder / "tokenizer.json", "{not json")
   with pytest.raises(ValueError, match=re.escape(f"{path} is not a readable tokenizer")):
     bert.load_tokenizer(hf_folder)
+
+
+# ----- experiments/analyze_unselectable.py -----
+
+def test_unselectable_flags_are_checked_before_anything_is_written(tmp_path):
+  workdir = tmp_path / "w"
+  done = run_script(os.path.join(REPO, "experiments", "analyze_unselectable.py"),
+                    f"--workdir={workdir}", "--dims=0", "--ns=3", "--runs=1")
+  assert done.returncode != 0
+  assert "--dims=0: 0 is below 2, the smallest it takes" in done.stderr
+  assert not workdir.exists()
+
+
+def test_unselectable_fractions_refuse_impossible_sizes():
+  from normattn_jax.analysis.unselectable import fraction_with_unselectable
+  with pytest.raises(ValueError, match="d must be a positive integer, got 0"):
+    fraction_with_unselectable(0, 5, 1, False)
+  with pytest.raises(ValueError, match="d must be an integer >= 2, got 1"):
+    fraction_with_unselectable(1, 5, 1, True)  # LayerNorm of one coordinate: 0 / 0
+  with pytest.raises(ValueError, match="n must be a positive integer, got 0"):
+    fraction_with_unselectable(3, 0, 1, False)
+  assert 0 <= fraction_with_unselectable(1, 3, 2, False) <= 1
