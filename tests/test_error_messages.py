@@ -178,3 +178,34 @@ def test_unselectable_fractions_refuse_impossible_sizes():
   with pytest.raises(ValueError, match="n must be a positive integer, got 0"):
     fraction_with_unselectable(3, 0, 1, False)
   assert 0 <= fraction_with_unselectable(1, 3, 2, False) <= 1
+
+
+# ----- the normalisation registry -----
+
+@pytest.mark.parametrize("fields, match", [
+    (dict(weights=None), "weights must be a function"),
+    (dict(fast=3), "fast must be None or a function"),
+    (dict(params=("u",)), "params must be a tuple of HeadParam, got ('u',)"),
+    (dict(options=None), "options must be a tuple of Option, got None"),
+    (dict(scale_logits="yes"), "scale_logits must be True or False, got 'yes'"),
+    (dict(normalizes_over_queries=None), "normalizes_over_queries must be True or False"),
+    (dict(fast_pays_off=None), "fast_pays_off must be a function"),
+])
+def test_a_normalisation_that_could_not_work_is_refused_naming_the_field(fields, match):
+  from normattn_jax.attention import registry
+  given = {"weights": lambda logits, mask=None: logits, **fields}
+  with pytest.raises(ValueError, match=re.escape(f"normalization 'x': {match}")):
+    registry.register(registry.Normalization("x", **given))
+  assert "x" not in registry.NORMALIZATIONS
+
+
+def test_per_head_parameters_may_not_repeat_or_take_an_argument_name():
+  import flax.linen as nn
+  from normattn_jax.attention import registry
+  init = lambda options: nn.initializers.zeros
+  for params in ((registry.HeadParam("g", init), registry.HeadParam("g", init)),
+                 (registry.HeadParam("mask", init),)):
+    with pytest.raises(ValueError, match="per-head parameter names"):
+      registry.register(registry.Normalization("x", lambda logits, mask=None: logits,
+                                               params=params))
+  assert "x" not in registry.NORMALIZATIONS
