@@ -209,3 +209,19 @@ def test_per_head_parameters_may_not_repeat_or_take_an_argument_name():
       registry.register(registry.Normalization("x", lambda logits, mask=None: logits,
                                                params=params))
   assert "x" not in registry.NORMALIZATIONS
+
+
+# ----- pre-training on too little text -----
+
+def test_too_little_text_for_pre_training_names_the_config_field(tmp_path):
+  from normattn_jax.train import pretrain
+  corpus = write(tmp_path / "tiny.txt", "".join(f"line {i}.\n" for i in range(10)))
+  c = pretrain.base_pretrain_config()
+  c.data.corpus, c.data.files, c.data.validation_fraction = "files", (corpus,), 0.2
+  with pytest.raises(ValueError) as err:
+    pretrain.load_data(c, str(tmp_path / "w"))
+  message = str(err.value)
+  assert message.startswith("config.data.validation_fraction=0.2: the ")
+  assert "split would have no document" in message
+  assert re.search(r"add text to data\.files or (raise|lower) data\.validation_fraction", message)
+  assert "lines_per_document" not in message
