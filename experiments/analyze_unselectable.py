@@ -18,13 +18,13 @@ from normattn_jax.analysis.unselectable import fraction_with_unselectable  # noq
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the json and the figure.")
 _RUNS = flags.DEFINE_integer("runs", 100, "draws per cell (the paper: 100)", lower_bound=1)
-_DIMS = flags.DEFINE_list("dims", [str(d) for d in range(3, 16)], "Key dimensions d.")
-_NS = flags.DEFINE_list("ns", [str(n) for n in range(3, 61)], "Numbers of keys n.")
+_DIMS = flags.DEFINE_list("dims", [str(d) for d in range(3, 16)], "Key dimensions d (>= 2).")
+_NS = flags.DEFINE_list("ns", [str(n) for n in range(3, 61)], "Numbers of keys n (>= 1).")
 flags.mark_flags_as_required(["workdir"])
 
 
-def integers(flag):
-  """The integers of a list flag."""
+def integers(flag, low: int):
+  """The integers of a list flag, each >= ``low``."""
   try:
     values = [int(x) for x in flag.value]
   except ValueError:
@@ -32,12 +32,16 @@ def integers(flag):
                          f"got {','.join(flag.value)}") from None
   if not values:
     raise app.UsageError(f"--{flag.name} must not be empty")
+  if min(values) < low:
+    raise app.UsageError(f"--{flag.name}={','.join(flag.value)}: {min(values)} is below "
+                         f"{low}, the smallest it takes")
   return values
 
 
 def main(argv):
   del argv
-  dims, ns = integers(_DIMS), integers(_NS)
+  # d >= 2: LayerNorm (Fig. 1d) maps a single coordinate to 0 / 0
+  dims, ns = integers(_DIMS, 2), integers(_NS, 1)
   workdir, runs = _WORKDIR.value, _RUNS.value
   os.makedirs(workdir, exist_ok=True)
   start = time.perf_counter()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from normattn_jax._extras import require
+from normattn_jax.validation import check_int
 
 # A key is selectable if some query in the unit box [-1, 1]^d beats every other key by more than
 # TOLERANCE times the key's spread (its largest coordinate difference to another key): a
@@ -145,7 +146,14 @@ def fraction_with_unselectable(d: int, n: int, runs: int, with_layer_norm: bool,
 
   Returns:
     A fraction in [0, 1].
+
+  Raises:
+    ValueError: naming the argument, for d < 1 (d < 2 with LayerNorm, which maps a single
+      coordinate to 0 / 0), n < 1 or runs < 1.
   """
+  check_int("d", d, low=2 if with_layer_norm else 1)
+  check_int("n", n)
+  check_int("runs", runs)
   rng = np.random.default_rng([seed, d, n, int(with_layer_norm)])
   hits = 0
   for _ in range(runs):

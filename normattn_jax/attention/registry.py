@@ -269,10 +269,40 @@ def _per_head(norm: Normalization, params: Mapping[str, Array]) -> dict:
           for p in norm.params}
 
 
+def _field_problem(normalization: Normalization) -> Optional[tuple[str, str]]:
+  """``(field, what it must be)`` for the first field of ``normalization`` that could not
+  work (a weight function that is not callable, a flag that is not a bool, ...), or None."""
+  n = normalization
+  rules = (
+      ("weights", callable(n.weights), "a function (logits, mask, **params, **options) -> "
+                                       "weights"),
+      ("fast", n.fast is None or callable(n.fast), "None or a function (q, k, v, ...) -> "
+                                                   "outputs"),
+      ("fast_pays_off", callable(n.fast_pays_off), "a function (q_len, k_len, head_dim, "
+                                                   "causal, num_logits) -> bool"),
+      ("params", isinstance(n.params, (tuple, list))
+       and all(isinstance(p, HeadParam) for p in n.params), "a tuple of HeadParam"),
+      ("options", isinstance(n.options, (tuple, list)), "a tuple of Option"),
+  )
+  for field, ok, must in rules:
+    if not ok:
+      return field, must
+  for field in ("scale_logits", "head_norm", "normalizes_over_queries"):
+    if not isinstance(getattr(n, field), bool):
+      return field, "True or False"
+  return None
+
+
 def _check(normalization: Normalization) -> None:
-  """Refuse options that are not ``Option``s, repeat a name, clash with the functions' own
-  arguments or the per-head parameters, or whose default breaks their own rule."""
+  """Refuse a normalisation whose fields could not work (``_field_problem``), options that
+  are not ``Option``s, repeat a name, clash with the functions' own arguments or the per-head
+  parameters, or whose default breaks their own rule."""
   name = normalization.name
+  problem = _field_problem(normalization)
+  if problem:
+    field, must = problem
+    raise ValueError(f"normalization {name!r}: {field} must be {must}, got "
+                     f"{getattr(normalization, field)!r}")
   if not all(isinstance(o, Option) for o in normalization.options):
     raise ValueError(f"normalization {name!r}: options must be Option objects (name, default, "
                      f"rule), got {normalization.options!r}")
@@ -282,6 +312,11 @@ def _check(normalization: Normalization) -> None:
   if clashes:
     raise ValueError(f"normalization {name!r}: option names {clashes} repeat or clash with the "
                      f"functions' arguments or per-head parameters")
+  params = normalization.param_names
+  clashes = sorted((set(params) & RESERVED) | {p for p in params if params.count(p) > 1})
+  if clashes:
+    raise ValueError(f"normalization {name!r}: per-head parameter names {clashes} repeat or "
+                     f"clash with the functions' arguments")
   normalization.resolve_options()  # the defaults pass their own rules
 
 

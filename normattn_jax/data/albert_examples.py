@@ -311,6 +311,10 @@ class PretrainingData:
       return cls({k: data[k] for k in FIELDS})
 
 
+# Non-empty lines of a text file per document, unless a call says otherwise (pre-training's).
+LINES_PER_DOCUMENT = 64
+
+
 def _key(*parts) -> str:
   return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -327,10 +331,11 @@ def _prepare(sources: dict, cache: str, *, vocab_size: int, log, **settings):
       documents[split] = [tfds_text._text(example["text"]).split("\n")
                           for example in sources[split]]
       if len(documents[split]) < DOCUMENTS_PER_SPLIT:
-        raise ValueError(
-            f"the {split!r} split has {len(documents[split])} document(s), ALBERT's examples "
-            f"need {DOCUMENTS_PER_SPLIT}: add text, change validation_fraction or, for local text "
-            f"files, lower lines_per_document")
+        raise tfds_text.TooFewDocuments(
+            split, f"the {split!r} split has {len(documents[split])} document(s), ALBERT's "
+            f"examples need {DOCUMENTS_PER_SPLIT}",
+            f"add text, {tfds_text.fraction_change(split)} validation_fraction or, for local "
+            f"text files, lower lines_per_document")
     return documents[split]
 
   if os.path.exists(model_path):

@@ -30,6 +30,19 @@ def _fingerprint(files: Sequence[str], *settings) -> str:
   return "files_" + h.hexdigest()[:16]
 
 
+class TooFewDocuments(ValueError):
+  """A split with fewer documents than it needs.
+
+  ``facts`` says how many there are and why, ``split`` which split it is; the message adds
+  what to change among the arguments of the call that raised it. A caller that set those
+  arguments from its own fields (pre-training's config) names its fields instead.
+  """
+
+  def __init__(self, split: str, facts: str, advice: str):
+    super().__init__(f"{facts}; {advice}")
+    self.split, self.facts = split, facts
+
+
 def split_of(document_id: str, validation_fraction: float) -> str:
   """"validation" for a deterministic ``validation_fraction`` of the document ids.
 
@@ -86,13 +99,19 @@ def _check_splits(files: Sequence[str], lines_per_document: int,
     raise ValueError(f"the text files {list(files)} hold no non-empty line; add text")
   empty = [split for split in SPLITS if not counts[split]]
   if empty:
-    fraction = "raise" if empty == ["validation"] else "lower"
-    raise ValueError(
+    raise TooFewDocuments(
+        empty[0],
         f"the {empty[0]!r} split would have no document: the text files {list(files)} make "
-        f"{sum(counts.values())} document(s) of lines_per_document={lines_per_document} "
-        f"non-empty lines, {counts['validation']} of them held out for validation "
-        f"(validation_fraction={validation_fraction}); add text, lower lines_per_document "
-        f"or {fraction} validation_fraction")
+        f"{sum(counts.values())} document(s) of {lines_per_document} non-empty lines, "
+        f"{counts['validation']} of them held out for validation at a fraction of "
+        f"{validation_fraction}",
+        f"add text, lower lines_per_document={lines_per_document} or "
+        f"{fraction_change(empty[0])} validation_fraction={validation_fraction}")
+
+
+def fraction_change(split: str) -> str:
+  """How the validation fraction must move to give ``split`` more documents."""
+  return "raise" if split == "validation" else "lower"
 
 
 class TextFiles(tfds.core.GeneratorBasedBuilder):

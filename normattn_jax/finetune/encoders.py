@@ -65,16 +65,37 @@ def parameters_sha256(params) -> str:
 
 
 def _read_json(path: str, what: str) -> dict:
+  """The JSON object at ``path``; a missing, damaged or non-object file is refused naming
+  ``what`` (the config field) and the file."""
   if not os.path.isfile(path):
     raise FileNotFoundError(f"{what}: no {path}")
   with open(path) as f:
-    return json.load(f)
+    try:
+      tree = json.load(f)
+    except ValueError as err:
+      raise ValueError(f"{what}: {path} is not valid JSON ({err})") from None
+  if not isinstance(tree, dict):
+    raise ValueError(f"{what}: {path} holds a JSON {type(tree).__name__}, not a config")
+  return tree
 
 
 def pretraining_config(workdir: str) -> ml_collections.ConfigDict:
-  """The config a pre-training workdir was run with (its ``config.json``, in today's form)."""
+  """The config a pre-training workdir was run with (its ``config.json``, in today's form).
+
+  Raises:
+    FileNotFoundError: if the workdir has no ``config.json``.
+    ValueError: naming ``encoder.path`` and the file, if it is damaged or the config of
+      another kind of run (a sweep's, a fine-tuning run's).
+  """
   from normattn_jax.train.migrate import with_current_names
-  stored = _read_json(os.path.join(workdir, "config.json"), "encoder.path (a pre-training workdir)")
+  from normattn_jax.train.pretrain import base_pretrain_config
+  path = os.path.join(workdir, "config.json")
+  stored = _read_json(path, f"encoder.path={workdir!r}")
+  sections = sorted(base_pretrain_config())
+  if sorted(stored) != sections:
+    raise ValueError(f"encoder.path={workdir!r} is not a pre-training workdir: its {path} has "
+                     f"the sections {sorted(stored)}, a pre-training run's has {sections}; give "
+                     f"a workdir of experiments/pretrain.py")
   config = ml_collections.ConfigDict(with_current_names(stored, "pretraining"))
   config.data.files = tuple(config.data.files)
   return config

@@ -186,13 +186,19 @@ def run_command(run: Callable[..., T], config: Any, run_flags: RunFlags,
     What ``run`` returned.
 
   Raises:
-    app.UsageError: if a multi-host flag is given without ``--distributed``.
+    app.UsageError: if a multi-host flag is given without ``--distributed``, or one that
+      ``multihost.check_arguments`` refuses.
   """
   f = run_flags
   if not f.distributed.value and (f.coordinator_address.value or f.num_processes.value
                                   or f.process_id.value >= 0):
     raise app.UsageError("--coordinator_address, --num_processes and --process_id need "
                          "--distributed")
+  try:
+    multihost.check_arguments(f.coordinator_address.value, f.num_processes.value,
+                              f.process_id.value)
+  except ValueError as err:
+    raise app.UsageError(f"--{err}") from None
   split_cpu(f.cpu_devices.value, divides)
   logging.set_verbosity(logging.ERROR)
   enable_compilation_cache(f.compilation_cache.value)

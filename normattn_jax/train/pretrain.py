@@ -275,6 +275,7 @@ def load_data(c: ml_collections.ConfigDict, workdir: str):
   """``(vocab, {"train", "validation"})`` of the configured corpus, cached under
   ``data.cache_dir`` (default: the workdir; runs that share it share their data)."""
   from normattn_jax import data as data_lib
+  from normattn_jax.data import tfds_text
 
   d = c.data
   workdir = d.cache_dir or workdir
@@ -283,12 +284,27 @@ def load_data(c: ml_collections.ConfigDict, workdir: str):
                   max_predictions_per_seq=d.max_predictions_per_seq, ngram=d.ngram,
                   short_seq_prob=d.short_seq_prob, dupe_factor=d.dupe_factor,
                   validation_fraction=d.validation_fraction, seed=d.seed)
-  if d.corpus == "wikipedia":
-    return data_lib.prepare_wikipedia_pretraining_data(
-        workdir, wikipedia_config=d.wikipedia_config, **settings)
-  files = (data_lib.shakespeare_texts(os.path.join(workdir, "corpus"))
-           if d.corpus == "shakespeare" else [str(f) for f in d.files])
-  return data_lib.prepare_pretraining_data(files, workdir, **settings)
+  try:
+    if d.corpus == "wikipedia":
+      return data_lib.prepare_wikipedia_pretraining_data(
+          workdir, wikipedia_config=d.wikipedia_config, **settings)
+    files = (data_lib.shakespeare_texts(os.path.join(workdir, "corpus"))
+             if d.corpus == "shakespeare" else [str(f) for f in d.files])
+    return data_lib.prepare_pretraining_data(files, workdir, **settings)
+  except tfds_text.TooFewDocuments as err:
+    _fail("data.validation_fraction", d.validation_fraction, too_few_documents_advice(d, err))
+
+
+def too_few_documents_advice(d: ml_collections.ConfigDict, err) -> str:
+  """What to change in ``data`` when a split has too few documents (``TooFewDocuments``):
+  pre-training names its fields, not the data functions' arguments (its documents' length is
+  not one of them)."""
+  from normattn_jax.data import albert_examples, tfds_text
+
+  fraction = f"{tfds_text.fraction_change(err.split)} data.validation_fraction"
+  change = f"add text to data.files or {fraction}" if d.corpus == "files" else fraction
+  return (f"{err.facts}; {change} (pre-training's documents are "
+          f"{albert_examples.LINES_PER_DOCUMENT} non-empty lines of a text each)")
 
 
 def throughput(summary: dict) -> str:
