@@ -83,6 +83,20 @@ def define_config_flag(default: Optional[str], help_string: str,
   return holder
 
 
+def define_plugins_flag() -> flags.FlagHolder:
+  """``--plugins``: modules to import before the run (``load_plugins``), e.g. one that registers
+  a normalisation or a task of the user's; every script that names one takes it so."""
+  return flags.DEFINE_list("plugins", [], "Modules to import first (on PYTHONPATH), e.g. ones "
+                           "that register a normalisation.")
+
+
+def split_cpu(count: int) -> None:
+  """Split a CPU into ``count`` JAX devices (0: JAX's default, one); call it before anything
+  starts JAX's backends. No effect on accelerators."""
+  if count:
+    jax.config.update("jax_num_cpu_devices", count)
+
+
 def define_run_flags() -> RunFlags:
   """Define the shared flags (call once, at module level of a script); ``--workdir`` is
   required.
@@ -105,9 +119,7 @@ def define_run_flags() -> RunFlags:
       afresh=flags.DEFINE_bool(
           "afresh", False, "Move an existing workdir aside (to WORKDIR.replaced-<UTC time>) "
           "and start anew."),
-      plugins=flags.DEFINE_list(
-          "plugins", [], "Modules to import first (on PYTHONPATH), e.g. ones that register a "
-          "normalisation."),
+      plugins=define_plugins_flag(),
       cpu_devices=flags.DEFINE_integer(
           "cpu_devices", 0, "Split a CPU into this many devices, e.g. one per core, over which "
           "the models are sharded (faster for grids of many small models; other numbers than "
@@ -143,8 +155,7 @@ def run_command(run: Callable[..., T], config: Any, run_flags: RunFlags) -> T:
                                   or f.process_id.value >= 0):
     raise app.UsageError("--coordinator_address, --num_processes and --process_id need "
                          "--distributed")
-  if f.cpu_devices.value:  # before anything starts JAX's backends
-    jax.config.update("jax_num_cpu_devices", f.cpu_devices.value)
+  split_cpu(f.cpu_devices.value)
   logging.set_verbosity(logging.ERROR)
   enable_compilation_cache(f.compilation_cache.value)
   load_plugins(f.plugins.value)
