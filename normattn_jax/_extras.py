@@ -18,7 +18,7 @@ import importlib.metadata
 import platform
 import sys
 
-EXTRAS = ("experiments", "pretrain", "bert", "analysis", "all")
+EXTRAS = ("experiments", "pretrain", "bert", "analysis", "all", "peer")
 
 # The distributions whose versions a results folder records, when installed.
 RECORDED = ("normattn_jax", "jax", "jaxlib", "flax", "optax", "chex", "numpy", "orbax-checkpoint",
