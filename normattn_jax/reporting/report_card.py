@@ -427,7 +427,7 @@ def cached(path: str, compute: Callable[[], object]):
 def train_all(spec: AttentionSpec, scale: str, workdir: str, baselines_dir: str,
               show_progress: bool) -> dict:
   """Every task's baselines (shared, trained once) and card sweep, each sweep's figures drawn
-when it finishes.
+  when it finishes.
 
   Args:
     spec: the card's normalisation.
