@@ -16,10 +16,13 @@ over every device of every host.
 for --config.encoder.attention.name=<its name>, or a task (finetune.task.register) for
 --config.task.name=<its name>.
 """
+import os
+
 from absl import app
 
 from normattn_jax.finetune.train import run_finetuning
-from normattn_jax.train import cli
+from normattn_jax.reporting import training_figures
+from normattn_jax.train import cli, multihost
 
 _CONFIG = cli.define_config_flag(None, "Path to a configs/finetune_*.py file.")
 _RUN = cli.define_run_flags()
@@ -45,6 +48,10 @@ def describe(summary: dict) -> list[str]:
 def main(argv):
   del argv
   summary = cli.run_command(run_finetuning, _CONFIG.value, _RUN)
+  workdir = _RUN.workdir.value
+  if multihost.is_chief():  # on several hosts, one writes the files
+    training_figures.finetuning_curves(summary, os.path.join(workdir, "metrics.npz"),
+                                       os.path.join(workdir, "curves.png"))
   print("\n".join(describe(summary)))
   print(f"wrote {_RUN.workdir.value}/summary.json, metrics.npz and curves.png")
 

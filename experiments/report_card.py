@@ -26,8 +26,7 @@ from normattn_jax.train.checkpoint import WorkdirError
 
 _NORMALIZATION = flags.DEFINE_string("normalization", None, "A registered normalisation.")
 _OPTIONS = flags.DEFINE_string("options", "{}", "Its options as JSON, e.g. '{\"temperature\": 2}'.")
-_PLUGINS = flags.DEFINE_list("plugins", [], "Modules to import first (e.g. one that registers "
-                             "the normalisation).")
+_PLUGINS = cli.define_plugins_flag()
 _WORKDIR = flags.DEFINE_string("workdir", None, "The card's folder.")
 _SCALE = flags.DEFINE_enum("scale", "smoke", tuple(report_card.SCALES), "The card's sizes.")
 _BASELINES = flags.DEFINE_string("baselines_dir", None, "The shared softmax and NAP runs; "

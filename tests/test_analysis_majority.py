@@ -3,8 +3,6 @@ vmapped training."""
 import json
 import math
 import os
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +10,7 @@ import numpy as np
 import pytest
 
 from normattn_jax.analysis import majority as m
+from normattn_jax.train.checkpoint import WorkdirError
 from normattn_jax.train.grid import run_grid
 
 D = 8
@@ -215,27 +214,66 @@ def test_the_data_statistics_are_given_per_data_set_too():
       np.mean(stats["types_per_sequence_per_data_set"]))  # data sets of equal size
 
 
-def test_resummarise_rewrites_the_summary_from_the_history_without_training(tmp_path):
-  workdir = tmp_path / "majority"
-  script = os.path.join(REPO, "experiments", "analyze_majority.py")
-  flags = [f"--workdir={workdir}", "--num_seeds=1", "--variants=with_projection,"
-           "without_projection"]
-  run = lambda *extra: subprocess.run([sys.executable, script, *flags, *extra],
-                                      capture_output=True, text=True, cwd=REPO, timeout=600,
-                                      env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO))
-  refused = run("--resummarise")
-  assert refused.returncode != 0 and "needs a run's history" in refused.stderr
-  assert not workdir.exists()  # refused before anything was written
-  workdir.mkdir()
-  rows = [{"step": step, "test_accuracy": [acc, acc / 2], "train_loss": [1 - acc, 1.0],
-           "test_loss": [1 - acc, 1.0], "query_angle": [60.0, 70.0]}
-          for step, acc in ((0, 0.1), (28, 0.6), (56, 0.95))]
-  (workdir / "history.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-  done = run("--resummarise")
-  assert done.returncode == 0, done.stderr
-  summary = json.loads((workdir / "majority.json").read_text())
-  assert summary["steps_run"] == 56 and not (workdir / "checkpoints").exists()
-  assert summary["variants"]["with_projection"]["steps_to_test_accuracy"]["0.9"][
-      "per_seed"] == [56]
-  assert len(summary["data"]["types_per_sequence_per_data_set"]) == 1
-  assert (workdir / "majority.png").exists()
+# ----- a run: its config, workdir guard, history and summary -----
+
+def small_config(**overrides):
+  c = m.default_config()
+  c.update(SMALL | overrides)
+  return c
+
+
+def test_the_default_config_is_the_papers():
+  assert m.from_config(m.default_config()) == m.MajorityConfig()
+  with pytest.raises(ValueError, match="config.num_layers: no such field"):
+    m.from_config(small_config(num_layers=2))
+  with pytest.raises(ValueError, match="variants must be distinct names"):
+    m.from_config(small_config(variants=("with_projection", "with_projection")))
+
+
+def test_a_run_resumes_for_more_steps_and_its_workdir_refuses_other_settings(tmp_path):
+  workdir = str(tmp_path / "run")
+  quiet = lambda line: None
+  config = m.from_config(small_config())
+  summary, curves = m.run(small_config(), workdir, steps=1, log=quiet)  # one chunk: 14 steps
+  assert summary["steps_run"] == 14 and summary["eval_every_steps"] == 14
+  assert list(curves["steps"]) == [0, 14]
+  assert curves["variants"]["with_projection"]["test_accuracy"].shape == (2, 2)  # evals, seeds
+  with open(os.path.join(workdir, m.SUMMARY)) as f:
+    assert json.load(f) == json.loads(json.dumps(summary))
+  for name in ("config.json", "versions.json", "history.jsonl"):
+    assert os.path.exists(os.path.join(workdir, name)), name
+  assert not os.path.exists(os.path.join(workdir, "run.lock"))  # released
+
+  more, curves = m.run(small_config(), workdir, steps=28, log=quiet)  # resumed: one more chunk
+  assert more["steps_run"] == 28 and list(curves["steps"]) == [0, 14, 28]
+  whole, _ = m.run(small_config(), str(tmp_path / "whole"), steps=28, log=quiet)
+  assert more["variants"] == whole["variants"]  # as a run that was never stopped
+  assert m.curves(read_history(workdir), config)["steps"].tolist() == [0, 14, 28]
+
+  with pytest.raises(WorkdirError, match="num_seeds was 2, now 3"):
+    m.run(small_config(num_seeds=3), workdir, steps=28, log=quiet)
+  with pytest.raises(ValueError, match="steps must be"):
+    m.run(small_config(), str(tmp_path / "never"), steps=0, log=quiet)
+  assert not os.path.exists(tmp_path / "never")
+
+
+def read_history(workdir):
+  with open(os.path.join(workdir, "history.jsonl")) as f:
+    return [json.loads(line) for line in f]
+
+
+def test_the_summary_counts_the_steps_to_each_accuracy():
+  config = m.MajorityConfig(variants=("with_projection", "without_projection"), num_seeds=2)
+  accuracy = {0: [0.1] * 4, 10: [0.6, 0.6, 0.4, 0.4], 20: [0.95, 0.75, 0.6, 0.8]}
+  history = [{"step": step, "test_accuracy": values, "train_loss": [1.0] * 4,
+              "test_loss": [1.0] * 4, "query_angle": [10.0] * 4}
+             for step, values in accuracy.items()]
+  summary = m.summarise(history, config, {"extra": 1})
+  to = summary["variants"]["with_projection"]["steps_to_test_accuracy"]
+  assert to["0.5"]["per_seed"] == [10, 10] and to["0.9"]["per_seed"] == [20, None]
+  assert to["0.9"]["reached"] == 1 and to["0.8"]["seed_mean_curve"] == 20
+  without = summary["variants"]["without_projection"]["steps_to_test_accuracy"]
+  assert without["0.5"]["per_seed"] == [20, 20] and without["0.8"]["seed_mean_curve"] is None
+  assert summary["without_over_with_steps"]["0.5"] == 2.0  # 20 steps against 10
+  assert summary["without_over_with_steps"]["0.8"] is None
+  assert summary["extra"] == 1 and summary["steps_run"] == 20

@@ -37,6 +37,11 @@ from normattn_jax.validation import fail_config as _fail
 VARIANTS = {"with_scaling": "standard", "without_scaling": "no_scaling"}
 LABELS = {"with_scaling": "w/ scaling", "without_scaling": "w/o scaling"}
 CORPORA = ("shakespeare", "wikipedia")
+# Brody et al., Table 1 (% of keys unselectable right before each layer's attention) and
+# Appendix D's Table 2 (the model with scaling, before and after its LayerNorm), per layer.
+PAPER = {"w/o scaling (paper)": [51.0, 32.2, 34.7, 36.8],
+         "w/ scaling (paper)": [0.0, 0.0, 0.0, 0.0],
+         "w/ scaling: before its LayerNorm (paper, Table 2)": [44.8, 28.5, 22.3, 26.1]}
 
 
 def default_config() -> ml_collections.ConfigDict:

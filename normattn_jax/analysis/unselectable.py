@@ -162,3 +162,19 @@ def fraction_with_unselectable(d: int, n: int, runs: int, with_layer_norm: bool,
       points = layer_norm(points)
     hits += bool(unselectable(points, stop_at_first=True).any())
   return hits / runs
+
+
+def fraction_grids(dims, ns, runs: int) -> dict:
+  """Fig. 1c/1d: ``fraction_with_unselectable`` for every d x n, without and with LayerNorm.
+
+  Args:
+    dims: the dimensions d (rows).
+    ns: the numbers of vectors n (columns).
+    runs: draws per cell.
+
+  Returns:
+    ``{"without_layer_norm" | "with_layer_norm": [[fraction per n] per d]}``.
+  """
+  return {("with_layer_norm" if with_ln else "without_layer_norm"):
+          [[fraction_with_unselectable(d, n, runs, with_ln) for n in ns] for d in dims]
+          for with_ln in (False, True)}

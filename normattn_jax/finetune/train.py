@@ -11,9 +11,9 @@ program trains all of them. The dev split is scored at fixed intervals, with no 
 the result of a model is its last evaluation. ``run_finetuning`` writes ``config.json``,
 ``starting_point.json`` (what the encoder started from: a resumed run refuses another),
 ``history.jsonl``, TensorBoard scalars, orbax checkpoints (a killed run resumes with the same
-numbers), ``metrics.npz``, ``curves.png`` and, last, ``summary.json``: per learning rate the mean,
-standard error, min and max over the seeds (with HNAS, each seed's u per layer and head at the
-end), and the best learning rate.
+numbers), ``metrics.npz`` and, last, ``summary.json``: per learning rate the mean, standard
+error, min and max over the seeds (with HNAS, each seed's u per layer and head at the end), and
+the best learning rate (its figure: ``reporting.training_figures.finetuning_curves``).
 """
 from __future__ import annotations
 
@@ -542,7 +542,6 @@ def run_finetuning(c: ml_collections.ConfigDict, workdir: str, *,
       devices=jax.device_count(), device_kind=jax.devices()[0].device_kind)
   if multihost.is_chief():  # written last: summary.json marks a finished run
     save_metrics(os.path.join(workdir, "metrics.npz"), c, history)
-    draw_curves(os.path.join(workdir, "curves.png"), c, summary, history)
     write_json(os.path.join(workdir, "summary.json"), summary, indent=2)
   return summary
 
@@ -555,27 +554,3 @@ def save_metrics(path: str, c, history: dict) -> None:
   arrays["eval_steps"] = np.arange(1, len(history["diverged"]) + 1) * c.train.eval_every
   np.savez_compressed(path, **arrays)
 
-
-def draw_curves(path: str, c, summary: dict, history: dict) -> None:
-  """The main dev metric during fine-tuning: per learning rate the mean over seeds, shaded
-  between the worst and the best seed."""
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-  main = summary["metric"]
-  steps = summary["eval_steps"]
-  fig, ax = plt.subplots(figsize=(5, 3.5))
-  for i, lr in enumerate(c.learning_rates):
-    curve = history[main][:, i * c.num_seeds:(i + 1) * c.num_seeds]
-    if not np.isfinite(curve).any():
-      continue
-    line, = ax.plot(steps, np.nanmean(curve, 1), marker="o", label=f"lr {lr:g}")
-    ax.fill_between(steps, np.nanmin(curve, 1), np.nanmax(curve, 1), alpha=0.2,
-                    color=line.get_color())
-  ax.set_xlabel("fine-tuning step")
-  ax.set_ylabel(f"dev {main}")
-  ax.set_title(summary["task"], fontsize=9)
-  ax.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)

@@ -10,7 +10,8 @@ Fig. 4 and 5 criterion, "learn all three cases"): its best accuracy on every cas
 ``learned_threshold``, the report card's rule, with chance the best input-independent guess
 (``synthetic.case_guess_rate``). Training accuracy alone does not tell: at N = 128 the argmax
 case is 7.5% of the data, so a model that never solves it can still reach 92.5%. On other tasks
-a seed has learned when its best training accuracy reaches a given threshold.
+a seed has learned when its best training accuracy reaches a given threshold. The rank test
+needs scipy (the ``analysis`` extra); the rest, the ``experiments`` extra.
 
 The authors' code (OliverRichter/normalized-attention, ``train.py``) stores each architecture's
 sweep as ``<ARCH>.pickle``, a tuple ``(results, completed runs, run order)`` whose ``results``
@@ -27,8 +28,8 @@ import pickle
 from typing import Mapping, Optional
 
 import numpy as np
-import scipy.stats
 
+from normattn_jax._extras import require
 from normattn_jax.tasks import synthetic
 from normattn_jax.train import artifacts
 from normattn_jax.train.config import get_field, point_config, point_label, static_points
@@ -337,8 +338,12 @@ def rank_test(better: np.ndarray, worse: np.ndarray, alternative: str = "greater
 
   Returns:
     The p-value (the smallest for 5 seeds against 5, one-sided: 1/252 = 0.004).
+
+  Raises:
+    ImportError: if scipy is not installed (the ``analysis`` extra).
   """
-  return float(scipy.stats.mannwhitneyu(better, worse, alternative=alternative).pvalue)
+  stats = require("scipy.stats", "analysis")
+  return float(stats.mannwhitneyu(better, worse, alternative=alternative).pvalue)
 
 
 def compare(runs: list[OurSweep], authors_dir: Optional[str] = None, threshold: float = 0.8,

@@ -43,6 +43,8 @@ MAY_DIFFER = {
     "causal_lm": ("train.checkpoint_every", "data.cache_dir"),
     # a report card (reporting.report_card): its normalisation, options and scale, all results
     "report_card": (),
+    # Brody et al.'s majority run (analysis.majority): every field of its MajorityConfig
+    "majority": (),
 }
 _SHOWN = 8  # differing fields named in an error, the rest counted
 ITEM = "default"  # the folder of a step that holds the tree (orbax's single item)

@@ -134,6 +134,13 @@ def define_cpu_devices_flag() -> flags.FlagHolder:
       "to float rounding. No effect on accelerators.", lower_bound=1)
 
 
+def define_plugins_flag() -> flags.FlagHolder:
+  """``--plugins``: modules to import before the run (``load_plugins``), e.g. one that registers
+  a normalisation or a task of the user's; every script that names one takes it so."""
+  return flags.DEFINE_list("plugins", [], "Modules to import first (on PYTHONPATH), e.g. ones "
+                           "that register a normalisation.")
+
+
 def define_run_flags() -> RunFlags:
   """Define the shared flags (call once, at module level of a script); ``--workdir`` is
   required.
@@ -156,9 +163,7 @@ def define_run_flags() -> RunFlags:
       afresh=flags.DEFINE_bool(
           "afresh", False, "Move an existing workdir aside (to WORKDIR.replaced-<UTC time>) "
           "and start anew."),
-      plugins=flags.DEFINE_list(
-          "plugins", [], "Modules to import first (on PYTHONPATH), e.g. ones that register a "
-          "normalisation."),
+      plugins=define_plugins_flag(),
       cpu_devices=define_cpu_devices_flag(),
       compilation_cache=flags.DEFINE_bool(
           "compilation_cache", True, "Keep compiled programs in $XDG_CACHE_HOME/normattn_jax "

@@ -12,6 +12,7 @@ checkpoint and ends with the same numbers; the workdir belongs to its config
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import time
@@ -31,12 +32,12 @@ from normattn_jax.models.albert import DTYPES, AlbertConfig, AlbertForPretrainin
     pretraining_loss
 from normattn_jax.models.bert import ACTIVATIONS
 from normattn_jax.train import multihost
-from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, releases_workdir, \
-    write_json
+from normattn_jax.train.checkpoint import GridCheckpoints, check_workdir, open_workdir, \
+    releases_workdir, write_json
 from normattn_jax.train.config import validate_attention_options
 from normattn_jax.train.driver import Budget
 from normattn_jax.train.optim import albert_lamb, albert_schedule
-from normattn_jax.train.run_log import RunLog
+from normattn_jax.train.run_log import RunLog, read_history
 from normattn_jax.train.sections import attention_section, attention_spec, check_known_fields
 from normattn_jax.train.state import TrainState
 from normattn_jax.validation import check_config_float, check_config_int
@@ -405,3 +406,43 @@ def run_pretraining(c: ml_collections.ConfigDict, workdir: str, *,
   if chief:  # written last: it marks a finished run
     write_json(os.path.join(workdir, "summary.json"), summary, indent=2)
   return summary
+
+
+def pretrain_each(c: ml_collections.ConfigDict, workdir: str, attentions, *,
+                  afresh: bool = False) -> dict:
+  """The DNAS paper's comparison: one run of ``c`` per normalisation in ``<workdir>/<name>``, on
+  the same data (``data.cache_dir``, by default ``workdir``) and seeds. Every run's workdir is
+  checked before any trains, so that a workdir of another config is refused before hours of
+  training (unless ``afresh`` moves each aside).
+
+  Args:
+    c: the pre-training config; its ``model.attention.name`` is set per run (on a copy).
+    workdir: the comparison's folder.
+    attentions: the normalisations' registered names.
+    afresh: move each run's existing workdir aside and start anew.
+
+  Returns:
+    ``{name: summary}`` (``run_pretraining``).
+
+  Raises:
+    WorkdirError: for a run's workdir of another config.
+  """
+  c = copy.deepcopy(c)
+  if not c.data.cache_dir:
+    c.data.cache_dir = workdir
+  if not afresh:
+    for attention in attentions:
+      c.model.attention.name = attention
+      check_workdir(os.path.join(workdir, attention), c, "pretraining")
+  results = {}
+  for attention in attentions:
+    c.model.attention.name = attention
+    print(f"--- {attention}", flush=True)
+    results[attention] = run_pretraining(c, os.path.join(workdir, attention), afresh=afresh)
+  return results
+
+
+def validation_rows(workdir: str) -> list[dict]:
+  """The held-out evaluations of a run's ``history.jsonl``, in order."""
+  return [row for row in read_history(os.path.join(workdir, "history.jsonl"))
+          if row["split"] == "validation"]
