@@ -35,11 +35,14 @@ _MAX_MINUTES = flags.DEFINE_float("max_minutes", 0.0, "Stop after the evaluation
                                   "passes this wall time (0: no limit); rerun to resume.",
                                   lower_bound=0.0)
 _AFRESH = flags.DEFINE_bool("afresh", False, "Move an existing workdir aside and start anew.")
+_CPU_DEVICES = cli.define_cpu_devices_flag()
 
 
 def main(argv):
   del argv
   logging.set_verbosity(logging.ERROR)  # keep checkpoint chatter out of the log
+  cli.split_cpu(_CPU_DEVICES.value)  # one device per core, before JAX starts
+  cli.enable_compilation_cache()
   try:
     majority.from_config(_CONFIG.value)  # refused before anything is written
   except ValueError as err:

@@ -19,6 +19,7 @@ from ml_collections import config_flags
 
 from normattn_jax.analysis import causal_lm_keys
 from normattn_jax.reporting import analysis_figures
+from normattn_jax.train import cli
 from normattn_jax.train.checkpoint import WorkdirError
 
 _CONFIG = config_flags.DEFINE_config_dict("config", causal_lm_keys.default_config(),
@@ -26,11 +27,15 @@ _CONFIG = config_flags.DEFINE_config_dict("config", causal_lm_keys.default_confi
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for results and checkpoints.")
 _AFRESH = flags.DEFINE_bool("afresh", False, "Move an existing workdir aside (to "
                             "WORKDIR.replaced-<UTC time>) and start anew.")
+_CPU_DEVICES = cli.define_cpu_devices_flag()
 flags.mark_flags_as_required(["workdir"])
+
 
 def main(argv):
   del argv
   logging.set_verbosity(logging.ERROR)
+  cli.split_cpu(_CPU_DEVICES.value)  # one device per core, before JAX starts
+  cli.enable_compilation_cache()
   workdir = _WORKDIR.value
   try:
     summary = causal_lm_keys.run(_CONFIG.value, workdir, afresh=_AFRESH.value)
