@@ -272,9 +272,10 @@ class MultiHeadAttention(nn.Module):
       bf16/fp16, XLA's elsewhere) for the normalisations that are softmax attention with
       per-key offsets (``registry.fusable()``: softmax, DNAS, HNAS, Sinkhorn, sink,
       Scalable-Softmax; any other is refused here), with the fast path's limits, except that the
-      row-wise ones also take a dense ``mask``; "auto" (default) takes the fused path where its
-      kernel would be cuDNN's (``fused.takes_fused_path``), else the fast path where it is
-      allowed and ``fast_is_faster`` says it pays. Same params on every path.
+      row-wise ones also take a dense ``mask``, and the kernels' own matmul precision applies
+      (not ``precision``); "auto" (default) takes the fused path where its kernel would be
+      cuDNN's (``fused.takes_fused_path``), else the fast path where it is allowed and
+      ``fast_is_faster`` says it pays. Same params on every path.
     output_gate: None | "headwise" | "elementwise": gated attention (Qiu et al. 2025): the
       attention output ``[..., q, heads, head_dim]`` times ``sigmoid(inputs_q W_g + b_g)``, one
       gate per head and query ("headwise", ``W_g: features -> heads``) or per head and feature
