@@ -252,8 +252,8 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
     if is_causal and n_q != n_k:  # flax aligns them at the start, the fused path at the end
       fused_blockers.append("is_causal with queries and keys of different lengths")
     if fused_lib.takes_fused_path(norm, self.implementation, fused_blockers, dtype,
-                                  query.shape[-1], dense_mask=mask is not None,
-                                  structured="is_causal"):
+                                  query.shape[-1], value_dim=value.shape[-1],
+                                  dense_mask=mask is not None, structured="is_causal"):
       out = norm.fused_attention(query, key, value, params, options,
                                  mask=None if mask is None else jnp.asarray(mask).astype(bool),
                                  causal=is_causal, block_size=self.block_size)

@@ -253,6 +253,8 @@ def test_cudnn_is_left_to_xla_where_it_cannot_take_the_call(monkeypatch):
   wide = [jnp.zeros((1, 4, 1, 127), jnp.bfloat16)] * 3
   fused.dnas_attention(*wide)  # 127 + 2 columns > 128
   assert kernels == ["xla"] * 4
+  fused.softmax_attention(*wide[:2], jnp.zeros((1, 4, 1, 129), jnp.bfloat16))  # values 129
+  assert kernels == ["xla"] * 5
   fused.softmax_attention(*wide)  # 127, padded to 128
   assert kernels[-1] == "cudnn"
 
@@ -269,6 +271,7 @@ def test_the_auto_rule(monkeypatch):
   assert auto == ["softmax", "dnas", "hnas", "sink", "ssmax"]
   assert not fused.takes_fused_path(get("softmax"), "auto", [], jnp.float32, 64)
   assert not fused.takes_fused_path(get("softmax"), "auto", [], bf16, 128)
+  assert not fused.takes_fused_path(get("softmax"), "auto", [], bf16, 64, value_dim=136)
   assert not fused.takes_fused_path(get("softmax"), "auto", [], bf16, 64, dense_mask=True)
   assert not fused.takes_fused_path(get("softmax"), "auto", ["sow_weights"], bf16, 64)
   assert not fused.takes_fused_path(get("softmax"), "quadratic", [], bf16, 64)

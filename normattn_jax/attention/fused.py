@@ -78,7 +78,8 @@ def kernel_for(dtype, width: int, *, dense_mask: bool = False,
 
   Args:
     dtype: the dtype of q, k and v (cuDNN takes bf16 and fp16 only).
-    width: the head width the kernel would see before padding (with the offset columns).
+    width: the head width the kernel would see before padding (the widest of q and k with the
+      offset columns, and v).
     dense_mask: the call has a dense mask (cuDNN would take it only as a dense bias).
     causal_unequal: causal with queries and keys of different lengths (cuDNN's causal mask
       aligns them at the start, this library's at the end).
@@ -113,7 +114,7 @@ def blockers(norm, *, dense_mask: bool, sow_weights: bool, dropout: bool) -> lis
 
 
 def takes_fused_path(norm, implementation: str, call_blockers, dtype, head_dim: int, *,
-                     dense_mask: bool = False, causal_unequal: bool = False,
+                     value_dim: int = 0, dense_mask: bool = False, causal_unequal: bool = False,
                      structured: str = "structured masks") -> bool:
   """Whether a call takes the fused path: always for "fused" (refusing what it cannot take),
   for "auto" where nothing blocks it and the kernel would be one of the normalisation's
@@ -127,6 +128,7 @@ def takes_fused_path(norm, implementation: str, call_blockers, dtype, head_dim: 
     call_blockers: ``blockers(...)`` of this call, and any the module adds.
     dtype: the dtype of q, k and v.
     head_dim: the width of each head's queries and keys.
+    value_dim: the width of each head's values (0: at most ``head_dim``).
     dense_mask: the call has a dense mask.
     causal_unequal: causal with queries and keys of different lengths.
     structured: the masks the caller can pass instead, for the error message.
@@ -149,7 +151,7 @@ def takes_fused_path(norm, implementation: str, call_blockers, dtype, head_dim: 
     return True
   if implementation != "auto" or call_blockers or norm.fused is None:
     return False
-  kernel = kernel_for(dtype, head_dim + MAX_KEY_COLUMNS, dense_mask=dense_mask,
+  kernel = kernel_for(dtype, max(head_dim + MAX_KEY_COLUMNS, value_dim), dense_mask=dense_mask,
                       causal_unequal=causal_unequal)
   return kernel in norm.fused_auto_kernels
 
@@ -280,8 +282,9 @@ def attention(q, k, v, *, key_offsets=None, sink=None, mask=None, query_mask=Non
   key_mask = _batch_flat(key_mask, lead, (n_k,))
   mask = _dense_flat(mask, lead, n_q, n_k)
   needs_column = key_offsets is not None or sink is not None
-  kernel = kernel_for(dtype, d + _column_count(dtype) * (needs_column or key_mask is not None),
-                      dense_mask=mask is not None, causal_unequal=causal and n_q != n_k)
+  columns = _column_count(dtype) * (needs_column or key_mask is not None)
+  kernel = kernel_for(dtype, max(d + columns, e), dense_mask=mask is not None,
+                      causal_unequal=causal and n_q != n_k)
   cudnn = kernel == "cudnn"
 
   # the logit each key adds (-offset; a masked key's on cuDNN), then the sink key in front

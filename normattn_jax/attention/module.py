@@ -426,8 +426,8 @@ class MultiHeadAttention(nn.Module):
     if fused_lib.takes_fused_path(
         norm, self.implementation, fused_lib.blockers(
             norm, dense_mask=mask is not None, sow_weights=sow_weights, dropout=dropout_active),
-        query.dtype, map_dim, dense_mask=mask is not None, causal_unequal=causal and n_q != n_k,
-        structured="padding_mask/query_mask/key_mask/causal"):
+        query.dtype, map_dim, value_dim=head_dim, dense_mask=mask is not None,
+        causal_unequal=causal and n_q != n_k, structured="padding_mask/query_mask/key_mask/causal"):
       outs = [norm.fused_attention(q, k, value, params, self._options(), mask=mask,
                                    query_mask=query_mask, key_mask=key_mask, causal=causal,
                                    block_size=self.block_size) for q, k in maps]
