@@ -22,6 +22,7 @@ from flax.nnx.nn import dtypes
 from flax.nnx.nn.attention import dot_product_attention
 
 from normattn_jax.attention import fast as fast_lib
+from normattn_jax.attention import fused as fused_lib
 from normattn_jax.attention.module import (check_attention_fields, check_decodable,
                                             takes_fast_path)
 from normattn_jax.attention.registry import AttentionSpec
@@ -44,10 +45,13 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
       Its per-head parameters are ``nnx.Param`` attributes of shape ``[num_heads]`` named as in
       the Linen module's params tree (NAP: ``nap_gain``, ``nap_bias``; HNAS:
       ``hybrid_weight``), initialised from the resolved options.
-    implementation: "auto" | "quadratic" | "fast", as in the Linen module: "fast" never forms
-      the weights, so it takes ``is_causal`` (queries and keys of one length) but no dense
-      ``mask``, no attention dropout, no ``sow_weights`` and no ``decode``; "auto" takes it
-      where nothing blocks it and ``fast_is_faster`` says it pays.
+    implementation: "auto" | "quadratic" | "fast" | "fused", as in the Linen module: "fast"
+      never forms the weights, so it takes ``is_causal`` (queries and keys of one length) but no
+      dense ``mask``, no attention dropout, no ``sow_weights`` and no ``decode``; "fused"
+      (``jax.nn.dot_product_attention``, for ``registry.fusable()``) has the same limits, but
+      the normalisations that normalise each row alone also take a dense ``mask``, and so
+      ``decode``; "auto" takes the fused path where its kernel would be cuDNN's, else the fast
+      one where nothing blocks it and ``fast_is_faster`` says it pays.
     scale_logits: divide the logits by sqrt(head_dim); None: the normalisation's own choice
       (yes except for NAP).
     block_size: queries per block of the blockwise fast paths.
@@ -79,7 +83,7 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
         ``num_heads``.
       in_kv_features: the width of ``inputs_k``/``inputs_v``; default ``in_features``.
       normalization: a registered name or an ``AttentionSpec`` (see the class docstring).
-      implementation: "auto" | "quadratic" | "fast".
+      implementation: "auto" | "quadratic" | "fast" | "fused".
       scale_logits: divide the logits by sqrt(head_dim); None: the normalisation's choice.
       block_size: queries per block of the blockwise fast paths.
       output_gate: must be None (the Linen module's option, not supported here).
@@ -94,8 +98,9 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
     Raises:
       ValueError: naming the field and its value, before any parameter is made: an unknown
         normalisation or a refused option, an implementation, dropout rate, block size or head
-        count out of range, a Linen-only option set, a custom ``attention_fn``, or
-        ``decode=True`` with a normalisation that normalises over the queries.
+        count out of range, implementation="fused" with a normalisation it cannot fuse, a
+        Linen-only option set, a custom ``attention_fn``, or ``decode=True`` with a
+        normalisation that normalises over the queries.
     """
     check_int("num_heads", num_heads)
     spec = AttentionSpec.of(normalization)
@@ -235,6 +240,17 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
         ("is_causal with queries and keys of different lengths", is_causal and n_q != n_k))
         if present]
     num_logits = int(jnp.size(query) // query.shape[-1]) * n_k
+    fused_blockers = fused_lib.blockers(norm, dense_mask=mask is not None,
+                                        sow_weights=module is not None, dropout=dropout_active)
+    if is_causal and n_q != n_k:  # flax aligns them at the start, the fused path at the end
+      fused_blockers.append("is_causal with queries and keys of different lengths")
+    if fused_lib.takes_fused_path(norm, self.implementation, fused_blockers, dtype,
+                                  query.shape[-1], value_dim=value.shape[-1],
+                                  dense_mask=mask is not None, structured="is_causal"):
+      out = norm.fused_attention(query, key, value, params, options,
+                                 mask=None if mask is None else jnp.asarray(mask).astype(bool),
+                                 causal=is_causal, block_size=self.block_size)
+      return out.astype(dtype)
     if takes_fast_path(spec, self.implementation, blockers, n_q, n_k, query.shape[-1],
                        is_causal, num_logits, structured="is_causal"):
       to_heads = lambda x: jnp.swapaxes(x, -2, -3)  # [..., n, h, d] <-> [..., h, n, d]

@@ -290,12 +290,44 @@ def sinkhorn_attention(q, k, v, num_iters: int, *, query_mask=None, key_mask=Non
   check_int("num_iters", num_iters)
   q, k, v, out_dtype = _prepare(q, k, v, query_mask, key_mask, causal)
   blocks = _Blocks(q, query_mask, key_mask, causal, block_size)
+  return _biased_softmax_attention(blocks, k, v, _key_offsets(blocks, k, num_iters)).astype(
+      out_dtype)
+
+
+def _key_offsets(blocks: _Blocks, k: Array, num_iters: int) -> tuple[Array, Array]:
+  """The key offsets of ``num_iters`` Sinkhorn iterations as the exact pair ``(m_j, c_j)``,
+  a_j = m_j + c_j (``_column_statistics``): 2 num_iters - 1 passes."""
   top, c = _column_statistics(blocks, k)
   for _ in range(num_iters - 1):
     r = _row_offsets(blocks, k, top, c)
     r = jnp.pad(r, [(0, 0)] * (r.ndim - 1) + [(0, blocks.num * blocks.size - blocks.n_q)])
     c = _column_offsets(blocks, k, top, r)
-  return _biased_softmax_attention(blocks, k, v, (top, c)).astype(out_dtype)
+  return top, c
+
+
+
+def sinkhorn_key_offsets(q, k, num_iters: int, *, query_mask=None, key_mask=None, causal=False,
+                         block_size: int = DEFAULT_BLOCK) -> Array:
+  """The offsets a_j with Sinkhorn's weights after ``num_iters`` iterations equal to
+  ``softmax_j(l_ij - a_j)`` over the valid keys: what a softmax kernel needs besides q, k, v
+  (``fused.py``). For DNAS (one iteration) a_j = logsumexp_i l_ij over the valid queries.
+
+  Args:
+    q: floating-point queries, shape ``[..., h, n_q, d]`` (already scaled).
+    k: keys, shape ``[..., h, n_k, d]``.
+    num_iters: the number of Sinkhorn iterations, a positive integer.
+    query_mask: boolean ``[..., n_q]``, True = valid query; None: all valid.
+    key_mask: boolean ``[..., n_k]``, True = valid key; None: all valid.
+    causal: query i sees only the keys j <= i + n_k - n_q.
+    block_size: the number of queries per block, a positive integer.
+
+  Returns:
+    ``a [..., h, n_k]`` in float32 (at least), differentiable; 0 for a key no query sees.
+  """
+  check_int("num_iters", num_iters)
+  q, k, _, _ = _prepare(q, k, k, query_mask, key_mask, causal)
+  top, c = _key_offsets(_Blocks(q, query_mask, key_mask, causal, block_size), k, num_iters)
+  return (top + c)[..., 0, :]  # one array for a kernel: exact to the rounding of the sum
 
 
 def dnas_attention(q, k, v, *, query_mask=None, key_mask=None, causal=False,

@@ -19,7 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from normattn_jax.attention import fast as fast_lib
-from normattn_jax.attention.registry import AttentionSpec
+from normattn_jax.attention import fused as fused_lib
+from normattn_jax.attention.registry import AttentionSpec, fusable
 from normattn_jax.attention.registry import straight_through_clip  # noqa: F401 (public here)
 from normattn_jax.norms import LayerNorm
 from normattn_jax.validation import check_int
@@ -28,7 +29,7 @@ Array = jax.Array
 default_kernel_init = nn.linear.default_kernel_init
 
 
-IMPLEMENTATIONS = ("auto", "quadratic", "fast")
+IMPLEMENTATIONS = ("auto", "quadratic", "fast", "fused")
 OUTPUT_GATES = (None, "headwise", "elementwise")
 QK_NORMS = (None, "rms", "layer")
 DIFF_NORM_EPSILON = 1e-5  # the per-head RMSNorm of differential attention (Ye et al.'s code)
@@ -72,8 +73,9 @@ def fast_is_faster(normalization: Union[str, AttentionSpec], q_len: int, k_len: 
 def takes_fast_path(normalization: Union[str, AttentionSpec], implementation: str,
                     blockers, q_len: int, k_len: int, head_dim: int, causal: bool,
                     num_logits: int = 0, structured: str = "structured masks") -> bool:
-  """Whether a call takes the fast path: never for "quadratic", always for "fast" (refusing
-  what it cannot take), for "auto" where nothing blocks it and ``fast_is_faster`` says so.
+  """Whether a call takes the fast path: never for "quadratic" or "fused", always for "fast"
+  (refusing what it cannot take), for "auto" where nothing blocks it and ``fast_is_faster`` says
+  so (the callers ask ``fused.takes_fused_path`` first).
 
   Args:
     normalization: a registered normalisation's name, or its ``AttentionSpec``.
@@ -94,7 +96,7 @@ def takes_fast_path(normalization: Union[str, AttentionSpec], implementation: st
     ValueError: for implementation="fast" where the normalisation has no fast path or a
       blocker is present.
   """
-  if implementation == "quadratic":
+  if implementation in ("quadratic", "fused"):
     return False
   if implementation == "fast":
     if AttentionSpec.of(normalization).normalization.fast is None:
@@ -285,15 +287,38 @@ def check_attention_fields(*, normalization: Union[str, AttentionSpec], dropout_
 
   Raises:
     ValueError: naming the first field out of range (``registry.get``'s error for an unknown
-      normalisation, ``Normalization.resolve_options``' for an option).
+      normalisation, ``Normalization.resolve_options``' for an option), or
+      implementation="fused" with a normalisation that has no fused path.
   """
   check_module_options(output_gate=output_gate, qk_norm=qk_norm, differential=differential,
                        layer_index=layer_index, head_dim=head_dim)
   if implementation not in IMPLEMENTATIONS:
     raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
-  AttentionSpec.of(normalization).resolved()
+  spec = AttentionSpec.of(normalization)
+  spec.resolved()
+  check_fusable(spec, implementation)
   if not 0.0 <= dropout_rate < 1.0:
     raise ValueError(f"dropout_rate must lie in [0, 1), got {dropout_rate!r}")
+
+
+def check_fusable(normalization: Union[str, AttentionSpec], implementation: str,
+                  field: str = "implementation") -> None:
+  """Refuse implementation="fused" for a normalisation without a fused path, before anything is
+  built or compiled.
+
+  Args:
+    normalization: a registered normalisation's name, or its ``AttentionSpec``.
+    implementation: the requested implementation.
+    field: the name of the implementation's field, for the message.
+
+  Raises:
+    ValueError: naming the normalisation, the field and the fusable normalisations.
+  """
+  spec = AttentionSpec.of(normalization)
+  if implementation == "fused" and spec.normalization.fused is None:
+    raise ValueError(f"{field}='fused': normalization {spec.name!r} cannot be fused (its weights "
+                     f"are not softmax attention with per-key offsets); the fusable ones are "
+                     f"{fusable()}")
 
 
 def check_module_options(*, output_gate: Optional[str] = None, qk_norm: Optional[str] = None,
@@ -339,8 +364,15 @@ class MultiHeadAttention(nn.Module):
     implementation: "quadratic" forms the weights; "fast" uses the exact paths of ``fast.py``
       (linear-time NAP/NON, O(N)-memory DNAS/HNAS/Sinkhorn), which never form them, so they
       take structured masks (``padding_mask``, ``query_mask``, ``key_mask``, ``causal``), no
-      dense ``mask``, no attention dropout and no ``sow_weights``; "auto" (default) takes the
-      fast path where it is allowed and ``fast_is_faster`` says it pays. Same params either way.
+      dense ``mask``, no attention dropout and no ``sow_weights``; "fused" runs
+      ``jax.nn.dot_product_attention`` (``fused.py``: cuDNN's flash kernel on an NVIDIA GPU in
+      bf16/fp16, XLA's elsewhere) for the normalisations that are softmax attention with
+      per-key offsets (``registry.fusable()``: softmax, DNAS, HNAS, Sinkhorn, sink,
+      Scalable-Softmax; any other is refused here), with the fast path's limits, except that the
+      row-wise ones also take a dense ``mask``, and the kernels' own matmul precision applies
+      (not ``precision``); "auto" (default) takes the fused path where its kernel would be
+      cuDNN's (``fused.takes_fused_path``), else the fast path where it is allowed and
+      ``fast_is_faster`` says it pays. Same params on every path.
     output_gate: None | "headwise" | "elementwise": gated attention (Qiu et al. 2025): the
       attention output ``[..., q, heads, head_dim]`` times ``sigmoid(inputs_q W_g + b_g)``, one
       gate per head and query ("headwise", ``W_g: features -> heads``) or per head and feature
@@ -531,6 +563,16 @@ class MultiHeadAttention(nn.Module):
         "deterministic", self.deterministic, deterministic)
     n_q, n_k = inputs_q.shape[-2], value.shape[-3]  # the keys: the cache's when decoding
     num_logits = int(np.prod(inputs_q.shape[:-1])) * self.num_heads * n_k * len(maps)
+    if fused_lib.takes_fused_path(
+        norm, self.implementation, fused_lib.blockers(
+            norm, dense_mask=mask is not None, sow_weights=sow_weights, dropout=dropout_active),
+        query.dtype, map_dim, value_dim=head_dim, dense_mask=mask is not None,
+        causal_unequal=causal and n_q != n_k, structured="padding_mask/query_mask/key_mask/causal"):
+      outs = [norm.fused_attention(q, k, value, params, self._options(), mask=mask,
+                                   query_mask=query_mask, key_mask=key_mask, causal=causal,
+                                   block_size=self.block_size) for q, k in maps]
+      heads = outs[0] if lam is None else outs[0] - lam.astype(outs[1].dtype) * outs[1]
+      return self._output(heads.astype(value.dtype), features, inputs_q)
     if self._fast(mask, sow_weights, dropout_active, n_q, n_k, map_dim, causal, num_logits):
       to_heads = lambda x: jnp.swapaxes(x, -2, -3)  # [..., n, h, d] -> [..., h, n, d]
       # the fast paths answer in the queries' dtype: value's (float32 with force_fp32_for_softmax)

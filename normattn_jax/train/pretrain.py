@@ -26,7 +26,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from normattn_jax.attention.module import IMPLEMENTATIONS
+from normattn_jax.attention.module import IMPLEMENTATIONS, check_fusable
 from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.models.albert import DTYPES, AlbertConfig, AlbertForPretraining, \
     pretraining_loss
@@ -76,7 +76,7 @@ def base_pretrain_config() -> ml_collections.ConfigDict:
 def validate_pretrain_config(c: ml_collections.ConfigDict) -> None:
   """Check every field before anything is built; errors name the field and the value."""
   check_known_fields(c, base_pretrain_config(), free=("model.attention.options",))
-  attention_spec(c.model.attention, "model.attention")
+  spec = attention_spec(c.model.attention, "model.attention")
   for name in ("embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                "intermediate_size", "num_hidden_groups", "inner_group_num",
                "max_position_embeddings", "type_vocab_size"):
@@ -95,6 +95,7 @@ def validate_pretrain_config(c: ml_collections.ConfigDict) -> None:
   for field, (value, allowed) in choices.items():
     if value not in allowed:
       _fail(field, value, f"must be one of {allowed}")
+  check_fusable(spec, c.model.attention_implementation, "config.model.attention_implementation")
   validate_attention_options(c.model, "model")
   if c.model.differential and (c.model.hidden_size // c.model.num_attention_heads) % 2:
     _fail("model.differential", c.model.differential,
