@@ -48,7 +48,7 @@ setup(
         "analysis": ANALYSIS,
         "all": sorted(set(PRETRAIN + ANALYSIS)),
         "test": ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100", "ruff>=0.6"],
-        # benchmarks/pytorch_peer.py only; not part of "all"
-        "peer": ["torch"],
+        # normattn_jax.pytorch_peer and benchmarks/pytorch_peer.py; not part of "all"
+        "peer": EXPERIMENTS + ["torch"],
     },
 )

@@ -1,12 +1,14 @@
-"""Quadratic vs fast attention for every normalisation, side by side in one run.
+"""Quadratic vs fast vs fused attention for every normalisation, side by side in one run.
 
 For N = 128 .. 8192 (batch 1, 8 heads, d_h = 64): the time (median of repeats, variants
 interleaved) and the peak scratch memory (XLA's compiled memory analysis: temporaries plus
 outputs) of the forward pass and of forward + backward, for the quadratic path (weight matrix,
-``weights.py``) and the fast path (``fast.py``) of every normalisation that has one (by default),
-measured by ``normattn_jax.analysis.cost``. Plain softmax attention (quadratic) is the time
-reference of every fast path (the "fast/softmax" column). A variant whose scratch memory exceeds
---max_gib is compiled (for its memory) but not run.
+``weights.py``), the fast path (``fast.py``) of every normalisation that has one (by default) and
+its fused path (``fused.py``, ``jax.nn.dot_product_attention``: XLA's kernel on a CPU, cuDNN's on
+a GPU in bf16/fp16) where it has one ("-" otherwise), measured by ``normattn_jax.analysis.cost``.
+"speedup" is quadratic / fast time, "fused x" quadratic / fused time. Plain softmax attention
+(quadratic) is the time reference of every fast path (the "fast/softmax" column). A variant whose
+scratch memory exceeds --max_gib is compiled (for its memory) but not run.
 
   python benchmarks/attention_scaling.py [--max_n 8192] [--repeats 3] [--time_max_n 4096]
 
@@ -32,6 +34,21 @@ _NORMALIZATIONS = flags.DEFINE_list(
     "Normalisations to measure (each needs a fast path).")
 
 
+def _ms(seconds) -> str:
+  return f"{seconds * 1e3:9.1f}" if seconds is not None else f"{'(skip)':>9}"
+
+
+def _ratio(a, b, width: int) -> str:
+  return f"{a / b:{width}.2f}" if a and b else f"{'-':>{width}}"
+
+
+def _fused_cells(quadratic_s, fused_s, fused_bytes) -> str:
+  """The fused columns: time, quadratic / fused time, memory ("-" without a fused path)."""
+  if fused_bytes is None:
+    return f"{'-':>9} {'-':>8} {'-':>9}"
+  return f"{_ms(fused_s)} {_ratio(quadratic_s, fused_s, 8)} {fused_bytes / 2**20:9.1f}"
+
+
 def main(argv):
   del argv
   names = _NORMALIZATIONS.value
@@ -44,26 +61,27 @@ def main(argv):
   print(f"devices: {jax.devices()}; batch 1, {cost.HEADS} heads, d_h = {cost.HEAD_DIM}")
   width = max(8, *map(len, names))
   print(f"{'norm':>{width}} {'N':>5} {'mode':>7} {'quad ms':>9} {'fast ms':>9} {'speedup':>8} "
-        f"{'quad MiB':>9} {'fast MiB':>9} {'mem ratio':>9} {'fast/softmax':>12}")
+        f"{'quad MiB':>9} {'fast MiB':>9} {'mem ratio':>9} {'fast/softmax':>12} "
+        f"{'fused ms':>9} {'fused x':>8} {'fused MiB':>9}")
   results = {}
   measured = names + ["softmax"] * ("softmax" not in names)  # the time reference
   for n in lengths:
     costs = cost.measure(measured, n, _REPEATS.value, _MAX_GIB.value * 2 ** 30,
-                         time_it=n <= _TIME_MAX_N.value)
+                         time_it=n <= _TIME_MAX_N.value, paths=cost.PATHS)
     median = {((name, path), mode): c["seconds"] for (name, path, mode), c in costs.items()}
     for name in names:
       for mode in ("fwd", "fwd+bwd"):
         tq = median.get(((name, "quadratic"), mode))
         tf = median.get(((name, "fast"), mode))
+        tu = median.get(((name, "fused"), mode))
         ts = median.get((("softmax", "quadratic"), mode))
         mq = costs[(name, "quadratic", mode)]["bytes"]
         mf = costs[(name, "fast", mode)]["bytes"]
+        mu = costs.get((name, "fused", mode), {}).get("bytes")
         results[(name, n, mode)] = (tq, tf, mq, mf, ts)
-        fmt = lambda t: f"{t * 1e3:9.1f}" if t is not None else f"{'(skip)':>9}"
-        ratio = f"{tq / tf:8.2f}" if tq and tf else f"{'-':>8}"
-        vs_softmax = f"{tf / ts:12.2f}" if tf and ts else f"{'-':>12}"
-        print(f"{name:>{width}} {n:5d} {mode:>7} {fmt(tq)} {fmt(tf)} {ratio} {mq / 2**20:9.1f} "
-              f"{mf / 2**20:9.1f} {mq / mf:9.1f} {vs_softmax}", flush=True)
+        print(f"{name:>{width}} {n:5d} {mode:>7} {_ms(tq)} {_ms(tf)} {_ratio(tq, tf, 8)} "
+              f"{mq / 2**20:9.1f} {mf / 2**20:9.1f} {mq / mf:9.1f} {_ratio(tf, ts, 12)} "
+              f"{_fused_cells(tq, tu, mu)}", flush=True)
   if 4096 in lengths and "nap" in names and "dnas" in names:
     tq, tf, *_ = results[("nap", 4096, "fwd+bwd")]
     print(f"nap_speedup_at_4096={tq / tf:.2f}" if tq and tf else "nap_speedup_at_4096=nan")

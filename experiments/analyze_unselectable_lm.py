@@ -18,6 +18,8 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from normattn_jax.analysis import causal_lm_keys
+from normattn_jax.reporting import analysis_figures
+from normattn_jax.train import cli
 from normattn_jax.train.checkpoint import WorkdirError
 
 _CONFIG = config_flags.DEFINE_config_dict("config", causal_lm_keys.default_config(),
@@ -25,51 +27,27 @@ _CONFIG = config_flags.DEFINE_config_dict("config", causal_lm_keys.default_confi
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for results and checkpoints.")
 _AFRESH = flags.DEFINE_bool("afresh", False, "Move an existing workdir aside (to "
                             "WORKDIR.replaced-<UTC time>) and start anew.")
+_CPU_DEVICES = cli.define_cpu_devices_flag()
 flags.mark_flags_as_required(["workdir"])
-
-# Brody et al., Table 1 (% of keys unselectable right before each layer's attention) and
-# Appendix D's Table 2 (the model with scaling, before and after its LayerNorm).
-PAPER = {"w/o scaling (paper)": [51.0, 32.2, 34.7, 36.8],
-         "w/ scaling (paper)": [0.0, 0.0, 0.0, 0.0],
-         "w/ scaling: before its LayerNorm (paper, Table 2)": [44.8, 28.5, 22.3, 26.1]}
-
-
-def loss_figure(summary, path):
-  """Fig. 4a: the training loss of both variants (mean over each logged chunk of steps)."""
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-  import numpy as np
-
-  fig, ax = plt.subplots(figsize=(5.5, 3.6))
-  every = summary["log_every"]
-  for name, variant in summary["variants"].items():
-    curve = np.asarray(variant["train_loss_curve"], np.float64)  # [chunks, seeds]
-    steps = every * np.arange(1, len(curve) + 1)
-    ax.plot(steps, curve.mean(axis=1), label=variant["label"])
-  ax.set_xlabel("step")
-  ax.set_ylabel("training loss (nats / token)")
-  ax.legend()
-  fig.savefig(path, dpi=120, bbox_inches="tight")
-  plt.close(fig)
 
 
 def main(argv):
   del argv
   logging.set_verbosity(logging.ERROR)
+  cli.split_cpu(_CPU_DEVICES.value)  # one device per core, before JAX starts
+  cli.enable_compilation_cache()
   workdir = _WORKDIR.value
   try:
     summary = causal_lm_keys.run(_CONFIG.value, workdir, afresh=_AFRESH.value)
   except WorkdirError as err:
     print(f"error: {err}", file=sys.stderr)
     sys.exit(2)
-  table = causal_lm_keys.table_markdown(summary, PAPER)
+  table = causal_lm_keys.table_markdown(summary, causal_lm_keys.PAPER)
   with open(os.path.join(workdir, "table1.md"), "w") as f:
     f.write("% of keys that no query can select, per layer (ours: mean ± std over "
             f"{summary['num_sequences']} held-out windows of {summary['window']} tokens)\n\n")
     f.write(table)
-  loss_figure(summary, os.path.join(workdir, "train_loss.png"))
+  analysis_figures.causal_lm_loss(summary, os.path.join(workdir, "train_loss.png"))
   print(table)
   for name, variant in summary["variants"].items():
     for seed, entry in enumerate(variant["seeds"]):

@@ -13,6 +13,7 @@ import os
 from absl import app, flags
 
 from normattn_jax.reporting.tables import finetuning_tables
+from normattn_jax.train.checkpoint import finished_summary
 
 _WORKDIRS = flags.DEFINE_list("workdirs", None, "Finished fine-tuning workdirs.")
 _OUTPUT = flags.DEFINE_string("output", None, "Folder for comparison.json and comparison.md.")
@@ -23,8 +24,10 @@ def main(argv):
   del argv
   summaries = {}
   for workdir in _WORKDIRS.value:
-    with open(os.path.join(workdir, "summary.json")) as f:
-      summaries[os.path.basename(os.path.normpath(workdir))] = json.load(f)
+    try:
+      summaries[os.path.basename(os.path.normpath(workdir))] = finished_summary(workdir)
+    except (OSError, ValueError) as err:
+      raise app.UsageError(str(err)) from None
   tables = finetuning_tables(summaries)
   os.makedirs(_OUTPUT.value, exist_ok=True)
   with open(os.path.join(_OUTPUT.value, "comparison.json"), "w") as f:

@@ -52,10 +52,10 @@ def main(argv):
     raise app.UsageError(f"--threshold={_THRESHOLD.value} must lie in (0, 1]")
   if _FIGURE.value and not _AUTHORS.value:
     raise app.UsageError(f"--figure={_FIGURE.value} draws the authors' plots: give --authors")
-  runs = [seeds.OurSweep.read(w) for w in workdirs]
-  try:
+  try:  # our workdirs and the authors' folder: refused by the file at fault
+    runs = [seeds.OurSweep.read(w) for w in workdirs]
     report = seeds.compare(runs, _AUTHORS.value, _THRESHOLD.value, parse_tests(_TESTS.value))
-  except (FileNotFoundError, ValueError) as err:  # the authors' folder: refused by name
+  except (FileNotFoundError, ValueError) as err:
     raise app.UsageError(str(err)) from None
   report["runs"] = workdirs
   print(seeds.markdown(report))

@@ -7,17 +7,22 @@ config in one compiled program:
 Every config field can be overridden, e.g. --config.learning_rates="(1e-4,3e-4)" or, for the
 bundled MiniLM with another attention normalisation, --config.encoder.kind=minilm
 --config.encoder.attention.name=hnas. A killed run resumes from its checkpoints when restarted with
-the same command; a workdir of another config is refused (exit code 2) unless --afresh moves it
-aside. --distributed joins the processes of a multi-host run (every host runs the same command;
-on a TPU pod or under SLURM they are detected, elsewhere give --coordinator_address,
---num_processes and --process_id): the models are sharded over every device of every host.
+the same command; a workdir of another config, or one whose encoder changed since it began, is
+refused (exit code 2) unless --afresh moves it aside. --distributed joins the processes of a
+multi-host run (every host runs the same command; on a TPU pod or under SLURM they are detected,
+elsewhere give --coordinator_address, --num_processes and --process_id): the models are sharded
+over every device of every host.
 --plugins=my_norms imports modules first, e.g. one that registers a normalisation of your own
-for --config.encoder.attention.name=<its name>.
+for --config.encoder.attention.name=<its name>, or a task (finetune.task.register) for
+--config.task.name=<its name>.
 """
+import os
+
 from absl import app
 
 from normattn_jax.finetune.train import run_finetuning
-from normattn_jax.train import cli
+from normattn_jax.reporting import training_figures
+from normattn_jax.train import cli, multihost
 
 _CONFIG = cli.define_config_flag(None, "Path to a configs/finetune_*.py file.")
 _RUN = cli.define_run_flags()
@@ -43,6 +48,10 @@ def describe(summary: dict) -> list[str]:
 def main(argv):
   del argv
   summary = cli.run_command(run_finetuning, _CONFIG.value, _RUN)
+  workdir = _RUN.workdir.value
+  if multihost.is_chief():  # on several hosts, one writes the files
+    training_figures.finetuning_curves(summary, os.path.join(workdir, "metrics.npz"),
+                                       os.path.join(workdir, "curves.png"))
   print("\n".join(describe(summary)))
   print(f"wrote {_RUN.workdir.value}/summary.json, metrics.npz and curves.png")
 

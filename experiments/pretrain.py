@@ -21,7 +21,9 @@ _RUN = cli.define_run_flags()
 
 def main(argv):
   del argv
-  summary = cli.run_command(run_pretraining, _CONFIG.value, _RUN)
+  train = _CONFIG.value.train
+  summary = cli.run_command(run_pretraining, _CONFIG.value, _RUN,
+                            divides=(train.batch_size, train.eval_batch_size))
   print(f"{summary['attention']}: held-out MLM accuracy {summary['mlm_accuracy']:.1%}, "
         f"SOP accuracy {summary['sop_accuracy']:.1%}, "
         f"{throughput(summary)} tokens/s on {summary['devices']} {summary['device_kind']}")

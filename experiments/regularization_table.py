@@ -5,22 +5,20 @@
 Each run is one of configs/regularization.py's sweeps; give the value 0 in one of them for the
 unregularised row (it shares seeds, initialisation and data with the regularised models).
 """
-import json
-import os
-
 from absl import app
 
 from normattn_jax.reporting.tables import regularization_table
+from normattn_jax.train.checkpoint import finished_summary
 
 
 def main(argv):
   workdirs = argv[1:]
   if not workdirs:
     raise app.UsageError("give the workdirs of finished regularisation sweeps")
-  summaries = []
-  for workdir in workdirs:
-    with open(os.path.join(workdir, "summary.json")) as f:
-      summaries.append(json.load(f))
+  try:
+    summaries = [finished_summary(workdir) for workdir in workdirs]
+  except (OSError, ValueError) as err:
+    raise app.UsageError(str(err)) from None
   print(regularization_table(summaries))
 
 

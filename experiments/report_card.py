@@ -26,13 +26,13 @@ from normattn_jax.train.checkpoint import WorkdirError
 
 _NORMALIZATION = flags.DEFINE_string("normalization", None, "A registered normalisation.")
 _OPTIONS = flags.DEFINE_string("options", "{}", "Its options as JSON, e.g. '{\"temperature\": 2}'.")
-_PLUGINS = flags.DEFINE_list("plugins", [], "Modules to import first (e.g. one that registers "
-                             "the normalisation).")
+_PLUGINS = cli.define_plugins_flag()
 _WORKDIR = flags.DEFINE_string("workdir", None, "The card's folder.")
 _SCALE = flags.DEFINE_enum("scale", "smoke", tuple(report_card.SCALES), "The card's sizes.")
 _BASELINES = flags.DEFINE_string("baselines_dir", None, "The shared softmax and NAP runs; "
                                  "default <parent of workdir>/baselines/<scale>.")
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show the sweeps' progress bars.")
+_CPU_DEVICES = cli.define_cpu_devices_flag()
 flags.mark_flags_as_required(["normalization", "workdir"])
 
 
@@ -50,6 +50,7 @@ def parse_options(text: str) -> dict:
 def main(argv):
   del argv
   logging.set_verbosity(logging.ERROR)
+  cli.split_cpu(_CPU_DEVICES.value)
   cli.enable_compilation_cache()
   load_plugins(_PLUGINS.value)
   options = parse_options(_OPTIONS.value)

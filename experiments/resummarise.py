@@ -6,6 +6,7 @@ as one stored after.
 """
 from absl import app
 
+from normattn_jax.reporting import figures
 from normattn_jax.train.scoring import best_lines
 from normattn_jax.train.sweep import resummarise
 
@@ -15,8 +16,10 @@ def main(argv):
   if not workdirs:
     raise app.UsageError("give the workdir of at least one finished sweep")
   for workdir in workdirs:
+    summary = resummarise(workdir)
+    figures.draw_finished_sweep(workdir)
     print(workdir)
-    print("\n".join(best_lines(resummarise(workdir))))
+    print("\n".join(best_lines(summary)))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ for --config.attention.name=<its name> (its options: --config.attention.options.
 """
 from absl import app
 
-from normattn_jax.train import cli
+from normattn_jax.reporting import figures
+from normattn_jax.train import cli, multihost
 from normattn_jax.train.scoring import best_lines
 from normattn_jax.train.sweep import run_sweep
 
@@ -22,6 +23,8 @@ _RUN = cli.define_run_flags()
 def main(argv):
   del argv
   summary = cli.run_command(run_sweep, _CONFIG.value, _RUN)
+  if multihost.is_chief():  # on several hosts, one writes the files
+    figures.draw_finished_sweep(_RUN.workdir.value)
   print("\n".join(best_lines(summary)))
   print(f"figures: {_RUN.workdir.value}/accuracy.png (and case_accuracy.png, "
         f"learning_curves.png)")

@@ -1,15 +1,11 @@
 """Optional dependencies and the versions a run used.
 
 The core install (jax, flax, optax, chex, numpy) is enough for the attention modules, blocks and
-models. The rest comes with extras, so that a Flax user does not pull TensorFlow Datasets or
-matplotlib; ``require`` turns a missing one into an error that names the extra to install:
-
-  experiments  normattn_jax.train, normattn_jax.reporting, experiments/sweep.py
-  pretrain     experiments + normattn_jax.data, train.pretrain, experiments/pretrain.py
-  bert         models.bert's from_pretrained, load_tokenizer and tokenize
-  analysis     experiments + bert + normattn_jax.analysis's scipy and wordfreq parts,
-               experiments/analyze_*.py
-  all          every one of them (``make`` installs it, pinned by constraints.txt)
+models. The rest comes with extras (setup.py), so that a Flax user does not pull TensorFlow
+Datasets or a plotting library: ``NEEDED`` says which extra each part of the library needs, and
+``require`` turns a missing package into an error that names the extra to install. The README's
+table of extras says the same (tests/test_extras.py checks the three against each other and
+against every module's imports).
 """
 from __future__ import annotations
 
@@ -18,7 +14,23 @@ import importlib.metadata
 import platform
 import sys
 
-EXTRAS = ("experiments", "pretrain", "bert", "analysis", "all")
+EXTRAS = ("experiments", "pretrain", "bert", "analysis", "all", "peer")
+
+# The extra each part of the library needs (the longest matching module prefix wins; a module
+# of none needs the core install only). A part may use a larger extra in some calls, and then
+# names it with ``require`` there: e.g. models.bert's tokenizer (``bert``), the rank test of
+# reporting.seeds (``analysis``).
+NEEDED = {
+    "normattn_jax.train": "experiments",
+    "normattn_jax.train.pretrain": "pretrain",
+    "normattn_jax.reporting": "experiments",
+    "normattn_jax.reporting.report_card": "analysis",
+    "normattn_jax.data": "pretrain",
+    "normattn_jax.analysis": "analysis",
+    # a pre-training encoder's SentencePiece, a HuggingFace encoder's tokenizers, TFDS tasks
+    "normattn_jax.finetune": "all",
+    "normattn_jax.pytorch_peer": "peer",
+}
 
 # The distributions whose versions a results folder records, when installed.
 RECORDED = ("normattn_jax", "jax", "jaxlib", "flax", "optax", "chex", "numpy", "orbax-checkpoint",

@@ -16,27 +16,21 @@ from typing import Any, Mapping, Optional, Union
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
+from flax import linen, nnx
+from flax.nnx import bridge
 from flax.nnx.nn import dtypes
 from flax.nnx.nn.attention import dot_product_attention
 
 from normattn_jax.attention import fast as fast_lib
-from normattn_jax.attention.module import check_attention_fields, takes_fast_path
+from normattn_jax.attention import fused as fused_lib
+from normattn_jax.attention.module import (check_attention_fields, check_decodable,
+                                            takes_fast_path)
 from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.validation import check_int
 
 Array = jax.Array
 # The Linen module's options that change the attention around the weights; refused here.
 LINEN_ONLY_OPTIONS = ("output_gate", "qk_norm", "differential")
-
-
-def _refuse_decode(spec: AttentionSpec) -> None:
-  """Refuse step-by-step decoding for a normalisation that normalises over the queries."""
-  if spec.normalization.normalizes_over_queries:
-    raise ValueError(f"decode=True is not supported with normalization={str(spec)!r}: it also "
-                     f"normalises each key's weights over the queries, so a query's weights "
-                     f"depend on queries not yet decoded and a key/value cache cannot give the "
-                     f"full pass's outputs; run the whole sequence with is_causal=True instead")
 
 
 class MultiHeadAttention(nnx.MultiHeadAttention):
@@ -51,10 +45,13 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
       Its per-head parameters are ``nnx.Param`` attributes of shape ``[num_heads]`` named as in
       the Linen module's params tree (NAP: ``nap_gain``, ``nap_bias``; HNAS:
       ``hybrid_weight``), initialised from the resolved options.
-    implementation: "auto" | "quadratic" | "fast", as in the Linen module: "fast" never forms
-      the weights, so it takes ``is_causal`` (queries and keys of one length) but no dense
-      ``mask``, no attention dropout, no ``sow_weights`` and no ``decode``; "auto" takes it
-      where nothing blocks it and ``fast_is_faster`` says it pays.
+    implementation: "auto" | "quadratic" | "fast" | "fused", as in the Linen module: "fast"
+      never forms the weights, so it takes ``is_causal`` (queries and keys of one length) but no
+      dense ``mask``, no attention dropout, no ``sow_weights`` and no ``decode``; "fused"
+      (``jax.nn.dot_product_attention``, for ``registry.fusable()``) has the same limits, but
+      the normalisations that normalise each row alone also take a dense ``mask``, and so
+      ``decode``; "auto" takes the fused path where its kernel would be cuDNN's, else the fast
+      one where nothing blocks it and ``fast_is_faster`` says it pays.
     scale_logits: divide the logits by sqrt(head_dim); None: the normalisation's own choice
       (yes except for NAP).
     block_size: queries per block of the blockwise fast paths.
@@ -86,7 +83,7 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
         ``num_heads``.
       in_kv_features: the width of ``inputs_k``/``inputs_v``; default ``in_features``.
       normalization: a registered name or an ``AttentionSpec`` (see the class docstring).
-      implementation: "auto" | "quadratic" | "fast".
+      implementation: "auto" | "quadratic" | "fast" | "fused".
       scale_logits: divide the logits by sqrt(head_dim); None: the normalisation's choice.
       block_size: queries per block of the blockwise fast paths.
       output_gate: must be None (the Linen module's option, not supported here).
@@ -101,8 +98,9 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
     Raises:
       ValueError: naming the field and its value, before any parameter is made: an unknown
         normalisation or a refused option, an implementation, dropout rate, block size or head
-        count out of range, a Linen-only option set, a custom ``attention_fn``, or
-        ``decode=True`` with a normalisation that normalises over the queries.
+        count out of range, implementation="fused" with a normalisation it cannot fuse, a
+        Linen-only option set, a custom ``attention_fn``, or ``decode=True`` with a
+        normalisation that normalises over the queries.
     """
     check_int("num_heads", num_heads)
     spec = AttentionSpec.of(normalization)
@@ -123,7 +121,7 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
       raise ValueError(f"scale_logits must be None, True or False, got {scale_logits!r}")
     check_int("block_size", block_size)
     if kwargs.get("decode"):
-      _refuse_decode(spec)
+      check_decodable(spec)
     super().__init__(num_heads, in_features, qkv_features, out_features, num_kv_heads,
                      in_kv_features, rngs=rngs, **kwargs)
     # flax's __call__ calls self.attention_fn: drop the instance attribute so that the method
@@ -170,7 +168,7 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
         queries or with implementation="fast".
     """
     if decode or (decode is None and self.decode):
-      _refuse_decode(self.normalization)
+      check_decodable(self.normalization)
       if self.implementation == "fast":
         raise ValueError("implementation='fast' cannot decode: the cache adds a dense mask of "
                          "the keys seen so far; use implementation='auto' or 'quadratic'")
@@ -189,7 +187,7 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
     Raises:
       ValueError: for a normalisation that normalises over the queries (DNAS, HNAS, Sinkhorn).
     """
-    _refuse_decode(self.normalization)
+    check_decodable(self.normalization)
     super().init_cache(input_shape, dtype)
 
   def head_params(self) -> dict:
@@ -242,6 +240,17 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
         ("is_causal with queries and keys of different lengths", is_causal and n_q != n_k))
         if present]
     num_logits = int(jnp.size(query) // query.shape[-1]) * n_k
+    fused_blockers = fused_lib.blockers(norm, dense_mask=mask is not None,
+                                        sow_weights=module is not None, dropout=dropout_active)
+    if is_causal and n_q != n_k:  # flax aligns them at the start, the fused path at the end
+      fused_blockers.append("is_causal with queries and keys of different lengths")
+    if fused_lib.takes_fused_path(norm, self.implementation, fused_blockers, dtype,
+                                  query.shape[-1], value_dim=value.shape[-1],
+                                  dense_mask=mask is not None, structured="is_causal"):
+      out = norm.fused_attention(query, key, value, params, options,
+                                 mask=None if mask is None else jnp.asarray(mask).astype(bool),
+                                 causal=is_causal, block_size=self.block_size)
+      return out.astype(dtype)
     if takes_fast_path(spec, self.implementation, blockers, n_q, n_k, query.shape[-1],
                        is_causal, num_logits, structured="is_causal"):
       to_heads = lambda x: jnp.swapaxes(x, -2, -3)  # [..., n, h, d] <-> [..., h, n, d]
@@ -307,3 +316,24 @@ def _flatten(tree, prefix=()):
       yield from _flatten(value, prefix + (name,))
     else:
       yield prefix + (name,), value
+
+
+def from_linen(module: linen.Module, *example_inputs: Any, rngs: nnx.Rngs,
+               **call_kwargs: Any) -> nnx.Module:
+  """One of the library's Linen modules (a ``TransformerBlock``, a ``SequenceModel`` of any of
+  the six architectures, ``BertModel``, ``AlbertModel``, ``CausalLM``) as an NNX module, through
+  flax's Linen-to-NNX bridge: its parameters are initialised from ``rngs`` on
+  ``example_inputs``, its state tree is the Linen module's (``nnx.state(m, nnx.Param)`` is its
+  ``params``), and it is called as the Linen module is. The blocks and models are written once,
+  in Linen, so every normalisation and module option works in them.
+
+  Args:
+    module: the Linen module.
+    *example_inputs: inputs of the shapes it will be called with (e.g. tokens ``[batch, N]``).
+    rngs: the NNX random streams (``params``; ``dropout`` for training with dropout).
+    **call_kwargs: keyword arguments of the initialising call (e.g. ``mask``).
+
+  Returns:
+    The NNX module, initialised.
+  """
+  return bridge.lazy_init(bridge.ToNNX(module, rngs=rngs), *example_inputs, **call_kwargs)

@@ -28,3 +28,18 @@ def test_explained_away_fraction():
   sums = ea.key_weight_sums(softmax_weights(logits))
   np.testing.assert_allclose(sums[0], 4.0, rtol=1e-6)
   assert ea.explained_away_fraction(sums) == 0.75
+
+
+def test_a_trained_case_model_carries_its_normalisation():
+  """Fig. 1's runs train the MTE layout with the scheme's normalisation (the config's
+  ``attention.name``): DNAS keeps every key's sum over the queries at 1/S or more, which
+  softmax does not promise."""
+  sums, entry = {}, {}
+  for name, normalization in ea.SCHEMES.items():
+    sums[name], entry[name] = ea.trained_key_sums(normalization, steps=4, seq_len=8, d_model=8,
+                                                  learning_rate=0.01)
+    assert sums[name].shape == (2 * 4 * ea.PROBE_BATCH * 8,)  # layers x heads x batch x keys
+    assert 0 <= entry[name]["val_acc"] <= 1
+    assert entry[name]["log_one_over_S"] == np.log(1 / 8)
+  assert sums["DNAS"].min() >= 1 / 8 - 1e-6 and entry["DNAS"]["explained_away_fraction"] == 0
+  assert not np.array_equal(sums["UNAS"], sums["DNAS"])

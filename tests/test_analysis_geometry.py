@@ -2,6 +2,7 @@
 import jax
 import numpy as np
 
+from normattn_jax.analysis import geometry
 from normattn_jax.analysis.geometry import (pooled_output_scale, scaling_exponent,
                                             sinkhorn_residuals)
 from normattn_jax.attention import dnas_weights
@@ -24,3 +25,15 @@ def test_softmax_attention_shrinks_like_mean_pooling():
   assert abs(slope["mean"] + 0.5) < 0.05 and abs(slope["sum"] - 0.5) < 0.05
   assert abs(slope["normalised sum"]) < 0.05
   assert -0.6 < slope["softmax attention"] < -0.3  # like mean, not like sum
+
+
+def test_the_figures_runs_are_the_residuals_and_slopes_per_setting():
+  residuals = geometry.sinkhorn_by_logit_scale(scales=(1.0, 3.0), size=8, max_iters=3)
+  assert list(residuals) == ["logit_std=1", "logit_std=3"]
+  logits = jax.random.normal(jax.random.key(0), (8, 8))
+  assert residuals["logit_std=3"] == sinkhorn_residuals(3.0 * logits, 3)
+  scales = {n: pooled_output_scale(n, head_dim=32, total=2048) for n in (1, 2, 4, 16, 64)}
+  slopes = geometry.pooling_exponents(scales)
+  assert list(slopes)[:2] == ["softmax attention std", "softmax attention norm"]
+  assert slopes["mean std"] == scaling_exponent([4, 16, 64],
+                                                [scales[n]["mean"]["std"] for n in (4, 16, 64)])

@@ -1,6 +1,8 @@
 """The majority experiment of Brody et al.: data, model, LayerNorm variants, query angle and the
 vmapped training."""
+import json
 import math
+import os
 
 import jax
 import jax.numpy as jnp
@@ -8,9 +10,11 @@ import numpy as np
 import pytest
 
 from normattn_jax.analysis import majority as m
+from normattn_jax.train.checkpoint import WorkdirError
 from normattn_jax.train.grid import run_grid
 
 D = 8
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _partition_count(total, largest, parts):
@@ -196,3 +200,80 @@ def test_the_learning_rate_decays_linearly_over_10000_epochs():
   schedule = m.learning_rate_schedule(config, 80_008)
   np.testing.assert_allclose([schedule(0), schedule(14_000), schedule(140_000)],
                              [1e-3, 0.9e-3, 0.0], atol=1e-9)
+
+
+def test_the_data_statistics_are_given_per_data_set_too():
+  data = m.build_data(m.MajorityConfig(**SMALL))
+  stats = m.data_statistics(data.train_counts)
+  per_set = [m.data_statistics(counts) for counts in data.train_counts]
+  assert stats["types_per_sequence_per_data_set"] == pytest.approx(
+      [s["types_per_sequence"] for s in per_set])
+  assert stats["majority_count_per_data_set"] == pytest.approx(
+      [s["majority_count"] for s in per_set])
+  assert stats["types_per_sequence"] == pytest.approx(
+      np.mean(stats["types_per_sequence_per_data_set"]))  # data sets of equal size
+
+
+# ----- a run: its config, workdir guard, history and summary -----
+
+def small_config(**overrides):
+  c = m.default_config()
+  c.update(SMALL | overrides)
+  return c
+
+
+def test_the_default_config_is_the_papers():
+  assert m.from_config(m.default_config()) == m.MajorityConfig()
+  with pytest.raises(ValueError, match="config.num_layers: no such field"):
+    m.from_config(small_config(num_layers=2))
+  with pytest.raises(ValueError, match="variants must be distinct names"):
+    m.from_config(small_config(variants=("with_projection", "with_projection")))
+
+
+def test_a_run_resumes_for_more_steps_and_its_workdir_refuses_other_settings(tmp_path):
+  workdir = str(tmp_path / "run")
+  quiet = lambda line: None
+  config = m.from_config(small_config())
+  summary, curves = m.run(small_config(), workdir, steps=1, log=quiet)  # one chunk: 14 steps
+  assert summary["steps_run"] == 14 and summary["eval_every_steps"] == 14
+  assert list(curves["steps"]) == [0, 14]
+  assert curves["variants"]["with_projection"]["test_accuracy"].shape == (2, 2)  # evals, seeds
+  with open(os.path.join(workdir, m.SUMMARY)) as f:
+    assert json.load(f) == json.loads(json.dumps(summary))
+  for name in ("config.json", "versions.json", "history.jsonl"):
+    assert os.path.exists(os.path.join(workdir, name)), name
+  assert not os.path.exists(os.path.join(workdir, "run.lock"))  # released
+
+  more, curves = m.run(small_config(), workdir, steps=28, log=quiet)  # resumed: one more chunk
+  assert more["steps_run"] == 28 and list(curves["steps"]) == [0, 14, 28]
+  whole, _ = m.run(small_config(), str(tmp_path / "whole"), steps=28, log=quiet)
+  assert more["variants"] == whole["variants"]  # as a run that was never stopped
+  assert m.curves(read_history(workdir), config)["steps"].tolist() == [0, 14, 28]
+
+  with pytest.raises(WorkdirError, match="num_seeds was 2, now 3"):
+    m.run(small_config(num_seeds=3), workdir, steps=28, log=quiet)
+  with pytest.raises(ValueError, match="steps must be"):
+    m.run(small_config(), str(tmp_path / "never"), steps=0, log=quiet)
+  assert not os.path.exists(tmp_path / "never")
+
+
+def read_history(workdir):
+  with open(os.path.join(workdir, "history.jsonl")) as f:
+    return [json.loads(line) for line in f]
+
+
+def test_the_summary_counts_the_steps_to_each_accuracy():
+  config = m.MajorityConfig(variants=("with_projection", "without_projection"), num_seeds=2)
+  accuracy = {0: [0.1] * 4, 10: [0.6, 0.6, 0.4, 0.4], 20: [0.95, 0.75, 0.6, 0.8]}
+  history = [{"step": step, "test_accuracy": values, "train_loss": [1.0] * 4,
+              "test_loss": [1.0] * 4, "query_angle": [10.0] * 4}
+             for step, values in accuracy.items()]
+  summary = m.summarise(history, config, {"extra": 1})
+  to = summary["variants"]["with_projection"]["steps_to_test_accuracy"]
+  assert to["0.5"]["per_seed"] == [10, 10] and to["0.9"]["per_seed"] == [20, None]
+  assert to["0.9"]["reached"] == 1 and to["0.8"]["seed_mean_curve"] == 20
+  without = summary["variants"]["without_projection"]["steps_to_test_accuracy"]
+  assert without["0.5"]["per_seed"] == [20, 20] and without["0.8"]["seed_mean_curve"] is None
+  assert summary["without_over_with_steps"]["0.5"] == 2.0  # 20 steps against 10
+  assert summary["without_over_with_steps"]["0.8"] is None
+  assert summary["extra"] == 1 and summary["steps_run"] == 20

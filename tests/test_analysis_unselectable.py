@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 from scipy.spatial import ConvexHull
 
-from normattn_jax.analysis.unselectable import (fraction_with_unselectable, layer_norm,
-                                                unselectable)
+from normattn_jax.analysis.unselectable import (fraction_grids, fraction_with_unselectable,
+                                                layer_norm, unselectable)
 
 
 @pytest.mark.parametrize("d", [2, 3])
@@ -42,3 +42,10 @@ def test_fraction_grows_with_n_without_layer_norm():
 def test_bad_points():
   with pytest.raises(ValueError, match="points"):
     unselectable(np.zeros(3))
+
+
+def test_fraction_grids_are_every_cell_without_and_with_layer_norm():
+  grids = fraction_grids([3, 4], [4, 6, 8], 5)
+  assert list(grids) == ["without_layer_norm", "with_layer_norm"]
+  assert grids["without_layer_norm"][1][2] == fraction_with_unselectable(4, 8, 5, False)
+  assert np.shape(grids["with_layer_norm"]) == (2, 3) and not np.any(grids["with_layer_norm"])

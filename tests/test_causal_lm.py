@@ -138,12 +138,35 @@ def test_unselectable_counts_on_float32_projected_keys():
   np.testing.assert_array_equal(unselectable(1000.0 * exact, tol=1e-6), want)
   # Projection only adds unselectable points; scaling to a sphere removes them all.
   assert np.all(want[unselectable(x)])
-  fractions = lm_keys.unselectable_fractions(np.stack([centred, centred / np.linalg.norm(
+  counts = lm_keys.unselectable_counts(np.stack([centred, centred / np.linalg.norm(
       centred, axis=-1, keepdims=True)])[:, None], tol=1e-6)
-  assert fractions.shape == (2, 1)
-  assert fractions[0, 0] == pytest.approx(want.mean()) and fractions[1, 0] == 0.0
-  stats = lm_keys.layer_statistics(np.array([[0.5, 0.25], [0.0, 0.0]]))
+  assert counts.shape == (2, 1)
+  assert counts[0, 0] == want.sum() and counts[1, 0] == 0
+
+
+def test_layer_statistics_keep_the_per_window_counts_they_come_from():
+  stats = lm_keys.layer_statistics(np.array([[2, 1], [0, 0]]), vectors=4)
   assert stats["mean_percent"] == pytest.approx([37.5, 0.0])
+  assert stats["std_percent"] == pytest.approx([12.5, 0.0])
+  assert stats["unselectable_per_window"] == [[2, 1], [0, 0]]
+  assert stats["vectors_per_window"] == 4
+  recomputed = 100 * np.array(stats["unselectable_per_window"]) / stats["vectors_per_window"]
+  assert recomputed.mean(-1) == pytest.approx(stats["mean_percent"])
+
+
+def test_the_analysis_of_a_model_keeps_its_per_window_counts(model_and_params):
+  model, params = model_and_params
+  windows = np.asarray(jax.random.randint(jax.random.key(2), (3, LENGTH), 0, VOCAB))
+  stats = lm_keys.analyze_model(model, params, windows, tol=1e-6)["attention_inputs"]
+  counts = np.array(stats["unselectable_per_window"])
+  assert counts.shape == (model.num_layers, 3) and stats["vectors_per_window"] == LENGTH
+  np.testing.assert_allclose(100 * counts.mean(-1) / LENGTH, stats["mean_percent"])
+
+
+def test_heldout_starts_are_the_windows_offsets():
+  stream = np.arange(100, dtype=np.int32)
+  np.testing.assert_array_equal(lm_keys.heldout_starts(100, 10, 4),
+                                lm_keys.heldout_windows(stream, 10, 4)[:, 0])
 
 
 @pytest.mark.parametrize("field, value", [

@@ -30,7 +30,31 @@ def test_cpu_devices_splits_the_cpu_before_the_run_starts():
   done = command("--workdir=w", "--cpu_devices=3", "--afresh")
   assert done.returncode == 0, done.stderr
   assert "devices 3 workdir w afresh True" in done.stdout
-  assert "devices 1 " in command("--workdir=w").stdout
+  assert "devices 1 " in command("--workdir=w", "--cpu_devices=1").stdout
+
+
+def test_a_run_uses_one_device_per_core_by_default():
+  from normattn_jax.train import cli
+  assert f"devices {cli.cpu_cores()} " in command("--workdir=w").stdout
+
+
+def test_the_default_device_count_divides_a_data_parallel_batch():
+  from normattn_jax.train import cli
+  assert cli.default_cpu_devices(16) == 16
+  assert cli.default_cpu_devices(6, divides=(32, 64)) == 4
+  assert cli.default_cpu_devices(3, divides=(30,)) == 3
+  assert cli.default_cpu_devices(7, divides=(35, 14)) == 7
+  assert cli.default_cpu_devices(5, divides=(7,)) == 1
+  assert cli.default_cpu_devices(4, divides=("x", 0)) == 4  # left to validation
+
+
+def test_the_default_leaves_a_started_jax_alone():
+  import jax
+  from normattn_jax.train import cli
+  jax.devices()  # this process's JAX has started
+  assert cli.split_cpu(None) is None
+  assert cli.split_cpu(None, environ={"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}) \
+      is None
 
 
 def test_multi_host_flags_without_distributed_are_refused():

@@ -1,6 +1,7 @@
 """The sweep figures draw the task's metric groups (``Task.metric_groups``): the case task's as
 the NAP paper does (R/G/B = argmin / first / argmax), a group of another size in grey, a task
 without groups without them. Drawn from made-up curves, no training."""
+import json
 import os
 
 import jax.numpy as jnp
@@ -149,3 +150,23 @@ def test_a_swept_column_is_labelled_by_its_field(tmp_path, monkeypatch):
   _, drawn = draw(config, BASE + tasks.get("case_distinction").extra_metrics(), tmp_path,
                   monkeypatch)
   assert {ax.get_xlabel() for ax in drawn["accuracy.png"].axes} == {"l2"}
+
+
+def test_a_finished_sweep_is_drawn_from_what_its_workdir_holds(tmp_path, monkeypatch):
+  """draw_finished_sweep (the sweep, rescoring and retraining scripts' figures) draws what
+  draw_sweep draws from the run's config.json, summary.json and metrics.npz."""
+  from normattn_jax.train.checkpoint import config_json
+
+  config = tiny_config()
+  direct = tmp_path / "direct"
+  os.makedirs(direct)
+  summary, _ = draw(config, BASE + tasks.get("case_distinction").extra_metrics(), direct,
+                    monkeypatch)
+  workdir = tmp_path / "run"
+  os.makedirs(workdir)
+  (workdir / "config.json").write_text(json.dumps(config_json(config)))
+  (workdir / artifacts.METRICS).write_bytes((direct / artifacts.METRICS).read_bytes())
+  artifacts.write_summary(str(workdir), summary)
+  figures.draw_finished_sweep(str(workdir))
+  for name in ("accuracy.png", "case_accuracy.png", "learning_curves.png"):
+    assert (workdir / name).read_bytes() == (direct / name).read_bytes(), name

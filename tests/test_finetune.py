@@ -47,11 +47,8 @@ def write_plays(folder, lines=640, seed=0):
   return paths
 
 
-@pytest.fixture(scope="module")
-def root(tmp_path_factory):
-  """A finished tiny pre-training run on text files named as the corpus's plays."""
-  root = tmp_path_factory.mktemp("finetune")
-  files = write_plays(str(root / "corpus" / "shakespeare"))
+def pretraining_config(files):
+  """A tiny pre-training on ``files``, two steps."""
   c = base_pretrain_config()
   c.model.update(embedding_size=8, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                  intermediate_size=32, max_position_embeddings=32)
@@ -59,8 +56,21 @@ def root(tmp_path_factory):
                 max_predictions_per_seq=4, dupe_factor=1, validation_fraction=HELD_OUT)
   c.train.update(batch_size=4, num_steps=2, warmup_steps=1, log_every=1, eval_every=2,
                  eval_batches=1, checkpoint_every=2)
-  run_pretraining(c, str(root / "pretrain"), show_progress=False, tensorboard=False)
+  return c
+
+
+def pretrained(root):
+  """``root`` with a finished tiny pre-training run (``pretrain``) on text files named as the
+  corpus's plays (``corpus``)."""
+  files = write_plays(str(root / "corpus" / "shakespeare"))
+  run_pretraining(pretraining_config(files), str(root / "pretrain"), show_progress=False,
+                  tensorboard=False)
   return root
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+  return pretrained(tmp_path_factory.mktemp("finetune"))
 
 
 def tiny_config(root, learning_rates=(1e-3,), num_seeds=1):
@@ -337,7 +347,7 @@ def test_resumed_run_equals_uninterrupted(root, runs):
   for key in ("cells", "best", "eval_steps"):
     assert runs["resumed"][key] == runs["alone"][key], key
   assert read_history(str(root / "resumed")) == read_history(str(root / "alone"))
-  for name in ("config.json", "summary.json", "metrics.npz", "curves.png", "checkpoints"):
+  for name in ("config.json", "summary.json", "metrics.npz", "checkpoints"):
     assert os.path.exists(root / "alone" / name), name
   with pytest.raises(WorkdirError, match="num_seeds"):
     ft.run_finetuning(tiny_config(root, num_seeds=3), str(root / "alone"), show_progress=False)
@@ -355,6 +365,8 @@ def test_resumed_run_equals_uninterrupted(root, runs):
     ("learning_rates", (1e-3, float("inf"))), ("learning_rates", (float("nan"),)),
     ("train.weight_decay", float("nan")), ("train.weight_decay", float("inf")),
     ("train.clip_norm", float("inf")), ("encoder.dropout", float("nan")),
+    ("task.dev_fraction", 0.0), ("task.dev_fraction", 0.99), ("task.passage_lines", 0),
+    ("task.passage_lines", 65),
 ])
 def test_bad_config_names_the_field_before_anything_is_written(root, tmp_path, field, value):
   c = tiny_config(root)
@@ -385,3 +397,45 @@ def test_shipped_configs_are_valid(path):
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   ft.validate_finetune_config(module.get_config(), check_paths=False)
+
+
+# ----- HNAS's u after fine-tuning -----
+
+def test_hybrid_weights_are_read_in_layer_order_and_clipped():
+  u = lambda value: np.full((2, 3), value, np.float32)  # [models, heads]
+  params = {"head": {"kernel": np.zeros((2, 4))},
+            "encoder": {f"layer_{i}": {"attention": {"hybrid_weight": u(i / 20)}}
+                        for i in range(12)}}
+  params["encoder"]["layer_11"]["attention"]["hybrid_weight"] = u(1.5)  # clipped to 1
+  params["encoder"]["layer_0"]["attention"]["hybrid_weight"] = u(-0.5)  # clipped to 0
+  got = ft.hybrid_weights(params)
+  assert got.shape == (2, 12, 3)
+  np.testing.assert_allclose(got[0, :, 0], [0.0] + [i / 20 for i in range(1, 11)] + [1.0])
+  shared = {"encoder": {"albert": {"hybrid_weights": np.full((2, 4, 3), 0.25, np.float32)}}}
+  assert ft.hybrid_weights(shared).shape == (2, 4, 3)  # ALBERT's [models, layers, heads]
+  assert ft.hybrid_weights({"encoder": {"layer_0": {"kernel": np.zeros(3)}}}) is None
+
+
+def test_hybrid_weights_go_to_their_learning_rates_cells():
+  c = ft.base_finetune_config()
+  c.learning_rates, c.num_seeds = (1e-4, 3e-4), 2
+  summary = {"cells": [{"learning_rate": 1e-4}, {"learning_rate": 3e-4}]}
+  u = np.arange(4 * 3 * 2, dtype=np.float64).reshape(4, 3, 2) / 24  # [models, layers, heads]
+  cells = ft.with_hybrid_weights(summary, c, u)["cells"]
+  assert cells[0]["hybrid_weights"] == u[:2].tolist()
+  assert cells[1]["hybrid_weights"] == u[2:].tolist()
+  assert "hybrid_weights" not in ft.with_hybrid_weights(
+      {"cells": [{"learning_rate": 1e-4}]}, c, None)["cells"][0]
+
+
+@pytest.mark.slow
+def test_a_run_switched_to_hnas_records_its_u(root, tmp_path):
+  c = tiny_config(root, num_seeds=2)
+  c.encoder.attention = attention_section("hnas", hybrid_init=0.25)
+  summary = ft.run_finetuning(c, str(tmp_path / "hnas"), show_progress=False, tensorboard=False)
+  u = np.asarray(summary["cells"][0]["hybrid_weights"])
+  assert u.shape == (2, 1, 2)  # seeds, the tiny ALBERT's one layer, its 2 heads
+  # the run's own u: its hybrid_init, moved a little (the tiny model's gradient in u is ~1e-9)
+  np.testing.assert_allclose(u, 0.25, atol=1e-3)
+  with open(tmp_path / "hnas" / "summary.json") as f:
+    assert json.load(f)["best"]["hybrid_weights"] == u.tolist()

@@ -266,3 +266,20 @@ def test_metrics_and_features_import_without_the_extras():
   assert done.stdout.splitlines() == [
       "1.0 1.0", "normattn_jax.finetune.tfds_tasks needs the optional package "
       "tensorflow_datasets: pip install 'normattn_jax[pretrain]'"]
+
+
+def test_a_learning_rate_whose_seeds_diverged_is_never_the_best():
+  """Rate 0.1: one seed reached 0.9, two diverged; rate 0.01: three seeds at 0.6."""
+  from types import SimpleNamespace
+  from normattn_jax.finetune.train import summarise
+  config = SimpleNamespace(learning_rates=(0.1, 0.01), num_seeds=3,
+                           train=SimpleNamespace(num_steps=10, eval_every=10))
+  task = SimpleNamespace(name="t", description="", head="classification", metrics=("accuracy",),
+                         train={"input_ids": np.zeros((4, 2))}, dev={"input_ids": np.zeros((2, 2))})
+  nan = np.nan
+  history = {"diverged": np.array([[0, 1, 1, 0, 0, 0]]),
+             "train_loss": np.array([[0.1, nan, nan, 0.5, 0.5, 0.5]]),
+             "accuracy": np.array([[0.9, nan, nan, 0.6, 0.6, 0.6]])}
+  summary = summarise(config, task, history)
+  assert summary["cells"][0]["accuracy"]["mean"] == 0.9 and summary["cells"][0]["diverged"] == 2
+  assert summary["best"]["learning_rate"] == 0.01

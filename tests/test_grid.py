@@ -85,8 +85,9 @@ def test_outputs(reference):
     assert stats["min"] <= stats["mean"] <= stats["max"]
   metrics = np.load(os.path.join(reference, "metrics.npz"))
   assert metrics["nap/val_acc"].shape == (3, 2, 1, 2)  # evals, lrs, swept, seeds
-  for figure in ("accuracy.png", "case_accuracy.png", "learning_curves.png", "config.json"):
-    assert os.path.exists(os.path.join(reference, figure))
+  assert os.path.exists(os.path.join(reference, "config.json"))
+  # the figures are the caller's (reporting.figures.draw_finished_sweep): training draws none
+  assert not [name for name in os.listdir(reference) if name.endswith(".png")]
 
 
 def test_history_holds_each_learning_rates_means_per_grid_and_evaluation(reference):
@@ -144,7 +145,7 @@ def test_resummarise_rebuilds_the_summary_from_the_saved_curves(reference, tmp_p
   for name in ("config.json", "metrics.npz"):
     (tmp_path / name).write_bytes((reference / name).read_bytes())
   assert resummarise(str(tmp_path)) == read(reference)
-  assert os.path.exists(tmp_path / "summary.json") and os.path.exists(tmp_path / "accuracy.png")
+  assert os.path.exists(tmp_path / "summary.json")
 
 
 def test_same_config_same_summary(reference, tmp_path):

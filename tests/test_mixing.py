@@ -271,3 +271,50 @@ def test_token_type_codes():
   np.testing.assert_array_equal(codes, [[2, 0, 1, 3, 0]])
   with pytest.raises(ValueError, match="special_ids"):
     mx.token_type_codes(np.zeros((1, 2)), {"[BOS]": 1})
+
+
+def test_read_texts_takes_a_sequence_or_a_pair_per_line(tmp_path):
+  path = tmp_path / "texts.txt"
+  path.write_text("One sentence.\n\nFirst half.\tSecond half.\n")
+  assert mx.read_texts(str(path)) == ["One sentence.", ("First half.", "Second half.")]
+  path.write_text("a\tb\tc\n")
+  with pytest.raises(ValueError, match="3 tab-separated parts"):
+    mx.read_texts(str(path))
+  path.write_text("\n\n")
+  with pytest.raises(ValueError, match="no non-empty line"):
+    mx.read_texts(str(path))
+  with pytest.raises(FileNotFoundError, match="--text_file"):
+    mx.read_texts(str(tmp_path / "missing.txt"))
+
+
+def test_the_token_figures_shares_are_each_rows_contribution_norms(minilm):
+  model, params, tok = minilm
+  tokens, shares = mx.token_contribution_shares(model, params, tok, "The cat sat.")
+  assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]" and len(shares) == 6
+  batch = bert.tokenize(tok, ["The cat sat."])
+  block = mx.trace_attention_blocks(model, {"params": params}, batch["input_ids"],
+                                    attention_mask=batch["attention_mask"],
+                                    token_type_ids=batch["token_type_ids"])[2]
+  norms = np.linalg.norm(np.asarray(mx.token_contributions(block)["block"], np.float64), axis=-1)
+  np.testing.assert_allclose(shares[2]["block"], norms / norms.sum(1, keepdims=True))
+  np.testing.assert_allclose(shares[0]["attention"].sum(1), 1.0)
+
+
+def test_the_run_record_and_table_lines_of_a_result():
+  result = {"summary": {"overall": {m: {"mean": 0.5, "max": 0.9, "min": 0.1} for m in mx.METHODS},
+                        "per_sequence_means": False, "per_layer": {}, "per_layer_token_type": {},
+                        "token_counts": []},
+            "expansion_rate": {"mean": 1.5, "min": 1.0, "max": 2.0, "per_layer": [1.0, 2.0]},
+            "frequency_spearman": None, "mask_rate": 0.15, "mask_prob": 0.8,
+            "count_rounding": "round", "num_sequences": 2, "num_tokens": 20, "num_masked": 3}
+  config = bert.BertConfig(vocab_size=30, hidden_size=8, num_hidden_layers=2,
+                           num_attention_heads=2, intermediate_size=16)
+  record = mx.run_record(result, config, model="m", text_file="t.txt", protocol="paper", seed=1)
+  assert (record["num_layers"], record["hidden_size"], record["num_heads"]) == (2, 8, 2)
+  assert record["overall"] == result["summary"]["overall"] and record["seed"] == 1
+  lines = mx.table_lines(result)
+  assert lines[1] == "ATTN-W         50.0   90.0   10.0        "
+  assert lines[-1] == "expansion rate: mean 1.50, min 1.00, max 2.00; per layer 1.00, 2.00"
+  assert mx.output_names("authors") == {"mixing": "mixing_authors.json",
+                                        "mixing_layers": "mixing_layers_authors.png",
+                                        "mixing_tokens": "mixing_tokens.png"}

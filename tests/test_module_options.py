@@ -80,7 +80,7 @@ CASES = [dict(output_gate="headwise"), dict(output_gate="elementwise"), dict(qk_
 
 
 @pytest.mark.parametrize("options", CASES, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
-@pytest.mark.parametrize("implementation", ["quadratic", "fast"])
+@pytest.mark.parametrize("implementation", ["quadratic", "fast", "fused"])
 def test_each_option_is_its_formula(options, implementation):
   x = inputs()
   layer = MultiHeadAttention(num_heads=H, implementation=implementation, **options)

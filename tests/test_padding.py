@@ -22,11 +22,16 @@ from normattn_jax.models.bert import BertConfig, BertModel
 from normattn_jax.models.sequence import SequenceModel
 
 N, PAD, D, H, VOCAB = 8, 4, 16, 4, 20
-IMPLEMENTATIONS = ("quadratic", "fast")
+IMPLEMENTATIONS = ("quadratic", "fast", "fused")
 SHARPEN = 20.0
 # The checks run in milliseconds; XLA's optimisation passes would take seconds per program.
 QUICK = dict(compiler_options={"xla_backend_optimization_level": 0,
                                "xla_llvm_disable_expensive_passes": True})
+
+
+def has_path(normalization, implementation):
+  """Whether the normalisation has the implementation's path (every one has "quadratic")."""
+  return implementation == "quadratic" or getattr(get(normalization), implementation) is not None
 
 
 def sharpen(params, factor=SHARPEN, kernels=("query", "key")):
@@ -99,7 +104,7 @@ def sharp_sequence_params(arch, normalization):
 
 @pytest.mark.parametrize("arch,normalization,implementation", [
     (arch, n, i) for arch, n in SEQUENCE_CASES for i in IMPLEMENTATIONS
-    if i == "quadratic" or get(n or ARCHITECTURES[arch].normalization).fast is not None])
+    if has_path(n or ARCHITECTURES[arch].normalization, i)])
 def test_sequence_model(arch, normalization, implementation):
   model = sequence_model(arch, normalization, implementation)
   check_padding_invariance(lambda p, t, m: model.apply(p, t, m),
@@ -130,8 +135,7 @@ def albert(normalization, implementation):
 
 
 @pytest.mark.parametrize("normalization,implementation", [
-    (n, i) for n in NORMALIZATIONS for i in IMPLEMENTATIONS
-    if i == "quadratic" or get(n).fast is not None])
+    (n, i) for n in NORMALIZATIONS for i in IMPLEMENTATIONS if has_path(n, i)])
 def test_albert_model(normalization, implementation):
   model = albert(normalization, implementation)
   params = sharp_albert_params(normalization)

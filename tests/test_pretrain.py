@@ -14,6 +14,8 @@ from normattn_jax.train.pretrain import base_pretrain_config, run_pretraining, \
     validate_pretrain_config
 
 VOCAB, SEQ, PRED = 40, 16, 3
+# stands in for the SentencePiece model: the summary records a vocabulary's path and hash
+FAKE_VOCAB = types.SimpleNamespace(size=VOCAB, path=os.path.abspath(__file__))
 
 
 class RandomExamples:
@@ -55,7 +57,7 @@ def tiny_config(attention="softmax"):
 def random_data(monkeypatch):
   splits = {"train": RandomExamples(64, 0), "validation": RandomExamples(16, 1)}
   monkeypatch.setattr(pretrain, "load_data",
-                      lambda c, workdir: (types.SimpleNamespace(size=VOCAB), splits))
+                      lambda c, workdir: (FAKE_VOCAB, splits))
 
 
 def read_history(workdir):
@@ -93,7 +95,7 @@ def test_summary_and_files(tmp_path, random_data):
 def test_training_lowers_the_loss_on_a_fixed_batch(tmp_path, monkeypatch):
   one = RandomExamples(4, 0)  # four examples, seen every step: MLM must memorise them
   monkeypatch.setattr(pretrain, "load_data", lambda c, workdir: (
-      types.SimpleNamespace(size=VOCAB), {"train": one, "validation": one}))
+      FAKE_VOCAB, {"train": one, "validation": one}))
   config = tiny_config()
   config.train.update(num_steps=60, eval_every=60, checkpoint_every=0, learning_rate=0.1)
   summary = run_pretraining(config, str(tmp_path), show_progress=False, tensorboard=False)

@@ -184,8 +184,8 @@ def test_tfds_dataset_round_trip_and_fingerprint(tmp_path):
 def test_a_corpus_too_small_for_a_split_says_what_to_change(tmp_path):
   files = write_corpus(str(tmp_path), files=1, lines=20)  # 4 documents, none held out
   with pytest.raises(ValueError, match=r"'validation' split would have no document: .*play_0.txt"
-                     r".* make 4 document\(s\) of lines_per_document=5 .*0 of them held out.*"
-                     r"add text, lower lines_per_document or raise validation_fraction"):
+                     r".* make 4 document\(s\) of 5 non-empty lines, 0 of them held out.*"
+                     r"add text, lower lines_per_document=5 or raise validation_fraction=0.2"):
     text_file_sources(files, str(tmp_path / "tfds"), lines_per_document=5,
                       validation_fraction=0.2)
   with open(files[0], "a") as f:
@@ -194,7 +194,7 @@ def test_a_corpus_too_small_for_a_split_says_what_to_change(tmp_path):
                               validation_fraction=0.2)
   assert (len(sources["train"]), len(sources["validation"])) == (4, 1)
   with pytest.raises(ValueError, match=r"'validation' split has 1 document\(s\), ALBERT's "
-                                       r"examples need 2: add text"):
+                                       r"examples need 2; add text"):
     prepare_pretraining_data(files, str(tmp_path), vocab_size=40, max_seq_length=48,
                              max_predictions_per_seq=8, dupe_factor=1, validation_fraction=0.2,
                              lines_per_document=5, log=lambda *_: None)

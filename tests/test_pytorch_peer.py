@@ -1,30 +1,19 @@
-"""benchmarks/pytorch_peer.py: the PyTorch peer trains our network on our task, so the
-benchmark compares like with like."""
-import importlib.util
-import os
-import sys
-
+"""normattn_jax.pytorch_peer (benchmarks/pytorch_peer.py's PyTorch side): the PyTorch peer
+trains our network on our task, so the benchmark compares like with like."""
 import pytest
 
+from normattn_jax.train.config import base_config
+from normattn_jax.train.grid import Setup
+
 torch = pytest.importorskip("torch")
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _load_script():
-  benchmarks = os.path.join(REPO, "benchmarks")
-  sys.path.insert(0, benchmarks)  # the script imports its sibling grid_throughput
-  try:
-    spec = importlib.util.spec_from_file_location(
-        "pytorch_peer", os.path.join(benchmarks, "pytorch_peer.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-  finally:
-    sys.path.remove(benchmarks)
-  return module
+from normattn_jax import pytorch_peer as peer  # noqa: E402 (after the skip: needs torch)
 
 
-peer = _load_script()
+def mte_setup(d_model):
+  """The benchmark's MTE at the NAP paper's defaults, d = N = ``d_model``."""
+  c = base_config()
+  c.model.d_model, c.task.seq_len = d_model, d_model
+  return Setup("mte", c)
 
 
 @pytest.fixture(autouse=True)
@@ -39,7 +28,7 @@ def one_torch_thread():
 
 @pytest.mark.parametrize("d_model", [32, 128])
 def test_same_network_and_task(d_model):
-  check = peer.check_same_network(d_model)
+  check = peer.check_same_network(mte_setup(d_model))
   assert check["params_torch"] == check["params_ours"]
   assert check["max_logit_diff"] <= peer.LOGIT_TOLERANCE, check
   assert check["logit_scale"] > 1000 * peer.LOGIT_TOLERANCE  # the logits are not all ~0
@@ -55,13 +44,13 @@ def test_check_catches_a_wrong_bias(monkeypatch):
       bias = module.blocks[0].attention.qkv.bias
       bias[:bias.shape[0] // 3] += 0.01  # the query bias only
   monkeypatch.setattr(peer, "load_flax_params", off_by_a_little)
-  assert peer.check_same_network(32)["max_logit_diff"] > 5 * peer.LOGIT_TOLERANCE
+  assert peer.check_same_network(mte_setup(32))["max_logit_diff"] > 5 * peer.LOGIT_TOLERANCE
 
 
 def test_ensemble_trains_as_torch_adam():
   """One model in the torch.func ensemble (Adam over the stacks) follows torch.optim.Adam on the
   same batches; Adam's first steps amplify the rounding of gradients near 0, hence the mean."""
-  setup = peer.setup_for(32, 32)
+  setup = mte_setup(32)
   sequential = peer.sequential_trainer(setup, 1, 3)
   ensemble = peer.ensemble_trainer(setup, 1, 3)
   sequential()

@@ -250,7 +250,20 @@ def test_an_authors_folder_of_none_of_the_archs_is_refused_naming_the_files(tmp_
 @pytest.mark.parametrize("damage, named", [
     (lambda d: os.remove(d / "NAP_params.pickle"), "NAP_params.pickle is missing"),
     (lambda d: os.remove(d / "NAP.pickle"), "NAP.pickle is missing"),
-    (lambda d: open(d / "NAP.pickle", "wb").close(), "NAP.pickle: empty or truncated"),
+    (lambda d: open(d / "NAP.pickle", "wb").close(), "NAP.pickle: empty, truncated or damaged"),
+    (lambda d: (d / "NAP.pickle").write_bytes(b"\x80\x04garbage"),
+     "NAP.pickle: empty, truncated or damaged"),
+    (lambda d: (d / "NAP.pickle").write_bytes(b"cmodule_not_here\nSweep\n."),  # a class
+     "NAP.pickle: empty, truncated or damaged (ModuleNotFoundError"),
+    (lambda d: (d / "NAP.pickle").write_bytes(pickle.dumps(3)),
+     "NAP.pickle: holds int 3, not the authors' tuple (results, completed runs, run order)"),
+    (lambda d: (d / "NAP.pickle").write_bytes(pickle.dumps((["epochs"], 1, 0))),
+     "NAP.pickle: its results are no array of numbers"),
+    (lambda d: (d / "NAP_params.pickle").write_bytes(pickle.dumps({"model": "NAP"})),
+     "NAP_params.pickle: holds dict {'model': 'NAP'}, not the authors' pair"),
+    (lambda d: (d / "NAP_params.pickle").write_bytes(pickle.dumps(([{"name": "x"}] * 2, {}))),
+     "NAP_params.pickle: the variation {'name': 'x'} lacks one of ('name', 'min', 'range', "
+     "'base')"),
 ])
 def test_an_incomplete_authors_sweep_is_refused_naming_its_file(tmp_path, damage, named):
   authors, run = tmp_path / "authors", tmp_path / "run"
@@ -261,6 +274,18 @@ def test_an_incomplete_authors_sweep_is_refused_naming_its_file(tmp_path, damage
   our_run(run)
   with pytest.raises((FileNotFoundError, ValueError), match=re.escape(named)):
     _compare(run, authors)
+
+
+def test_the_command_names_a_damaged_file_of_our_run(tmp_path):
+  our_run(tmp_path)
+  (tmp_path / "config.json").write_text('{"archs": ')
+  done = subprocess.run(
+      [sys.executable, os.path.join(REPO, "experiments", "compare_seeds.py"), str(tmp_path)],
+      capture_output=True, text=True, cwd=REPO, timeout=300,
+      env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO))
+  assert done.returncode != 0
+  assert f"{tmp_path / 'config.json'} is not valid JSON" in done.stderr
+  assert "Traceback" not in done.stderr
 
 
 def test_the_command_refuses_a_missing_authors_folder(tmp_path):

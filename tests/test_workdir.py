@@ -8,7 +8,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import types
 
 import numpy as np
 import pytest
@@ -20,7 +19,8 @@ from normattn_jax.train.config import get_field
 from normattn_jax.train.pretrain import run_pretraining
 from normattn_jax.train.driver import Interrupted
 from test_grid import read, run, tiny_config as grid_config
-from test_pretrain import VOCAB, RandomExamples, read_history, tiny_config as albert_config
+from test_pretrain import FAKE_VOCAB, RandomExamples, read_history, \
+    tiny_config as albert_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -171,7 +171,7 @@ def random_data():
   splits = {"train": RandomExamples(64, 0), "validation": RandomExamples(16, 1)}
   with pytest.MonkeyPatch.context() as patch:
     patch.setattr(pretrain, "load_data",
-                  lambda c, workdir: (types.SimpleNamespace(size=VOCAB), splits))
+                  lambda c, workdir: (FAKE_VOCAB, splits))
     yield
 
 

@@ -37,6 +37,11 @@ from normattn_jax.validation import fail_config as _fail
 VARIANTS = {"with_scaling": "standard", "without_scaling": "no_scaling"}
 LABELS = {"with_scaling": "w/ scaling", "without_scaling": "w/o scaling"}
 CORPORA = ("shakespeare", "wikipedia")
+# Brody et al., Table 1 (% of keys unselectable right before each layer's attention) and
+# Appendix D's Table 2 (the model with scaling, before and after its LayerNorm), per layer.
+PAPER = {"w/o scaling (paper)": [51.0, 32.2, 34.7, 36.8],
+         "w/ scaling (paper)": [0.0, 0.0, 0.0, 0.0],
+         "w/ scaling: before its LayerNorm (paper, Table 2)": [44.8, 28.5, 22.3, 26.1]}
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -180,15 +185,20 @@ def load_token_streams(c: ml_collections.ConfigDict, workdir: str, log: Callable
   return vocab, streams
 
 
-def heldout_windows(stream: np.ndarray, length: int, count: int) -> np.ndarray:
-  """``count`` non-overlapping windows ``[count, length]`` spread evenly over ``stream``."""
-  available = stream.size // length
+def heldout_starts(stream_size: int, length: int, count: int) -> np.ndarray:
+  """The offsets of ``count`` non-overlapping windows of ``length`` tokens spread evenly over a
+  held-out stream of ``stream_size`` tokens."""
+  available = stream_size // length
   if available < count:
-    raise ValueError(f"the held-out stream has {stream.size} tokens: {available} windows of "
+    raise ValueError(f"the held-out stream has {stream_size} tokens: {available} windows of "
                      f"{length}, fewer than the {count} asked for; lower the count or the "
                      f"window length (model.max_len), or hold out more (data.validation_fraction)")
-  starts = (np.arange(count) * available // count) * length
-  return np.stack([stream[s:s + length] for s in starts])
+  return (np.arange(count) * available // count) * length
+
+
+def heldout_windows(stream: np.ndarray, length: int, count: int) -> np.ndarray:
+  """The ``count`` windows ``[count, length]`` of ``stream`` at ``heldout_starts``."""
+  return np.stack([stream[s:s + length] for s in heldout_starts(stream.size, length, count)])
 
 
 # ----- training -----
@@ -307,30 +317,39 @@ def train(c: ml_collections.ConfigDict, models: dict, stream: np.ndarray, workdi
 
 # ----- the analysis -----
 
-def unselectable_fractions(points: np.ndarray, tol: float = TOLERANCE) -> np.ndarray:
-  """Per layer and window, the share of the window's vectors that no query can select.
+def unselectable_counts(points: np.ndarray, tol: float = TOLERANCE) -> np.ndarray:
+  """Per layer and window, how many of the window's vectors no query can select.
 
   Args:
     points: ``[layers, windows, n, d]`` vectors (e.g. ``capture_attention_inputs``).
     tol: ``unselectable``'s margin.
 
   Returns:
-    ``[layers, windows]`` fractions in [0, 1].
+    int ``[layers, windows]`` counts in [0, n].
   """
   points = np.asarray(points, np.float64)
   if points.ndim != 4:
     raise ValueError(f"points must have shape [layers, windows, n, d], got {points.shape}")
-  return np.array([[unselectable(window, tol=tol).mean() for window in layer]
+  return np.array([[int(unselectable(window, tol=tol).sum()) for window in layer]
                    for layer in points])
 
 
-def layer_statistics(fractions: np.ndarray) -> dict:
-  """Table 1's entry per layer (mean over windows, %), with the spread over the windows."""
-  fractions = 100.0 * np.asarray(fractions, np.float64)
+def layer_statistics(counts: np.ndarray, vectors: int) -> dict:
+  """Table 1's entry per layer: a window's share of unselectable vectors (%), its mean over the
+  windows with their spread, and the per-window counts it comes from (so the entry can be
+  recomputed from the summary alone).
+
+  Args:
+    counts: ``unselectable_counts``, ``[layers, windows]``.
+    vectors: the vectors of a window (its length).
+  """
+  counts = np.asarray(counts)
+  fractions = 100.0 * counts.astype(np.float64) / vectors
   return {"mean_percent": fractions.mean(axis=-1).tolist(),
           "std_percent": fractions.std(axis=-1).tolist(),
           "min_percent": fractions.min(axis=-1).tolist(),
-          "max_percent": fractions.max(axis=-1).tolist()}
+          "max_percent": fractions.max(axis=-1).tolist(),
+          "unselectable_per_window": counts.tolist(), "vectors_per_window": int(vectors)}
 
 
 def heldout_loss(model: CausalLM, params, windows: np.ndarray, batch: int = 8) -> float:
@@ -352,11 +371,9 @@ def analyze_model(model: CausalLM, params, windows: np.ndarray, tol: float,
   """Table 1's per-layer statistics of one model on ``windows`` (and, with ``norm_inputs``,
   Table 2's on the LayerNorm's input)."""
   captured = _capture(model, params, windows)
-  out = {"attention_inputs": layer_statistics(
-      unselectable_fractions(captured["attention_inputs"], tol))}
-  if norm_inputs:
-    out["norm_inputs"] = layer_statistics(unselectable_fractions(captured["norm_inputs"], tol))
-  return out
+  kinds = ("attention_inputs", "norm_inputs") if norm_inputs else ("attention_inputs",)
+  return {kind: layer_statistics(unselectable_counts(captured[kind], tol), windows.shape[1])
+          for kind in kinds}
 
 
 def _seed(tree, index: int):
@@ -375,7 +392,8 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, afresh: bool = False,
 
   Returns:
     The summary: per variant and seed, Table 1's per-layer statistics (``trained``; ``init`` for
-    the untrained model), Table 2's for the variant with scaling, and the losses.
+    the untrained model) with the per-window counts behind them, Table 2's for the variant with
+    scaling, and the losses; the held-out windows' offsets in the held-out stream.
   """
   from normattn_jax.train.checkpoint import open_workdir, unlock_workdir
 
@@ -396,8 +414,8 @@ def _train_and_analyse(c: ml_collections.ConfigDict, workdir: str, log: Callable
   vocab, streams = load_token_streams(c, workdir, log)
   models = {name: build_model(c, vocab.size, kind) for name, kind in VARIANTS.items()}
   a = c.analysis
-  windows = heldout_windows(streams["validation"], c.model.max_len,
-                            max(a.num_sequences, a.heldout_loss_sequences))
+  count = max(a.num_sequences, a.heldout_loss_sequences)
+  windows = heldout_windows(streams["validation"], c.model.max_len, count)
   began = time.perf_counter()
   states, losses = train(c, models, streams["train"], workdir, log)
   train_seconds = time.perf_counter() - began
@@ -432,6 +450,8 @@ def _train_and_analyse(c: ml_collections.ConfigDict, workdir: str, log: Callable
       "vocab_size": vocab.size, "train_tokens": int(streams["train"].size),
       "heldout_tokens": int(streams["validation"].size),
       "window": c.model.max_len, "num_sequences": a.num_sequences,
+      "heldout_window_starts": heldout_starts(streams["validation"].size, c.model.max_len,
+                                              count).tolist(),
       "init_sequences": a.init_sequences,
       "tokens_seen_per_model": c.train.num_steps * c.train.batch_size * c.model.max_len,
       "log_every": c.train.log_every, "train_seconds": round(train_seconds, 1),

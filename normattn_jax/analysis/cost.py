@@ -1,6 +1,7 @@
 """The cost of an attention normalisation: time and peak scratch memory of the forward pass and
-of forward + backward, for the quadratic path (the weight matrix, ``attention/weights.py``) and
-the fast path (``attention/fast.py``), at batch 1, ``HEADS`` heads of ``HEAD_DIM``.
+of forward + backward, for the quadratic path (the weight matrix, ``attention/weights.py``), the
+fast path (``attention/fast.py``) and the fused path (``attention/fused.py``), at batch 1,
+``HEADS`` heads of ``HEAD_DIM``.
 
 Memory is XLA's compiled memory analysis (temporaries plus outputs), so it is known without
 running a program; time is the median of timed calls, the variants interleaved. Shared by
@@ -19,7 +20,8 @@ from normattn_jax.attention.registry import AttentionSpec
 
 HEADS, HEAD_DIM = 8, 64
 MODES = ("fwd", "fwd+bwd")
-PATHS = ("quadratic", "fast")
+PATHS = ("quadratic", "fast", "fused")
+REPORT_PATHS = ("quadratic", "fast")  # what ``measure`` measures unless told (report cards)
 
 
 def _spec(spec: Union[str, AttentionSpec]) -> AttentionSpec:
@@ -63,6 +65,29 @@ def fast_path(spec: Union[str, AttentionSpec], heads: int = HEADS) -> Optional[C
     return None
   params = norm.initial_params(heads, options)
   return lambda q, k, v: norm.fast_attention(q, k, v, params, options)
+
+
+def fused_path(spec: Union[str, AttentionSpec], heads: int = HEADS) -> Optional[Callable]:
+  """The normalisation's fused path, at its initial per-head params; None if it has none.
+
+  Args:
+    spec: a registered normalisation's name, or an ``AttentionSpec`` with its options.
+    heads: the number of heads.
+
+  Returns:
+    ``attend(q, k, v)`` on ``[batch, heads, n, d]`` arrays (swapped to the fused layout
+    ``[batch, n, heads, d]`` and back), or None.
+  """
+  spec = _spec(spec)
+  norm, options = spec.normalization, spec.resolved()
+  if norm.fused is None:
+    return None
+  params = norm.initial_params(heads, options)
+  swap = lambda x: jnp.swapaxes(x, -2, -3)
+  return lambda q, k, v: swap(norm.fused_attention(swap(q), swap(k), swap(v), params, options))
+
+
+MAKERS = {"quadratic": quadratic, "fast": fast_path, "fused": fused_path}
 
 
 def inputs(n: int, heads: int = HEADS, head_dim: int = HEAD_DIM) -> tuple:
@@ -109,7 +134,8 @@ def timed(compiled: Callable, args: tuple) -> float:
 
 
 def measure(specs: Sequence[Union[str, AttentionSpec]], n: int, repeats: int = 3,
-            max_bytes: float = 6 * 2 ** 30, time_it: bool = True) -> dict:
+            max_bytes: float = 6 * 2 ** 30, time_it: bool = True,
+            paths: Sequence[str] = REPORT_PATHS) -> dict:
   """Time and memory of every spec's paths at one sequence length.
 
   Args:
@@ -118,6 +144,7 @@ def measure(specs: Sequence[Union[str, AttentionSpec]], n: int, repeats: int = 3
     repeats: timed calls per program, after one warm-up call.
     max_bytes: a program whose scratch memory exceeds this is compiled but not run.
     time_it: False measures the memory alone.
+    paths: the paths to measure, of ``PATHS``.
 
   Returns:
     ``{(str(spec), path, mode): {"seconds": median or None (not run), "bytes": int}}``.
@@ -125,8 +152,8 @@ def measure(specs: Sequence[Union[str, AttentionSpec]], n: int, repeats: int = 3
   args = inputs(n)
   compiled = {}
   for spec in specs:
-    for path, make in zip(PATHS, (quadratic, fast_path)):
-      fn = make(spec)
+    for path in paths:
+      fn = MAKERS[path](spec)
       if fn is not None:
         for mode, program in programs(fn, args).items():
           compiled[(str(_spec(spec)), path, mode)] = program

@@ -51,3 +51,60 @@ def explained_away_fraction(sums: np.ndarray, epsilon: float = EPSILON) -> float
     A fraction in [0, 1].
   """
   return float(np.mean(np.asarray(sums) < epsilon))
+
+
+# Fig. 1's two schemes: their labels and normalisations, and the probe batch of the case task.
+SCHEMES = {"UNAS": "softmax", "DNAS": "dnas"}
+PROBE_SEED, PROBE_BATCH = 123, 256
+
+
+def train_case_model(normalization: str, *, steps: int, seq_len: int, d_model: int,
+                     learning_rate: float):
+  """One MTE model of the case task with ``normalization``, trained by the grid engine.
+
+  Args:
+    normalization: a registered normalisation (the config's ``attention.name``).
+    steps: training steps (one evaluation, at the end).
+    seq_len: the task's sequence length S.
+    d_model: the model's width.
+    learning_rate: Adam's peak learning rate.
+
+  Returns:
+    ``(setup, params, val_acc)``: its ``train.grid.Setup``, trained variables and final
+    validation accuracy.
+  """
+  from normattn_jax.train.config import base_config  # the experiments extra
+  from normattn_jax.train.grid import Setup, train_grid
+
+  c = base_config()
+  c.archs, c.attention.name = ("mte",), normalization
+  c.learning_rates = (learning_rate,)
+  c.num_seeds = 1
+  c.task.seq_len, c.model.d_model = seq_len, d_model
+  c.train.num_steps, c.train.eval_every = steps, steps
+  c.eval.val_batches, c.eval.case_set_size = 4, 100
+  run = train_grid(c, c.archs[0])  # one model: one learning rate, one seed
+  params = jax.tree.map(lambda a: a[0], run.state.params)
+  return Setup(c.archs[0], c), params, float(run.metrics["val_acc"][-1, 0])
+
+
+def trained_key_sums(normalization: str, *, steps: int, seq_len: int, d_model: int,
+                     learning_rate: float) -> tuple[np.ndarray, dict]:
+  """Fig. 1 for one scheme: train a case-task model (``train_case_model``) and sum each key's
+  weights over the queries on a probe batch, every layer and head.
+
+  Returns:
+    ``(sums, entry)``: the sums, flat, and ``{"val_acc", "explained_away_fraction",
+    "underflowed_keys", "min_log_sum", "log_one_over_S"}``.
+  """
+  setup, params, val_acc = train_case_model(normalization, steps=steps, seq_len=seq_len,
+                                            d_model=d_model, learning_rate=learning_rate)
+  tokens, _ = setup.sample(jax.random.key(PROBE_SEED), PROBE_BATCH, seq_len)
+  weights = attention_weights(setup.model(), params, tokens)
+  sums = np.concatenate([key_weight_sums(w).ravel() for w in weights])
+  return sums, {"val_acc": val_acc,
+                "explained_away_fraction": explained_away_fraction(sums),
+                # float32 weights can underflow to 0: their log-sum is below this range
+                "underflowed_keys": int(np.sum(sums == 0)),
+                "min_log_sum": float(np.log(sums[sums > 0].min())),
+                "log_one_over_S": float(np.log(1.0 / seq_len))}

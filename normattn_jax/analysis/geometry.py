@@ -102,3 +102,40 @@ def scaling_exponent(lengths, values) -> float:
     The least-squares slope.
   """
   return float(np.polyfit(np.log(lengths), np.log(values), 1)[0])
+
+
+# The runs of the figures: Sinkhorn on 64 x 64 logits of three scales, and the paper's N.
+SINKHORN_SCALES = (1.0, 3.0, 10.0)
+LENGTHS = (1, 2, 4, 8, 16, 32, 64, 128, 512, 1024, 2048)
+
+
+def sinkhorn_by_logit_scale(scales=SINKHORN_SCALES, size: int = 64, max_iters: int = 30) -> dict:
+  """``sinkhorn_residuals`` of standard-normal logits ``[size, size]`` times each scale.
+
+  Returns:
+    ``{"logit_std=<scale>": {"row", "column"}}``, in the order of ``scales``.
+  """
+  logits = jax.random.normal(jax.random.key(0), (size, size))
+  return {f"logit_std={scale:g}": sinkhorn_residuals(scale * logits, max_iters)
+          for scale in scales}
+
+
+def pooled_output_scales(lengths=LENGTHS) -> dict:
+  """``pooled_output_scale`` at each sequence length: ``{N: {pooling: {"std", "norm"}}}``."""
+  return {n: pooled_output_scale(n) for n in lengths}
+
+
+def pooling_exponents(scales: dict, skip: int = 2) -> dict:
+  """The log-log slope of each pooling's std and norm against N (``scaling_exponent``), the
+  ``skip`` shortest lengths left out (N = 1, 2 by default: the slopes hold from N = 4).
+
+  Args:
+    scales: ``pooled_output_scales``' result.
+    skip: how many of the shortest lengths to leave out.
+
+  Returns:
+    ``{"<pooling> std" | "<pooling> norm": slope}``.
+  """
+  lengths = list(scales)[skip:]
+  return {f"{method} {key}": scaling_exponent(lengths, [scales[n][method][key] for n in lengths])
+          for method in POOLINGS for key in ("std", "norm")}

@@ -23,21 +23,33 @@ Training: Adam, learning rate 1e-3 decaying linearly to 0 over 10,000 epochs (so
 1,000), batches of 6000 drawn as shuffled epochs of the fixed training set (the last batch of an
 epoch smaller), all seeds and variants as one grid of the engine (``build_grid``, trained by
 ``normattn_jax.train.grid.run_grid``), the data sets shared by every model.
+
+A run (``run``) takes its settings as a config (``default_config``, the paper's, checked as a
+``MajorityConfig``), whose ``config.json`` guards its workdir as every run's does
+(``train.checkpoint.open_workdir``); it logs every evaluation to ``history.jsonl``, resumes from
+its checkpoints (also for more steps than it ran) and writes its summary to ``majority.json``.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import os
+import time
 from typing import Callable, Iterator, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import optax
 
 from normattn_jax.norms import LayerNorm, normalize
 from normattn_jax.train import grid as grid_lib
+from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, releases_workdir, \
+    write_json
+from normattn_jax.train.run_log import RunLog
 from normattn_jax.train.state import TrainState
 from normattn_jax.validation import check_int
 
@@ -395,10 +407,22 @@ def build_data(config: MajorityConfig) -> MajorityData:
 
 
 def data_statistics(counts: np.ndarray) -> dict:
-  """Mean types per sequence and mean count of the majority type."""
+  """Mean types per sequence and mean count of the majority type, over all sequences and per
+  data set (each seed draws its own partitions, so the data sets differ).
+
+  Args:
+    counts: type counts ``[n, types]`` of one data set or ``[seeds, n, types]``.
+
+  Returns:
+    ``types_per_sequence`` and ``majority_count`` (means over every sequence), and the same per
+    data set as ``..._per_data_set`` lists.
+  """
   counts = np.asarray(counts)
-  return {"types_per_sequence": float((counts > 0).sum(-1).mean()),
-          "majority_count": float(counts.max(-1).mean())}
+  per_set = counts.reshape((-1,) + counts.shape[-2:])
+  types, majority = (per_set > 0).sum(-1), per_set.max(-1)
+  return {"types_per_sequence": float(types.mean()), "majority_count": float(majority.mean()),
+          "types_per_sequence_per_data_set": types.mean(-1).tolist(),
+          "majority_count_per_data_set": majority.mean(-1).tolist()}
 
 
 def train_pair_capacity(counts: np.ndarray, batch_size: int) -> int:
@@ -558,3 +582,211 @@ def build_grid(config: MajorityConfig, data: MajorityData) -> tuple[grid_lib.Gri
   grid = grid_lib.Grid.of(programs.init, programs.chunk, config.num_models, per_vmap,
                           shared=(data,))
   return grid, programs
+
+
+# ---------------------------------------------------------------------------------------------
+# A run: its config, workdir, history and summary
+
+KIND = "majority"  # the workdir kind (train.checkpoint.MAY_DIFFER)
+SUMMARY = "majority.json"  # not summary.json: a run may be resumed for more steps
+THRESHOLDS = (0.5, 0.7, 0.8, 0.9)
+PAPER_STEPS = 17_000
+METRICS = ("train_loss", "test_loss", "test_accuracy", "query_angle")
+
+
+def default_config() -> ml_collections.ConfigDict:
+  """The run's settings as a config (the paper's: ``MajorityConfig``'s defaults), for the
+  command line and the workdir's ``config.json``."""
+  return ml_collections.ConfigDict(dataclasses.asdict(MajorityConfig()))
+
+
+def from_config(c: ml_collections.ConfigDict) -> MajorityConfig:
+  """The checked ``MajorityConfig`` of a config (``default_config`` with overrides).
+
+  Raises:
+    ValueError: naming the field, for one the run does not have or a value its rules refuse.
+  """
+  fields = {f.name for f in dataclasses.fields(MajorityConfig)}
+  unknown = sorted(set(c.keys()) - fields)
+  if unknown:
+    raise ValueError(f"config.{unknown[0]}: no such field of the majority run (misspelt?)")
+  values = c.to_dict()
+  return MajorityConfig(**values | {"variants": tuple(values["variants"])})
+
+
+def checked(metrics: dict) -> dict:
+  """The metrics as numpy, without ``overflow``, which must be 0 (else the losses are wrong)."""
+  metrics = {k: np.asarray(v) for k, v in metrics.items()}
+  if metrics.pop("overflow").max() > 0:
+    raise RuntimeError("a batch held more (sequence, type) pairs than its capacity; raise the "
+                       "margin of majority.train_pair_capacity")
+  return metrics
+
+
+def rounded(metrics: dict) -> dict:
+  """Per-model lists, 6 significant digits (the history's size)."""
+  return {k: [float(f"{x:.6g}") for x in np.asarray(v, np.float64)] for k, v in metrics.items()}
+
+
+def curves(history: list[dict], config: MajorityConfig) -> dict:
+  """``{variant: {metric: [evals, seeds]}}`` and the evaluation steps, from the history."""
+  rows = sorted(history, key=lambda r: r["step"])
+  steps = np.array([r["step"] for r in rows])
+  out = {}
+  for v, name in enumerate(config.variants):
+    columns = slice(v * config.num_seeds, (v + 1) * config.num_seeds)
+    out[name] = {m: np.array([r[m][columns] if m in r else [np.nan] * config.num_seeds
+                              for r in rows], np.float64) for m in METRICS}
+  return {"steps": steps, "variants": out}
+
+
+def first_step(steps: np.ndarray, values: np.ndarray, threshold: float):
+  """Per seed, the first evaluation step at which ``values`` [evals, seeds] >= threshold."""
+  reached = values >= threshold
+  return [int(steps[np.argmax(col)]) if col.any() else None for col in reached.T]
+
+
+def summarise(history: list[dict], config: MajorityConfig, extra: dict) -> dict:
+  """Per variant: the steps to each accuracy of ``THRESHOLDS`` and the last evaluation."""
+  c = curves(history, config)
+  steps = c["steps"]
+  summary = {"steps_run": int(steps[-1]), "paper_steps": PAPER_STEPS} | extra
+  variants = {}
+  for name, m in c["variants"].items():
+    accuracy = m["test_accuracy"]
+    to = {}
+    for threshold in THRESHOLDS:
+      per_seed = first_step(steps, accuracy, threshold)
+      hit = [s for s in per_seed if s is not None]
+      to[str(threshold)] = {"per_seed": per_seed, "reached": len(hit), "of": len(per_seed),
+                            "mean_over_reached": float(np.mean(hit)) if hit else None,
+                            "seed_mean_curve": first_step(steps, accuracy.mean(1, keepdims=True),
+                                                          threshold)[0]}
+    final = {k: {"mean": float(v[-1].mean()), "min": float(v[-1].min()),
+                 "max": float(v[-1].max())} for k, v in m.items()}
+    variants[name] = {"steps_to_test_accuracy": to, "final": final}
+  summary["variants"] = variants
+  if {"with_projection", "without_projection"} <= variants.keys():
+    summary["without_over_with_steps"] = _ratios(variants, "without_projection")
+  if {"with_projection", "without_projection_code"} <= variants.keys():
+    summary["without_code_over_with_steps"] = _ratios(variants, "without_projection_code")
+  return summary
+
+
+def _ratios(variants: dict, other: str) -> dict:
+  """Steps to each accuracy of ``other`` over those of with_projection (seeds' mean curves)."""
+  out = {}
+  for threshold in map(str, THRESHOLDS):
+    a = variants["with_projection"]["steps_to_test_accuracy"][threshold]["seed_mean_curve"]
+    b = variants[other]["steps_to_test_accuracy"][threshold]["seed_mean_curve"]
+    out[threshold] = b / a if a and b else None
+  return out
+
+
+def _stored(workdir: str, field: str):
+  """A field of the workdir's previous summary (None without one)."""
+  try:
+    with open(os.path.join(workdir, SUMMARY)) as f:
+      return json.load(f).get(field)
+  except (OSError, ValueError):
+    return None
+
+
+class OutOfTime(Exception):
+  """``max_minutes`` passed: the run resumes from its checkpoints when started again."""
+
+
+@releases_workdir
+def run(c: ml_collections.ConfigDict, workdir: str, *, steps: int, max_minutes: float = 0.0,
+        afresh: bool = False, log: Callable = print) -> tuple[dict, dict]:
+  """Train (or resume) every variant and seed of a run for ``steps`` steps, logging every
+  evaluation to ``history.jsonl``, and write its summary to ``majority.json``.
+
+  The workdir is the run's (``train.checkpoint.open_workdir``): one of another config is
+  refused unless ``afresh`` moves it aside; ``steps`` may grow between parts of a run.
+
+  Args:
+    c: the run's config (``default_config`` with overrides).
+    workdir: its folder: config.json, versions.json, history.jsonl, checkpoints/, majority.json.
+    steps: training steps, rounded up to whole evaluation intervals, >= 1.
+    max_minutes: stop after the evaluation interval that passes this wall time (0: no limit);
+      the run resumes when started again.
+    afresh: move an existing workdir aside first.
+    log: where progress lines go.
+
+  Returns:
+    ``(summary, curves)``: the summary (``summarise``, as ``majority.json`` holds it) and the
+    curves of every evaluation so far (``curves``).
+
+  Raises:
+    ValueError: for a bad config field, ``steps`` or ``max_minutes``, before anything is
+      written.
+    WorkdirError: for a workdir of another config.
+  """
+  config = from_config(c)
+  check_int("steps", steps, low=1)
+  if not (isinstance(max_minutes, (int, float)) and max_minutes >= 0):
+    raise ValueError(f"max_minutes must be >= 0, got {max_minutes!r}")
+  open_workdir(workdir, c, KIND, afresh=afresh)
+  started = time.time()
+  data = build_data(config)
+  grid, programs = build_grid(config, data)
+  chunk_steps = config.eval_every_epochs * programs.steps_per_epoch
+  target = math.ceil(steps / chunk_steps)
+  checkpoints = GridCheckpoints(os.path.join(workdir, "checkpoints"))
+  history = None
+  statistics = data_statistics(data.train_counts)
+  speed, tick = [], 0.0  # model-steps/s of each chunk, and when the last one ended
+
+  def resume(grid, states, settings):
+    nonlocal history, tick
+    done = 0
+    if checkpoints.latest() is not None:
+      done, restored = checkpoints.restore_newest({"state": states})
+      states = jax.device_put(restored["state"], jax.tree.map(lambda a: a.sharding, states))
+    history = RunLog(workdir, resume_from=done * chunk_steps, tensorboard=False, progress=False)
+    if not history.rows():
+      before = grid.program(programs.evaluate)(states, settings)
+      history.record(0, rounded(checked({k: grid_lib.to_host(v)[:config.num_models]
+                                         for k, v in before.items()})))
+    log(f"data: {data.train_counts.shape[1]} train / {data.test_counts.shape[1]} test "
+        f"sequences per seed, {statistics}; {config.num_models} models; from step "
+        f"{done * chunk_steps} to {target * chunk_steps}")
+    tick = time.time()
+    return done, states, {}
+
+  def on_chunk(done, states, metrics_so_far):
+    nonlocal tick
+    metrics = checked({k: v[done - 1] for k, v in metrics_so_far.items()})
+    step = done * chunk_steps
+    history.record(step, rounded(metrics))
+    checkpoints.save(done, {"state": states})
+    now = time.time()
+    speed.append(config.num_models * chunk_steps / (now - tick))
+    tick = now
+    accuracy = metrics["test_accuracy"].reshape(len(config.variants), -1).mean(1)
+    log(f"step {step}: test accuracy " + ", ".join(
+        f"{n} {a:.3f}" for n, a in zip(config.variants, accuracy))
+        + f"; {speed[-1]:.1f} model-steps/s")
+    if max_minutes and now - started > 60 * max_minutes and done < target:
+      raise OutOfTime(f"stopping after {max_minutes} minutes; rerun to resume")
+
+  try:
+    grid_lib.run_grid(grid, model_keys(config), per_model_settings(config), target,
+                      resume=resume, on_chunk=on_chunk)
+  except OutOfTime as stop:
+    log(str(stop))
+  finally:
+    checkpoints.close()
+    if history is not None:
+      history.close()
+  extra = {"data": statistics | {"train_size": int(data.train_counts.shape[1]),
+                                 "test_size": int(data.test_counts.shape[1])},
+           "eval_every_steps": chunk_steps,
+           "diverged_models": int(sum(np.asarray(history.history[-1].get("diverged", [0])))),
+           "model_steps_per_second_last_part": (float(np.median(speed)) if speed
+                                                else _stored(workdir, "model_steps_per_second_"
+                                                                      "last_part"))}
+  summary = summarise(history.history, config, extra)
+  write_json(os.path.join(workdir, SUMMARY), summary, indent=1)
+  return summary, curves(history.history, config)

@@ -32,6 +32,7 @@ input tokens; ``trace_attention_blocks`` rejects it with an error naming the blo
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Iterable, Mapping, Optional, Sequence
 
 import flax.linen as nn
@@ -761,3 +762,129 @@ def analyze_bert(model: nn.Module, params: Mapping, tokenizer, texts: Sequence, 
                                    if special[n] is not None])
   out["frequency_spearman"] = frequency_correlation(plain_ratios, ranks, valid, is_special)
   return out
+
+
+def read_texts(path: str) -> list:
+  """The sequences of a text file: one per non-empty line, a tab splitting a line into a
+  sentence pair.
+
+  Args:
+    path: the file.
+
+  Returns:
+    Texts and ``(first, second)`` pairs, as ``analyze_bert`` takes them.
+
+  Raises:
+    FileNotFoundError: if ``path`` is not a readable file.
+    ValueError: for a line of more than two tab-separated parts, or a file without text.
+  """
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"--text_file must be a readable file, got {path!r}")
+  texts = []
+  with open(path, encoding="utf-8") as f:
+    for line in f:
+      line = line.strip()
+      if line:
+        parts = line.split("\t")
+        if len(parts) > 2:
+          raise ValueError(f"--text_file {path!r}: a line holds one sequence or a tab-separated "
+                           f"pair, got {len(parts)} tab-separated parts")
+        texts.append(tuple(parts) if len(parts) == 2 else line)
+  if not texts:
+    raise ValueError(f"--text_file {path!r} has no non-empty line")
+  return texts
+
+
+def token_contribution_shares(model: nn.Module, params: Mapping, tokenizer, text) -> tuple:
+  """Fig. 1: per layer, |sum_h alpha f(x_j)| (ATTN) and |F_i(x_j)| (ATTN + RES + LN) of one
+  sequence (``token_contributions``), each row divided by its sum.
+
+  Args:
+    model: a ``BertModel``.
+    params: its params.
+    tokenizer: its ``tokenizers.Tokenizer``.
+    text: a text or a ``(first, second)`` pair.
+
+  Returns:
+    ``(tokens, shares)``: the sequence's token strings and, per layer, ``{"attention",
+    "block"}`` -> float64 ``[n, n]`` (row i = output token, column j = input token).
+  """
+  from normattn_jax.models.bert import tokenize
+
+  batch = tokenize(tokenizer, [text])
+  blocks = trace_attention_blocks(model, {"params": params}, batch["input_ids"],
+                                  attention_mask=batch["attention_mask"],
+                                  token_type_ids=batch["token_type_ids"])
+  vocab = {i: t for t, i in tokenizer.get_vocab().items()}
+  tokens = [vocab[int(i)] for i in batch["input_ids"][0]]
+  shares = []
+  for block in blocks:
+    contrib = token_contributions(block, 0)
+    layer = {}
+    for key in ("attention", "block"):
+      norms = np.linalg.norm(np.asarray(contrib[key], np.float64), axis=-1)
+      layer[key] = norms / norms.sum(1, keepdims=True)
+    shares.append(layer)
+  return tokens, shares
+
+
+def output_names(protocol: str) -> dict:
+  """The files of a run under ``protocol``: another protocol than "paper" appends its name;
+  Fig. 1 shows one unmasked sequence, the same under every protocol: one file."""
+  suffix = "" if protocol == "paper" else f"_{protocol}"
+  return {"mixing": f"mixing{suffix}.json", "mixing_layers": f"mixing_layers{suffix}.png",
+          "mixing_tokens": "mixing_tokens.png"}
+
+
+def run_record(result: dict, model_config, *, model: str, text_file: str, protocol: str,
+               seed: int) -> dict:
+  """What ``mixing.json`` stores of an ``analyze_bert`` result: the settings, the model's
+  shape and every table.
+
+  Args:
+    result: ``analyze_bert``'s result.
+    model_config: the model's ``BertConfig``.
+    model: how the model is named in the record (a path, or the bundled model's name).
+    text_file: the texts' file, as the record names it.
+    protocol: the protocol run.
+    seed: the masking's seed.
+
+  Returns:
+    The record (``seconds`` is the caller's to add).
+  """
+  summary = result["summary"]
+  return {
+      "model": model, "text_file": text_file,
+      "num_layers": model_config.num_hidden_layers, "hidden_size": model_config.hidden_size,
+      "num_heads": model_config.num_attention_heads,
+      "protocol": protocol, "mask_rate": result["mask_rate"],
+      "mask_prob": result["mask_prob"], "count_rounding": result["count_rounding"],
+      "per_sequence_means": summary["per_sequence_means"], "seed": seed,
+      "num_sequences": result["num_sequences"], "num_tokens": result["num_tokens"],
+      "num_masked": result["num_masked"],
+      "per_layer": summary["per_layer"], "overall": summary["overall"],
+      "per_layer_token_type": summary["per_layer_token_type"],
+      "token_counts_per_layer": summary["token_counts"],
+      "expansion_rate": result["expansion_rate"],
+      "frequency_spearman": result["frequency_spearman"],
+      "frequency_source": "wordfreq (en) word frequencies; [CLS]/[SEP] at their share of the "
+                          "analysed tokens; word pieces and tokens unknown to wordfreq left out",
+  }
+
+
+def table_lines(result: dict) -> list[str]:
+  """Table 2 (mean, max, min per method, %), Table 3's Spearman rho and Table 8's expansion
+  rate of an ``analyze_bert`` result, as text lines."""
+  lines = [f"{'method':<12} {'mean':>6} {'max':>6} {'min':>6}   (%)  Spearman rho vs "
+           "frequency rank"]
+  rho = result["frequency_spearman"]
+  for method in METHODS:
+    o = result["summary"]["overall"][method]
+    rho_text = "" if rho is None else (f"{rho[method]['with_special']:+.2f} "
+                                       f"(w/o special {rho[method]['without_special']:+.2f})")
+    lines.append(f"{method:<12} {100 * o['mean']:6.1f} {100 * o['max']:6.1f} "
+                 f"{100 * o['min']:6.1f}        {rho_text}")
+  e = result["expansion_rate"]
+  lines.append(f"expansion rate: mean {e['mean']:.2f}, min {e['min']:.2f}, max {e['max']:.2f}; "
+               f"per layer {', '.join(f'{r:.2f}' for r in e['per_layer'])}")
+  return lines

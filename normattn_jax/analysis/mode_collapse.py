@@ -157,3 +157,59 @@ def simulated_center_distance(n0: int, n1: int, a: float, scheme: str) -> float:
   points = np.r_[np.full(n0, a), np.full(n1, -a)][:, None]
   moved = attention_step(points, scheme)[:, 0]
   return float(moved[0] - moved[-1])
+
+
+# Appendix E's runs: two clusters of unequal and of equal size (Fig. 6, 8, 9), and the mass
+# ratios and centre distances at which Eq. 13/14 meet the simulated update (Fig. 7).
+CLOUDS = {"unbalanced": (500, 50), "balanced": (225, 225)}
+DISTANCE_SCALES = (0.5, 1.0, 1.5)
+DISTANCE_SIZES = ((5, 50), (10, 20), (20, 20), (40, 10), (60, 6))
+ANALYTIC = {"unas": center_distance_unas, "dnas": center_distance_dnas}
+
+
+def trajectories(points: np.ndarray) -> dict:
+  """Fig. 6, 8, 9: the cloud before and after each update (``trajectory``), per scheme.
+
+  Args:
+    points: ``[n, d]``.
+
+  Returns:
+    ``{"unas" | "dnas": [steps + 1 arrays [n, d]]}``.
+  """
+  return {scheme: trajectory(points, scheme) for scheme in ANALYTIC}
+
+
+def cluster_counts(clouds: dict) -> dict:
+  """The modes left in each cloud of ``trajectories`` (``count_clusters``), per scheme."""
+  return {scheme: [count_clusters(cloud) for cloud in steps] for scheme, steps in clouds.items()}
+
+
+def center_distance_check(scales=DISTANCE_SCALES, sizes=DISTANCE_SIZES,
+                          ratios=np.geomspace(0.05, 20, 200)) -> dict:
+  """Fig. 7: Eq. 13/14 over the mass ratio r, and the simulated update of point masses beside
+  them.
+
+  Args:
+    scales: the centres' distances a from 0.
+    sizes: ``(N0, N1)`` of each simulated pair of masses.
+    ratios: the r at which the equations are evaluated.
+
+  Returns:
+    ``{"ratios": ratios, "scales": {a: {"unas", "dnas": Eq. 13 / 14 at ratios, "simulated":
+    [{"r", "scheme", "simulated", "analytic"}, ...]}}}``.
+  """
+  out = {}
+  for a in scales:
+    simulated = [{"r": n0 / n1, "scheme": scheme,
+                  "simulated": simulated_center_distance(n0, n1, a, scheme),
+                  "analytic": float(ANALYTIC[scheme](n0 / n1, a))}
+                 for n0, n1 in sizes for scheme in ANALYTIC]
+    out[a] = {**{scheme: equation(ratios, a) for scheme, equation in ANALYTIC.items()},
+              "simulated": simulated}
+  return {"ratios": ratios, "scales": out}
+
+
+def largest_error(check: dict) -> float:
+  """The largest |simulated - analytic| centre distance of ``center_distance_check``."""
+  return max(abs(point["simulated"] - point["analytic"])
+             for scale in check["scales"].values() for point in scale["simulated"])

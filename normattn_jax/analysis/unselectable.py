@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from normattn_jax._extras import require
+from normattn_jax.validation import check_int
 
 # A key is selectable if some query in the unit box [-1, 1]^d beats every other key by more than
 # TOLERANCE times the key's spread (its largest coordinate difference to another key): a
@@ -145,7 +146,14 @@ def fraction_with_unselectable(d: int, n: int, runs: int, with_layer_norm: bool,
 
   Returns:
     A fraction in [0, 1].
+
+  Raises:
+    ValueError: naming the argument, for d < 1 (d < 2 with LayerNorm, which maps a single
+      coordinate to 0 / 0), n < 1 or runs < 1.
   """
+  check_int("d", d, low=2 if with_layer_norm else 1)
+  check_int("n", n)
+  check_int("runs", runs)
   rng = np.random.default_rng([seed, d, n, int(with_layer_norm)])
   hits = 0
   for _ in range(runs):
@@ -154,3 +162,19 @@ def fraction_with_unselectable(d: int, n: int, runs: int, with_layer_norm: bool,
       points = layer_norm(points)
     hits += bool(unselectable(points, stop_at_first=True).any())
   return hits / runs
+
+
+def fraction_grids(dims, ns, runs: int) -> dict:
+  """Fig. 1c/1d: ``fraction_with_unselectable`` for every d x n, without and with LayerNorm.
+
+  Args:
+    dims: the dimensions d (rows).
+    ns: the numbers of vectors n (columns).
+    runs: draws per cell.
+
+  Returns:
+    ``{"without_layer_norm" | "with_layer_norm": [[fraction per n] per d]}``.
+  """
+  return {("with_layer_norm" if with_ln else "without_layer_norm"):
+          [[fraction_with_unselectable(d, n, runs, with_ln) for n in ns] for d in dims]
+          for with_ln in (False, True)}

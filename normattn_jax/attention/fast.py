@@ -9,7 +9,10 @@ Two identities make the new normalisations cheaper than their definitions:
 * **DNAS and Sinkhorn are softmax attention with a per-key bias.** After t Sinkhorn iterations
   log pi_ij = l_ij - a_j - b_i; the row offset b cancels in the final row normalisation, so the
   output is softmax_j(l_ij - a_j) V. The offsets come from blockwise log-sum-exp passes, each
-  O(block x N) memory; DNAS is one iteration. HNAS mixes a DNAS and a softmax output.
+  O(block x N) memory; DNAS is one iteration. HNAS mixes a DNAS and a softmax output. Each a_j
+  is kept as the key's largest logit m_j and a small c_j, and a block's logits lose m_j and
+  their row maxima (``shift_columns_then_rows``) before c_j is subtracted, as in the quadratic
+  functions: adding c_j to a huge m_j would round ties between huge logits away.
 * **Sigmoid, softpick, Scalable-Softmax, stick-breaking and sink are row-local.** A row's weights
   depend on that row's logits alone, and a block of query rows holds every key, so the quadratic
   weight function applied to one block at a time is exact in O(block x N) memory. Sink is
@@ -34,7 +37,8 @@ import jax.numpy as jnp
 
 from normattn_jax.attention import weights as weights_lib
 from normattn_jax.attention.numerics import (NAP_EPSILON, check_nap_eps, masked_logsumexp,
-                                             power_of_two, power_of_two_exponent)
+                                             power_of_two, power_of_two_exponent,
+                                             shift_columns_then_rows)
 from normattn_jax.validation import check_int
 
 Array = jax.Array
@@ -151,27 +155,61 @@ class _Blocks:
                        (self.q, qm, self.rows) + per_block)
 
 
+def _raw_logits(qb, k):
+  return jnp.einsum("...qd,...kd->...qk", qb, k)
+
+
 def _logits(qb, k, mask):
-  l = jnp.einsum("...qd,...kd->...qk", qb, k)
+  l = _raw_logits(qb, k)
   return l if mask is None else jnp.where(mask, l, -jnp.inf)
 
 
-def _column_offsets(blocks: _Blocks, k: Array, row_offsets: Optional[Array]) -> Array:
-  """a_j = logsumexp_i (l_ij - b_i) over the valid queries i: a sum over query blocks."""
-  def partial(qb, mask, *rest):
+def _full(mask, shape):
+  return None if mask is None else jnp.broadcast_to(mask, shape)
+
+
+def _column_statistics(blocks: _Blocks, k: Array) -> tuple[Array, Array]:
+  """``(m_j, c_j)``: each key's largest logit over the valid queries and ``logsumexp_i (l_ij -
+  m_j)`` (in [0, log n_q]), from one pass over the query blocks.
+
+  Each block gives its own maximum and the log-sum-exp below it; the blocks are merged by
+  shifting each by its distance to the overall maximum, so the huge ``m_j`` is never added to
+  the small ``c_j`` (which would round ties between huge logits away). ``m_j`` carries no
+  gradient: the column normalisation cancels it.
+  """
+  def partial(qb, mask):
     l = _logits(qb, k, mask)
-    if rest:
-      l = l - rest[0][..., None]
-    return masked_logsumexp(l, axis=-2, empty=-jnp.inf)       # -inf where a block has no entry
+    top = jax.lax.stop_gradient(jnp.max(l, axis=-2, keepdims=True))  # -inf: no valid entry
+    shift = jnp.where(jnp.isfinite(top), top, 0.0)
+    return top, masked_logsumexp(l - shift, axis=-2, keepdims=True, empty=-jnp.inf)
 
-  extra = () if row_offsets is None else (_split(row_offsets, -1, blocks.num),)
-  return masked_logsumexp(blocks.map(partial, k, *extra), axis=0)  # over the query blocks
+  tops, lses = blocks.map(partial, k)                          # [num, ..., h, 1, n_k] each
+  top = jnp.max(tops, axis=0)
+  top = jnp.where(jnp.isfinite(top), top, 0.0)
+  return top, masked_logsumexp((tops - top) + lses, axis=0)   # over the query blocks
 
 
-def _row_offsets(blocks: _Blocks, k: Array, column_offsets: Array) -> Array:
-  """b_i = logsumexp_j (l_ij - a_j) over the valid keys j, per query block."""
+def _shifted_logits(qb, k, mask, top):
+  """The block's logits less their column maxima ``top`` and then their row maxima
+  (``shift_columns_then_rows``); -inf where masked."""
+  l = _raw_logits(qb, k)
+  return shift_columns_then_rows(l, top, _full(mask, l.shape))
+
+
+def _column_offsets(blocks: _Blocks, k: Array, top: Array, row_offsets: Array) -> Array:
+  """c_j = logsumexp_i (y_ij - r_i) over the valid queries i: a sum over query blocks."""
+  def partial(qb, mask, r):
+    y = _shifted_logits(qb, k, mask, top) - r[..., None]
+    return masked_logsumexp(y, axis=-2, empty=-jnp.inf)        # -inf where a block has no entry
+
+  return masked_logsumexp(blocks.map(partial, k, _split(row_offsets, -1, blocks.num)),
+                          axis=0)[..., None, :]                 # over the query blocks
+
+
+def _row_offsets(blocks: _Blocks, k: Array, top: Array, column_offsets: Array) -> Array:
+  """r_i = logsumexp_j (y_ij - c_j) over the valid keys j, per query block."""
   def rows(qb, mask):
-    return masked_logsumexp(_logits(qb, k, mask) - column_offsets[..., None, :], axis=-1)
+    return masked_logsumexp(_shifted_logits(qb, k, mask, top) - column_offsets, axis=-1)
   return _unsplit(blocks.map(rows, k), -1)[..., :blocks.n_q]
 
 
@@ -187,18 +225,19 @@ def _softmax_rows(l: Array, v: Array) -> tuple[Array, Array]:
   return out, jnp.where(total > 0, jnp.log(safe) + shift, -jnp.inf)
 
 
-def _biased_softmax_attention(blocks: _Blocks, k, v, key_bias: Optional[Array],
-                              with_lse: bool = False):
-  """softmax_j(l_ij - key_bias_j) V per query block; rows without a valid key give 0.
+def _biased_softmax_attention(blocks: _Blocks, k, v, column_shift=None, with_lse: bool = False):
+  """softmax_j(l_ij) V per query block, or with ``column_shift = (top, c)`` softmax_j(y_ij -
+  c_j) V for the shifted logits y (``shift_columns_then_rows``); rows without a valid key
+  give 0.
 
   With ``with_lse`` also the rows' log-sum-exp ``[..., h, n_q, 1]`` (-inf without a valid key),
   differentiable like the output (what the sink path scales by).
   """
   def attend(qb, mask):
-    l = _logits(qb, k, mask)
-    if key_bias is not None:
-      l = l - key_bias[..., None, :]
-    return _softmax_rows(l, v)
+    if column_shift is None:
+      return _softmax_rows(_logits(qb, k, mask), v)
+    top, c = column_shift
+    return _softmax_rows(_shifted_logits(qb, k, mask, top) - c, v)
   out, lse = blocks.map(attend, k)
   out = _unsplit(out, -2)[..., :blocks.n_q, :]
   return (out, _unsplit(lse, -2)[..., :blocks.n_q, :]) if with_lse else out
@@ -228,7 +267,7 @@ def softmax_attention(q, k, v, *, query_mask=None, key_mask=None, causal=False,
   """
   q, k, v, out_dtype = _prepare(q, k, v, query_mask, key_mask, causal)
   blocks = _Blocks(q, query_mask, key_mask, causal, block_size)
-  return _biased_softmax_attention(blocks, k, v, None).astype(out_dtype)
+  return _biased_softmax_attention(blocks, k, v).astype(out_dtype)
 
 
 def sinkhorn_attention(q, k, v, num_iters: int, *, query_mask=None, key_mask=None,
@@ -251,12 +290,44 @@ def sinkhorn_attention(q, k, v, num_iters: int, *, query_mask=None, key_mask=Non
   check_int("num_iters", num_iters)
   q, k, v, out_dtype = _prepare(q, k, v, query_mask, key_mask, causal)
   blocks = _Blocks(q, query_mask, key_mask, causal, block_size)
-  a = _column_offsets(blocks, k, None)
+  return _biased_softmax_attention(blocks, k, v, _key_offsets(blocks, k, num_iters)).astype(
+      out_dtype)
+
+
+def _key_offsets(blocks: _Blocks, k: Array, num_iters: int) -> tuple[Array, Array]:
+  """The key offsets of ``num_iters`` Sinkhorn iterations as the exact pair ``(m_j, c_j)``,
+  a_j = m_j + c_j (``_column_statistics``): 2 num_iters - 1 passes."""
+  top, c = _column_statistics(blocks, k)
   for _ in range(num_iters - 1):
-    b = _row_offsets(blocks, k, a)
-    b = jnp.pad(b, [(0, 0)] * (b.ndim - 1) + [(0, blocks.num * blocks.size - blocks.n_q)])
-    a = _column_offsets(blocks, k, b)
-  return _biased_softmax_attention(blocks, k, v, a).astype(out_dtype)
+    r = _row_offsets(blocks, k, top, c)
+    r = jnp.pad(r, [(0, 0)] * (r.ndim - 1) + [(0, blocks.num * blocks.size - blocks.n_q)])
+    c = _column_offsets(blocks, k, top, r)
+  return top, c
+
+
+
+def sinkhorn_key_offsets(q, k, num_iters: int, *, query_mask=None, key_mask=None, causal=False,
+                         block_size: int = DEFAULT_BLOCK) -> Array:
+  """The offsets a_j with Sinkhorn's weights after ``num_iters`` iterations equal to
+  ``softmax_j(l_ij - a_j)`` over the valid keys: what a softmax kernel needs besides q, k, v
+  (``fused.py``). For DNAS (one iteration) a_j = logsumexp_i l_ij over the valid queries.
+
+  Args:
+    q: floating-point queries, shape ``[..., h, n_q, d]`` (already scaled).
+    k: keys, shape ``[..., h, n_k, d]``.
+    num_iters: the number of Sinkhorn iterations, a positive integer.
+    query_mask: boolean ``[..., n_q]``, True = valid query; None: all valid.
+    key_mask: boolean ``[..., n_k]``, True = valid key; None: all valid.
+    causal: query i sees only the keys j <= i + n_k - n_q.
+    block_size: the number of queries per block, a positive integer.
+
+  Returns:
+    ``a [..., h, n_k]`` in float32 (at least), differentiable; 0 for a key no query sees.
+  """
+  check_int("num_iters", num_iters)
+  q, k, _, _ = _prepare(q, k, k, query_mask, key_mask, causal)
+  top, c = _key_offsets(_Blocks(q, query_mask, key_mask, causal, block_size), k, num_iters)
+  return (top + c)[..., 0, :]  # one array for a kernel: exact to the rounding of the sum
 
 
 def dnas_attention(q, k, v, *, query_mask=None, key_mask=None, causal=False,
@@ -345,7 +416,7 @@ def sink_attention(q, k, v, sink, *, query_mask=None, key_mask=None, causal=Fals
   """
   q, k, v, out_dtype = _prepare(q, k, v, query_mask, key_mask, causal)
   blocks = _Blocks(q, query_mask, key_mask, causal, block_size)
-  out, lse = _biased_softmax_attention(blocks, k, v, None, with_lse=True)
+  out, lse = _biased_softmax_attention(blocks, k, v, with_lse=True)
   sink = jnp.asarray(sink, q.dtype)
   return (out * jax.nn.sigmoid(lse - sink)).astype(out_dtype)  # lse = -inf: out is 0 too
 
@@ -456,7 +527,7 @@ def ssmax_attention(q, k, v, scale=1.0, *, query_mask=None, key_mask=None, causa
   count = _valid_keys_per_query(key_mask, causal, q.shape[-2], k.shape[-2], q.dtype)
   q = q * (jnp.asarray(scale, q.dtype) * jnp.log(jnp.maximum(count, 1.0)))
   blocks = _Blocks(q, query_mask, key_mask, causal, block_size)
-  return _biased_softmax_attention(blocks, k, v, None).astype(out_dtype)
+  return _biased_softmax_attention(blocks, k, v).astype(out_dtype)
 
 
 # ----- linear-time NAP and NON -----

@@ -1,12 +1,16 @@
 """``MultiHeadAttention``: flax.linen multi-head attention with a choice of normalisation.
 
 With ``normalization="softmax"`` it is a drop-in for ``flax.linen.MultiHeadDotProductAttention``:
-same constructor fields, call convention, parameter names and shapes (``query``, ``key``,
-``value``, ``out``), and the same output for the same params tree.
+same constructor fields (``decode``, ``normalize_qk``, ``force_fp32_for_softmax``, the
+``*_dot_general`` and einsum fields included; a custom ``attention_fn`` is refused, the weights
+come from ``normalization``), call convention (``inputs_kv`` too), parameter names and shapes
+(``query``, ``key``, ``value``, ``out``, ``query_ln``/``key_ln``), decode cache, and the same
+output for the same params tree.
 """
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Any, Callable, Optional, Union
 
 import flax.linen as nn
@@ -15,7 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from normattn_jax.attention import fast as fast_lib
-from normattn_jax.attention.registry import AttentionSpec
+from normattn_jax.attention import fused as fused_lib
+from normattn_jax.attention.registry import AttentionSpec, fusable
 from normattn_jax.attention.registry import straight_through_clip  # noqa: F401 (public here)
 from normattn_jax.norms import LayerNorm
 from normattn_jax.validation import check_int
@@ -24,7 +29,7 @@ Array = jax.Array
 default_kernel_init = nn.linear.default_kernel_init
 
 
-IMPLEMENTATIONS = ("auto", "quadratic", "fast")
+IMPLEMENTATIONS = ("auto", "quadratic", "fast", "fused")
 OUTPUT_GATES = (None, "headwise", "elementwise")
 QK_NORMS = (None, "rms", "layer")
 DIFF_NORM_EPSILON = 1e-5  # the per-head RMSNorm of differential attention (Ye et al.'s code)
@@ -68,8 +73,9 @@ def fast_is_faster(normalization: Union[str, AttentionSpec], q_len: int, k_len: 
 def takes_fast_path(normalization: Union[str, AttentionSpec], implementation: str,
                     blockers, q_len: int, k_len: int, head_dim: int, causal: bool,
                     num_logits: int = 0, structured: str = "structured masks") -> bool:
-  """Whether a call takes the fast path: never for "quadratic", always for "fast" (refusing
-  what it cannot take), for "auto" where nothing blocks it and ``fast_is_faster`` says so.
+  """Whether a call takes the fast path: never for "quadratic" or "fused", always for "fast"
+  (refusing what it cannot take), for "auto" where nothing blocks it and ``fast_is_faster`` says
+  so (the callers ask ``fused.takes_fused_path`` first).
 
   Args:
     normalization: a registered normalisation's name, or its ``AttentionSpec``.
@@ -90,7 +96,7 @@ def takes_fast_path(normalization: Union[str, AttentionSpec], implementation: st
     ValueError: for implementation="fast" where the normalisation has no fast path or a
       blocker is present.
   """
-  if implementation == "quadratic":
+  if implementation in ("quadratic", "fused"):
     return False
   if implementation == "fast":
     if AttentionSpec.of(normalization).normalization.fast is None:
@@ -168,6 +174,99 @@ def padding_masks(padding_mask, query_mask, key_mask, length: int):
   return both(query_mask), both(key_mask)
 
 
+def check_decodable(normalization: Union[str, AttentionSpec]) -> None:
+  """Refuse step-by-step decoding for a normalisation that normalises over the queries.
+
+  A key/value cache gives a query the keys before it, never the queries after it; DNAS, HNAS
+  and Sinkhorn also normalise each key's weights over the queries, so their rows need those.
+
+  Args:
+    normalization: a registered normalisation's name, or its ``AttentionSpec``.
+
+  Raises:
+    ValueError: naming the normalisation, for one whose ``normalizes_over_queries`` is set.
+  """
+  spec = AttentionSpec.of(normalization)
+  if spec.normalization.normalizes_over_queries:
+    raise ValueError(f"decode=True is not supported with normalization={str(spec)!r}: it also "
+                     f"normalises each key's weights over the queries, so a query's weights "
+                     f"depend on queries not yet decoded and a key/value cache cannot give the "
+                     f"full pass's outputs; run the whole sequence at once with a causal mask "
+                     f"instead")
+
+
+def keys_and_values(inputs_q: Array, inputs_k: Optional[Array], inputs_v: Optional[Array],
+                    inputs_kv: Optional[Array]) -> tuple:
+  """flax's defaults of the keys' and values' inputs: ``inputs_kv`` (deprecated) for both,
+  else ``inputs_k`` (default ``inputs_q``) and ``inputs_v`` (default ``inputs_k``).
+
+  Args:
+    inputs_q: the queries' inputs.
+    inputs_k: the keys' inputs, or None.
+    inputs_v: the values' inputs, or None.
+    inputs_kv: the keys' and values' inputs (flax's deprecated alias), or None.
+
+  Returns:
+    ``(inputs_k, inputs_v)``.
+
+  Raises:
+    ValueError: for ``inputs_kv`` with ``inputs_k`` or ``inputs_v``, or ``inputs_v`` without
+      ``inputs_k``.
+  """
+  if inputs_kv is not None:
+    if inputs_k is not None or inputs_v is not None:
+      raise ValueError("inputs_kv is the keys' and values' inputs both; it cannot be given with "
+                       "inputs_k or inputs_v (pass inputs_k and inputs_v instead)")
+    warnings.warn("inputs_kv is deprecated, as in flax: pass inputs_k and inputs_v",
+                  DeprecationWarning)
+    return inputs_kv, inputs_kv
+  if inputs_k is None:
+    if inputs_v is not None:
+      raise ValueError("inputs_k cannot be None if inputs_v is given")
+    inputs_k = inputs_q
+  return inputs_k, inputs_k if inputs_v is None else inputs_v
+
+
+def check_flax_fields(*, attention_fn: Callable, decode: bool, normalize_qk: bool,
+                      force_fp32_for_softmax: bool, qk_norm: Optional[str], precision: Any,
+                      qk_attn_weights_einsum_cls: Optional[Callable],
+                      attn_weights_value_einsum_cls: Optional[Callable]) -> None:
+  """Refuse flax's ``MultiHeadDotProductAttention`` fields that this module cannot honour.
+
+  Args:
+    attention_fn: must be flax's ``dot_product_attention`` (the weights come from
+      ``normalization``).
+    decode: must be a bool.
+    normalize_qk: must be a bool, and not set with ``qk_norm``.
+    force_fp32_for_softmax: must be a bool.
+    qk_norm: the module's own QK-norm (``QK_NORMS``).
+    precision: the einsums' precision; flax refuses it with the einsum classes.
+    qk_attn_weights_einsum_cls: the logits' einsum factory, or None.
+    attn_weights_value_einsum_cls: the weighted sum's einsum factory, or None; set with the
+      other one or not at all, as flax asks.
+
+  Raises:
+    ValueError: naming the first field refused and its value.
+  """
+  if attention_fn is not nn.dot_product_attention:
+    raise ValueError(f"attention_fn={attention_fn!r}: this module computes the attention from "
+                     f"normalization= (register a Normalization for other weights); use "
+                     f"flax.linen.MultiHeadDotProductAttention for a custom attention_fn")
+  for name, value in (("decode", decode), ("normalize_qk", normalize_qk),
+                      ("force_fp32_for_softmax", force_fp32_for_softmax)):
+    if not isinstance(value, (bool, np.bool_)):
+      raise ValueError(f"{name} must be True or False, got {value!r}")
+  if normalize_qk and qk_norm is not None:
+    raise ValueError(f"normalize_qk=True is flax's LayerNorm QK-norm without bias; it cannot be "
+                     f"set with qk_norm={qk_norm!r} (set one of the two)")
+  if (qk_attn_weights_einsum_cls is None) != (attn_weights_value_einsum_cls is None):
+    raise ValueError("qk_attn_weights_einsum_cls and attn_weights_value_einsum_cls must be set "
+                     "together")
+  if qk_attn_weights_einsum_cls is not None and precision is not None:
+    raise ValueError(f"precision={precision!r} and the einsum classes are exclusive (as in "
+                     f"flax): the einsum classes set their own precision")
+
+
 def check_attention_fields(*, normalization: Union[str, AttentionSpec], dropout_rate: float,
                            implementation: str = "auto", output_gate: Optional[str] = None,
                            qk_norm: Optional[str] = None, differential: bool = False,
@@ -188,15 +287,38 @@ def check_attention_fields(*, normalization: Union[str, AttentionSpec], dropout_
 
   Raises:
     ValueError: naming the first field out of range (``registry.get``'s error for an unknown
-      normalisation, ``Normalization.resolve_options``' for an option).
+      normalisation, ``Normalization.resolve_options``' for an option), or
+      implementation="fused" with a normalisation that has no fused path.
   """
   check_module_options(output_gate=output_gate, qk_norm=qk_norm, differential=differential,
                        layer_index=layer_index, head_dim=head_dim)
   if implementation not in IMPLEMENTATIONS:
     raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
-  AttentionSpec.of(normalization).resolved()
+  spec = AttentionSpec.of(normalization)
+  spec.resolved()
+  check_fusable(spec, implementation)
   if not 0.0 <= dropout_rate < 1.0:
     raise ValueError(f"dropout_rate must lie in [0, 1), got {dropout_rate!r}")
+
+
+def check_fusable(normalization: Union[str, AttentionSpec], implementation: str,
+                  field: str = "implementation") -> None:
+  """Refuse implementation="fused" for a normalisation without a fused path, before anything is
+  built or compiled.
+
+  Args:
+    normalization: a registered normalisation's name, or its ``AttentionSpec``.
+    implementation: the requested implementation.
+    field: the name of the implementation's field, for the message.
+
+  Raises:
+    ValueError: naming the normalisation, the field and the fusable normalisations.
+  """
+  spec = AttentionSpec.of(normalization)
+  if implementation == "fused" and spec.normalization.fused is None:
+    raise ValueError(f"{field}='fused': normalization {spec.name!r} cannot be fused (its weights "
+                     f"are not softmax attention with per-key offsets); the fusable ones are "
+                     f"{fusable()}")
 
 
 def check_module_options(*, output_gate: Optional[str] = None, qk_norm: Optional[str] = None,
@@ -242,8 +364,15 @@ class MultiHeadAttention(nn.Module):
     implementation: "quadratic" forms the weights; "fast" uses the exact paths of ``fast.py``
       (linear-time NAP/NON, O(N)-memory DNAS/HNAS/Sinkhorn), which never form them, so they
       take structured masks (``padding_mask``, ``query_mask``, ``key_mask``, ``causal``), no
-      dense ``mask``, no attention dropout and no ``sow_weights``; "auto" (default) takes the
-      fast path where it is allowed and ``fast_is_faster`` says it pays. Same params either way.
+      dense ``mask``, no attention dropout and no ``sow_weights``; "fused" runs
+      ``jax.nn.dot_product_attention`` (``fused.py``: cuDNN's flash kernel on an NVIDIA GPU in
+      bf16/fp16, XLA's elsewhere) for the normalisations that are softmax attention with
+      per-key offsets (``registry.fusable()``: softmax, DNAS, HNAS, Sinkhorn, sink,
+      Scalable-Softmax; any other is refused here), with the fast path's limits, except that the
+      row-wise ones also take a dense ``mask``, and the kernels' own matmul precision applies
+      (not ``precision``); "auto" (default) takes the fused path where its kernel would be
+      cuDNN's (``fused.takes_fused_path``), else the fast path where it is allowed and
+      ``fast_is_faster`` says it pays. Same params on every path.
     output_gate: None | "headwise" | "elementwise": gated attention (Qiu et al. 2025): the
       attention output ``[..., q, heads, head_dim]`` times ``sigmoid(inputs_q W_g + b_g)``, one
       gate per head and query ("headwise", ``W_g: features -> heads``) or per head and feature
@@ -273,6 +402,24 @@ class MultiHeadAttention(nn.Module):
   All three default off, adding no parameter: the params tree is then flax's.
   The normalisation's per-head parameters join the params tree by name: NAP adds a scalar
   ``nap_gain`` (init 1) and ``nap_bias`` (init 0) per head; HNAS adds ``hybrid_weight``.
+
+  flax's fields, for every normalisation:
+    attention_fn: must stay flax's ``dot_product_attention``: the weights come from
+      ``normalization`` (a custom function would bypass it and the fast paths).
+    decode: flax's autoregressive cache (collection "cache": ``cached_key``, ``cached_value``
+      ``[..., max_length, heads, head_dim]``, ``cache_index``). ``init`` with the full-length
+      input makes it; each ``apply(..., mutable=["cache"])`` then takes one position, stores its
+      key and value at ``cache_index`` and attends to the positions stored so far (a key mask,
+      so the fast paths take it too). Refused for normalisations that normalise over the
+      queries (``check_decodable``).
+    normalize_qk: flax's QK-norm, a LayerNorm without bias (``query_ln``, ``key_ln``, epsilon
+      ``qk_norm_epsilon``); ``qk_norm="layer"`` has a bias too. Not both.
+    force_fp32_for_softmax: the weights computed from float32 (at least) logits and kept in
+      float32 into the weighted sum, as flax's; on the fast paths the heads' outputs are float32.
+    qkv_dot_general(_cls) / out_dot_general(_cls): the ``dot_general`` (or its factory) of the
+      query/key/value (and output gate) projections and of the output projection.
+    qk_attn_weights_einsum_cls / attn_weights_value_einsum_cls: factories of the einsums of the
+      logits and of the weighted sum (quadratic path only: the fast paths form no weights).
   """
   num_heads: int
   dtype: Optional[Any] = None
@@ -288,6 +435,16 @@ class MultiHeadAttention(nn.Module):
   bias_init: Callable = nn.initializers.zeros_init()
   out_bias_init: Optional[Callable] = None
   use_bias: bool = True
+  attention_fn: Callable[..., Array] = nn.dot_product_attention
+  decode: bool = False
+  normalize_qk: bool = False
+  force_fp32_for_softmax: bool = False
+  qkv_dot_general: Optional[Callable[..., Array]] = None
+  out_dot_general: Optional[Callable[..., Array]] = None
+  qkv_dot_general_cls: Any = None
+  out_dot_general_cls: Any = None
+  qk_attn_weights_einsum_cls: Optional[Callable[..., Callable[..., Array]]] = None
+  attn_weights_value_einsum_cls: Optional[Callable[..., Callable[..., Array]]] = None
   normalization: Union[str, AttentionSpec] = "softmax"
   scale_logits: Optional[bool] = None
   head_norm: bool = False
@@ -311,6 +468,13 @@ class MultiHeadAttention(nn.Module):
         implementation=self.implementation, output_gate=self.output_gate, qk_norm=self.qk_norm,
         differential=self.differential, layer_index=self.layer_index,
         head_dim=None if self.qkv_features is None else self.qkv_features // self.num_heads)
+    check_flax_fields(
+        attention_fn=self.attention_fn, decode=self.decode, normalize_qk=self.normalize_qk,
+        force_fp32_for_softmax=self.force_fp32_for_softmax, qk_norm=self.qk_norm,
+        precision=self.precision, qk_attn_weights_einsum_cls=self.qk_attn_weights_einsum_cls,
+        attn_weights_value_einsum_cls=self.attn_weights_value_einsum_cls)
+    if self.decode:
+      check_decodable(self.normalization)
     if not self.qk_norm_epsilon > 0:
       raise ValueError(f"qk_norm_epsilon must be > 0, got {self.qk_norm_epsilon!r}")
     check_int("block_size", self.block_size)
@@ -318,9 +482,10 @@ class MultiHeadAttention(nn.Module):
 
   @nn.compact
   def __call__(self, inputs_q: Array, inputs_k: Optional[Array] = None,
-               inputs_v: Optional[Array] = None, *, mask: Optional[Array] = None,
-               deterministic: Optional[bool] = None, dropout_rng: Optional[Array] = None,
-               sow_weights: bool = False, query_mask: Optional[Array] = None,
+               inputs_v: Optional[Array] = None, *, inputs_kv: Optional[Array] = None,
+               mask: Optional[Array] = None, deterministic: Optional[bool] = None,
+               dropout_rng: Optional[Array] = None, sow_weights: bool = False,
+               query_mask: Optional[Array] = None,
                key_mask: Optional[Array] = None, causal: bool = False,
                hybrid_weight: Optional[Array] = None,
                padding_mask: Optional[Array] = None,
@@ -338,26 +503,28 @@ class MultiHeadAttention(nn.Module):
     ``key_mask``. ``head_params`` (name -> ``[num_heads]``) supplies per-head parameters of
     the normalisation from the caller instead of this module's own (a model whose layers share
     all other parameters keeps them per layer, as ALBERT with HNAS does); ``hybrid_weight`` is
-    HNAS's u that way.
+    HNAS's u that way. ``inputs_kv`` is flax's deprecated alias of ``inputs_k`` and
+    ``inputs_v`` both. With ``decode`` (cache made), a call takes one position: ``key_mask`` and
+    a dense ``mask`` then cover the cache's ``max_length`` keys, and ``padding_mask`` is refused.
     """
     norm = self.spec.normalization
+    inputs_k, inputs_v = keys_and_values(inputs_q, inputs_k, inputs_v, inputs_kv)
+    decoding = self.decode and self.has_variable("cache", "cached_key")
     if hybrid_weight is not None:
       if "hybrid_weight" not in norm.param_names:
         raise ValueError(f"hybrid_weight is HNAS's u, but normalization={self.normalization!r}")
       head_params = dict(head_params or {}, hybrid_weight=hybrid_weight)
     head_params = self._check_head_params(norm, head_params or {})
     if padding_mask is not None:
-      if any(x is not None and x is not inputs_q for x in (inputs_k, inputs_v)):
+      if any(x is not inputs_q for x in (inputs_k, inputs_v)):
         raise ValueError("padding_mask is for self-attention (it masks queries and keys alike); "
                          "for cross-attention pass query_mask and key_mask")
+      if decoding:
+        raise ValueError("padding_mask masks queries and keys of one length, but a decode step "
+                         "has one query and the cache's max_length keys; pass key_mask "
+                         "[..., max_length] (and query_mask) instead")
       query_mask, key_mask = padding_masks(padding_mask, query_mask, key_mask,
                                            inputs_q.shape[-2])
-    if inputs_k is None:
-      if inputs_v is not None:
-        raise ValueError("inputs_k cannot be None if inputs_v is given")
-      inputs_k = inputs_q
-    if inputs_v is None:
-      inputs_v = inputs_k
     features = self.out_features or inputs_q.shape[-1]
     qkv_features = self.qkv_features or inputs_q.shape[-1]
     if qkv_features % self.num_heads:
@@ -368,41 +535,58 @@ class MultiHeadAttention(nn.Module):
     dense = functools.partial(
         nn.DenseGeneral, axis=-1, dtype=self.dtype, param_dtype=self.param_dtype,
         features=(self.num_heads, head_dim), kernel_init=self.kernel_init,
-        bias_init=self.bias_init, use_bias=self.use_bias, precision=self.precision)
+        bias_init=self.bias_init, use_bias=self.use_bias, precision=self.precision,
+        dot_general=self.qkv_dot_general, dot_general_cls=self.qkv_dot_general_cls)
     query = dense(name="query")(inputs_q)
     key = dense(name="key")(inputs_k)
     value = dense(name="value")(inputs_v)
 
-    # differential attention: each head's features as two maps [..., n, h, 2, head_dim / 2]
+    # differential attention: each head's features as two maps of head_dim / 2
     map_dim = head_dim // 2 if self.differential else head_dim
-    if self.differential:
+    query, key = self._qk_norm(query, "query", map_dim), self._qk_norm(key, "key", map_dim)
+    if self.decode:
+      key, value, key_mask = self._decode(query, key, value, key_mask)
+    if self.differential:  # [..., n, h, 2, head_dim / 2]
       query = query.reshape(query.shape[:-1] + (2, map_dim))
       key = key.reshape(key.shape[:-1] + (2, map_dim))
-    query, key = self._qk_norm(query, "query_norm"), self._qk_norm(key, "key_norm")
     scale = self.scale_logits if self.scale_logits is not None else norm.scale_logits
     if scale:
       query = query / jnp.sqrt(map_dim).astype(query.dtype)
     maps = ([(query[..., 0, :], key[..., 0, :]), (query[..., 1, :], key[..., 1, :])]
             if self.differential else [(query, key)])
     lam = self._lambda(map_dim) if self.differential else None
+    if self.force_fp32_for_softmax:  # float32 weights make float32 heads, as in flax
+      value = value.astype(jnp.promote_types(value.dtype, jnp.float32))
 
     params = self._head_params(norm, head_params)
     dropout_active = self.dropout_rate > 0.0 and not nn.merge_param(
         "deterministic", self.deterministic, deterministic)
-    n_q, n_k = inputs_q.shape[-2], inputs_k.shape[-2]
+    n_q, n_k = inputs_q.shape[-2], value.shape[-3]  # the keys: the cache's when decoding
     num_logits = int(np.prod(inputs_q.shape[:-1])) * self.num_heads * n_k * len(maps)
+    if fused_lib.takes_fused_path(
+        norm, self.implementation, fused_lib.blockers(
+            norm, dense_mask=mask is not None, sow_weights=sow_weights, dropout=dropout_active),
+        query.dtype, map_dim, value_dim=head_dim, dense_mask=mask is not None,
+        causal_unequal=causal and n_q != n_k, structured="padding_mask/query_mask/key_mask/causal"):
+      outs = [norm.fused_attention(q, k, value, params, self._options(), mask=mask,
+                                   query_mask=query_mask, key_mask=key_mask, causal=causal,
+                                   block_size=self.block_size) for q, k in maps]
+      heads = outs[0] if lam is None else outs[0] - lam.astype(outs[1].dtype) * outs[1]
+      return self._output(heads.astype(value.dtype), features, inputs_q)
     if self._fast(mask, sow_weights, dropout_active, n_q, n_k, map_dim, causal, num_logits):
       to_heads = lambda x: jnp.swapaxes(x, -2, -3)  # [..., n, h, d] -> [..., h, n, d]
+      # the fast paths answer in the queries' dtype: value's (float32 with force_fp32_for_softmax)
       outs = [to_heads(norm.fast_attention(
-          to_heads(q), to_heads(k), to_heads(value), params, self._options(),
+          to_heads(q.astype(value.dtype)), to_heads(k), to_heads(value), params, self._options(),
           query_mask=query_mask, key_mask=key_mask, causal=causal, block_size=self.block_size))
           for q, k in maps]
       heads = outs[0] if lam is None else outs[0] - lam.astype(outs[1].dtype) * outs[1]
       return self._output(heads.astype(value.dtype), features, inputs_q)
 
     mask = structured_mask(mask, query_mask, key_mask, causal, n_q, n_k)
-    weights = [norm.attention_weights(
-        jnp.einsum("...qhd,...khd->...hqk", q, k, precision=self.precision), mask, params,
+    logits_einsum, weighted_sum_einsum = self._einsums()
+    weights = [norm.attention_weights(self._softmax_dtype(
+        logits_einsum("...qhd,...khd->...hqk", q, k)), mask, params,
         self._options()) for q, k in maps]
     weights = weights[0] if lam is None else weights[0] - lam.astype(weights[1].dtype) * weights[1]
     if sow_weights:
@@ -418,7 +602,7 @@ class MultiHeadAttention(nn.Module):
       keep = jax.random.bernoulli(dropout_rng, keep_prob, shape)
       weights = weights * (keep / keep_prob).astype(weights.dtype)
 
-    heads = jnp.einsum("...hqk,...khd->...qhd", weights, value, precision=self.precision)
+    heads = weighted_sum_einsum("...hqk,...khd->...qhd", weights, value)
     return self._output(heads, features, inputs_q)
 
   def _fast(self, mask, sow_weights, dropout_active, q_len, k_len, head_dim, causal,
@@ -426,7 +610,10 @@ class MultiHeadAttention(nn.Module):
     """Whether this call takes the fast path (see ``implementation``)."""
     blockers = [name for name, present in (("a dense mask", mask is not None),
                                            ("sow_weights", sow_weights),
-                                           ("attention dropout", dropout_active)) if present]
+                                           ("attention dropout", dropout_active),
+                                           ("the einsum classes",
+                                            self.qk_attn_weights_einsum_cls is not None))
+                if present]
     return takes_fast_path(self.normalization, self.implementation, blockers, q_len, k_len,
                            head_dim, causal, num_logits,
                            structured="padding_mask/query_mask/key_mask/causal")
@@ -443,7 +630,8 @@ class MultiHeadAttention(nn.Module):
       gate = nn.DenseGeneral(
           features=width, axis=-1, kernel_init=self.kernel_init, bias_init=self.bias_init,
           use_bias=self.use_bias, dtype=self.dtype, param_dtype=self.param_dtype,
-          precision=self.precision, name="gate")(inputs_q)
+          precision=self.precision, dot_general=self.qkv_dot_general,
+          dot_general_cls=self.qkv_dot_general_cls, name="gate")(inputs_q)
       gate = jax.nn.sigmoid(gate)
       if self.output_gate == "headwise":
         gate = gate[..., None]
@@ -452,15 +640,76 @@ class MultiHeadAttention(nn.Module):
     return nn.DenseGeneral(
         features=features, axis=(-2, -1), kernel_init=self.out_kernel_init or self.kernel_init,
         bias_init=self.out_bias_init or self.bias_init, use_bias=self.use_bias, dtype=self.dtype,
-        param_dtype=self.param_dtype, precision=self.precision, name="out")(heads)
+        param_dtype=self.param_dtype, precision=self.precision,
+        dot_general=self.out_dot_general, dot_general_cls=self.out_dot_general_cls,
+        name="out")(heads)
 
-  def _qk_norm(self, x: Array, name: str) -> Array:
-    """``qk_norm`` of queries or keys over their last axis (each head's, or map's, features)."""
-    if self.qk_norm is None:
+  def _qk_norm(self, x: Array, which: str, map_dim: int) -> Array:
+    """``qk_norm`` (or flax's ``normalize_qk``) of the queries or keys ``[..., h, head_dim]``
+    over each map's ``map_dim`` features (the head's, or half of it with ``differential``)."""
+    if self.normalize_qk:  # flax's LayerNorm without bias, and its names
+      norm = LayerNorm(epsilon=self.qk_norm_epsilon, use_bias=False,
+                       param_dtype=self.param_dtype, name=f"{which}_ln")
+    elif self.qk_norm is not None:
+      norm = LayerNorm(kind="no_projection" if self.qk_norm == "rms" else "standard",
+                       epsilon=self.qk_norm_epsilon, use_bias=self.qk_norm == "layer",
+                       param_dtype=self.param_dtype, name=f"{which}_norm")
+    else:
       return x
-    return LayerNorm(kind="no_projection" if self.qk_norm == "rms" else "standard",
-                     epsilon=self.qk_norm_epsilon, use_bias=self.qk_norm == "layer",
-                     param_dtype=self.param_dtype, name=name)(x)
+    return norm(x.reshape(x.shape[:-1] + (-1, map_dim))).reshape(x.shape)
+
+  def _decode(self, query: Array, key: Array, value: Array, key_mask: Optional[Array]) -> tuple:
+    """flax's autoregressive cache: made by the first (full-length) call; each later call
+    writes its one position's key and value at ``cache_index`` and sees the positions written.
+
+    Args:
+      query: ``[..., 1, h, head_dim]`` once the cache is made.
+      key: ``[..., n, h, head_dim]``, after any QK-norm (as flax caches them).
+      value: ``[..., n, h, head_dim]``.
+      key_mask: boolean ``[..., max_length]``, or None.
+
+    Returns:
+      ``(key, value, key_mask)``: the cache's keys and values and the mask of those written so
+      far (and-ed with ``key_mask``); the inputs unchanged on the call that makes the cache.
+
+    Raises:
+      ValueError: for a query that is not one position of the cache's shape.
+    """
+    made = self.has_variable("cache", "cached_key")
+    cached_key = self.variable("cache", "cached_key", jnp.zeros, key.shape, key.dtype)
+    cached_value = self.variable("cache", "cached_value", jnp.zeros, value.shape, value.dtype)
+    cache_index = self.variable("cache", "cache_index", lambda: jnp.array(0, dtype=jnp.int32))
+    if not made:
+      return key, value, key_mask
+    *batch, max_length, heads, depth = cached_key.value.shape
+    expected = tuple(batch) + (1, heads, depth)
+    if query.shape != expected:
+      raise ValueError(f"Autoregressive cache shape error, expected query shape {expected} "
+                       f"instead got {query.shape}")
+    index = cache_index.value
+    zero = jnp.zeros((), index.dtype)
+    at = (zero,) * len(batch) + (index, zero, zero)
+    cached_key.value = jax.lax.dynamic_update_slice(cached_key.value, key, at)
+    cached_value.value = jax.lax.dynamic_update_slice(cached_value.value, value, at)
+    cache_index.value = index + 1
+    written = jnp.broadcast_to(jnp.arange(max_length) <= index, tuple(batch) + (max_length,))
+    key_mask = written if key_mask is None else written & key_mask
+    return cached_key.value, cached_value.value, key_mask
+
+  def _einsums(self) -> tuple:
+    """The einsums of the logits and of the weighted sum: the einsum classes' (flax's
+    ``*_einsum_cls`` fields), else ``jnp.einsum`` at ``precision``."""
+    if self.qk_attn_weights_einsum_cls is not None:
+      return self.qk_attn_weights_einsum_cls(), self.attn_weights_value_einsum_cls()
+    einsum = functools.partial(jnp.einsum, precision=self.precision)
+    return einsum, einsum
+
+  def _softmax_dtype(self, logits: Array) -> Array:
+    """The logits in float32 (at least) where ``force_fp32_for_softmax`` asks, so the weights
+    are computed and kept in it."""
+    if not self.force_fp32_for_softmax:
+      return logits
+    return logits.astype(jnp.promote_types(logits.dtype, jnp.float32))
 
   def _lambda(self, map_dim: int) -> Array:
     """Differential attention's scalar lambda of this layer (float32)."""

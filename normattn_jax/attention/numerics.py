@@ -1,5 +1,6 @@
 """The numerics every attention path shares: one masked log-sum-exp and softmax (no NaN for a
-slice with nothing in it), exact power-of-two rescaling, and NAP's epsilon. The quadratic weight
+slice with nothing in it), exact power-of-two rescaling, exact differences (``two_difference``)
+and the column-then-row shift of DNAS and Sinkhorn, and NAP's epsilon. The quadratic weight
 functions (``weights.py``) and the blockwise fast paths (``fast.py``) both build on these.
 """
 from __future__ import annotations
@@ -110,20 +111,64 @@ def masked_softmax(x: Array, mask: Optional[Array] = None, axis: int = -1) -> Ar
   return e / jnp.where(total > 0, total, 1.0)
 
 
-def log_normalize(x: Array, mask: Optional[Array], axis: int) -> Array:
-  """``x - logsumexp(x, axis)`` over the unmasked entries; masked entries become -inf.
+def two_difference(a: Array, b: Array) -> tuple[Array, Array]:
+  """``(hi, lo)`` with ``hi = fl(a - b)`` and ``hi + lo == a - b`` exactly (Knuth's TwoSum).
 
-  A slice with no unmasked entry stays all -inf (so its weights are 0, not NaN).
+  What a huge difference rounds away is kept in ``lo``, so later steps can still tell apart
+  two huge numbers that differ by little. The derivative of ``a - b`` is carried by ``hi``
+  alone (``lo`` carries none).
 
   Args:
-    x: floating-point values.
-    mask: boolean, broadcastable to ``x``, True where an entry counts; None counts every entry.
-    axis: the axis normalised over.
+    a, b: finite floating-point arrays (broadcast together) whose difference does not overflow.
 
   Returns:
-    Log-weights of ``x``'s shape whose exponentials sum to 1 along ``axis``.
+    ``(hi, lo)``, each of the broadcast shape.
   """
+  hi = a - b
+  a, b, s = (jax.lax.stop_gradient(t) for t in (a, b, hi))
+  kept_b = s - a  # the part of -b the rounded difference holds
+  lo = (a - (s - kept_b)) + (-b - kept_b)
+  return hi, lo
+
+
+def column_max(x: Array, mask: Optional[Array]) -> Array:
+  """The largest entry of each column (axis -2) the mask keeps, 0 for a column without one;
+  keeps the axis and carries no gradient (a shift the normalisations cancel)."""
   if mask is not None:
     x = jnp.where(mask, x, -jnp.inf)
-  out = x - masked_logsumexp(x, axis=axis, keepdims=True)
-  return out if mask is None else jnp.where(mask, out, -jnp.inf)
+  top = jax.lax.stop_gradient(jnp.max(x, axis=-2, keepdims=True))
+  return jnp.where(jnp.isfinite(top), top, 0.0)
+
+
+def shift_columns_then_rows(x: Array, top: Array, mask: Optional[Array]) -> Array:
+  """``y_ij = x_ij - m_j - max_k (x_ik - m_k)`` for the column maxima ``top = m``: every
+  column's and every row's largest valid entry becomes exactly 0; masked entries are -inf.
+
+  DNAS and Sinkhorn normalise columns, then rows. Taking the huge maxima out first leaves only
+  small log-sums to subtract afterwards: ``x - logsumexp`` would round ``log 2`` away from a
+  logit of 1e8. The differences are taken of halves (which cannot overflow) as exact pairs
+  (``two_difference``), and the row maximum of the pairs is subtracted from both parts, so
+  ``y`` is exact to its own rounding wherever ``exp(y)`` is not negligible, for any finite
+  logits. The shifts carry no gradient (a row or column shift changes no weight).
+
+  Args:
+    x: floating-point logits ``[..., q, k]``.
+    top: the column maxima, ``[..., 1, k]`` (``column_max``).
+    mask: boolean of ``x``'s shape, True where an entry counts; None counts every entry.
+
+  Returns:
+    ``y`` of ``x``'s shape, <= 0 up to rounding.
+  """
+  if mask is not None:
+    x = jnp.where(mask, x, top)  # a masked entry (perhaps not finite) adds nothing below
+  hi, lo = two_difference(0.5 * x, 0.5 * top)  # (x - m) / 2 = hi + lo
+  if mask is not None:
+    hi = jnp.where(mask, hi, -jnp.inf)
+  row_hi = jax.lax.stop_gradient(jnp.max(hi, axis=-1, keepdims=True))
+  row_hi = jnp.where(jnp.isfinite(row_hi), row_hi, 0.0)
+  row_lo = jnp.max(jnp.where(hi == row_hi, lo, -jnp.inf), axis=-1, keepdims=True)
+  row_lo = jnp.where(jnp.isfinite(row_lo), row_lo, 0.0)  # (row_hi, row_lo): the row's max
+  lo_hi, lo_lo = two_difference(lo, row_lo)
+  # hi - row_hi is exact where y is not hugely negative, and so is its sum with lo_hi
+  y = 2.0 * (((hi - row_hi) + lo_hi) + lo_lo)
+  return y if mask is None else jnp.where(mask, y, -jnp.inf)

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from normattn_jax.attention import fast as fast_lib
+from normattn_jax.attention import fused as fused_lib
 from normattn_jax.attention import weights as weights_lib
 from normattn_jax.registry import Registry, load_plugins  # noqa: F401 (public)
 from normattn_jax.validation import int_problem
@@ -122,6 +123,12 @@ class Normalization:
   scale_logits: divide the logits by sqrt(head_dim) unless the module says otherwise.
   head_norm: whether the MTE layout's LayerNorm over the concatenated heads applies.
   fast_pays_off(q_len, k_len, head_dim, causal, num_logits): ``implementation="auto"``'s rule.
+  fused(q, k, v, *, mask, query_mask, key_mask, causal, block_size, **params, **options): the
+    path through ``jax.nn.dot_product_attention`` (``fused.py``; ``[..., n, h, d]`` arrays, the
+    per-head params shaped ``[heads]``), for the normalisations that are softmax attention with
+    per-key offsets; None where the weights are no such thing.
+  fused_auto_kernels: the kernels (``fused.KERNELS``) on which ``implementation="auto"`` takes
+    the fused path; () never.
   normalizes_over_queries: each key's weights are also normalised over the queries (DNAS, HNAS,
     Sinkhorn), so a query's row depends on the other queries: no step-by-step decoding with a
     key/value cache, and padded queries must be masked.
@@ -135,6 +142,8 @@ class Normalization:
   head_norm: bool = True
   fast_pays_off: Callable[..., bool] = never
   normalizes_over_queries: bool = False
+  fused: Optional[Callable[..., Array]] = None
+  fused_auto_kernels: tuple = ()
 
   @property
   def param_names(self) -> tuple:
@@ -225,7 +234,9 @@ class Normalization:
     Raises:
       ValueError: if a per-head parameter is missing or an option is refused.
     """
-    return self.weights(logits, mask, **_per_head(self, params), **self.function_options(options))
+    weights = self.weights(logits, mask, **_per_head(self, params),
+                           **self.function_options(options))
+    return weights.astype(logits.dtype)  # float32 per-head params must not promote bf16 logits
 
   def fast_attention(self, q: Array, k: Array, v: Array, params: Mapping[str, Array],
                      options: Optional[Mapping[str, Any]] = None, *, query_mask=None,
@@ -258,19 +269,82 @@ class Normalization:
                      block_size=block_size, **_per_head(self, params),
                      **self.function_options(options))
 
+  def fused_attention(self, q: Array, k: Array, v: Array, params: Mapping[str, Array],
+                      options: Optional[Mapping[str, Any]] = None, *, mask=None,
+                      query_mask=None, key_mask=None, causal: bool = False,
+                      block_size: int = fast_lib.DEFAULT_BLOCK) -> Array:
+    """``fused`` with the ``[heads]`` params as they are (the layout puts heads second to last).
 
-def _per_head(norm: Normalization, params: Mapping[str, Array]) -> dict:
+    Args:
+      q: floating-point queries, shape ``[..., n_q, h, d]`` (already scaled).
+      k: keys, shape ``[..., n_k, h, d]``.
+      v: values, shape ``[..., n_k, h, e]``.
+      params: ``{param name: array [h]}``, holding every name in ``param_names``.
+      options: option values by name; None or missing ones: the defaults.
+      mask: dense boolean mask broadcastable to ``[..., h, n_q, n_k]`` (only where the
+        normalisation does not normalise over the queries); or None.
+      query_mask: boolean ``[..., n_q]``, True = valid query; or None.
+      key_mask: boolean ``[..., n_k]``, True = valid key; or None.
+      causal: query i sees only the keys j <= i + n_k - n_q.
+      block_size: queries per block of the key-offset passes (DNAS, HNAS, Sinkhorn).
+
+    Returns:
+      The outputs, shape ``[..., n_q, h, e]`` in ``q``'s dtype.
+
+    Raises:
+      ValueError: if the normalisation has no fused path, a per-head parameter is missing or an
+        option is refused.
+    """
+    if self.fused is None:
+      raise ValueError(f"normalization {self.name!r} has no fused path; fusable: {fusable()}")
+    return self.fused(q, k, v, mask=mask, query_mask=query_mask, key_mask=key_mask,
+                      causal=causal, block_size=block_size, **_per_head(self, params, ()),
+                      **self.function_options(options))
+
+
+def _per_head(norm: Normalization, params: Mapping[str, Array], trailing=(1, 1)) -> dict:
+  """The constrained per-head params, each reshaped to its shape + ``trailing``."""
   missing = [name for name in norm.param_names if name not in params]
   if missing:
     raise ValueError(f"normalization {norm.name!r} needs the per-head params {missing}")
-  return {p.name: p.constrain(params[p.name]).reshape(jnp.shape(params[p.name]) + (1, 1))
+  return {p.name: p.constrain(params[p.name]).reshape(jnp.shape(params[p.name]) + trailing)
           for p in norm.params}
 
 
+def _field_problem(normalization: Normalization) -> Optional[tuple[str, str]]:
+  """``(field, what it must be)`` for the first field of ``normalization`` that could not
+  work (a weight function that is not callable, a flag that is not a bool, ...), or None."""
+  n = normalization
+  rules = (
+      ("weights", callable(n.weights), "a function (logits, mask, **params, **options) -> "
+                                       "weights"),
+      ("fast", n.fast is None or callable(n.fast), "None or a function (q, k, v, ...) -> "
+                                                   "outputs"),
+      ("fast_pays_off", callable(n.fast_pays_off), "a function (q_len, k_len, head_dim, "
+                                                   "causal, num_logits) -> bool"),
+      ("params", isinstance(n.params, (tuple, list))
+       and all(isinstance(p, HeadParam) for p in n.params), "a tuple of HeadParam"),
+      ("options", isinstance(n.options, (tuple, list)), "a tuple of Option"),
+  )
+  for field, ok, must in rules:
+    if not ok:
+      return field, must
+  for field in ("scale_logits", "head_norm", "normalizes_over_queries"):
+    if not isinstance(getattr(n, field), bool):
+      return field, "True or False"
+  return None
+
+
 def _check(normalization: Normalization) -> None:
-  """Refuse options that are not ``Option``s, repeat a name, clash with the functions' own
-  arguments or the per-head parameters, or whose default breaks their own rule."""
+  """Refuse a normalisation whose fields could not work (``_field_problem``), options that
+  are not ``Option``s, repeat a name, clash with the functions' own arguments or the per-head
+  parameters, or whose default breaks their own rule."""
   name = normalization.name
+  problem = _field_problem(normalization)
+  if problem:
+    field, must = problem
+    raise ValueError(f"normalization {name!r}: {field} must be {must}, got "
+                     f"{getattr(normalization, field)!r}")
   if not all(isinstance(o, Option) for o in normalization.options):
     raise ValueError(f"normalization {name!r}: options must be Option objects (name, default, "
                      f"rule), got {normalization.options!r}")
@@ -280,6 +354,11 @@ def _check(normalization: Normalization) -> None:
   if clashes:
     raise ValueError(f"normalization {name!r}: option names {clashes} repeat or clash with the "
                      f"functions' arguments or per-head parameters")
+  params = normalization.param_names
+  clashes = sorted((set(params) & RESERVED) | {p for p in params if params.count(p) > 1})
+  if clashes:
+    raise ValueError(f"normalization {name!r}: per-head parameter names {clashes} repeat or "
+                     f"clash with the functions' arguments")
   normalization.resolve_options()  # the defaults pass their own rules
 
 
@@ -292,6 +371,15 @@ unregister = REGISTRY.unregister
 get = REGISTRY.get
 names = REGISTRY.names
 NORMALIZATIONS = REGISTRY.view  # the live, tuple-like view of the names
+
+
+def fusable() -> tuple:
+  """The registered normalisations that have a fused path (``implementation="fused"``).
+
+  Returns:
+    Their names, in registration order.
+  """
+  return tuple(name for name in names() if get(name).fused is not None)
 
 
 def _frozen(value):
@@ -401,18 +489,22 @@ def _row_local_pays_off(q_len, k_len, head_dim, causal, num_logits) -> bool:
                                                            num_logits)
 
 
+CUDNN = ("cudnn",)  # "auto" takes the fused path on cuDNN's kernel only (fused.py)
+
+
 def _unblocked(fn):
   """A linear fast path takes no ``block_size``."""
   return lambda q, k, v, *, block_size, **kwargs: fn(q, k, v, **kwargs)
 
 
-SOFTMAX = register(Normalization(  # "auto" keeps it quadratic, exactly as flax computes it
+SOFTMAX = register(Normalization(  # "auto" keeps it quadratic (as flax computes it) but on cuDNN
     "softmax", weights_lib.softmax_weights,
-    fast=fast_lib.softmax_attention))
+    fast=fast_lib.softmax_attention, fused=fused_lib.softmax_attention,
+    fused_auto_kernels=CUDNN))
 DNAS = register(Normalization(
     "dnas", weights_lib.dnas_weights,
     fast=fast_lib.dnas_attention, fast_pays_off=_blockwise_pays_off,
-    normalizes_over_queries=True))
+    normalizes_over_queries=True, fused=fused_lib.dnas_attention, fused_auto_kernels=CUDNN))
 HNAS = register(Normalization(
     "hnas", lambda logits, mask, hybrid_weight: weights_lib.hnas_weights(
         logits, hybrid_weight, mask),
@@ -422,14 +514,20 @@ HNAS = register(Normalization(
                       lambda options: nn.initializers.constant(options["hybrid_init"]),
                       constrain=straight_through_clip, per_layer=True),),
     options=(Option("hybrid_init", 0.5, unit_interval, init_only=True),),  # u at the start
-    fast_pays_off=_blockwise_pays_off, normalizes_over_queries=True))
+    fast_pays_off=_blockwise_pays_off, normalizes_over_queries=True,
+    fused=lambda q, k, v, hybrid_weight, **kw: fused_lib.hnas_attention(q, k, v, hybrid_weight,
+                                                                       **kw),
+    fused_auto_kernels=CUDNN))
 SINKHORN = register(Normalization(
     "sinkhorn", lambda logits, mask, sinkhorn_iters: weights_lib.sinkhorn_weights(
         logits, sinkhorn_iters, mask),
     fast=lambda q, k, v, sinkhorn_iters, **kw: fast_lib.sinkhorn_attention(
         q, k, v, sinkhorn_iters, **kw),
     options=(Option("sinkhorn_iters", 3, int_problem),), fast_pays_off=_blockwise_pays_off,
-    normalizes_over_queries=True))
+    normalizes_over_queries=True,
+    # exact, but its 2 k - 1 blockwise offset passes outweigh the fused one: never "auto"
+    fused=lambda q, k, v, sinkhorn_iters, **kw: fused_lib.sinkhorn_attention(
+        q, k, v, sinkhorn_iters, **kw)))
 NAP = register(Normalization(
     "nap", lambda logits, mask, nap_gain, nap_bias: weights_lib.nap_weights(
         logits, nap_gain, nap_bias, mask),
@@ -449,7 +547,8 @@ NON = register(Normalization(
 # bias offset at 0 (so the bias is -log(n)), the sink logit at 0 (softmax_1), Scalable-Softmax's
 # s at 1. The row-local ones have blockwise fast paths (fast.py); stick-breaking's is slower than
 # its quadratic path on a CPU, so "auto" takes it only for memory (as DNAS's); sparsemax and
-# 1.5-entmax stay quadratic.
+# 1.5-entmax stay quadratic. Sink and Scalable-Softmax are softmax attention with one more key or
+# rescaled queries, so they also have fused paths (fused.py).
 SIGMOID = register(Normalization(
     "sigmoid", lambda logits, mask, sigmoid_bias: weights_lib.sigmoid_weights(
         logits + sigmoid_bias, None, mask),  # sigmoid(l - log(n) + b), b learned per head
@@ -461,7 +560,9 @@ SINK = register(Normalization(
     "sink", lambda logits, mask, sink_logit: weights_lib.sink_weights(logits, sink_logit, mask),
     fast=lambda q, k, v, sink_logit, **kw: fast_lib.sink_attention(q, k, v, sink_logit, **kw),
     params=(HeadParam("sink_logit", lambda options: nn.initializers.zeros),),
-    fast_pays_off=_row_local_pays_off))
+    fast_pays_off=_row_local_pays_off,
+    fused=lambda q, k, v, sink_logit, **kw: fused_lib.sink_attention(q, k, v, sink_logit, **kw),
+    fused_auto_kernels=CUDNN))
 SOFTPICK = register(Normalization(
     "softpick", lambda logits, mask, softpick_eps: weights_lib.softpick_weights(
         logits, mask, softpick_eps),
@@ -474,7 +575,10 @@ SSMAX = register(Normalization(
         logits, ssmax_scale, mask),
     fast=lambda q, k, v, ssmax_scale, **kw: fast_lib.ssmax_attention(q, k, v, ssmax_scale, **kw),
     params=(HeadParam("ssmax_scale", lambda options: nn.initializers.ones),),
-    fast_pays_off=_row_local_pays_off))
+    fast_pays_off=_row_local_pays_off,
+    fused=lambda q, k, v, ssmax_scale, **kw: fused_lib.ssmax_attention(q, k, v, ssmax_scale,
+                                                                       **kw),
+    fused_auto_kernels=CUDNN))
 SPARSEMAX = register(Normalization("sparsemax", weights_lib.sparsemax_weights))
 ENTMAX15 = register(Normalization("entmax15", weights_lib.entmax15_weights))
 STICKBREAKING = register(Normalization(

@@ -14,9 +14,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from normattn_jax.attention.numerics import (NAP_EPSILON, check_nap_eps, log_normalize,
+from normattn_jax.attention.numerics import (NAP_EPSILON, check_nap_eps, column_max,
                                              masked_logsumexp, masked_softmax, power_of_two,
-                                             power_of_two_exponent)
+                                             power_of_two_exponent, shift_columns_then_rows)
 from normattn_jax.validation import check_int
 
 Array = jax.Array
@@ -90,10 +90,21 @@ def softmax_weights(logits: Array, mask: Optional[Array] = None) -> Array:
 
 
 def _sinkhorn_log(x: Array, num_iters: int, mask: Optional[Array]) -> Array:
-  for _ in range(num_iters):
-    x = log_normalize(x, mask, axis=-2)  # each key's weights over the queries sum to 1
-    x = log_normalize(x, mask, axis=-1)  # then each query's weights over the keys sum to 1
-  return x
+  """Log-weights after ``num_iters`` Sinkhorn iterations, as ``y_ij - c_j - r_i``.
+
+  ``y`` (``shift_columns_then_rows``) holds the logits less their huge column and row maxima;
+  the iterations then only move the small offsets: ``c_j`` makes each key's weights over the
+  queries sum to 1, ``r_i`` each query's weights over the keys. Neither is ever added to a
+  huge number that matters, so ties between huge logits stay exact.
+  """
+  top = column_max(x, mask)
+  c = masked_logsumexp(x - top, mask, axis=-2, keepdims=True)  # in [0, log q]
+  y = shift_columns_then_rows(x, top, mask)
+  r = masked_logsumexp(y - c, mask, axis=-1, keepdims=True)
+  for _ in range(num_iters - 1):
+    c = masked_logsumexp(y - r, mask, axis=-2, keepdims=True)
+    r = masked_logsumexp(y - c, mask, axis=-1, keepdims=True)
+  return y - c - r
 
 
 def dnas_weights(logits: Array, mask: Optional[Array] = None) -> Array:

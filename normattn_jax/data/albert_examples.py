@@ -33,6 +33,8 @@ from normattn_jax.validation import int_problem
 
 FIELDS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
           "masked_lm_weights", "sentence_order_label")
+LINES_PER_DOCUMENT = 64  # a text file's non-empty lines per document
+DOCUMENTS_PER_SPLIT = 2  # the fewest of a split: a one-sentence chunk pairs with another document
 
 
 def _check(name, value, low, high=None, integer=True):
@@ -309,6 +311,10 @@ class PretrainingData:
       return cls({k: data[k] for k in FIELDS})
 
 
+# Non-empty lines of a text file per document, unless a call says otherwise (pre-training's).
+LINES_PER_DOCUMENT = 64
+
+
 def _key(*parts) -> str:
   return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -324,11 +330,12 @@ def _prepare(sources: dict, cache: str, *, vocab_size: int, log, **settings):
     if split not in documents:
       documents[split] = [tfds_text._text(example["text"]).split("\n")
                           for example in sources[split]]
-      if len(documents[split]) < 2:  # a one-sentence chunk pairs with another document
-        raise ValueError(
-            f"the {split!r} split has {len(documents[split])} document(s), ALBERT's examples "
-            f"need 2: add text, change validation_fraction or, for local text files, lower "
-            f"lines_per_document")
+      if len(documents[split]) < DOCUMENTS_PER_SPLIT:
+        raise tfds_text.TooFewDocuments(
+            split, f"the {split!r} split has {len(documents[split])} document(s), ALBERT's "
+            f"examples need {DOCUMENTS_PER_SPLIT}",
+            f"add text, {tfds_text.fraction_change(split)} validation_fraction or, for local "
+            f"text files, lower lines_per_document")
     return documents[split]
 
   if os.path.exists(model_path):
@@ -364,7 +371,7 @@ def prepare_pretraining_data(files: Sequence[str], workdir: str, *, vocab_size: 
                              max_predictions_per_seq: int = 20, ngram: int = 3,
                              short_seq_prob: float = 0.1, dupe_factor: int = 10,
                              validation_fraction: float = 0.05, seed: int = 12345,
-                             lines_per_document: int = 64, log=print):
+                             lines_per_document: int = LINES_PER_DOCUMENT, log=print):
   """The one call of a pre-training run on local text files: the TFDS dataset
   (``workdir/data/tfds``), the SentencePiece vocabulary and the examples of both splits, each
   built once and cached under ``workdir/data/`` keyed by the files and settings. Returns

@@ -12,7 +12,7 @@ import hashlib
 import os
 import pathlib
 import re
-from typing import Sequence
+from typing import Optional, Sequence
 
 from normattn_jax._extras import require
 from normattn_jax.validation import check_int
@@ -28,6 +28,19 @@ def _fingerprint(files: Sequence[str], *settings) -> str:
     stat = os.stat(f)
     h.update(f"{os.path.abspath(f)}:{stat.st_size}:{stat.st_mtime_ns}".encode())
   return "files_" + h.hexdigest()[:16]
+
+
+class TooFewDocuments(ValueError):
+  """A split with fewer documents than it needs.
+
+  ``facts`` says how many there are and why, ``split`` which split it is; the message adds
+  what to change among the arguments of the call that raised it. A caller that set those
+  arguments from its own fields (pre-training's config) names its fields instead.
+  """
+
+  def __init__(self, split: str, facts: str, advice: str):
+    super().__init__(f"{facts}; {advice}")
+    self.split, self.facts = split, facts
 
 
 def split_of(document_id: str, validation_fraction: float) -> str:
@@ -64,25 +77,41 @@ def file_documents(path: str, lines_per_document: int):
         lines[start:start + lines_per_document])
 
 
-def _check_splits(files: Sequence[str], lines_per_document: int,
-                  validation_fraction: float) -> None:
-  """An empty split raises here, naming the files and what to change, rather than as TFDS's
-  "No examples were yielded" in the middle of the build."""
+def split_counts(files: Sequence[str], lines_per_document: int, validation_fraction: float,
+                 enough: Optional[int] = None) -> dict:
+  """Documents per split of the text files; with ``enough``, the count stops once every split
+  has that many (a quick check of a large corpus)."""
   counts = dict.fromkeys(SPLITS, 0)
   for path in files:
     for doc_id, _ in file_documents(path, lines_per_document):
       counts[split_of(doc_id, validation_fraction)] += 1
+    if enough is not None and min(counts.values()) >= enough:
+      break
+  return counts
+
+
+def _check_splits(files: Sequence[str], lines_per_document: int,
+                  validation_fraction: float) -> None:
+  """An empty split raises here, naming the files and what to change, rather than as TFDS's
+  "No examples were yielded" in the middle of the build."""
+  counts = split_counts(files, lines_per_document, validation_fraction)
   if not sum(counts.values()):
     raise ValueError(f"the text files {list(files)} hold no non-empty line; add text")
   empty = [split for split in SPLITS if not counts[split]]
   if empty:
-    fraction = "raise" if empty == ["validation"] else "lower"
-    raise ValueError(
+    raise TooFewDocuments(
+        empty[0],
         f"the {empty[0]!r} split would have no document: the text files {list(files)} make "
-        f"{sum(counts.values())} document(s) of lines_per_document={lines_per_document} "
-        f"non-empty lines, {counts['validation']} of them held out for validation "
-        f"(validation_fraction={validation_fraction}); add text, lower lines_per_document "
-        f"or {fraction} validation_fraction")
+        f"{sum(counts.values())} document(s) of {lines_per_document} non-empty lines, "
+        f"{counts['validation']} of them held out for validation at a fraction of "
+        f"{validation_fraction}",
+        f"add text, lower lines_per_document={lines_per_document} or "
+        f"{fraction_change(empty[0])} validation_fraction={validation_fraction}")
+
+
+def fraction_change(split: str) -> str:
+  """How the validation fraction must move to give ``split`` more documents."""
+  return "raise" if split == "validation" else "lower"
 
 
 class TextFiles(tfds.core.GeneratorBasedBuilder):

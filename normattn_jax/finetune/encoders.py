@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import hashlib
 import json
 import os
 from typing import Any, Optional, Union
@@ -42,33 +43,72 @@ ENCODER_KINDS = ("pretraining", "huggingface", "minilm")
 class StartingPoint:
   """An encoder (``AlbertModel`` or ``BertModel`` with a pooler), the parameters it starts from
   (possibly without the parameters a switched normalisation adds) and its tokenizer (a
-  ``finetune.features.Tokenizer``)."""
+  ``finetune.features.Tokenizer``); ``step``: the pre-training checkpoint's, None for the
+  others."""
   module: nn.Module
   params: Any
   tokenizer: Any
   description: str
   max_positions: int
+  step: Optional[int] = None
+
+
+def parameters_sha256(params) -> str:
+  """A hash of every parameter's path, dtype, shape and values: a fine-tuning workdir records
+  it, so that a resumed run refuses an encoder that changed under it."""
+  digest = hashlib.sha256()
+  for path, value in sorted(traverse_util.flatten_dict(params, sep="/").items()):
+    value = np.ascontiguousarray(value)
+    digest.update(f"{path}:{value.dtype}:{value.shape}".encode())
+    digest.update(value.tobytes())
+  return digest.hexdigest()
 
 
 def _read_json(path: str, what: str) -> dict:
+  """The JSON object at ``path``; a missing, damaged or non-object file is refused naming
+  ``what`` (the config field) and the file."""
   if not os.path.isfile(path):
     raise FileNotFoundError(f"{what}: no {path}")
   with open(path) as f:
-    return json.load(f)
+    try:
+      tree = json.load(f)
+    except ValueError as err:
+      raise ValueError(f"{what}: {path} is not valid JSON ({err})") from None
+  if not isinstance(tree, dict):
+    raise ValueError(f"{what}: {path} holds a JSON {type(tree).__name__}, not a config")
+  return tree
 
 
 def pretraining_config(workdir: str) -> ml_collections.ConfigDict:
-  """The config a pre-training workdir was run with (its ``config.json``, in today's form)."""
+  """The config a pre-training workdir was run with (its ``config.json``, in today's form).
+
+  Raises:
+    FileNotFoundError: if the workdir has no ``config.json``.
+    ValueError: naming ``encoder.path`` and the file, if it is damaged or the config of
+      another kind of run (a sweep's, a fine-tuning run's).
+  """
   from normattn_jax.train.migrate import with_current_names
-  stored = _read_json(os.path.join(workdir, "config.json"), "encoder.path (a pre-training workdir)")
+  from normattn_jax.train.pretrain import base_pretrain_config
+  path = os.path.join(workdir, "config.json")
+  stored = _read_json(path, f"encoder.path={workdir!r}")
+  sections = sorted(base_pretrain_config())
+  if sorted(stored) != sections:
+    raise ValueError(f"encoder.path={workdir!r} is not a pre-training workdir: its {path} has "
+                     f"the sections {sorted(stored)}, a pre-training run's has {sections}; give "
+                     f"a workdir of experiments/pretrain.py")
   config = ml_collections.ConfigDict(with_current_names(stored, "pretraining"))
   config.data.files = tuple(config.data.files)
   return config
 
 
-def pretraining_vocab_path(workdir: str, config: ml_collections.ConfigDict) -> str:
-  """The SentencePiece model a pre-training run trained, under its data cache: the workdir, or
-  ``data.cache_dir`` (``compare_pretraining.py`` shares the workdirs' parent)."""
+def pretraining_vocab_path(workdir: str, config: ml_collections.ConfigDict,
+                           summary: dict) -> str:
+  """The SentencePiece model a pre-training run trained: the one its ``summary.json`` records
+  (``vocab``: path relative to the workdir, sha256), else, for a run from before that record,
+  the only one under its data cache: the workdir, or ``data.cache_dir``
+  (``compare_pretraining.py`` shares the workdirs' parent)."""
+  if "vocab" in summary:
+    return _recorded_vocab(workdir, summary["vocab"])
   roots = [workdir]
   if config.data.cache_dir:
     roots += [config.data.cache_dir, os.path.dirname(os.path.normpath(workdir))]
@@ -81,6 +121,21 @@ def pretraining_vocab_path(workdir: str, config: ml_collections.ConfigDict) -> s
                        f"({found}); the run's data cache is ambiguous")
   raise FileNotFoundError(f"encoder.path={workdir!r}: no SentencePiece model (data/*/spm.model) "
                           f"under {roots}")
+
+
+def _recorded_vocab(workdir: str, record: dict) -> str:
+  """The vocabulary file a pre-training summary names, if it is still the one it trained."""
+  from normattn_jax.train.pretrain import file_sha256
+  path = os.path.normpath(os.path.join(workdir, record["path"]))
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"encoder.path={workdir!r}: the run's vocabulary {path} (its "
+                            f"summary.json's vocab) is gone; restore its data cache")
+  digest = file_sha256(path)
+  if digest != record["sha256"]:
+    raise ValueError(f"encoder.path={workdir!r}: the vocabulary {path} changed since the run "
+                     f"trained with it (sha256 {digest[:12]}..., recorded {record['sha256'][:12]}"
+                     f"...); restore its data cache or pre-train again")
+  return path
 
 
 def from_pretraining(workdir: str, *, attention: Union[str, AttentionSpec, None] = None,
@@ -106,7 +161,8 @@ def from_pretraining(workdir: str, *, attention: Union[str, AttentionSpec, None]
   if not os.path.isfile(os.path.join(workdir, "summary.json")):
     raise FileNotFoundError(f"encoder.path={workdir!r}: the pre-training run has not finished "
                             f"(no summary.json); finish it with experiments/pretrain.py first")
-  vocab_path = pretraining_vocab_path(workdir, config)
+  summary = _read_json(os.path.join(workdir, "summary.json"), "encoder.path")
+  vocab_path = pretraining_vocab_path(workdir, config, summary)
   vocab_size = Vocab.load(vocab_path).size
   step, state = restore_newest_state(os.path.join(workdir, "checkpoints"))
   params = state["params"]["albert"]
@@ -119,7 +175,7 @@ def from_pretraining(workdir: str, *, attention: Union[str, AttentionSpec, None]
   if albert_config.attention != trained_with:
     described += f", switched to {albert_config.attention}"
   return StartingPoint(module, params, features.as_tokenizer(vocab_path), described,
-                       config.model.max_position_embeddings)
+                       config.model.max_position_embeddings, step)
 
 
 def from_huggingface(folder, *, attention: Union[str, AttentionSpec, None] = None,

@@ -210,11 +210,14 @@ def pack(tokenizer: Tokenizer, first: Sequence[int], second: Optional[Sequence[i
   return input_ids, token_type_ids, attention_mask
 
 
-def _stack_inputs(rows: list) -> dict:
-  names = INPUT_FIELDS
-  if not rows:
+def _require_examples(count: int) -> None:
+  """No examples is its own error, before any other check reads an empty list's dtype."""
+  if not count:
     raise ValueError("there are no examples to build features from")
-  return {name: np.stack([row[i] for row in rows]) for i, name in enumerate(names)}
+
+
+def _stack_inputs(rows: list) -> dict:
+  return {name: np.stack([row[i] for row in rows]) for i, name in enumerate(INPUT_FIELDS)}
 
 
 def _labels(labels, count: int, regression: bool, num_labels: Optional[int]) -> np.ndarray:
@@ -255,6 +258,7 @@ def classification_features(tokenizer, first: Sequence[str], second: Optional[Se
   """
   tokenizer = as_tokenizer(tokenizer)
   first = _check_texts("first", first)
+  _require_examples(len(first))
   minimum = 3 if second is None else 5
   max_seq_length = _check_int("max_seq_length", max_seq_length, minimum)
   if second is not None:
@@ -307,8 +311,7 @@ def multiple_choice_features(tokenizer, contexts: Sequence[str],
   if len(choices) != len(contexts):
     raise ValueError(f"choices must hold one list per context ({len(contexts)}), got "
                      f"{len(choices)}")
-  if not contexts:
-    raise ValueError("there are no examples to build features from")
+  _require_examples(len(contexts))
   num_choices = len(choices[0])
   for i, options in enumerate(choices):
     if isinstance(options, str) or len(options) != num_choices or num_choices < 2:
@@ -435,8 +438,7 @@ def span_features(tokenizer, examples: Sequence[SquadExample], max_seq_length: i
   doc_stride = _check_int("doc_stride", doc_stride, 1)
   max_seq_length = _check_int("max_seq_length", max_seq_length, max_query_length + 4)
   examples = list(examples)
-  if not examples:
-    raise ValueError("there are no examples to build features from")
+  _require_examples(len(examples))
   spans = [example.answer_span() for example in examples]
   if is_training:
     for example, span in zip(examples, spans):

@@ -16,7 +16,7 @@ registered ``Head``: its module, loss and prediction; training code looks them u
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import Callable, Optional
 
 import flax.linen as nn
 import jax
@@ -119,6 +119,9 @@ class Head:
     predict: ``(outputs, batch) -> predictions`` (class ids, values or span logits).
     label_fields: the batch fields the loss reads.
     option_axis: whether features are ``[C, L]`` per example (multiple choice).
+    labels: what the label fields hold, checked before anything compiles
+      (``task.FinetuneTask``): "classes" (integers in [0, num_labels)), "values" (finite
+      numbers) or "positions" (integers in [0, L)); None checks only one value per example.
   """
   name: str
   build: Callable[[nn.Module, int, float], nn.Module]
@@ -126,6 +129,7 @@ class Head:
   predict: Callable[[Array, dict], Array]
   label_fields: tuple
   option_axis: bool = False
+  labels: Optional[str] = None
 
 
 HEADS: dict = {}
@@ -145,13 +149,13 @@ def get(name: str) -> Head:
 
 register(Head("classification",
               lambda encoder, n, rate: SequenceClassifier(encoder, n, rate),
-              _classification_loss, _argmax, ("label",)))
+              _classification_loss, _argmax, ("label",), labels="classes"))
 register(Head("regression",
               lambda encoder, n, rate: SequenceClassifier(encoder, 1, rate),
-              _regression_loss, _value, ("label",)))
+              _regression_loss, _value, ("label",), labels="values"))
 register(Head("span",
               lambda encoder, n, rate: SpanExtractor(encoder),
-              _span_loss, _logits, ("start_positions", "end_positions")))
+              _span_loss, _logits, ("start_positions", "end_positions"), labels="positions"))
 register(Head("multiple_choice",
               lambda encoder, n, rate: MultipleChoice(encoder, rate),
-              _classification_loss, _argmax, ("label",), option_axis=True))
+              _classification_loss, _argmax, ("label",), option_axis=True, labels="classes"))

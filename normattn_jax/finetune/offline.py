@@ -14,20 +14,25 @@ neighbour on the other side, and every work on both sides in proportion):
 - ``shakespeare_next_line``: a pair of lines of the corpus's texts -> whether the second
   follows the first in the text (half the pairs) or is a line of another held-out document of
   the same split.
+
+Both are made as text first (``genre_splits``, ``next_line_splits``; no tokenizer needed), so
+that a config whose split would be empty is refused before the workdir is written (they are the
+tasks' registered checks), and cut to ``task.max_examples`` per split (evenly spaced; 0 keeps
+all) before they are tokenised.
 """
 from __future__ import annotations
 
 import dataclasses
 import os
 import pathlib
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
 from normattn_jax.finetune import features as features_lib
 from normattn_jax.finetune import metrics
 from normattn_jax.finetune import task as task_lib
-from normattn_jax.validation import check_config_float, int_problem
+from normattn_jax.validation import check_config_float, fail_config, int_problem
 
 # The First Folio's three sections, by the corpus's file names (without "_gut.txt").
 FOLIO_GENRES = {
@@ -88,18 +93,59 @@ def _accuracy_scorer(labels: np.ndarray):
   return lambda predictions: {"accuracy": metrics.accuracy(predictions, labels)}
 
 
-def _check_fractions(c) -> None:
+def check_fields(c) -> None:
+  """The offline tasks' own fields, named as ``config.task.<field>`` in errors."""
   for name in ("validation_fraction", "dev_fraction"):
     check_config_float(f"task.{name}", c[name], 0, 1, open_low=True, open_high=True)
   if int_problem(c.passage_lines) or c.passage_lines > LINES_PER_DOCUMENT:
-    raise ValueError(f"config.task.passage_lines={c.passage_lines!r}: must be an integer in "
-                     f"[1, {LINES_PER_DOCUMENT}]")
+    fail_config("task.passage_lines", c.passage_lines,
+                f"must be an integer in [1, {LINES_PER_DOCUMENT}]")
 
 
 def corpus_files(c) -> list:
   """The corpus, fetched once into ``task.cache_dir`` (default ``runs/corpus``)."""
   from normattn_jax.data.corpora import shakespeare_texts
   return shakespeare_texts(c.cache_dir or os.path.join("runs", "corpus"))
+
+
+def spread(count: int, limit: int) -> np.ndarray:
+  """``limit`` evenly spaced indices of ``range(count)``, all of them when ``limit`` is 0 or
+  not below ``count``: a quick run (``task.max_examples``) keeps every work in its split."""
+  if not limit or limit >= count:
+    return np.arange(count)
+  return np.arange(limit) * count // limit
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+  """One split's examples before tokenisation: first texts, second texts (None for single
+  texts) and labels."""
+  firsts: list
+  seconds: Optional[list]
+  labels: np.ndarray
+
+  def limited(self, limit: int) -> "Split":
+    rows = spread(len(self.labels), limit)
+    pick = lambda texts: None if texts is None else [texts[i] for i in rows]
+    return Split(pick(self.firsts), pick(self.seconds), self.labels[rows])
+
+
+def _checked(c, task: str, documents: Sequence[Document], splits: dict) -> dict:
+  """Refuse a split without examples, naming the field to change; then cut each split to
+  ``task.max_examples``."""
+  counts = {name: len(split.labels) for name, split in splits.items()}
+  if not sum(counts.values()):
+    fail_config("task.cache_dir", c.cache_dir,
+                f"its corpus gives no example of {task}: pre-training holds out "
+                f"{len(documents)} of its documents (validation_fraction "
+                f"{c.validation_fraction}); the corpus is too small")
+  if not counts["dev"]:
+    fail_config("task.dev_fraction", c.dev_fraction,
+                f"puts none of the {counts['train']} examples of {task} in the dev split: raise it")
+  if not counts["train"]:
+    fail_config("task.dev_fraction", c.dev_fraction,
+                f"puts all {counts['dev']} examples of {task} in the dev split: lower it")
+  return {name: split.limited(c.max_examples) for name, split in splits.items()}
 
 
 def genre_examples(documents: Sequence[Document], passage_lines: int):
@@ -116,25 +162,45 @@ def genre_examples(documents: Sequence[Document], passage_lines: int):
   return passages, np.asarray(labels, np.int32), owners
 
 
-def load_genre(tokenizer, c) -> task_lib.FinetuneTask:
-  """``shakespeare_genre`` for ``tokenizer`` (see the module docstring)."""
-  _check_fractions(c)
+def genre_splits(c) -> tuple[list, dict]:
+  """The held-out documents and ``{"train", "dev"}`` splits of ``shakespeare_genre`` before
+  tokenisation, checked (``_checked``); no tokenizer needed, so that a bad config is refused
+  before the workdir is written."""
+  check_fields(c)
   documents = held_out_documents(corpus_files(c), c.validation_fraction)
   passages, labels, owners = genre_examples(documents, c.passage_lines)
   dev_ids = dev_documents(documents, c.dev_fraction)
   dev = np.array([owner in dev_ids for owner in owners], bool)
-  features = features_lib.classification_features(tokenizer, passages, None, labels,
-                                                  c.max_seq_length, num_labels=len(GENRES))
-  split = lambda rows: {k: v[rows] for k, v in features.items()}
-  counts = np.bincount(labels[dev], minlength=len(GENRES))
+  splits = {name: Split([p for p, d in zip(passages, dev) if d == on_dev], None,
+                        labels[dev == on_dev])
+            for name, on_dev in (("train", False), ("dev", True))}
+  return documents, _checked(c, "shakespeare_genre", documents, splits)
+
+
+def _tokenised(tokenizer, c, split: Split, num_labels: int) -> dict:
+  return features_lib.classification_features(tokenizer, split.firsts, split.seconds,
+                                              split.labels, c.max_seq_length,
+                                              num_labels=num_labels)
+
+
+def _limit_note(c) -> str:
+  return f", at most {c.max_examples} per split (task.max_examples)" if c.max_examples else ""
+
+
+def load_genre(tokenizer, c) -> task_lib.FinetuneTask:
+  """``shakespeare_genre`` for ``tokenizer`` (see the module docstring)."""
+  documents, splits = genre_splits(c)
+  train, dev = (_tokenised(tokenizer, c, splits[name], len(GENRES)) for name in ("train", "dev"))
+  counts = np.bincount(dev["label"], minlength=len(GENRES))
   return task_lib.FinetuneTask(
-      "shakespeare_genre", "classification", len(GENRES), split(~dev), split(dev),
-      _accuracy_scorer(labels[dev]), ("accuracy",),
+      "shakespeare_genre", "classification", len(GENRES), train, dev,
+      _accuracy_scorer(dev["label"]), ("accuracy",),
       description=(f"{c.passage_lines}-line passages of the First Folio's 36 plays -> comedy / "
                    f"history / tragedy, from the {len(documents)} documents pre-training holds "
-                   f"out (validation_fraction {c.validation_fraction}); {int((~dev).sum())} "
-                   f"train and {int(dev.sum())} dev passages (dev per genre "
-                   f"{counts.tolist()}, majority {counts.max() / counts.sum():.3f})"))
+                   f"out (validation_fraction {c.validation_fraction}); "
+                   f"{len(train['label'])} train and {len(dev['label'])} dev passages"
+                   f"{_limit_note(c)} (dev per genre {counts.tolist()}, majority "
+                   f"{counts.max() / counts.sum():.3f})"))
 
 
 def next_line_examples(documents: Sequence[Document], seed: int):
@@ -155,25 +221,31 @@ def next_line_examples(documents: Sequence[Document], seed: int):
   return firsts, seconds, np.asarray(labels, np.int32)
 
 
-def load_next_line(tokenizer, c) -> task_lib.FinetuneTask:
-  """``shakespeare_next_line`` for ``tokenizer`` (see the module docstring)."""
-  _check_fractions(c)
+def next_line_splits(c) -> tuple[list, dict]:
+  """The held-out documents and ``{"train", "dev"}`` splits of ``shakespeare_next_line``
+  before tokenisation, checked as ``genre_splits``."""
+  check_fields(c)
   documents = held_out_documents(corpus_files(c), c.validation_fraction)
   dev_ids = dev_documents(documents, c.dev_fraction)
   splits = {}
   for name, dev in (("train", False), ("dev", True)):
     chosen = [d for d in documents if (d.id in dev_ids) == dev]
-    firsts, seconds, labels = next_line_examples(chosen, seed=int(dev))
-    splits[name] = features_lib.classification_features(tokenizer, firsts, seconds, labels,
-                                                        c.max_seq_length, num_labels=2)
+    splits[name] = Split(*next_line_examples(chosen, seed=int(dev)))
+  return documents, _checked(c, "shakespeare_next_line", documents, splits)
+
+
+def load_next_line(tokenizer, c) -> task_lib.FinetuneTask:
+  """``shakespeare_next_line`` for ``tokenizer`` (see the module docstring)."""
+  documents, splits = next_line_splits(c)
+  train, dev = (_tokenised(tokenizer, c, splits[name], 2) for name in ("train", "dev"))
   return task_lib.FinetuneTask(
-      "shakespeare_next_line", "classification", 2, splits["train"], splits["dev"],
-      _accuracy_scorer(splits["dev"]["label"]), ("accuracy",),
+      "shakespeare_next_line", "classification", 2, train, dev,
+      _accuracy_scorer(dev["label"]), ("accuracy",),
       description=(f"line pairs -> does the second follow the first, from the "
                    f"{len(documents)} documents pre-training holds out (validation_fraction "
-                   f"{c.validation_fraction}); {len(splits['train']['label'])} train and "
-                   f"{len(splits['dev']['label'])} dev pairs, half of them successors"))
+                   f"{c.validation_fraction}); {len(train['label'])} train and "
+                   f"{len(dev['label'])} dev pairs{_limit_note(c)}, half of them successors"))
 
 
-task_lib.register("shakespeare_genre", load_genre)
-task_lib.register("shakespeare_next_line", load_next_line)
+task_lib.register("shakespeare_genre", load_genre, check=genre_splits)
+task_lib.register("shakespeare_next_line", load_next_line, check=next_line_splits)

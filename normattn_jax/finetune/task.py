@@ -3,17 +3,20 @@ dev split, the head that fits them, and how to score the dev predictions.
 
 Features are numpy arrays with a leading example axis: ``input_ids``, ``token_type_ids``,
 ``attention_mask`` (int32 ``[n, L]``, or ``[n, C, L]`` for multiple choice) and the head's
-label fields (``label`` int32 or float32; ``start_positions``, ``end_positions``). Tasks are
-registered by name (``register``) as loaders ``(tokenizer, task_config) -> FinetuneTask``.
+label fields (``label`` int32 or float32; ``start_positions``, ``end_positions``), checked
+when a ``FinetuneTask`` is made (``check_split``) and against the encoder's vocabulary
+(``FinetuneTask.check_ids``) before anything compiles. Tasks are registered by name
+(``register``) as loaders ``(tokenizer, task_config) -> FinetuneTask``.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Optional
 
 import numpy as np
 
 from normattn_jax.finetune import heads as heads_lib
+from normattn_jax.validation import int_problem
 
 FEATURES = ("input_ids", "token_type_ids", "attention_mask")
 
@@ -43,16 +46,24 @@ class FinetuneTask:
 
   def __post_init__(self):
     head = heads_lib.get(self.head)
+    if int_problem(self.num_labels):
+      raise ValueError(f"task {self.name!r}: num_labels must be a positive integer, got "
+                       f"{self.num_labels!r}")
     for split, arrays in (("train", self.train), ("dev", self.dev)):
-      missing = [f for f in FEATURES + head.label_fields if f not in arrays]
-      if missing:
-        raise ValueError(f"task {self.name!r}: the {split} split lacks {missing}")
-      sizes = {len(arrays[f]) for f in FEATURES + head.label_fields}
-      if len(sizes) != 1 or not sizes.pop():
-        raise ValueError(f"task {self.name!r}: the {split} split's fields differ in length or "
-                         f"are empty")
+      check_split(f"task {self.name!r}: the {split} split", arrays, head, self.num_labels)
     if not self.metrics:
       raise ValueError(f"task {self.name!r}: names no metric")
+
+  def check_ids(self, vocab_size: int, type_vocab_size: int) -> None:
+    """Refuse token ids the encoder has no embedding for (a lookup out of range gives NaN, and
+    the run would count as diverged instead of failing)."""
+    for split, arrays in (("train", self.train), ("dev", self.dev)):
+      for field, size in (("input_ids", vocab_size), ("token_type_ids", type_vocab_size)):
+        values = np.asarray(arrays[field])
+        bad = values >= size
+        if bad.any():
+          raise ValueError(f"task {self.name!r}: the {split} split's {field} holds "
+                           f"{_first(bad, values)}, beyond the encoder's {size} ids")
 
   @property
   def seq_len(self) -> int:
@@ -67,12 +78,93 @@ class FinetuneTask:
     return out
 
 
+def _first(bad: np.ndarray, values: np.ndarray) -> str:
+  """The first offending value and the example it is in."""
+  index = tuple(np.argwhere(bad)[0])
+  return f"{values[index].item()!r} at example {int(index[0])}"
+
+
+def _check_integers(where: str, field: str, values: np.ndarray) -> None:
+  if values.dtype.kind not in "iu":
+    raise ValueError(f"{where}'s {field} must be integers, got dtype {values.dtype}")
+
+
+def _check_range(where: str, field: str, values: np.ndarray, low, high) -> None:
+  """Every value in [low, high)."""
+  bad = (values < low) | (values >= high)
+  if bad.any():
+    raise ValueError(f"{where}'s {field} must lie in [{low}, {high}), got {_first(bad, values)}")
+
+
+def check_split(where: str, arrays: Mapping[str, np.ndarray], head: heads_lib.Head,
+                num_labels: int) -> None:
+  """Refuse features the head cannot train on, before anything compiles: every field
+  present, int features ``[n, L]`` (``[n, C, L]`` with options), one label per example, and
+  labels of the head's kind in range. ``where`` names the task and the split in errors."""
+  missing = [f for f in FEATURES + head.label_fields if f not in arrays]
+  if missing:
+    raise ValueError(f"{where} lacks {missing}")
+  values = {f: np.asarray(arrays[f]) for f in FEATURES + head.label_fields}
+  ids = values["input_ids"]
+  layout = "[examples, options, length]" if head.option_axis else "[examples, length]"
+  if ids.ndim != 2 + head.option_axis:
+    raise ValueError(f"{where}'s input_ids must be {layout}, got shape {ids.shape}")
+  if not len(ids):
+    raise ValueError(f"{where} is empty")
+  for field in FEATURES:
+    _check_integers(where, field, values[field])
+    if values[field].shape != ids.shape:
+      raise ValueError(f"{where}'s {field} must be shaped as input_ids {ids.shape}, got "
+                       f"{values[field].shape}")
+  _check_range(where, "input_ids", ids, 0, np.inf)
+  _check_range(where, "token_type_ids", values["token_type_ids"], 0, np.inf)
+  _check_range(where, "attention_mask", values["attention_mask"], 0, 2)
+  if head.option_axis and ids.shape[1] != num_labels:
+    raise ValueError(f"{where} has {ids.shape[1]} options per example, but num_labels is "
+                     f"{num_labels}")
+  for field in head.label_fields:
+    labels = values[field]
+    if labels.shape != (len(ids),):
+      raise ValueError(f"{where}'s {field} must hold one value per example, shape "
+                       f"({len(ids)},), got {labels.shape}")
+    if head.labels == "classes":
+      _check_integers(where, field, labels)
+      _check_range(where, field, labels, 0, num_labels)
+    elif head.labels == "positions":
+      _check_integers(where, field, labels)
+      _check_range(where, field, labels, 0, ids.shape[-1])
+    elif head.labels == "values":
+      if labels.dtype.kind not in "iuf":
+        raise ValueError(f"{where}'s {field} must be numbers, got dtype {labels.dtype}")
+      bad = ~np.isfinite(labels)
+      if bad.any():
+        raise ValueError(f"{where}'s {field} must be finite, got {_first(bad, labels)}")
+
+
 TASKS: dict = {}
+CHECKS: dict = {}
 
 
-def register(name: str, loader: Callable) -> None:
-  """Make ``loader(tokenizer, task_config) -> FinetuneTask`` known as ``name``."""
+def register(name: str, loader: Callable, check: Optional[Callable] = None) -> None:
+  """Make ``loader(tokenizer, task_config) -> FinetuneTask`` known as ``name``.
+
+  Args:
+    name: the task's name (``config.task.name``).
+    loader: builds the task for an encoder's tokenizer.
+    check: ``check(task_config)`` raises a ValueError naming the field and the value where
+      ``loader`` would refuse the config; it runs before the workdir is written, so that the
+      corrected command needs no ``--afresh``. It may read the task's data (no tokenizer).
+  """
   TASKS[name] = loader
+  CHECKS.pop(name, None)
+  if check is not None:
+    CHECKS[name] = check
+
+
+def check_config(name: str, task_config) -> None:
+  """The registered task's ``check`` of its config, if it has one."""
+  if name in CHECKS:
+    CHECKS[name](task_config)
 
 
 def known(name: str) -> bool:

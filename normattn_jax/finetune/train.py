@@ -9,15 +9,19 @@ bias correction, decoupled weight decay except on LayerNorm parameters, biases a
 linear warm-up then linear decay) with the learning rate in the optimiser state, so that one
 program trains all of them. The dev split is scored at fixed intervals, with no early stopping:
 the result of a model is its last evaluation. ``run_finetuning`` writes ``config.json``,
+``starting_point.json`` (what the encoder started from: a resumed run refuses another),
 ``history.jsonl``, TensorBoard scalars, orbax checkpoints (a killed run resumes with the same
-numbers), ``metrics.npz``, ``curves.png`` and, last, ``summary.json``: per learning rate the mean,
-standard error, min and max over the seeds, and the best learning rate.
+numbers), ``metrics.npz`` and, last, ``summary.json``: per learning rate the mean, standard
+error, min and max over the seeds (with HNAS, each seed's u per layer and head at the end), and
+the best learning rate (its figure: ``reporting.training_figures.finetuning_curves``).
 """
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import os
+import re
 import time
 from typing import Any, Callable, Optional
 
@@ -33,7 +37,7 @@ from normattn_jax.finetune import offline  # noqa: F401 (registers the offline t
 from normattn_jax.finetune import task as task_lib
 from normattn_jax.train import grid as grid_lib
 from normattn_jax.train import multihost
-from normattn_jax.train.checkpoint import open_workdir, releases_workdir, \
+from normattn_jax.train.checkpoint import WorkdirError, open_workdir, releases_workdir, \
     write_json
 from normattn_jax.train.optim import lamb_adapted, scale_by_adam_without_bias_correction, \
     schedule_shape
@@ -108,8 +112,10 @@ def validate_finetune_config(c: ml_collections.ConfigDict, check_paths: bool = T
 
   Args:
     c: the fine-tuning config.
-    check_paths: also check that ``encoder.path`` holds what ``encoder.kind`` needs and, for a
-      pre-training workdir and an offline task, that both hold out the same documents.
+    check_paths: also check what the config's paths hold: that ``encoder.path`` holds what
+      ``encoder.kind`` needs and, for a pre-training workdir and an offline task, that both
+      hold out the same documents; and the task's data (its registered check, e.g. that the
+      offline task's corpus gives both splits examples).
   """
   check_known_fields(c, base_finetune_config(), free=("encoder.attention.options",))
   e = c.encoder
@@ -144,6 +150,9 @@ def validate_finetune_config(c: ml_collections.ConfigDict, check_paths: bool = T
   check_config_float("train.weight_decay", t.weight_decay, 0)
   check_config_float("train.clip_norm", t.clip_norm, 0, open_low=True)
   _fraction("train.classifier_dropout", t.classifier_dropout)
+  if check_paths:  # the chief fetches the task's data into the shared cache, the others read it
+    multihost.chief_first("normattn_jax finetune check",
+                          lambda: task_lib.check_config(c.task.name, c.task))
 
 
 def _check_encoder_path(c: ml_collections.ConfigDict) -> None:
@@ -158,6 +167,37 @@ def _check_encoder_path(c: ml_collections.ConfigDict) -> None:
       _fail("task.validation_fraction", c.task.validation_fraction,
             f"must equal the pre-training run's data.validation_fraction ({held_out}), so that "
             f"the task's documents are the ones it held out")
+
+
+STARTING_POINT = "starting_point.json"  # in a fine-tuning workdir: what its encoder started from
+
+
+def starting_point_record(c: ml_collections.ConfigDict, start: encoders.StartingPoint) -> dict:
+  """What a fine-tuning run starts from: the encoder's kind and path, the pre-training
+  checkpoint's step and a hash of the parameters."""
+  return {"encoder.kind": c.encoder.kind, "encoder.path": c.encoder.path, "step": start.step,
+          "parameters_sha256": encoders.parameters_sha256(start.params)}
+
+
+def pin_starting_point(workdir: str, record: dict) -> None:
+  """Store the starting point of a new run (``STARTING_POINT``), or refuse to resume one from
+  another: its checkpoints would go on from an encoder that is no longer the one at
+  ``encoder.path`` (e.g. its pre-training workdir was run again with ``--afresh``), and its
+  summary would name the new one. A workdir from before the record pins what it resumes with."""
+  path = os.path.join(workdir, STARTING_POINT)
+  if os.path.exists(path):
+    with open(path) as f:
+      stored = json.load(f)
+    changed = [f"{key} was {stored.get(key)!r}, now {record.get(key)!r}"
+               for key in sorted(stored.keys() | record.keys())
+               if stored.get(key) != record.get(key)]
+    if changed:
+      raise WorkdirError(f"workdir {workdir} fine-tunes another starting point: "
+                         f"{'; '.join(changed)}. Restore the encoder it started from, use "
+                         f"another workdir, or start afresh (--afresh, afresh=True) to move it "
+                         f"aside")
+  elif multihost.is_chief():
+    write_json(path, record, indent=2, sort_keys=True)
 
 
 def adamw(learning_rate, num_steps: int, warmup_steps: int, weight_decay: float,
@@ -331,8 +371,10 @@ def _stats(values: np.ndarray) -> dict:
 
 def summarise(c, task: task_lib.FinetuneTask, history: dict) -> dict:
   """Per learning rate, the statistics over seeds of every metric at the last evaluation, and
-  the learning rate of the best mean main metric (a diverged seed counts in ``diverged``, not
-  in the statistics)."""
+  the best learning rate. A diverged seed counts in ``diverged``, not in the statistics, and as
+  a failure in the choice: the best learning rate is one with the fewest diverged seeds, and
+  among those the best mean main metric (so a rate where most seeds blew up never wins on the
+  mean of the few that did not)."""
   n_seeds = c.num_seeds
   cells = []
   for i, lr in enumerate(c.learning_rates):
@@ -347,13 +389,43 @@ def summarise(c, task: task_lib.FinetuneTask, history: dict) -> dict:
     cells.append(cell)
   main = task.metrics[0]
   scored = [cell for cell in cells if cell[main]["mean"] is not None]
-  best = max(scored, key=lambda cell: cell[main]["mean"]) if scored else None
+  best = max(scored, key=lambda cell: (-cell["diverged"], cell[main]["mean"])) if scored else None
   return {"task": task.name, "task_description": task.description, "head": task.head,
           "metric": main, "metrics": list(task.metrics), "cells": cells, "best": best,
           "num_seeds": n_seeds, "steps": c.train.num_steps,
           "eval_steps": [(i + 1) * c.train.eval_every for i in range(len(history["diverged"]))],
           "train_examples": len(task.train["input_ids"]),
           "dev_examples": len(task.dev["input_ids"])}
+
+
+def _natural_key(path) -> tuple:
+  """A parameter path as a sort key in which ``layer_10`` follows ``layer_9``."""
+  parts = re.split(r"(\d+)", jax.tree_util.keystr(path))
+  return tuple(int(p) if p.isdigit() else p for p in parts)
+
+
+def hybrid_weights(params) -> Optional[np.ndarray]:
+  """HNAS's u as the attention uses it (clipped to [0, 1]), ``[models, layers, heads]`` in layer
+  order, from parameters with a leading models axis; None without HNAS. A layer's own module
+  holds ``hybrid_weight [models, heads]``, an ALBERT encoder that shares its layers
+  ``hybrid_weights [models, layers, heads]``; u moves in fine-tuning, so the end's is recorded."""
+  leaves = [(path, np.asarray(leaf)) for path, leaf in jax.tree_util.tree_leaves_with_path(params)
+            if jax.tree_util.keystr(path[-1:]) in ("['hybrid_weight']", "['hybrid_weights']")]
+  if not leaves:
+    return None
+  leaves.sort(key=lambda item: _natural_key(item[0]))
+  per_layer = [u[:, None] if u.ndim == 2 else u for _, u in leaves]
+  return np.clip(np.concatenate(per_layer, axis=1), 0.0, 1.0)
+
+
+def with_hybrid_weights(summary: dict, c, u: Optional[np.ndarray]) -> dict:
+  """``summary`` with each learning rate's u per seed, layer and head at the last step
+  (``hybrid_weights``, from ``hybrid_weights``) in its cell; unchanged without HNAS."""
+  if u is None:
+    return summary
+  for i, cell in enumerate(summary["cells"]):
+    cell["hybrid_weights"] = u[i * c.num_seeds:(i + 1) * c.num_seeds].tolist()
+  return summary
 
 
 def _score(task: task_lib.FinetuneTask, predictions: np.ndarray, diverged: bool) -> dict:
@@ -400,6 +472,7 @@ def run_finetuning(c: ml_collections.ConfigDict, workdir: str, *,
   if finished is not None:
     return finished
   start = encoders.load_starting_point(c.encoder)
+  pin_starting_point(workdir, starting_point_record(c, start))
   # every process needs the task; the chief fetches and prepares its data (corpus, TFDS) into
   # the shared cache, the others then read it
   task = multihost.chief_first("normattn_jax finetune task",
@@ -407,6 +480,7 @@ def run_finetuning(c: ml_collections.ConfigDict, workdir: str, *,
   if task.seq_len > start.max_positions:
     _fail("task.max_seq_length", task.seq_len,
           f"exceeds the encoder's max_position_embeddings ({start.max_positions})")
+  task.check_ids(start.module.config.vocab_size, start.module.config.type_vocab_size)
   hp, seeds = hyperparameter_grid(c)
   num_models, t = len(seeds), c.train
   grid, _ = build_grid(c, task, start, num_models)
@@ -452,13 +526,15 @@ def run_finetuning(c: ml_collections.ConfigDict, workdir: str, *,
     with RunHooks(os.path.join(workdir, "checkpoints"), t.checkpoint_every, num_evals,
                   metrics_like=metrics_like, record=record, budget=Budget(max_chunks),
                   name="fine-tuning") as hooks:
-      history = grid_lib.run_grid(grid, grid_lib.model_keys(c.seed, seeds), per_model,
-                                  num_evals, resume=hooks.resume, on_chunk=hooks.on_chunk,
-                                  on_host=on_host).metrics
+      finished_run = grid_lib.run_grid(grid, grid_lib.model_keys(c.seed, seeds), per_model,
+                                       num_evals, resume=hooks.resume, on_chunk=hooks.on_chunk,
+                                       on_host=on_host)
   finally:
     log.close()
+  history = finished_run.metrics
   timed_chunks, timed_seconds = timing["chunks"], timing["seconds"]
-  summary = summarise(c, task, history)
+  summary = with_hybrid_weights(summarise(c, task, history), c,
+                                hybrid_weights(finished_run.state.params))
   summary.update(
       encoder=start.description,
       model_steps_per_second=(num_models * t.eval_every * timed_chunks / timed_seconds
@@ -466,7 +542,6 @@ def run_finetuning(c: ml_collections.ConfigDict, workdir: str, *,
       devices=jax.device_count(), device_kind=jax.devices()[0].device_kind)
   if multihost.is_chief():  # written last: summary.json marks a finished run
     save_metrics(os.path.join(workdir, "metrics.npz"), c, history)
-    draw_curves(os.path.join(workdir, "curves.png"), c, summary, history)
     write_json(os.path.join(workdir, "summary.json"), summary, indent=2)
   return summary
 
@@ -479,27 +554,3 @@ def save_metrics(path: str, c, history: dict) -> None:
   arrays["eval_steps"] = np.arange(1, len(history["diverged"]) + 1) * c.train.eval_every
   np.savez_compressed(path, **arrays)
 
-
-def draw_curves(path: str, c, summary: dict, history: dict) -> None:
-  """The main dev metric during fine-tuning: per learning rate the mean over seeds, shaded
-  between the worst and the best seed."""
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-  main = summary["metric"]
-  steps = summary["eval_steps"]
-  fig, ax = plt.subplots(figsize=(5, 3.5))
-  for i, lr in enumerate(c.learning_rates):
-    curve = history[main][:, i * c.num_seeds:(i + 1) * c.num_seeds]
-    if not np.isfinite(curve).any():
-      continue
-    line, = ax.plot(steps, np.nanmean(curve, 1), marker="o", label=f"lr {lr:g}")
-    ax.fill_between(steps, np.nanmin(curve, 1), np.nanmax(curve, 1), alpha=0.2,
-                    color=line.get_color())
-  ax.set_xlabel("fine-tuning step")
-  ax.set_ylabel(f"dev {main}")
-  ax.set_title(summary["task"], fontsize=9)
-  ax.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)

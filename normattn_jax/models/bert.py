@@ -290,15 +290,24 @@ def load_config(path: PathLike) -> BertConfig:
 
   Raises:
     FileNotFoundError: if ``path`` is not a folder or has no ``config.json``.
-    ValueError: if ``model_type`` is not "bert" or a field is out of range.
+    ValueError: naming the file, if it is not a JSON object, its ``model_type`` is not "bert"
+      or a field is out of range.
   """
-  folder = _check_folder(path, "config.json")
-  config = json.loads((folder / "config.json").read_text())
+  file = _check_folder(path, "config.json") / "config.json"
+  try:
+    config = json.loads(file.read_text())
+  except ValueError as err:  # json.JSONDecodeError, UnicodeDecodeError
+    raise ValueError(f"{file} is not valid JSON ({err})") from None
+  if not isinstance(config, dict):
+    raise ValueError(f"{file} holds a JSON {type(config).__name__}, not a model config")
   model_type = config.get("model_type", "bert")
   if model_type != "bert":
     raise ValueError(f"config.json of {str(path)!r} has model_type={model_type!r}; "
                      f"from_pretrained reads model_type='bert' checkpoints")
-  return BertConfig.from_dict(config)
+  try:
+    return BertConfig.from_dict(config)
+  except (TypeError, ValueError) as err:
+    raise ValueError(f"{file}: {err}") from None
 
 
 # Buffers of transformers' BertEmbeddings in some checkpoints: not parameters.
@@ -419,13 +428,18 @@ def from_pretrained(path: PathLike, *, dtype: Optional[Any] = None,
 
   Raises:
     FileNotFoundError: if ``path`` lacks ``config.json`` or ``model.safetensors``.
+    ValueError: naming the file, if one of them is damaged (``load_config``).
     ImportError: if ``safetensors`` is not installed (the ``bert`` extra).
   """
+  safetensors = require("safetensors", "bert")
   safetensors_numpy = require("safetensors.numpy", "bert")
 
   config = load_config(path)
-  folder = _check_folder(path, "model.safetensors")
-  tensors = safetensors_numpy.load_file(str(folder / "model.safetensors"))
+  file = _check_folder(path, "model.safetensors") / "model.safetensors"
+  try:
+    tensors = safetensors_numpy.load_file(str(file))
+  except (safetensors.SafetensorError, OSError, ValueError) as err:
+    raise ValueError(f"{file} is not a readable safetensors file ({err})") from None
   params, has_pooler = convert_state_dict(tensors, config)
   params = jax.tree.map(lambda a: jnp.asarray(np.ascontiguousarray(a), param_dtype), params)
   model = BertModel(config, add_pooler=has_pooler, dtype=dtype, param_dtype=param_dtype)
@@ -445,12 +459,16 @@ def load_tokenizer(path: PathLike):
 
   Raises:
     FileNotFoundError: if ``path`` is not a folder or has no ``tokenizer.json``.
+    ValueError: naming the file, if ``tokenizers`` cannot read it.
     ImportError: if ``tokenizers`` is not installed (the ``bert`` extra).
   """
   tokenizers = require("tokenizers", "bert")
 
-  folder = _check_folder(path, "tokenizer.json")
-  return tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
+  file = _check_folder(path, "tokenizer.json") / "tokenizer.json"
+  try:
+    return tokenizers.Tokenizer.from_file(str(file))
+  except Exception as err:  # tokenizers raises a bare Exception for a file it cannot parse
+    raise ValueError(f"{file} is not a readable tokenizer ({err})") from None
 
 
 def tokenize(tokenizer, texts: Sequence[Union[str, tuple[str, str]]],

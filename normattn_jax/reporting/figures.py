@@ -1,6 +1,7 @@
 """Figures of a sweep: the NAP paper's RGB pixel plots and learning curves with min-max bands."""
 from __future__ import annotations
 
+import json
 import os
 
 from normattn_jax._extras import require
@@ -12,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from normattn_jax import tasks  # noqa: E402
-from normattn_jax.train.artifacts import eval_steps  # noqa: E402
+from normattn_jax.train import artifacts  # noqa: E402
 from normattn_jax.train.config import point_config, static_points  # noqa: E402
 from normattn_jax.train.layout import ModelsAxis, grid_name  # noqa: E402
 
@@ -242,7 +243,7 @@ def learning_curves_figure(config, summary, metrics_path, path, groups=()):
   """
   data = np.load(metrics_path)
   first = static_points(config)[0]
-  steps = eval_steps(point_config(config, first))  # a point's own, where its steps scale
+  steps = artifacts.eval_steps(point_config(config, first))  # a point's own, where its steps scale
   archs = list(config.archs)
   rows = [(("train_acc", "tab:blue"), ("val_acc", "tab:orange"))]
   if groups:
@@ -289,6 +290,20 @@ def draw_sweep(config, summary, metrics_path, workdir):
     case_figure(config, summary, os.path.join(workdir, "case_accuracy.png"), groups)
   learning_curves_figure(config, summary, metrics_path,
                          os.path.join(workdir, "learning_curves.png"), groups)
+
+
+def draw_finished_sweep(workdir: str) -> None:
+  """Draw a finished sweep's figures (``draw_sweep``) from what its workdir holds: after a run,
+  a rescoring or a retrained arch, whose functions write ``summary.json`` and leave the figures
+  to their caller.
+
+  Args:
+    workdir: a finished sweep's workdir (``config.json``, ``metrics.npz``, ``summary.json``).
+  """
+  with open(os.path.join(workdir, artifacts.SUMMARY)) as f:
+    summary = json.load(f)
+  draw_sweep(artifacts.read_config(workdir), summary, os.path.join(workdir, artifacts.METRICS),
+             workdir)
 
 
 def card_accuracy(report: dict, path: str) -> None:

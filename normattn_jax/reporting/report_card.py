@@ -426,7 +426,8 @@ def cached(path: str, compute: Callable[[], object]):
 
 def train_all(spec: AttentionSpec, scale: str, workdir: str, baselines_dir: str,
               show_progress: bool) -> dict:
-  """Every task's baselines (shared, trained once) and card sweep.
+  """Every task's baselines (shared, trained once) and card sweep, each sweep's figures drawn
+  when it finishes.
 
   Args:
     spec: the card's normalisation.
@@ -439,6 +440,7 @@ def train_all(spec: AttentionSpec, scale: str, workdir: str, baselines_dir: str,
     ``{"<card|baselines>/<task>": seconds}`` of the sweeps trained by a call of this card
     (``timing.json``, kept over resumes; None: found finished, e.g. baselines of another card).
   """
+  from normattn_jax.reporting import figures  # matplotlib only when drawing
   path = os.path.join(workdir, "timing.json")
   seconds = cached(path, dict)
   for task in TASKS:
@@ -449,6 +451,8 @@ def train_all(spec: AttentionSpec, scale: str, workdir: str, baselines_dir: str,
       start = time.perf_counter()
       run_sweep(sweep_config(task, scale, archs, own), sweep_dir, show_progress=show_progress,
                 tensorboard=False)
+      if not finished:
+        figures.draw_finished_sweep(sweep_dir)
       key = f"{label}/{task}"
       if not finished or key not in seconds:
         seconds[key] = None if finished else time.perf_counter() - start

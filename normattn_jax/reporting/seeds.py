@@ -10,7 +10,8 @@ Fig. 4 and 5 criterion, "learn all three cases"): its best accuracy on every cas
 ``learned_threshold``, the report card's rule, with chance the best input-independent guess
 (``synthetic.case_guess_rate``). Training accuracy alone does not tell: at N = 128 the argmax
 case is 7.5% of the data, so a model that never solves it can still reach 92.5%. On other tasks
-a seed has learned when its best training accuracy reaches a given threshold.
+a seed has learned when its best training accuracy reaches a given threshold. The rank test
+needs scipy (the ``analysis`` extra); the rest, the ``experiments`` extra.
 
 The authors' code (OliverRichter/normalized-attention, ``train.py``) stores each architecture's
 sweep as ``<ARCH>.pickle``, a tuple ``(results, completed runs, run order)`` whose ``results``
@@ -27,8 +28,8 @@ import pickle
 from typing import Mapping, Optional
 
 import numpy as np
-import scipy.stats
 
+from normattn_jax._extras import require
 from normattn_jax.tasks import synthetic
 from normattn_jax.train import artifacts
 from normattn_jax.train.config import get_field, point_config, point_label, static_points
@@ -116,13 +117,41 @@ def _index_of(values: np.ndarray, value: float, what: str) -> int:
 
 
 def _load(path: str):
-  """One of the authors' pickles; an empty or truncated one is named (a copy cut short)."""
+  """One of the authors' pickles; one that does not unpickle (empty, cut short, damaged, or
+  naming classes this environment lacks) is named."""
   with open(path, "rb") as f:
     try:
       return pickle.load(f)
-    except (EOFError, pickle.UnpicklingError) as err:
-      raise ValueError(f"{path}: empty or truncated ({type(err).__name__}: {err}); copy it "
-                       "again from paper_results") from None
+    except Exception as err:  # unpickling bad bytes can raise nearly anything
+      raise ValueError(f"{path}: empty, truncated or damaged ({type(err).__name__}: {err}); "
+                       "copy it again from paper_results") from None
+
+
+def _variations(path: str, stored) -> tuple[dict, dict]:
+  """The two variations of an ``_params.pickle`` (``(variations, params)``), each checked to
+  hold ``{name, min, range, base}``."""
+  fields = ("name", "min", "range", "base")
+  variations = stored[0] if isinstance(stored, (tuple, list)) and len(stored) == 2 else None
+  if not isinstance(variations, (tuple, list)) or len(variations) != 2:
+    raise ValueError(f"{path}: holds {type(stored).__name__} {_short(stored)}, not the authors' "
+                     "pair (variations, params) with two variations")
+  for variation in variations:
+    if not isinstance(variation, dict) or not set(fields) <= set(variation):
+      raise ValueError(f"{path}: the variation {_short(variation)} lacks one of {fields}")
+  return variations[0], variations[1]
+
+
+def _results(path: str, stored):
+  """The ``results`` of an ``<ARCH>.pickle`` (``(results, completed runs, run order)``)."""
+  if not isinstance(stored, (tuple, list)) or not stored:
+    raise ValueError(f"{path}: holds {type(stored).__name__} {_short(stored)}, not the authors' "
+                     "tuple (results, completed runs, run order)")
+  return stored[0]
+
+
+def _short(value) -> str:
+  text = repr(value)
+  return text if len(text) <= 80 else text[:77] + "..."
 
 
 def authors_files(arch: str) -> tuple[str, str]:
@@ -191,21 +220,22 @@ class AuthorsSweep:
 
     Raises:
       FileNotFoundError: the folder lacks the architecture's files.
-      ValueError: a file is empty or truncated, or the stored sweep is incomplete (cells with
-        different seed counts) or not a learning-rate sweep.
+      ValueError: a file is empty, truncated or damaged, holds another structure than the
+        authors' code stores, or the stored sweep is incomplete (cells with different seed
+        counts) or not a learning-rate sweep.
     """
     name = os.path.join(directory, AUTHORS_NAMES.get(arch, arch))
-    variations, _ = _load(name + "_params.pickle")
-    results = _load(name + ".pickle")[0]
-    swept, rates = variations
+    swept, rates = _variations(name + "_params.pickle", _load(name + "_params.pickle"))
+    results = _results(name + ".pickle", _load(name + ".pickle"))
     if rates["name"] != "learning_rate":
       raise ValueError(f"{name}_params.pickle: the second variation is {rates['name']!r}, "
                        "not the learning rate")
     try:
       curves = np.asarray(results, dtype=np.float64)
-    except ValueError:
-      raise ValueError(f"{name}.pickle: cells hold different numbers of seeds "
-                       "(an unfinished sweep)") from None
+    except (TypeError, ValueError) as err:
+      raise ValueError(f"{name}.pickle: its results are no array of numbers [epochs, learning "
+                       f"rates, values, metrics, seeds] ({err}); cells that hold different "
+                       "numbers of seeds are an unfinished sweep") from None
     if curves.ndim != 5:
       raise ValueError(f"{name}.pickle: results of shape {curves.shape}, expected "
                        "[epochs, learning rates, values, metrics, seeds]")
@@ -308,8 +338,12 @@ def rank_test(better: np.ndarray, worse: np.ndarray, alternative: str = "greater
 
   Returns:
     The p-value (the smallest for 5 seeds against 5, one-sided: 1/252 = 0.004).
+
+  Raises:
+    ImportError: if scipy is not installed (the ``analysis`` extra).
   """
-  return float(scipy.stats.mannwhitneyu(better, worse, alternative=alternative).pvalue)
+  stats = require("scipy.stats", "analysis")
+  return float(stats.mannwhitneyu(better, worse, alternative=alternative).pvalue)
 
 
 def compare(runs: list[OurSweep], authors_dir: Optional[str] = None, threshold: float = 0.8,

@@ -6,24 +6,25 @@ from normattn_jax.train.config import PAPER_ARCHS
 REGULARIZERS = {"train.dropout": "with dropout", "train.l2": "with L2"}
 
 
-def regularization_table(summaries) -> str:
-  """The NAP paper's Tables 2-4 as markdown, from regularisation sweeps.
+def regularization_scores(summaries) -> tuple[list[str], dict]:
+  """The entries of the NAP paper's Tables 2-4, from regularisation sweeps.
 
   Per arch, the best mean train and validation accuracy unregularised (a swept value of 0) and
-  with each regulariser (its best nonzero value, named in brackets, where the paper gives the
-  value's rank).
+  with each regulariser (its best nonzero value, where the paper gives the value's rank).
 
   Args:
     summaries: ``summary.json`` trees of sweeps whose ``sweep.name`` is ``train.dropout`` or
       ``train.l2``.
 
   Returns:
-    The table, one markdown row per line, the paper's architectures first.
+    ``(archs, scores)``: the archs, the paper's first; ``(split, row) -> arch -> (best score,
+    the value that gave it or None unregularised)``, split "train" or "val", row
+    "unregularised" or a value of ``REGULARIZERS``.
 
   Raises:
     ValueError: a summary holds a point of another sweep.
   """
-  table: dict = {}  # (split, row) -> arch -> (best score, the value that gave it)
+  table: dict = {}
   archs: set = set()
   for summary in summaries:
     for key, best in summary["best"].items():
@@ -37,17 +38,35 @@ def regularization_table(summaries) -> str:
         score = best[f"{split}_acc"]
         cell = table.setdefault((split, row), {})
         if score is not None and (arch not in cell or score > cell[arch][0]):
-          cell[arch] = (score, "" if row == "unregularised" else f" ({float(value):g})")
+          cell[arch] = (score, None if row == "unregularised" else float(value))
   order = list(PAPER_ARCHS)  # the paper's columns first
-  archs = sorted(archs, key=lambda a: (order.index(a) if a in order else len(order), a))
+  return sorted(archs, key=lambda a: (order.index(a) if a in order else len(order), a)), table
+
+
+def regularization_table(summaries) -> str:
+  """The NAP paper's Tables 2-4 as markdown (``regularization_scores``): per arch its best
+  score, the value that gave it in brackets.
+
+  Args:
+    summaries: as ``regularization_scores``.
+
+  Returns:
+    The table, one markdown row per line, the paper's architectures first.
+  """
+  archs, table = regularization_scores(summaries)
   lines = ["| | " + " | ".join(archs) + " |", "|---" * (len(archs) + 1) + "|"]
   for split, label in (("train", "train"), ("val", "validation")):
     for row in ("unregularised", *REGULARIZERS.values()):
       cells = table.get((split, row), {})
       if cells:
         lines.append(f"| {label}, {row} | " + " | ".join(
-            f"{100 * cells[a][0]:.1f}{cells[a][1]}" if a in cells else "-" for a in archs) + " |")
+            _regularized(*cells[a]) if a in cells else "-" for a in archs) + " |")
   return "\n".join(lines)
+
+
+def _regularized(score: float, value) -> str:
+  """A regularisation table's entry: the score (%), the value behind it in brackets."""
+  return f"{100 * score:.1f}" + ("" if value is None else f" ({value:g})")
 
 
 def finetuning_tables(summaries: dict) -> str:

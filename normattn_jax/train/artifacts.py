@@ -3,14 +3,14 @@ to learning rate x swept value x seed), ``summary.json`` (written last: it marks
 and the ``config.json`` they are read back with."""
 from __future__ import annotations
 
-import json
 import os
+import zipfile
 
 import ml_collections
 import numpy as np
 
 from normattn_jax.train import config as config_lib
-from normattn_jax.train.checkpoint import write_json
+from normattn_jax.train.checkpoint import read_json, write_json
 from normattn_jax.train.migrate import with_current_names
 from normattn_jax.train.layout import ModelsAxis, grid_name
 
@@ -104,14 +104,27 @@ def read_config(workdir: str) -> ml_collections.ConfigDict:
 
   Returns:
     The config the run trained with.
+
+  Raises:
+    ValueError: naming the file, if it is not JSON or not a sweep's config.
   """
-  with open(os.path.join(workdir, "config.json")) as f:
-    tree = with_current_names(json.load(f), "sweep")
+  path = os.path.join(workdir, "config.json")
+  tree = with_current_names(read_json(path), "sweep")
   for field in TUPLE_FIELDS:  # before the ConfigDict exists, which would keep them lists
     section, _, key = field.rpartition(".")
-    node = tree[section] if section else tree
+    node = tree.get(section) if section else tree
+    if not isinstance(node, dict) or not isinstance(node.get(key), list):
+      raise ValueError(f"{path} is not a sweep's config: it has no list {field}")
     node[key] = tuple(node[key])
   return ml_collections.ConfigDict(tree)
+
+
+def _open_npz(path: str):
+  """``np.load(path)`` of an ``.npz``; one that is not (a write cut short) is named."""
+  try:
+    return np.load(path)
+  except (ValueError, zipfile.BadZipFile) as err:
+    raise ValueError(f"{path} is not a readable .npz ({err})") from None
 
 
 def read_results(workdir: str, config) -> dict:
@@ -126,7 +139,7 @@ def read_results(workdir: str, config) -> dict:
   """
   axis = ModelsAxis.of(config)
   results = {}
-  with np.load(os.path.join(workdir, METRICS)) as data:
+  with _open_npz(os.path.join(workdir, METRICS)) as data:
     for point in config_lib.static_points(config):
       for arch in config.archs:
         prefix = grid_name(arch, point) + "/"

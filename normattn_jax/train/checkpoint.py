@@ -43,6 +43,8 @@ MAY_DIFFER = {
     "causal_lm": ("train.checkpoint_every", "data.cache_dir"),
     # a report card (reporting.report_card): its normalisation, options and scale, all results
     "report_card": (),
+    # Brody et al.'s majority run (analysis.majority): every field of its MajorityConfig
+    "majority": (),
 }
 _SHOWN = 8  # differing fields named in an error, the rest counted
 ITEM = "default"  # the folder of a step that holds the tree (orbax's single item)
@@ -96,8 +98,7 @@ def check_workdir(workdir: str, config: ml_collections.ConfigDict, kind: str) ->
     return
   afresh = "start afresh (--afresh, afresh=True) to move it aside"
   try:
-    with open(path) as f:
-      stored = json.load(f)
+    stored = read_json(path)
   except (OSError, ValueError) as err:
     raise WorkdirError(f"workdir {workdir}: cannot read its config.json ({err}); "
                        f"use another workdir or {afresh}") from None
@@ -124,6 +125,49 @@ def move_aside(workdir: str) -> Optional[str]:
     target = f"{base}-{count}"
   os.rename(workdir, target)
   return target
+
+
+def read_json(path: str) -> dict:
+  """The JSON object a run stored at ``path`` (``config.json``, ``summary.json``, ...).
+
+  Args:
+    path: the file.
+
+  Returns:
+    Its tree, a dict.
+
+  Raises:
+    OSError: if the file cannot be opened.
+    ValueError: naming the file, if it is not JSON (a write cut short) or holds no object.
+  """
+  with open(path) as f:
+    try:
+      tree = json.load(f)
+    except ValueError as err:  # json.JSONDecodeError, UnicodeDecodeError
+      raise ValueError(f"{path} is not valid JSON ({err})") from None
+  if not isinstance(tree, dict):
+    raise ValueError(f"{path} holds a JSON {type(tree).__name__}, not an object of fields")
+  return tree
+
+
+def finished_summary(workdir: str) -> dict:
+  """The ``summary.json`` of a finished run, for the scripts that compare finished runs.
+
+  Args:
+    workdir: the run's workdir.
+
+  Returns:
+    The summary's tree.
+
+  Raises:
+    FileNotFoundError: naming the workdir, if the run has not finished (no ``summary.json``).
+    ValueError: naming the file, if it is damaged (``read_json``).
+  """
+  path = os.path.join(workdir, "summary.json")
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"workdir {workdir} has no summary.json: its run has not finished "
+                            "(or it is no run's workdir)")
+  return read_json(path)
 
 
 def write_json(path: str, tree, **dump_args) -> None:
@@ -325,9 +369,15 @@ def _open_locked(workdir: str, config: ml_collections.ConfigDict, kind: str, afr
   multihost.sync("normattn_jax open_workdir")
   if not os.path.exists(summary):
     return None
+  try:
+    finished = read_json(summary)
+  except ValueError as err:
+    raise WorkdirError(f"workdir {workdir}: its summary.json, which marks a finished run, is "
+                       f"damaged: {err}. Remove it to finish the run again from its newest "
+                       f"checkpoint, or start afresh (--afresh, afresh=True) to move the "
+                       f"workdir aside") from None
   print(f"{workdir} holds this config's finished run: its results stay as they are")
-  with open(summary) as f:
-    return json.load(f)
+  return finished
 
 
 def write_versions(workdir: str) -> dict:

@@ -7,10 +7,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import jax
 from absl import app, flags, logging
+from jax._src import xla_bridge
 from ml_collections import config_flags
 
 from normattn_jax.registry import load_plugins
@@ -48,6 +49,47 @@ def enable_compilation_cache(enabled: bool = True, environ=os.environ) -> Option
   return jax.config.jax_compilation_cache_dir
 
 
+def cpu_cores() -> int:
+  """The cores this process may run on."""
+  try:
+    return len(os.sched_getaffinity(0))
+  except AttributeError:  # not on Linux
+    return os.cpu_count() or 1
+
+
+def default_cpu_devices(cores: int, divides: Sequence[int] = ()) -> int:
+  """One JAX device per core, or the most below that which divides every number of
+  ``divides`` (a data-parallel run's batch sizes, split evenly over the devices); values that
+  are not positive integers are left to the run's validation to name."""
+  sizes = [d for d in divides if isinstance(d, int) and d > 0]
+  return next(n for n in range(max(cores, 1), 0, -1) if all(d % n == 0 for d in sizes))
+
+
+def split_cpu(requested: Optional[int], divides: Sequence[int] = (),
+              environ=os.environ) -> Optional[int]:
+  """Split a CPU into JAX devices before JAX's backends start, so that the models axis (or a
+  pre-training's batch) is sharded over every core: ``requested`` devices, or by default
+  ``default_cpu_devices(cpu_cores(), divides)``. The default leaves alone a JAX that has
+  started already (an in-process caller) or one told its count by
+  ``--xla_force_host_platform_device_count``. No effect on accelerators.
+
+  Args:
+    requested: the scripts' ``--cpu_devices``; None for one per core.
+    divides: numbers the device count must divide.
+    environ: the environment (``XLA_FLAGS``).
+
+  Returns:
+    The count set, or None when it was left alone.
+  """
+  if requested is None:
+    if (xla_bridge.backends_are_initialized()
+        or "xla_force_host_platform_device_count" in environ.get("XLA_FLAGS", "")):
+      return None
+    requested = default_cpu_devices(cpu_cores(), divides)
+  jax.config.update("jax_num_cpu_devices", requested)
+  return requested
+
+
 @dataclasses.dataclass(frozen=True)
 class RunFlags:
   """The shared flags (``define_run_flags``); each holds its parsed value in ``.value``."""
@@ -83,6 +125,22 @@ def define_config_flag(default: Optional[str], help_string: str,
   return holder
 
 
+def define_cpu_devices_flag() -> flags.FlagHolder:
+  """``--cpu_devices`` (``split_cpu``), for every script that trains."""
+  return flags.DEFINE_integer(
+      "cpu_devices", None, "Split a CPU into this many JAX devices, over which the models (or "
+      "a pre-training's batch) are sharded; default one per core (for a pre-training, the "
+      "most up to that which divide its batch sizes). Numbers of another device count agree "
+      "to float rounding. No effect on accelerators.", lower_bound=1)
+
+
+def define_plugins_flag() -> flags.FlagHolder:
+  """``--plugins``: modules to import before the run (``load_plugins``), e.g. one that registers
+  a normalisation or a task of the user's; every script that names one takes it so."""
+  return flags.DEFINE_list("plugins", [], "Modules to import first (on PYTHONPATH), e.g. ones "
+                           "that register a normalisation.")
+
+
 def define_run_flags() -> RunFlags:
   """Define the shared flags (call once, at module level of a script); ``--workdir`` is
   required.
@@ -105,14 +163,8 @@ def define_run_flags() -> RunFlags:
       afresh=flags.DEFINE_bool(
           "afresh", False, "Move an existing workdir aside (to WORKDIR.replaced-<UTC time>) "
           "and start anew."),
-      plugins=flags.DEFINE_list(
-          "plugins", [], "Modules to import first (on PYTHONPATH), e.g. ones that register a "
-          "normalisation."),
-      cpu_devices=flags.DEFINE_integer(
-          "cpu_devices", 0, "Split a CPU into this many devices, e.g. one per core, over which "
-          "the models are sharded (faster for grids of many small models; other numbers than "
-          "one device, to float rounding); 0: JAX's default, one. No effect on accelerators.",
-          lower_bound=0),
+      plugins=define_plugins_flag(),
+      cpu_devices=define_cpu_devices_flag(),
       compilation_cache=flags.DEFINE_bool(
           "compilation_cache", True, "Keep compiled programs in $XDG_CACHE_HOME/normattn_jax "
           "(~/.cache without it), so that a rerun compiles nothing twice; also off with "
@@ -121,30 +173,38 @@ def define_run_flags() -> RunFlags:
   return holders
 
 
-def run_command(run: Callable[..., T], config: Any, run_flags: RunFlags) -> T:
-  """A run script's ``main``: check the multi-host flags, quiet absl's logging (checkpoint
-  chatter would break the progress bar), import the plugins, join the hosts with
-  ``--distributed``, then ``run(config, workdir, afresh=afresh)``; a refused workdir prints
-  ``error: ...`` and exits with code 2.
+def run_command(run: Callable[..., T], config: Any, run_flags: RunFlags,
+                divides: Sequence[int] = ()) -> T:
+  """A run script's ``main``: check the multi-host flags, split a CPU into one device per core
+  (``split_cpu``), quiet absl's logging (checkpoint chatter would break the progress bar),
+  import the plugins, join the hosts with ``--distributed``, then
+  ``run(config, workdir, afresh=afresh)``; a refused workdir prints ``error: ...`` and exits
+  with code 2.
 
   Args:
     run: the run, e.g. ``sweep.run_sweep``.
     config: the script's parsed config.
     run_flags: the holders ``define_run_flags`` returned.
+    divides: numbers the default device count must divide (a pre-training's batch sizes).
 
   Returns:
     What ``run`` returned.
 
   Raises:
-    app.UsageError: if a multi-host flag is given without ``--distributed``.
+    app.UsageError: if a multi-host flag is given without ``--distributed``, or one that
+      ``multihost.check_arguments`` refuses.
   """
   f = run_flags
   if not f.distributed.value and (f.coordinator_address.value or f.num_processes.value
                                   or f.process_id.value >= 0):
     raise app.UsageError("--coordinator_address, --num_processes and --process_id need "
                          "--distributed")
-  if f.cpu_devices.value:  # before anything starts JAX's backends
-    jax.config.update("jax_num_cpu_devices", f.cpu_devices.value)
+  try:
+    multihost.check_arguments(f.coordinator_address.value, f.num_processes.value,
+                              f.process_id.value)
+  except ValueError as err:
+    raise app.UsageError(f"--{err}") from None
+  split_cpu(f.cpu_devices.value, divides)
   logging.set_verbosity(logging.ERROR)
   enable_compilation_cache(f.compilation_cache.value)
   load_plugins(f.plugins.value)

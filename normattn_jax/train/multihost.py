@@ -16,6 +16,49 @@ import numpy as np
 T = TypeVar("T")
 
 
+def address_problem(address: str) -> Optional[str]:
+  """Why ``address`` is not ``host:port`` (an IPv6 host in brackets, ``[::1]:1234``), or None
+  when it is; "" (detected) is fine.
+
+  Args:
+    address: the coordinator's address as given.
+
+  Returns:
+    "must be host:port, ..." or None.
+  """
+  if not address:
+    return None
+  host, colon, port = address.rpartition(":")
+  if host.startswith("[") and host.endswith("]"):
+    host = host[1:-1]
+  if not colon or not host or ":" in host and not address.startswith("["):
+    return "must be host:port (e.g. 10.0.0.1:1234, [::1]:1234)"
+  if not port.isdigit() or not 0 < int(port) < 65536:
+    return f"must end in a port number in [1, 65535], got {port!r}"
+  return None
+
+
+def check_arguments(coordinator_address: str = "", num_processes: int = 0,
+                    process_id: int = -1) -> None:
+  """Refuse what ``initialize`` would not join with, naming the argument and its value.
+
+  Args:
+    coordinator_address: ``host:port`` of process 0, or "" (detected).
+    num_processes: how many processes the run has, or 0 (detected).
+    process_id: this process's index, or -1 (detected).
+
+  Raises:
+    ValueError: for an address that is not ``host:port`` or an id outside
+      ``[0, num_processes)``.
+  """
+  problem = address_problem(coordinator_address)
+  if problem:
+    raise ValueError(f"coordinator_address={coordinator_address!r} {problem}")
+  if num_processes < 0 or (process_id >= 0 and num_processes and process_id >= num_processes):
+    raise ValueError(f"process_id={process_id}, num_processes={num_processes}: the id must "
+                     "lie in [0, num_processes)")
+
+
 def initialize(coordinator_address: str = "", num_processes: int = 0,
                process_id: int = -1) -> None:
   """Join the processes of a multi-host run (``jax.distributed.initialize``).
@@ -27,10 +70,11 @@ def initialize(coordinator_address: str = "", num_processes: int = 0,
     coordinator_address: ``host:port`` of process 0, which every process can reach.
     num_processes: how many processes the run has.
     process_id: this process's index, 0 to ``num_processes - 1``.
+
+  Raises:
+    ValueError: see ``check_arguments``.
   """
-  if num_processes < 0 or (process_id >= 0 and num_processes and process_id >= num_processes):
-    raise ValueError(f"process_id={process_id}, num_processes={num_processes}: the id must "
-                     "lie in [0, num_processes)")
+  check_arguments(coordinator_address, num_processes, process_id)
   jax.distributed.initialize(coordinator_address=coordinator_address or None,
                              num_processes=num_processes or None,
                              process_id=None if process_id < 0 else process_id)

@@ -12,6 +12,8 @@ checkpoint and ends with the same numbers; the workdir belongs to its config
 """
 from __future__ import annotations
 
+import copy
+import hashlib
 import os
 import time
 from typing import Optional
@@ -24,18 +26,18 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from normattn_jax.attention.module import IMPLEMENTATIONS
+from normattn_jax.attention.module import IMPLEMENTATIONS, check_fusable
 from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.models.albert import DTYPES, AlbertConfig, AlbertForPretraining, \
     pretraining_loss
 from normattn_jax.models.bert import ACTIVATIONS
 from normattn_jax.train import multihost
-from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, releases_workdir, \
-    write_json
+from normattn_jax.train.checkpoint import GridCheckpoints, check_workdir, open_workdir, \
+    releases_workdir, write_json
 from normattn_jax.train.config import validate_attention_options
 from normattn_jax.train.driver import Budget
 from normattn_jax.train.optim import albert_lamb, albert_schedule
-from normattn_jax.train.run_log import RunLog
+from normattn_jax.train.run_log import RunLog, read_history
 from normattn_jax.train.sections import attention_section, attention_spec, check_known_fields
 from normattn_jax.train.state import TrainState
 from normattn_jax.validation import check_config_float, check_config_int
@@ -74,7 +76,7 @@ def base_pretrain_config() -> ml_collections.ConfigDict:
 def validate_pretrain_config(c: ml_collections.ConfigDict) -> None:
   """Check every field before anything is built; errors name the field and the value."""
   check_known_fields(c, base_pretrain_config(), free=("model.attention.options",))
-  attention_spec(c.model.attention, "model.attention")
+  spec = attention_spec(c.model.attention, "model.attention")
   for name in ("embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                "intermediate_size", "num_hidden_groups", "inner_group_num",
                "max_position_embeddings", "type_vocab_size"):
@@ -93,6 +95,7 @@ def validate_pretrain_config(c: ml_collections.ConfigDict) -> None:
   for field, (value, allowed) in choices.items():
     if value not in allowed:
       _fail(field, value, f"must be one of {allowed}")
+  check_fusable(spec, c.model.attention_implementation, "config.model.attention_implementation")
   validate_attention_options(c.model, "model")
   if c.model.differential and (c.model.hidden_size // c.model.num_attention_heads) % 2:
     _fail("model.differential", c.model.differential,
@@ -116,6 +119,8 @@ def validate_pretrain_config(c: ml_collections.ConfigDict) -> None:
     check_config_float(f"data.{name}", c.data[name], 0, 1)
   check_config_float("data.validation_fraction", c.data.validation_fraction, 0, 1,
                      open_low=True, open_high=True)
+  if c.data.corpus == "files":
+    _check_enough_documents(c.data)
   for name in ("batch_size", "num_steps", "log_every", "eval_every", "eval_batches"):
     check_config_int(f"train.{name}", c.train[name])
   for name in ("warmup_steps", "checkpoint_every", "eval_batch_size"):
@@ -131,6 +136,33 @@ def validate_pretrain_config(c: ml_collections.ConfigDict) -> None:
     if c.train[name] % devices:
       _fail(f"train.{name}", c.train[name],
             f"must be divisible by the number of devices ({devices})")
+
+
+def _check_enough_documents(d: ml_collections.ConfigDict) -> None:
+  """Local text files that make too few documents for a split are refused with the config, not
+  once the workdir is written (the corrected command would then be another config's)."""
+  from normattn_jax.data import albert_examples, tfds_text
+  need = albert_examples.DOCUMENTS_PER_SPLIT
+  counts = tfds_text.split_counts([str(f) for f in d.files], albert_examples.LINES_PER_DOCUMENT,
+                                  d.validation_fraction, enough=need)
+  if min(counts.values()) < need:
+    _fail("data.files", tuple(d.files),
+          f"make {counts['train']} train and {counts['validation']} validation documents "
+          f"({albert_examples.LINES_PER_DOCUMENT} non-empty lines each, data.validation_fraction="
+          f"{d.validation_fraction}); ALBERT's examples need {need} in each split: add text or "
+          f"change data.validation_fraction")
+
+
+def file_sha256(path: str) -> str:
+  with open(path, "rb") as f:
+    return hashlib.sha256(f.read()).hexdigest()
+
+
+def vocab_record(vocab_path: str, workdir: str) -> dict:
+  """Which SentencePiece model the run trained with, for its ``summary.json``: its path
+  relative to the workdir (a workdir moves with its own data cache) and the sha256 of the file,
+  so that fine-tuning reads this one even where ``data.cache_dir`` holds other runs' too."""
+  return {"path": os.path.relpath(vocab_path, workdir), "sha256": file_sha256(vocab_path)}
 
 
 def model_config(c: ml_collections.ConfigDict, vocab_size: int) -> AlbertConfig:
@@ -245,6 +277,7 @@ def load_data(c: ml_collections.ConfigDict, workdir: str):
   """``(vocab, {"train", "validation"})`` of the configured corpus, cached under
   ``data.cache_dir`` (default: the workdir; runs that share it share their data)."""
   from normattn_jax import data as data_lib
+  from normattn_jax.data import tfds_text
 
   d = c.data
   workdir = d.cache_dir or workdir
@@ -253,12 +286,27 @@ def load_data(c: ml_collections.ConfigDict, workdir: str):
                   max_predictions_per_seq=d.max_predictions_per_seq, ngram=d.ngram,
                   short_seq_prob=d.short_seq_prob, dupe_factor=d.dupe_factor,
                   validation_fraction=d.validation_fraction, seed=d.seed)
-  if d.corpus == "wikipedia":
-    return data_lib.prepare_wikipedia_pretraining_data(
-        workdir, wikipedia_config=d.wikipedia_config, **settings)
-  files = (data_lib.shakespeare_texts(os.path.join(workdir, "corpus"))
-           if d.corpus == "shakespeare" else [str(f) for f in d.files])
-  return data_lib.prepare_pretraining_data(files, workdir, **settings)
+  try:
+    if d.corpus == "wikipedia":
+      return data_lib.prepare_wikipedia_pretraining_data(
+          workdir, wikipedia_config=d.wikipedia_config, **settings)
+    files = (data_lib.shakespeare_texts(os.path.join(workdir, "corpus"))
+             if d.corpus == "shakespeare" else [str(f) for f in d.files])
+    return data_lib.prepare_pretraining_data(files, workdir, **settings)
+  except tfds_text.TooFewDocuments as err:
+    _fail("data.validation_fraction", d.validation_fraction, too_few_documents_advice(d, err))
+
+
+def too_few_documents_advice(d: ml_collections.ConfigDict, err) -> str:
+  """What to change in ``data`` when a split has too few documents (``TooFewDocuments``):
+  pre-training names its fields, not the data functions' arguments (its documents' length is
+  not one of them)."""
+  from normattn_jax.data import albert_examples, tfds_text
+
+  fraction = f"{tfds_text.fraction_change(err.split)} data.validation_fraction"
+  change = f"add text to data.files or {fraction}" if d.corpus == "files" else fraction
+  return (f"{err.facts}; {change} (pre-training's documents are "
+          f"{albert_examples.LINES_PER_DOCUMENT} non-empty lines of a text each)")
 
 
 def throughput(summary: dict) -> str:
@@ -346,7 +394,7 @@ def run_pretraining(c: ml_collections.ConfigDict, workdir: str, *,
       "train_mlm_accuracy": last_train["mlm_accuracy"],
       "train_sop_accuracy": last_train["sop_accuracy"],
       "num_params": int(sum(np.size(p) for p in jax.tree.leaves(state.params))),
-      "vocab_size": vocab.size,
+      "vocab_size": vocab.size, "vocab": vocab_record(vocab.path, workdir),
       "train_examples": train_data.num_examples, "validation_examples": val_data.num_examples,
       "tokens_per_second": (tokens_per_step * timed_steps / timed_seconds
                             if timed_seconds else None),
@@ -359,3 +407,43 @@ def run_pretraining(c: ml_collections.ConfigDict, workdir: str, *,
   if chief:  # written last: it marks a finished run
     write_json(os.path.join(workdir, "summary.json"), summary, indent=2)
   return summary
+
+
+def pretrain_each(c: ml_collections.ConfigDict, workdir: str, attentions, *,
+                  afresh: bool = False) -> dict:
+  """The DNAS paper's comparison: one run of ``c`` per normalisation in ``<workdir>/<name>``, on
+  the same data (``data.cache_dir``, by default ``workdir``) and seeds. Every run's workdir is
+  checked before any trains, so that a workdir of another config is refused before hours of
+  training (unless ``afresh`` moves each aside).
+
+  Args:
+    c: the pre-training config; its ``model.attention.name`` is set per run (on a copy).
+    workdir: the comparison's folder.
+    attentions: the normalisations' registered names.
+    afresh: move each run's existing workdir aside and start anew.
+
+  Returns:
+    ``{name: summary}`` (``run_pretraining``).
+
+  Raises:
+    WorkdirError: for a run's workdir of another config.
+  """
+  c = copy.deepcopy(c)
+  if not c.data.cache_dir:
+    c.data.cache_dir = workdir
+  if not afresh:
+    for attention in attentions:
+      c.model.attention.name = attention
+      check_workdir(os.path.join(workdir, attention), c, "pretraining")
+  results = {}
+  for attention in attentions:
+    c.model.attention.name = attention
+    print(f"--- {attention}", flush=True)
+    results[attention] = run_pretraining(c, os.path.join(workdir, attention), afresh=afresh)
+  return results
+
+
+def validation_rows(workdir: str) -> list[dict]:
+  """The held-out evaluations of a run's ``history.jsonl``, in order."""
+  return [row for row in read_history(os.path.join(workdir, "history.jsonl"))
+          if row["split"] == "validation"]

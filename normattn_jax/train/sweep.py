@@ -1,6 +1,7 @@
 """Run a whole sweep: for every static point (shape sweeps) and architecture, train the grid of
 models (``grid.train_grid``), resuming from checkpoints, then score it (``scoring``) and write
-``metrics.npz``, the figures and ``summary.json`` (``artifacts``, ``normattn_jax.reporting``).
+``metrics.npz`` and ``summary.json`` (``artifacts``); the caller draws the figures
+(``normattn_jax.reporting.figures``).
 
 One ``RunLog`` per workdir logs every grid: ``history.jsonl`` and TensorBoard get, per grid,
 learning rate and evaluation, the mean over that learning rate's models of ``LOGGED``. A resumed
@@ -94,7 +95,8 @@ def train_point(config, arch, values, workdir, log: RunLog,
 
 def resummarise(workdir: str) -> dict:
   """Score a finished run again from its ``config.json`` and ``metrics.npz``, no training:
-  rewrites ``summary.json`` and the figures (after a change in how results are scored).
+  rewrites ``summary.json`` (after a change in how results are scored; the caller redraws the
+  figures).
 
   Args:
     workdir: a finished sweep's workdir; one stored under the field name ``sweep.values`` reads
@@ -105,7 +107,7 @@ def resummarise(workdir: str) -> dict:
   """
   config = artifacts.read_config(workdir)
   summary = summarise(config, artifacts.read_results(workdir, config))
-  write_results(workdir, config, summary)
+  artifacts.write_summary(workdir, summary)
   return summary
 
 
@@ -162,20 +164,6 @@ def _index_of(choices, value, field: str) -> int:
   return int(matches[0])
 
 
-def write_results(workdir, config, summary) -> None:
-  """The figures, drawn from ``summary`` and the run's ``metrics.npz``, then ``summary.json``:
-  written last, it marks a finished run.
-
-  Args:
-    workdir: the sweep's workdir, holding ``metrics.npz``.
-    config: the sweep config.
-    summary: the scores (``scoring.summarise``).
-  """
-  from normattn_jax.reporting import figures  # matplotlib only when figures are drawn
-  figures.draw_sweep(config, summary, os.path.join(workdir, artifacts.METRICS), workdir)
-  artifacts.write_summary(workdir, summary)
-
-
 @releases_workdir
 def run_sweep(config: ml_collections.ConfigDict, workdir: str, *, max_chunks: Optional[int] = None,
               show_progress: bool = True, tensorboard: bool = True, afresh: bool = False) -> dict:
@@ -185,8 +173,8 @@ def run_sweep(config: ml_collections.ConfigDict, workdir: str, *, max_chunks: Op
 
   Args:
     config: the sweep config.
-    workdir: where config.json, checkpoints, history.jsonl, TensorBoard scalars, metrics.npz,
-      the figures and summary.json go.
+    workdir: where config.json, checkpoints, history.jsonl, TensorBoard scalars, metrics.npz
+      and summary.json go (the figures: ``reporting.figures.draw_finished_sweep``).
     max_chunks: stop after that many evaluations of this call by raising ``Interrupted`` (a
       simulated kill, for tests); None runs to the end.
     show_progress: show a progress bar (in model-steps).
@@ -217,7 +205,7 @@ def run_sweep(config: ml_collections.ConfigDict, workdir: str, *, max_chunks: Op
   if not chief:
     return summary
   artifacts.save_metrics(os.path.join(workdir, artifacts.METRICS), config, results)
-  write_results(workdir, config, summary)
+  artifacts.write_summary(workdir, summary)  # last: it marks a finished run
   print(f"trained {len(jobs)} grid(s) in {time.perf_counter() - started:.0f} s; "
         f"results in {workdir}")
   return summary

@@ -1,0 +1,501 @@
+"""Fused attention: the normalisations that are softmax attention with a per-key offset, run by
+``jax.nn.dot_product_attention``, so that one code path runs cuDNN's flash kernel on an NVIDIA GPU
+and XLA's kernel elsewhere.
+
+* **Softmax** is the kernel itself.
+* **DNAS and Sinkhorn** weights are ``softmax_j(l_ij - a_j)``: after t iterations
+  ``log pi_ij = l_ij - a_j - b_i`` and the row offsets b cancel in the final row normalisation.
+  DNAS's a_j is its column normalisation, ``logsumexp_i l_ij`` over the valid queries (Sinkhorn
+  adds the row and column passes of its further iterations); ``fast.sinkhorn_key_offsets``
+  computes them blockwise, differentiably, in O(block x N) memory. The offsets are folded into the
+  head dimension rather than passed as a bias: q gains a column of ones and k the column ``-a_j``,
+  so ``q' . k' = l_ij - a_j``. The kernel never sees a bias, so no bias gradient is needed
+  (jax's cuDNN wrapper has computed it only for some bias shapes), and autodiff carries the
+  offsets' gradient through k's column. In bf16/fp16 the column is split in two (the value
+  rounded, then its remainder), so the offset keeps about 16 bits instead of 8.
+* **HNAS** is ``u * DNAS + (1 - u) * softmax``: two fused calls.
+* **Sink** is one more key with no features, a zero value and the column value ``sink``: then
+  ``exp(l_j) / (exp(sink) + sum_k exp(l_k))`` exactly, with its gradient. (The kernels' log-sum-exp
+  residual would give ``out * sigmoid(lse - sink)`` too, but it is returned without a gradient and
+  rounded to the input dtype.) With cuDNN's causal mask, which is positional, the sink key comes
+  first and a query dropped afterwards goes in front too, so that every query sees the sink.
+* **Scalable-Softmax** is softmax attention with query i scaled by ``s log(n_i)``, n_i the keys it
+  sees.
+
+Layout: ``q [..., n_q, h, d]``, ``k [..., n_k, h, d]``, ``v [..., n_k, h, e]`` (the layout of
+``jax.nn.dot_product_attention`` and of the modules' projections, so nothing is transposed),
+logits ``q . k`` (scale q beforehand); the structured masks of ``fast.py``: ``query_mask
+[..., n_q]``, ``key_mask [..., n_k]`` (True = valid) and ``causal``, aligned at the ends (query i
+sees the keys j <= i + n_k - n_q); the normalisations that normalise each row alone also take a
+dense boolean ``mask`` broadcastable to ``[..., h, n_q, n_k]``. A row without a valid key gives 0,
+as on the quadratic path (the kernels alone would spread it evenly over the keys).
+
+The kernel is cuDNN's where it takes the call (``kernel_for``), else XLA's, whose masks are masks:
+exact at any logit. cuDNN would take a mask only as a dense bias, so there a key mask goes into
+k's column too, as ``CUDNN_MASKED_LOGIT`` (cuDNN's own mask value): exact while |logits| < 2^40.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from normattn_jax.attention import fast as fast_lib
+
+Array = jax.Array
+KERNELS = ("xla", "cudnn")
+CUDNN_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+CUDNN_MIN_COMPUTE_CAPABILITY = 8   # cuDNN's flash attention: Ampere or later
+CUDNN_MAX_WIDTH = 128              # its head width on every such GPU (256 from Hopper on)
+CUDNN_WIDTH_MULTIPLE = 8
+CUDNN_MASKED_LOGIT = -2.0 ** 41    # jax's cuDNN wrapper masks bf16 logits by adding this
+MAX_KEY_COLUMNS = 2                # the offset column, split in two below float32
+
+
+# ----- the kernel and the path -----
+
+def cudnn_device() -> bool:
+  """Whether the default device is an NVIDIA GPU on which cuDNN's flash attention runs."""
+  device = jax.devices()[0]
+  if device.platform != "gpu":
+    return False
+  try:
+    major = int(str(getattr(device, "compute_capability", "")).split(".")[0])
+  except ValueError:  # not a CUDA device (e.g. ROCm)
+    return False
+  return major >= CUDNN_MIN_COMPUTE_CAPABILITY
+
+
+def _round_up(n: int, multiple: int) -> int:
+  return -(-n // multiple) * multiple
+
+
+def kernel_for(dtype, width: int, *, dense_mask: bool = False,
+               causal_unequal: bool = False) -> str:
+  """The kernel of a fused call: cuDNN's where it takes the call, else XLA's.
+
+  Args:
+    dtype: the dtype of q, k and v (cuDNN takes bf16 and fp16 only).
+    width: the head width the kernel would see before padding (the widest of q and k with the
+      offset columns, and v).
+    dense_mask: the call has a dense mask (cuDNN would take it only as a dense bias).
+    causal_unequal: causal with queries and keys of different lengths (cuDNN's causal mask
+      aligns them at the start, this library's at the end).
+
+  Returns:
+    "cudnn" or "xla" (one of ``KERNELS``).
+  """
+  if (cudnn_device() and jnp.dtype(dtype) in CUDNN_DTYPES and not dense_mask
+      and not causal_unequal and _round_up(width, CUDNN_WIDTH_MULTIPLE) <= CUDNN_MAX_WIDTH):
+    return "cudnn"
+  return "xla"
+
+
+def blockers(norm, *, dense_mask: bool, sow_weights: bool, dropout: bool) -> list:
+  """What a call has that the fused path cannot take: the weights are never formed (no
+  ``sow_weights``, no attention dropout), and a normalisation that also normalises over the
+  queries computes its key offsets from the structured masks (no dense mask).
+
+  Args:
+    norm: the registered ``Normalization``.
+    dense_mask: a dense mask is given.
+    sow_weights: the weights are to be stored.
+    dropout: attention dropout is active.
+
+  Returns:
+    The names of the blockers, empty if none.
+  """
+  return [name for name, present in (
+      (f"a dense mask (normalization {norm.name!r} takes query_mask/key_mask/causal)",
+       dense_mask and norm.normalizes_over_queries),
+      ("sow_weights", sow_weights), ("attention dropout", dropout)) if present]
+
+
+def takes_fused_path(norm, implementation: str, call_blockers, dtype, head_dim: int, *,
+                     value_dim: int = 0, dense_mask: bool = False, causal_unequal: bool = False,
+                     structured: str = "structured masks") -> bool:
+  """Whether a call takes the fused path: always for "fused" (refusing what it cannot take),
+  for "auto" where nothing blocks it and the kernel would be one of the normalisation's
+  ``fused_auto_kernels`` (cuDNN's for softmax, DNAS, HNAS, sink and Scalable-Softmax; on a CPU
+  XLA's fused kernel is the quadratic computation and "auto" keeps today's paths), never
+  otherwise.
+
+  Args:
+    norm: the registered ``Normalization``.
+    implementation: the module's implementation ("auto", "quadratic", "fast" or "fused").
+    call_blockers: ``blockers(...)`` of this call, and any the module adds.
+    dtype: the dtype of q, k and v.
+    head_dim: the width of each head's queries and keys.
+    value_dim: the width of each head's values (0: at most ``head_dim``).
+    dense_mask: the call has a dense mask.
+    causal_unequal: causal with queries and keys of different lengths.
+    structured: the masks the caller can pass instead, for the error message.
+
+  Returns:
+    True to take the fused path.
+
+  Raises:
+    ValueError: for implementation="fused" where the normalisation has no fused path or a
+      blocker is present.
+  """
+  if implementation == "fused":
+    if norm.fused is None:
+      raise ValueError(f"normalization {norm.name!r} has no fused path (implementation="
+                       f"'fused'); use implementation='quadratic', 'fast' or 'auto'")
+    if call_blockers:
+      raise ValueError(f"implementation='fused' never forms the weights, so it cannot take "
+                       f"{', '.join(call_blockers)}; pass {structured} or use "
+                       f"implementation='quadratic'")
+    return True
+  if implementation != "auto" or call_blockers or norm.fused is None:
+    return False
+  kernel = kernel_for(dtype, max(head_dim + MAX_KEY_COLUMNS, value_dim), dense_mask=dense_mask,
+                      causal_unequal=causal_unequal)
+  return kernel in norm.fused_auto_kernels
+
+
+# ----- checks and layout -----
+
+def _check(q, k, v, mask, query_mask, key_mask) -> None:
+  for name, x in (("q", q), ("k", k), ("v", v)):
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+      raise TypeError(f"{name} must be floating point, got dtype {x.dtype}")
+  if q.ndim < 3 or k.ndim != q.ndim or v.ndim != q.ndim:
+    raise ValueError(f"q, k, v must share their rank (>= 3), got {q.shape}, {k.shape}, {v.shape}")
+  if (k.shape[:-3] != q.shape[:-3] or k.shape[-2:] != q.shape[-2:]
+      or v.shape[:-1] != k.shape[:-1]):
+    raise ValueError(f"incompatible shapes q {q.shape}, k {k.shape}, v {v.shape} (expected "
+                     f"[..., n_q, h, d], [..., n_k, h, d], [..., n_k, h, e])")
+  if q.shape[-3] == 0 or k.shape[-3] == 0:
+    raise ValueError(f"need at least one query and one key, got q of shape {q.shape} and k of "
+                     f"shape {k.shape}")
+  for name, m, length in (("query_mask", query_mask, q.shape[-3]),
+                          ("key_mask", key_mask, k.shape[-3])):
+    if m is not None and (m.dtype != jnp.bool_ or m.shape[-1] != length):
+      raise ValueError(f"{name} must be boolean [..., {length}] (True = valid), got dtype "
+                       f"{m.dtype} and shape {m.shape}")
+  if mask is not None:
+    target = q.shape[:-3] + (q.shape[-2], q.shape[-3], k.shape[-3])
+    if mask.dtype != jnp.bool_:
+      raise ValueError(f"mask must be boolean (True = attend), got dtype {mask.dtype}")
+    try:
+      fits = np.broadcast_shapes(mask.shape, target) == target
+    except ValueError:
+      fits = False
+    if not fits:
+      raise ValueError(f"mask of shape {mask.shape} does not broadcast to {target}")
+
+
+def _batch_flat(x: Optional[Array], lead: tuple, tail: tuple) -> Optional[Array]:
+  """``x`` broadcast to ``lead + tail`` with the lead axes flattened into one (None stays)."""
+  if x is None:
+    return None
+  return jnp.broadcast_to(x, lead + tail).reshape((-1,) + tail)
+
+
+def _dense_flat(mask: Optional[Array], lead: tuple, n_q: int, n_k: int) -> Optional[Array]:
+  """A dense mask as ``[batch or 1, heads or 1, n_q, n_k]`` (the kernels' 4-d form)."""
+  if mask is None:
+    return None
+  heads = mask.shape[-3] if mask.ndim >= 3 else 1
+  mask_lead = mask.shape[:-3] if mask.ndim > 3 else ()
+  if int(np.prod(mask_lead, dtype=int)) == 1:
+    return jnp.broadcast_to(mask, (heads, n_q, n_k))[None]
+  return _batch_flat(mask, lead, (heads, n_q, n_k))
+
+
+def _causal(n_q: int, n_k: int) -> Array:
+  """Query i sees the keys j <= i + n_k - n_q."""
+  return jnp.tril(jnp.ones((n_q, n_k), bool), n_k - n_q)
+
+
+def _visible_keys(mask, key_mask, causal: bool, n_q: int, n_k: int) -> Array:
+  """The number of valid keys each query sees, ``[batch or 1, n_q, heads or 1]`` (float32),
+  from the flattened masks: O(N) without a dense mask."""
+  if mask is not None:
+    full = mask
+    if key_mask is not None:
+      full = full & key_mask[:, None, None, :]
+    if causal:
+      full = full & _causal(n_q, n_k)
+    return jnp.swapaxes(jnp.sum(full, axis=-1, dtype=jnp.float32), -1, -2)
+  valid = jnp.ones((1, n_k), jnp.float32) if key_mask is None else key_mask.astype(jnp.float32)
+  if not causal:
+    return jnp.broadcast_to(jnp.sum(valid, -1)[:, None, None], (valid.shape[0], n_q, 1))
+  prefix = jnp.cumsum(valid, axis=-1)
+  last = jnp.arange(n_q) + n_k - n_q  # the last key query i sees
+  seen = jnp.where(last >= 0, prefix[:, jnp.clip(last, 0, n_k - 1)], 0.0)
+  return seen[..., None]
+
+
+def _column_count(dtype) -> int:
+  """Columns that carry a float32 value in ``dtype``: 1, or 2 below float32's precision."""
+  return 1 if jnp.finfo(dtype).nmant >= jnp.finfo(jnp.float32).nmant else 2
+
+
+def _column_parts(values: Array, dtype) -> list:
+  """``values`` (float32 or wider) as ``_column_count(dtype)`` columns of ``dtype`` that sum back
+  to them: the rounded value, then (below float32) the remainder."""
+  hi = values.astype(dtype)
+  if _column_count(dtype) == 1:
+    return [hi]
+  return [hi, (values - hi.astype(values.dtype)).astype(dtype)]
+
+
+def _pad_width(x: Array, width: int) -> Array:
+  return jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, width - x.shape[-1])])
+
+
+# ----- the one fused call -----
+
+def attention(q, k, v, *, key_offsets=None, sink=None, mask=None, query_mask=None,
+              key_mask=None, causal: bool = False) -> Array:
+  """``softmax_j(q_i . k_j - key_offsets_j) V``, with an optional sink, by one fused call.
+
+  On XLA's kernel every mask is one dense mask (XLA's own causal mask is a dense one too); on
+  cuDNN's, whose masks would be dense biases, a key mask goes into k's column and ``causal`` is
+  the kernel's (``kernel_for`` leaves dense masks and unequal causal lengths to XLA).
+
+  Args:
+    q: floating-point queries, shape ``[..., n_q, h, d]`` (already scaled).
+    k: keys, shape ``[..., n_k, h, d]``.
+    v: values, shape ``[..., n_k, h, e]``.
+    key_offsets: subtracted from each key's logits, ``[..., n_k, h]``; None: 0.
+    sink: the sink logit per head, broadcastable to ``[h]``; None: no sink.
+    mask: dense boolean mask broadcastable to ``[..., h, n_q, n_k]``, True = attend; or None.
+    query_mask: boolean ``[..., n_q]``, True = valid query; None: all valid.
+    key_mask: boolean ``[..., n_k]``, True = valid key; None: all valid.
+    causal: query i sees only the keys j <= i + n_k - n_q.
+
+  Returns:
+    The outputs ``[..., n_q, h, e]`` in the inputs' dtype; 0 for rows without a valid key.
+  """
+  _check(q, k, v, mask, query_mask, key_mask)
+  dtype = jnp.result_type(q, k, v)
+  compute = jnp.promote_types(dtype, jnp.float32)
+  lead, (n_q, h, d), n_k, e = q.shape[:-3], q.shape[-3:], k.shape[-3], v.shape[-1]
+  q, k, v = (_batch_flat(x.astype(dtype), lead, x.shape[-3:]) for x in (q, k, v))
+  batch = q.shape[0]
+  query_mask = _batch_flat(query_mask, lead, (n_q,))
+  key_mask = _batch_flat(key_mask, lead, (n_k,))
+  mask = _dense_flat(mask, lead, n_q, n_k)
+  needs_column = key_offsets is not None or sink is not None
+  columns = _column_count(dtype) * (needs_column or key_mask is not None)
+  kernel = kernel_for(dtype, max(d + columns, e), dense_mask=mask is not None,
+                      causal_unequal=causal and n_q != n_k)
+  cudnn = kernel == "cudnn"
+
+  # the logit each key adds (-offset; a masked key's on cuDNN), then the sink key in front
+  column = (jnp.zeros((batch, n_k, h), compute) if key_offsets is None
+            else -_batch_flat(key_offsets, lead, (n_k, h)).astype(compute))
+  dense = None
+  if cudnn and key_mask is not None:
+    column = jnp.where(key_mask[..., None], column, CUDNN_MASKED_LOGIT)
+    needs_column = True
+  elif not cudnn:
+    for part in (mask, None if key_mask is None else key_mask[:, None, None, :],
+                 _causal(n_q, n_k) if causal else None):
+      if part is not None:
+        dense = part if dense is None else dense & part
+  front = 0  # queries put in front of the real ones
+  if sink is not None:
+    sink_column = jnp.broadcast_to(jnp.asarray(sink, compute), (h,))
+    column = jnp.concatenate([jnp.broadcast_to(sink_column, (batch, 1, h)), column], axis=1)
+    k = jnp.concatenate([jnp.zeros((batch, 1, h, d), dtype), k], axis=1)
+    v = jnp.concatenate([jnp.zeros((batch, 1, h, e), dtype), v], axis=1)
+    if dense is not None:
+      dense = jnp.concatenate([jnp.ones(dense.shape[:-1] + (1,), bool), dense], axis=-1)
+    if cudnn and causal:  # the kernel's causal mask then lets query i see the sink
+      front = 1
+      q = jnp.concatenate([jnp.zeros((batch, 1, h, d), dtype), q], axis=1)
+  if needs_column:
+    columns = _column_parts(column, dtype)
+    q = jnp.concatenate([q, jnp.ones(q.shape[:-1] + (len(columns),), dtype)], axis=-1)
+    k = jnp.concatenate([k, jnp.stack(columns, axis=-1)], axis=-1)
+  width = max(q.shape[-1], e)
+  if cudnn:
+    width = _round_up(width, CUDNN_WIDTH_MULTIPLE)
+  q, k, v = (_pad_width(x, width) for x in (q, k, v))
+
+  out = jax.nn.dot_product_attention(q, k, v, mask=dense, scale=1.0, is_causal=cudnn and causal,
+                                     implementation=kernel)
+  out = out[:, front:, :, :e]
+  valid = _visible_keys(mask, key_mask, causal, n_q, n_k) > 0
+  if query_mask is not None:
+    valid = valid & query_mask[..., None]
+  out = jnp.where(valid[..., None], out, jnp.zeros((), out.dtype))
+  return out.reshape(lead + (n_q, h, e)).astype(dtype)
+
+
+# ----- the normalisations -----
+
+def softmax_attention(q, k, v, *, mask=None, query_mask=None, key_mask=None, causal=False,
+                      block_size: int = fast_lib.DEFAULT_BLOCK) -> Array:
+  """Softmax attention through the fused kernel.
+
+  Args:
+    q: floating-point queries, shape ``[..., n_q, h, d]`` (already scaled).
+    k: keys, shape ``[..., n_k, h, d]``.
+    v: values, shape ``[..., n_k, h, e]``.
+    mask: dense boolean mask broadcastable to ``[..., h, n_q, n_k]``; or None.
+    query_mask: boolean ``[..., n_q]``, True = valid query; None: all valid.
+    key_mask: boolean ``[..., n_k]``, True = valid key; None: all valid.
+    causal: query i sees only the keys j <= i + n_k - n_q.
+    block_size: unused (the fused kernel tiles itself); taken as every fused path does.
+
+  Returns:
+    The outputs ``[..., n_q, h, e]`` in the inputs' dtype; 0 for rows without a valid key.
+  """
+  del block_size
+  return attention(q, k, v, mask=mask, query_mask=query_mask, key_mask=key_mask,
+                   causal=causal)
+
+
+def sink_attention(q, k, v, sink, *, mask=None, query_mask=None, key_mask=None, causal=False,
+                   block_size: int = fast_lib.DEFAULT_BLOCK) -> Array:
+  """Softmax with an attention sink: the sink as one more key of logit ``sink`` and value 0.
+
+  Args:
+    q: floating-point queries, shape ``[..., n_q, h, d]`` (already scaled).
+    k: keys, shape ``[..., n_k, h, d]``.
+    v: values, shape ``[..., n_k, h, e]``.
+    sink: the sink logit, broadcastable to ``[h]`` (one per head).
+    mask: dense boolean mask broadcastable to ``[..., h, n_q, n_k]``; or None.
+    query_mask: boolean ``[..., n_q]``, True = valid query; None: all valid.
+    key_mask: boolean ``[..., n_k]``, True = valid key; None: all valid.
+    causal: query i sees only the keys j <= i + n_k - n_q.
+    block_size: unused (the fused kernel tiles itself).
+
+  Returns:
+    The outputs ``[..., n_q, h, e]`` in the inputs' dtype; 0 for rows without a valid key.
+  """
+  del block_size
+  return attention(q, k, v, sink=sink, mask=mask, query_mask=query_mask, key_mask=key_mask,
+                   causal=causal)
+
+
+def ssmax_attention(q, k, v, scale, *, mask=None, query_mask=None, key_mask=None, causal=False,
+                    block_size: int = fast_lib.DEFAULT_BLOCK) -> Array:
+  """Scalable-Softmax ``softmax(scale * log(n_i) * l) V``: softmax attention with query i scaled
+  by ``scale * log(n_i)``, n_i the valid keys it sees (at least 1).
+
+  Args:
+    q: floating-point queries, shape ``[..., n_q, h, d]`` (already scaled).
+    k: keys, shape ``[..., n_k, h, d]``.
+    v: values, shape ``[..., n_k, h, e]``.
+    scale: the paper's s, broadcastable to ``[h]`` (one per head).
+    mask: dense boolean mask broadcastable to ``[..., h, n_q, n_k]``; or None.
+    query_mask: boolean ``[..., n_q]``, True = valid query; None: all valid.
+    key_mask: boolean ``[..., n_k]``, True = valid key; None: all valid.
+    causal: query i sees only the keys j <= i + n_k - n_q.
+    block_size: unused (the fused kernel tiles itself).
+
+  Returns:
+    The outputs ``[..., n_q, h, e]`` in the inputs' dtype; 0 for rows without a valid key.
+  """
+  del block_size
+  _check(q, k, v, mask, query_mask, key_mask)
+  lead, n_q, n_k = q.shape[:-3], q.shape[-3], k.shape[-3]
+  seen = _visible_keys(_dense_flat(mask, lead, n_q, n_k), _batch_flat(key_mask, lead, (n_k,)),
+                       causal, n_q, n_k)                             # [batch or 1, n_q, h or 1]
+  seen = seen.reshape((lead if seen.shape[0] > 1 else (1,) * len(lead)) + seen.shape[1:])
+  compute = jnp.promote_types(q.dtype, jnp.float32)
+  factor = jnp.asarray(scale, compute) * jnp.log(jnp.maximum(seen, 1.0)).astype(compute)
+  scaled = (q.astype(compute) * factor[..., None]).astype(q.dtype)
+  return attention(scaled, k, v, mask=mask, query_mask=query_mask, key_mask=key_mask,
+                   causal=causal)
+
+
+def _refuse_dense_mask(name: str, mask) -> None:
+  if mask is not None:
+    raise ValueError(f"normalization {name!r} also normalises over the queries: its fused path "
+                     f"computes the key offsets from query_mask, key_mask and causal, and takes "
+                     f"no dense mask")
+
+
+def sinkhorn_attention(q, k, v, num_iters: int, *, mask=None, query_mask=None, key_mask=None,
+                       causal=False, block_size: int = fast_lib.DEFAULT_BLOCK) -> Array:
+  """``num_iters`` Sinkhorn iterations: their key offsets (2 num_iters - 1 blockwise passes),
+  then one fused softmax call with the offsets in k's column.
+
+  Args:
+    q: floating-point queries, shape ``[..., n_q, h, d]`` (already scaled).
+    k: keys, shape ``[..., n_k, h, d]``.
+    v: values, shape ``[..., n_k, h, e]``.
+    num_iters: the number of Sinkhorn iterations, a positive integer.
+    mask: must be None (the offsets take the structured masks).
+    query_mask: boolean ``[..., n_q]``, True = valid query; None: all valid.
+    key_mask: boolean ``[..., n_k]``, True = valid key; None: all valid.
+    causal: query i sees only the keys j <= i + n_k - n_q.
+    block_size: queries per block of the offset passes.
+
+  Returns:
+    The outputs ``[..., n_q, h, e]`` in the inputs' dtype; 0 for rows without a valid key.
+
+  Raises:
+    ValueError: for a dense mask.
+  """
+  _refuse_dense_mask("sinkhorn", mask)
+  _check(q, k, v, mask, query_mask, key_mask)
+  heads_first = lambda x: jnp.swapaxes(x, -2, -3)  # [..., n, h, d] -> [..., h, n, d]
+  offsets = fast_lib.sinkhorn_key_offsets(heads_first(q), heads_first(k), num_iters,
+                                          query_mask=query_mask, key_mask=key_mask,
+                                          causal=causal, block_size=block_size)
+  return attention(q, k, v, key_offsets=jnp.swapaxes(offsets, -1, -2), query_mask=query_mask,
+                   key_mask=key_mask, causal=causal)
+
+
+def dnas_attention(q, k, v, *, mask=None, query_mask=None, key_mask=None, causal=False,
+                   block_size: int = fast_lib.DEFAULT_BLOCK) -> Array:
+  """DNAS: softmax attention with the key offsets ``a_j = logsumexp_i l_ij`` (one column pass).
+
+  Args:
+    q: floating-point queries, shape ``[..., n_q, h, d]`` (already scaled).
+    k: keys, shape ``[..., n_k, h, d]``.
+    v: values, shape ``[..., n_k, h, e]``.
+    mask: must be None (the offsets take the structured masks).
+    query_mask: boolean ``[..., n_q]``, True = valid query; None: all valid.
+    key_mask: boolean ``[..., n_k]``, True = valid key; None: all valid.
+    causal: query i sees only the keys j <= i + n_k - n_q.
+    block_size: queries per block of the column pass.
+
+  Returns:
+    The outputs ``[..., n_q, h, e]`` in the inputs' dtype; 0 for rows without a valid key.
+
+  Raises:
+    ValueError: for a dense mask.
+  """
+  _refuse_dense_mask("dnas", mask)
+  return sinkhorn_attention(q, k, v, 1, mask=mask, query_mask=query_mask, key_mask=key_mask,
+                            causal=causal, block_size=block_size)
+
+
+def hnas_attention(q, k, v, u, *, mask=None, query_mask=None, key_mask=None, causal=False,
+                   block_size: int = fast_lib.DEFAULT_BLOCK) -> Array:
+  """HNAS: ``u * DNAS-out + (1 - u) * softmax-out``, two fused calls.
+
+  Args:
+    q: floating-point queries, shape ``[..., n_q, h, d]`` (already scaled).
+    k: keys, shape ``[..., n_k, h, d]``.
+    v: values, shape ``[..., n_k, h, e]``.
+    u: the DNAS share, in [0, 1], broadcastable to ``[h]`` (one per head).
+    mask: must be None (DNAS's offsets take the structured masks).
+    query_mask: boolean ``[..., n_q]``, True = valid query; None: all valid.
+    key_mask: boolean ``[..., n_k]``, True = valid key; None: all valid.
+    causal: query i sees only the keys j <= i + n_k - n_q.
+    block_size: queries per block of DNAS's column pass.
+
+  Returns:
+    The outputs ``[..., n_q, h, e]`` in the inputs' dtype; 0 for rows without a valid key.
+
+  Raises:
+    ValueError: for a dense mask.
+  """
+  _refuse_dense_mask("hnas", mask)
+  kwargs = dict(query_mask=query_mask, key_mask=key_mask, causal=causal)
+  u = jnp.asarray(u, jnp.promote_types(q.dtype, jnp.float32))[..., None]  # [h, 1]
+  out = (u * dnas_attention(q, k, v, block_size=block_size, **kwargs)
+         + (1 - u) * softmax_attention(q, k, v, **kwargs))
+  return out.astype(jnp.result_type(q, k, v))

@@ -1,0 +1,389 @@
+"""The fused paths (``jax.nn.dot_product_attention``) equal the quadratic definitions: values and
+gradients (q, k, v and the per-head parameters) under every mask, bf16, huge logits, rows
+without a key; the cuDNN arrangement of the inputs, run by XLA's kernel; the modules' wiring,
+the "auto" rule and the errors."""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from normattn_jax import MultiHeadAttention
+from normattn_jax.attention import fused, registry
+from normattn_jax.attention.registry import get
+from normattn_jax.nnx import MultiHeadAttention as NnxAttention
+
+B, H, D, E = 2, 2, 4, 3
+BLOCK = 4
+# Per-head parameters away from their initial values, so that each one matters.
+PARAMS = {
+    "softmax": {},
+    "dnas": {},
+    "hnas": {"hybrid_weight": jnp.array([0.3, 0.8])},
+    "sinkhorn": {},
+    "sink": {"sink_logit": jnp.array([0.5, -1.5])},
+    "ssmax": {"ssmax_scale": jnp.array([0.8, 1.4])},
+}
+NAMES = sorted(PARAMS)
+ROW_WISE = ("sink", "softmax", "ssmax")  # they also take a dense mask
+# The checks run in milliseconds; XLA's optimisation passes would take seconds per program.
+QUICK = dict(compiler_options={"xla_backend_optimization_level": 0,
+                               "xla_llvm_disable_expensive_passes": True})
+quick = functools.partial(jax.jit, **QUICK)
+
+
+def lengths_mask(lengths, n):
+  return jnp.arange(n)[None, :] < jnp.asarray(lengths)[:, None]
+
+
+# name -> (n_q, n_k, query_mask, key_mask, causal)
+CASES = {
+    "none": (7, 7, None, None, False),
+    "masks": (7, 7, jnp.array([[1, 1, 0, 1, 1, 1, 0], [1, 0, 1, 1, 1, 1, 1]], bool),
+              jnp.array([[1, 0, 1, 1, 0, 1, 1], [0, 1, 1, 1, 1, 1, 0]], bool), False),
+    "causal": (7, 7, None, None, True),
+    "padded_causal": (7, 7, lengths_mask([7, 4], 7), lengths_mask([7, 4], 7), True),
+    "fully_masked_row": (7, 7, None, lengths_mask([7, 0], 7), False),  # batch 1 sees no key
+    "q_shorter": (3, 9, None, lengths_mask([9, 6], 9), False),
+    "q_shorter_causal": (4, 9, None, lengths_mask([9, 6], 9), True),
+    "q_longer_causal": (9, 5, None, None, True),  # the first 4 queries see no key
+}
+
+
+def dense_mask(n_q, n_k, query_mask, key_mask, causal):
+  m = jnp.ones((B, 1, n_q, n_k), bool)
+  if query_mask is not None:
+    m = m & query_mask[:, None, :, None]
+  if key_mask is not None:
+    m = m & key_mask[:, None, None, :]
+  if causal:
+    m = m & (jnp.arange(n_q)[:, None] + n_k - n_q >= jnp.arange(n_k)[None, :])
+  return m
+
+
+def inputs(n_q, n_k, dtype=jnp.float32, seed=0):
+  """q, k, v in the fused layout ``[batch, n, heads, d]``."""
+  ks = jax.random.split(jax.random.key(seed), 3)
+  q = 1.5 * jax.random.normal(ks[0], (B, n_q, H, D))
+  k = jax.random.normal(ks[1], (B, n_k, H, D))
+  v = jax.random.normal(ks[2], (B, n_k, H, E))
+  return q.astype(dtype), k.astype(dtype), v.astype(dtype)
+
+
+def quadratic(name, q, k, v, params, mask):
+  logits = jnp.einsum("bqhd,bkhd->bhqk", q, k)
+  weights = get(name).attention_weights(logits, mask, params)
+  return jnp.einsum("bhqk,bkhe->bqhe", weights, v)
+
+
+def fused_path(name, q, k, v, params, query_mask, key_mask, causal, mask=None):
+  return get(name).fused_attention(q, k, v, params, query_mask=query_mask, key_mask=key_mask,
+                                   causal=causal, mask=mask, block_size=BLOCK)
+
+
+def out_and_grads(fn, q, k, v, params):
+  """``fn(q, k, v, params)`` and the gradients of ``<fn(...), probe>`` (all four), one jit; the
+  probe is drawn in float32 whatever the output's dtype, so both paths get the same one."""
+  def go(q, k, v, params):
+    out, vjp = jax.vjp(fn, q, k, v, params)
+    return out, vjp(jax.random.normal(jax.random.key(1), out.shape).astype(out.dtype))
+  return quick(go)(q, k, v, params)
+
+
+def assert_same(got, want, tol=1e-5):
+  np.testing.assert_allclose(got[0], want[0], atol=tol, rtol=tol)
+  for g, w in zip(jax.tree.leaves(got[1]), jax.tree.leaves(want[1])):
+    assert np.all(np.isfinite(g))
+    np.testing.assert_allclose(g, w, atol=5 * tol * max(float(jnp.max(jnp.abs(w))), 1.0), rtol=0)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("name", NAMES)
+def test_values_and_gradients_equal_the_quadratic_path(name, case):
+  n_q, n_k, qm, km, causal = CASES[case]
+  q, k, v = inputs(n_q, n_k)
+  mask = dense_mask(n_q, n_k, qm, km, causal)
+  got = out_and_grads(lambda *a: fused_path(name, *a, qm, km, causal), q, k, v, PARAMS[name])
+  want = out_and_grads(lambda *a: quadratic(name, *a, mask), q, k, v, PARAMS[name])
+  assert_same(got, want)
+  empty = jnp.broadcast_to(jnp.swapaxes(~jnp.any(mask, -1), 1, 2), got[0].shape[:-1])
+  assert np.all(np.asarray(got[0])[np.asarray(empty)] == 0)  # rows without a valid key: zeros
+
+
+def test_a_row_without_keys_is_zero_as_on_the_quadratic_path():
+  """XLA's kernel alone spreads such a row evenly over the values; the quadratic path and the
+  fused one give 0."""
+  q, k, v = inputs(5, 5)
+  no_keys = jnp.zeros((B, 5), bool).at[0].set(True)
+  kernel_alone = jax.nn.dot_product_attention(q, k, k, mask=no_keys[:, None, None, :])
+  assert not np.allclose(kernel_alone[1], 0)
+  for name in NAMES:
+    got = quick(lambda *a, name=name: fused_path(name, *a, None, no_keys, False))(
+        q, k, v, PARAMS[name])
+    want = quadratic(name, q, k, v, PARAMS[name], dense_mask(5, 5, None, no_keys, False))
+    assert np.all(np.asarray(got[1]) == 0) and np.all(np.asarray(want[1]) == 0), name
+
+
+@pytest.mark.parametrize("name", ROW_WISE)
+def test_a_dense_mask_equals_the_quadratic_path(name):
+  n_q, n_k = 6, 8
+  q, k, v = inputs(n_q, n_k, seed=2)
+  mask = jax.random.bernoulli(jax.random.key(3), 0.6, (B, H, n_q, n_k)).at[1, 0, 2].set(False)
+  key_mask = lengths_mask([8, 6], n_k)
+  full = mask & dense_mask(n_q, n_k, None, key_mask, True)
+  got = out_and_grads(lambda *a: fused_path(name, *a, None, key_mask, True, mask=mask),
+                      q, k, v, PARAMS[name])
+  want = out_and_grads(lambda *a: quadratic(name, *a, full), q, k, v, PARAMS[name])
+  assert_same(got, want)
+  assert np.all(np.asarray(got[0])[1, 2, 0] == 0)  # head 0's row 2 of batch 1 sees no key
+
+
+@pytest.mark.parametrize("name", ["dnas", "hnas", "sinkhorn"])
+def test_a_dense_mask_is_refused_where_the_offsets_need_structured_masks(name):
+  q, k, v = inputs(4, 4)
+  with pytest.raises(ValueError, match=f"{name!r} also normalises over the queries"):
+    fused_path(name, q, k, v, PARAMS[name], None, None, False, mask=jnp.ones((4, 4), bool))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_bf16_inputs(name):
+  n_q, n_k, qm, km, causal = CASES["padded_causal"]
+  q, k, v = inputs(n_q, n_k, jnp.bfloat16, seed=3)
+  got = quick(lambda *a: fused_path(name, *a, qm, km, causal))(q, k, v, PARAMS[name])
+  assert got.dtype == jnp.bfloat16
+  f32 = [x.astype(jnp.float32) for x in (q, k, v)]
+  want = quadratic(name, *f32, PARAMS[name], dense_mask(n_q, n_k, qm, km, causal))
+  np.testing.assert_allclose(got.astype(jnp.float32), want, atol=2e-2, rtol=2e-2)
+
+
+def test_bf16_offsets_keep_float32_precision():
+  """DNAS's offsets near 96 (every logit shifted by 96): one bf16 column would round them by up
+  to 0.25 (a weight off by up to 28%); the second column keeps the remainder."""
+  q, k, v = inputs(8, 8, seed=4)
+  q = q.at[..., 0].set(1.0)
+  k = k.at[..., 0].set(96.0)
+  low = [x.astype(jnp.bfloat16) for x in (q, k, v)]
+  got = quick(lambda *a: fused.dnas_attention(*a))(*low)
+  want = quadratic("dnas", *(x.astype(jnp.float32) for x in low), {}, None)
+  np.testing.assert_allclose(got.astype(jnp.float32), want, atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_huge_logits(name):
+  """Logits in the thousands equal the quadratic path; at ~1e36 (q, k ~1e18) outputs and
+  gradients stay finite and rows without a key stay 0."""
+  n_q, n_k, qm, km, causal = CASES["padded_causal"]
+  q, k, v = inputs(n_q, n_k, seed=5)
+  mask = dense_mask(n_q, n_k, qm, km, causal)
+  fn = lambda *a: fused_path(name, *a, qm, km, causal)
+  got = out_and_grads(fn, 300.0 * q, k, v, PARAMS[name])
+  want = quadratic(name, 300.0 * q, k, v, PARAMS[name], mask)
+  np.testing.assert_allclose(got[0], want, atol=1e-3)
+  out, grads = out_and_grads(fn, 1e18 * q, 1e18 * k, v, PARAMS[name])
+  assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves((out, grads)))
+  empty = jnp.broadcast_to(jnp.swapaxes(~jnp.any(mask, -1), 1, 2), out.shape[:-1])
+  assert np.all(np.asarray(out)[np.asarray(empty)] == 0)
+
+
+def test_leading_axes_and_unequal_value_width():
+  """Any number of leading axes (flattened for the kernel) and values wider than the keys."""
+  ks = jax.random.split(jax.random.key(6), 4)
+  q = jax.random.normal(ks[0], (2, 3, 5, H, D))
+  k = jax.random.normal(ks[1], (2, 3, 6, H, D))
+  v = jax.random.normal(ks[2], (2, 3, 6, H, 2 * D + 1))
+  key_mask = jax.random.bernoulli(ks[3], 0.7, (2, 3, 6))
+  got = quick(lambda *a: fused.dnas_attention(*a, key_mask=key_mask, causal=True))(q, k, v)
+  mask = key_mask[..., None, None, :] & jnp.tril(jnp.ones((5, 6), bool), 1)
+  want = jnp.einsum("...hqk,...khe->...qhe",
+                    get("dnas").attention_weights(jnp.einsum("...qhd,...khd->...hqk", q, k),
+                                                  mask, {}), v)
+  np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+
+
+# ----- the cuDNN arrangement, run by XLA's kernel -----
+
+def simulated_cudnn(monkeypatch):
+  """Make the fused path see a cuDNN device, and run what it sends to cuDNN through XLA's
+  kernel after checking cuDNN's conditions; returns the list of the calls' kernels."""
+  kernels = []
+  original = jax.nn.dot_product_attention
+
+  def kernel(q, k, v, bias=None, mask=None, *, implementation=None, **kwargs):
+    kernels.append(implementation)
+    if implementation == "cudnn":
+      assert q.dtype in fused.CUDNN_DTYPES and k.dtype == q.dtype == v.dtype
+      assert q.shape[-1] % fused.CUDNN_WIDTH_MULTIPLE == 0
+      assert q.shape[-1] <= fused.CUDNN_MAX_WIDTH
+      assert bias is None and mask is None  # no dense bias, so no bias gradient either
+      if kwargs.get("is_causal"):
+        assert q.shape[1] == k.shape[1]
+    return original(q, k, v, bias, mask, implementation="xla", **kwargs)
+
+  monkeypatch.setattr(fused, "cudnn_device", lambda: True)
+  monkeypatch.setattr(jax.nn, "dot_product_attention", kernel)
+  return kernels
+
+
+@pytest.mark.parametrize("case", ["masks", "padded_causal", "q_shorter"])
+@pytest.mark.parametrize("name", NAMES)
+def test_the_cudnn_arrangement_equals_the_quadratic_path(monkeypatch, name, case):
+  kernels = simulated_cudnn(monkeypatch)
+  n_q, n_k, qm, km, causal = CASES[case]
+  q, k, v = inputs(n_q, n_k, jnp.bfloat16, seed=7)
+  got = out_and_grads(lambda *a: fused_path(name, *a, qm, km, causal), q, k, v, PARAMS[name])
+  assert kernels and set(kernels) == {"cudnn"}
+  f32 = [x.astype(jnp.float32) for x in (q, k, v)]
+  mask = dense_mask(n_q, n_k, qm, km, causal)
+  want = out_and_grads(lambda *a: quadratic(name, *a, mask), *f32, PARAMS[name])
+  np.testing.assert_allclose(got[0].astype(jnp.float32), want[0], atol=3e-2, rtol=3e-2)
+  for g, w in zip(jax.tree.leaves(got[1]), jax.tree.leaves(want[1])):
+    scale = max(float(jnp.max(jnp.abs(w))), 1.0)
+    np.testing.assert_allclose(np.asarray(g, np.float32), w, atol=5e-2 * scale, rtol=0)
+
+
+def test_cudnn_is_left_to_xla_where_it_cannot_take_the_call(monkeypatch):
+  kernels = simulated_cudnn(monkeypatch)
+  q, k, v = inputs(5, 5)
+  fused.softmax_attention(q, k, v)  # float32
+  low = [x.astype(jnp.bfloat16) for x in (q, k, v)]
+  fused.softmax_attention(*low, mask=jnp.ones((5, 5), bool))  # a dense mask
+  fused.softmax_attention(low[0][:, :3], *low[1:], causal=True)  # causal, unequal lengths
+  wide = [jnp.zeros((1, 4, 1, 127), jnp.bfloat16)] * 3
+  fused.dnas_attention(*wide)  # 127 + 2 columns > 128
+  assert kernels == ["xla"] * 4
+  fused.softmax_attention(*wide[:2], jnp.zeros((1, 4, 1, 129), jnp.bfloat16))  # values 129
+  assert kernels == ["xla"] * 5
+  fused.softmax_attention(*wide)  # 127, padded to 128
+  assert kernels[-1] == "cudnn"
+
+
+# ----- the modules -----
+
+def test_the_auto_rule(monkeypatch):
+  bf16 = jnp.bfloat16
+  for name in registry.names():
+    assert not fused.takes_fused_path(get(name), "auto", [], bf16, 64), name  # no cuDNN here
+  monkeypatch.setattr(fused, "cudnn_device", lambda: True)
+  auto = [name for name in registry.names()
+          if fused.takes_fused_path(get(name), "auto", [], bf16, 64)]
+  assert auto == ["softmax", "dnas", "hnas", "sink", "ssmax"]
+  assert not fused.takes_fused_path(get("softmax"), "auto", [], jnp.float32, 64)
+  assert not fused.takes_fused_path(get("softmax"), "auto", [], bf16, 128)
+  assert not fused.takes_fused_path(get("softmax"), "auto", [], bf16, 64, value_dim=136)
+  assert not fused.takes_fused_path(get("softmax"), "auto", [], bf16, 64, dense_mask=True)
+  assert not fused.takes_fused_path(get("softmax"), "auto", ["sow_weights"], bf16, 64)
+  assert not fused.takes_fused_path(get("softmax"), "quadratic", [], bf16, 64)
+  assert registry.fusable() == ("softmax", "dnas", "hnas", "sinkhorn", "sink", "ssmax")
+
+
+def test_auto_takes_the_fused_path_on_cudnn(monkeypatch):
+  kernels = simulated_cudnn(monkeypatch)
+  x = jax.random.normal(jax.random.key(8), (2, 6, 16))
+  layer = MultiHeadAttention(num_heads=2, normalization="dnas", dtype=jnp.bfloat16)
+  params = quick(layer.init)(jax.random.key(9), x)
+  kernels.clear()
+  got = quick(lambda p, x: layer.apply(p, x, causal=True))(params, x)
+  assert kernels == ["cudnn"]
+  quad = MultiHeadAttention(num_heads=2, normalization="dnas", implementation="quadratic")
+  want = quick(lambda p, x: quad.apply(p, x, causal=True))(params, x)
+  np.testing.assert_allclose(got.astype(jnp.float32), want, atol=5e-2, rtol=5e-2)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_module_gives_the_quadratic_answer(name):
+  x = jax.random.normal(jax.random.key(5), (2, 7, 8))
+  memory = jax.random.normal(jax.random.key(6), (2, 5, 8))
+  padding = lengths_mask([7, 5], 7)
+  quad = MultiHeadAttention(num_heads=2, normalization=name, implementation="quadratic")
+  fuse = MultiHeadAttention(num_heads=2, normalization=name, implementation="fused",
+                            block_size=BLOCK)
+  params = quad.init(jax.random.key(6), x)
+  params = {"params": dict(params["params"], **PARAMS[name])}  # away from the initial values
+
+  @quick
+  def both(params):
+    calls = [dict(padding_mask=padding, causal=False), dict(padding_mask=padding, causal=True),
+             dict(inputs_k=memory, query_mask=padding, key_mask=lengths_mask([5, 3], 5))]
+    return [(m.apply(params, x, **call), jax.grad(lambda p: jnp.sum(m.apply(p, x, **call) ** 2))(
+        params)) for call in calls for m in (fuse, quad)]
+
+  outs = both(params)
+  for (got, got_grad), (want, want_grad) in zip(outs[::2], outs[1::2]):
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+    for g, w in zip(jax.tree.leaves(got_grad), jax.tree.leaves(want_grad)):
+      np.testing.assert_allclose(g, w, atol=1e-4 * max(float(jnp.max(jnp.abs(w))), 1.0))
+
+
+@pytest.mark.parametrize("name", ["nap", "non", "sigmoid", "softpick", "sparsemax", "entmax15",
+                                  "stickbreaking"])
+def test_a_normalisation_that_cannot_be_fused_is_refused_at_construction(name):
+  with pytest.raises(ValueError, match=f"implementation='fused': normalization {name!r} cannot "
+                                       f"be fused.*fusable ones are"):
+    MultiHeadAttention(num_heads=2, normalization=name, implementation="fused")
+  with pytest.raises(ValueError, match=f"normalization {name!r} cannot be fused"):
+    NnxAttention(2, 8, normalization=name, implementation="fused", rngs=nnx.Rngs(0))
+
+
+def test_what_the_fused_path_cannot_take_is_refused():
+  x = jnp.ones((1, 4, 8))
+  layer = MultiHeadAttention(num_heads=2, normalization="dnas", implementation="fused")
+  params = layer.init(jax.random.key(0), x)
+  with pytest.raises(ValueError, match="a dense mask .*'dnas' takes query_mask"):
+    layer.apply(params, x, mask=jnp.ones((4, 4), bool))
+  with pytest.raises(ValueError, match="sow_weights"):
+    layer.apply(params, x, sow_weights=True, mutable=["intermediates"])
+  drop = MultiHeadAttention(num_heads=2, implementation="fused", dropout_rate=0.1,
+                            deterministic=False)
+  with pytest.raises(ValueError, match="attention dropout"):
+    drop.apply(params, x, rngs={"dropout": jax.random.key(1)})
+  softmax = MultiHeadAttention(num_heads=2, implementation="fused")
+  out = softmax.apply(params, x, mask=jnp.ones((4, 4), bool))  # a row-wise one takes it
+  assert out.shape == x.shape
+
+
+def test_a_pretraining_config_refuses_it_before_building():
+  from normattn_jax.train import pretrain
+  c = pretrain.base_pretrain_config()
+  c.model.attention.name = "nap"
+  c.model.attention_implementation = "fused"
+  with pytest.raises(ValueError, match="model.attention_implementation.*'nap'.*cannot be fused"):
+    pretrain.validate_pretrain_config(c)
+
+
+# ----- the NNX module -----
+
+def test_nnx_fused_equals_quadratic():
+  x = jax.random.normal(jax.random.key(1), (2, 6, 16))
+  key_mask = nnx.make_attention_mask(jnp.ones((2, 6)), lengths_mask([4, 6], 6))
+  for name in NAMES:
+    modules = {impl: NnxAttention(4, 16, normalization=name, implementation=impl, decode=False,
+                                  rngs=nnx.Rngs(0)) for impl in ("quadratic", "fused")}
+    calls = [dict(is_causal=True)] + [dict(mask=key_mask)] * (name in ROW_WISE)
+    for call in calls:
+      np.testing.assert_allclose(modules["fused"](x, **call), modules["quadratic"](x, **call),
+                                 atol=1e-5, rtol=1e-5, err_msg=f"{name} {call}")
+
+
+def test_nnx_fused_softmax_decodes():
+  x = jax.random.normal(jax.random.key(2), (2, 5, 16))
+  module = NnxAttention(4, 16, implementation="fused", decode=False, rngs=nnx.Rngs(0))
+  full = module(x, is_causal=True)
+  module.init_cache(x.shape)
+  steps = [module(x[:, i:i + 1], decode=True) for i in range(5)]
+  np.testing.assert_allclose(jnp.concatenate(steps, axis=1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_fused_functions_check_their_inputs():
+  q, k, v = inputs(4, 4)
+  with pytest.raises(TypeError, match="floating point, got dtype int32"):
+    fused.softmax_attention(q.astype(jnp.int32), k, v)
+  with pytest.raises(ValueError, match="incompatible shapes"):
+    fused.softmax_attention(q, k[..., :3], v)
+  with pytest.raises(ValueError, match="key_mask must be boolean"):
+    fused.softmax_attention(q, k, v, key_mask=jnp.ones((B, 5), bool))
+  with pytest.raises(ValueError, match="does not broadcast"):
+    fused.softmax_attention(q, k, v, mask=jnp.ones((3, 4, 4), bool))
+  with pytest.raises(ValueError, match="need at least one query"):
+    fused.softmax_attention(q[:, :0], k, v)

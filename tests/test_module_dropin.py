@@ -1,0 +1,286 @@
+"""MultiHeadAttention as a drop-in for flax.linen's: each of flax's fields and call arguments
+(decode, inputs_kv, normalize_qk, force_fp32_for_softmax, the dot_general and einsum fields)
+gives flax's outputs from flax's parameters with normalization="softmax", and decoding with any
+normalisation whose rows depend on their own query alone equals the causal pass."""
+import dataclasses
+import inspect
+
+import chex
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from normattn_jax import MultiHeadAttention
+from normattn_jax.attention import BUILTIN_NORMALIZATIONS, registry
+
+B, N, F, H = 2, 5, 8, 2  # batch, positions, features, heads: head_dim 4
+KEY = jax.random.key(0)
+X = jax.random.normal(jax.random.key(1), (B, N, F))
+Y = jax.random.normal(jax.random.key(2), (B, 3, F))
+DECODABLE = [name for name in BUILTIN_NORMALIZATIONS
+             if not registry.get(name).normalizes_over_queries]
+OVER_QUERIES = [name for name in BUILTIN_NORMALIZATIONS if name not in DECODABLE]
+
+
+def shapes(tree):
+  return jax.tree.map(lambda a: a.shape, tree)
+
+
+def perturbed(params, seed=7):
+  """Every leaf moved randomly, so that norm scales and per-head parameters leave their inits."""
+  leaves, tree = jax.tree.flatten(params)
+  keys = jax.random.split(jax.random.key(seed), len(leaves))
+  return jax.tree.unflatten(tree, [leaf + 0.3 * jax.random.normal(k, leaf.shape, leaf.dtype)
+                                   for leaf, k in zip(leaves, keys)])
+
+
+def decode_steps(layer, variables, x, **kwargs):
+  """flax's decoding loop: one position per call, the cache carried from call to call."""
+  cache, outs = variables["cache"], []
+  for i in range(x.shape[-2]):
+    step = {k: v[:, i:i + 1] if k == "query_mask" else v for k, v in kwargs.items()}
+    out, mutated = layer.apply({"params": variables["params"], "cache": cache}, x[:, i:i + 1],
+                               mutable=["cache"], **step)
+    cache = mutated["cache"]
+    outs.append(out)
+  return jnp.concatenate(outs, axis=-2), cache
+
+
+def test_the_fields_and_call_arguments_are_flax_s_in_flax_s_order():
+  field_names = lambda cls: [f.name for f in dataclasses.fields(cls)
+                             if f.name not in ("parent", "name")]
+  theirs = field_names(nn.MultiHeadDotProductAttention)
+  assert field_names(MultiHeadAttention)[:len(theirs)] == theirs
+  arguments = lambda cls: [(p.name, p.kind, p.default)
+                           for p in inspect.signature(cls.__call__).parameters.values()]
+  ours = arguments(MultiHeadAttention)
+  assert [a for a in ours if a[0] in dict((b[0], b) for b in arguments(
+      nn.MultiHeadDotProductAttention))] == arguments(nn.MultiHeadDotProductAttention)
+
+
+def test_decode_gives_flax_s_outputs_cache_and_the_causal_pass():
+  ours = MultiHeadAttention(num_heads=H, decode=True)
+  theirs = nn.MultiHeadDotProductAttention(num_heads=H, decode=True)
+  variables = theirs.init(KEY, X)
+  assert shapes(ours.init(KEY, X)) == shapes(variables)  # cached_key, cached_value, cache_index
+  variables = {"params": perturbed(variables["params"]), "cache": variables["cache"]}
+  got, cache = decode_steps(ours, variables, X)
+  want, their_cache = decode_steps(theirs, variables, X)
+  chex.assert_trees_all_close(got, want, atol=1e-5)
+  chex.assert_trees_all_close(cache, their_cache, atol=1e-6)
+  assert int(cache["cache_index"]) == N
+  full = MultiHeadAttention(num_heads=H).apply({"params": variables["params"]}, X, causal=True)
+  chex.assert_trees_all_close(got, full, atol=1e-5)
+  assert not np.allclose(got, MultiHeadAttention(num_heads=H).apply(
+      {"params": variables["params"]}, X), atol=1e-3)  # the causal pass is not the full one
+
+
+@pytest.mark.parametrize("implementation", ["quadratic", "fast"])
+@pytest.mark.parametrize("name", DECODABLE)
+def test_decoding_a_row_local_normalisation_equals_its_causal_pass(name, implementation):
+  """Sigmoid's -log(n) and Scalable-Softmax's log(n) count the keys written so far, as the causal
+  pass counts the keys up to the query; the fast paths take the cache as a key mask."""
+  if implementation == "fast" and registry.get(name).fast is None:
+    pytest.skip(f"{name} has no fast path")
+  decoder = MultiHeadAttention(num_heads=H, normalization=name, decode=True,
+                               implementation=implementation, block_size=2)
+  variables = decoder.init(KEY, X)
+  variables = {"params": perturbed(variables["params"]), "cache": variables["cache"]}
+  got, _ = decode_steps(decoder, variables, X)
+  full = MultiHeadAttention(num_heads=H, normalization=name, implementation="quadratic")
+  want = full.apply({"params": variables["params"]}, X, causal=True)
+  chex.assert_trees_all_close(got, want, atol=1e-5)
+
+
+def test_decoding_with_the_module_options_and_masks_equals_the_causal_pass():
+  """Differential attention's two maps, QK-norm and the output gate, with a key mask over the
+  cache's positions, a query mask and causal=True (harmless: one query continues the cache)."""
+  kwargs = dict(num_heads=H, normalization="ssmax", differential=True, qk_norm="rms",
+                output_gate="elementwise")
+  decoder = MultiHeadAttention(decode=True, **kwargs)
+  variables = decoder.init(KEY, X)
+  variables = {"params": perturbed(variables["params"]), "cache": variables["cache"]}
+  key_mask = jnp.array([[True, False, True, True, False], [True, True, False, True, True]])
+  query_mask = jnp.array([[True] * N, [True, True, True, False, True]])
+  got, _ = decode_steps(decoder, variables, X, key_mask=key_mask, query_mask=query_mask,
+                        causal=True)
+  want = MultiHeadAttention(**kwargs).apply({"params": variables["params"]}, X, causal=True,
+                                            key_mask=key_mask, query_mask=query_mask)
+  chex.assert_trees_all_close(got, want, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", OVER_QUERIES)
+def test_decode_is_refused_for_normalisations_over_the_queries(name):
+  with pytest.raises(ValueError, match=f"decode=True .*'{name}'.*over the queries"):
+    MultiHeadAttention(num_heads=H, normalization=name, decode=True)
+
+
+def test_decode_steps_refuse_what_they_cannot_take():
+  decoder = MultiHeadAttention(num_heads=H, decode=True)
+  variables = decoder.init(KEY, X)
+  step = lambda x, **kw: decoder.apply(variables, x, mutable=["cache"], **kw)
+  with pytest.raises(ValueError, match=r"cache shape error.*\(2, 1, 2, 4\).*\(2, 2, 2, 4\)"):
+    step(X[:, :2])
+  with pytest.raises(ValueError, match="padding_mask .*decode step.*key_mask"):
+    step(X[:, :1], padding_mask=jnp.ones((B, 1), bool))
+
+
+def test_inputs_kv_is_flax_s_deprecated_alias():
+  ours, theirs = MultiHeadAttention(num_heads=H), nn.MultiHeadDotProductAttention(num_heads=H)
+  params = perturbed(theirs.init(KEY, X, Y))
+  with pytest.warns(DeprecationWarning, match="inputs_kv"):
+    got = ours.apply(params, X, inputs_kv=Y)
+  with pytest.warns(DeprecationWarning):
+    want = theirs.apply(params, X, inputs_kv=Y)
+  chex.assert_trees_all_close(got, want, atol=1e-5)
+  chex.assert_trees_all_close(got, ours.apply(params, X, Y, Y), atol=1e-6)
+  with pytest.raises(ValueError, match="inputs_kv .*cannot be given with inputs_k or inputs_v"):
+    ours.apply(params, X, Y, inputs_kv=Y)
+  with pytest.raises(ValueError, match="inputs_k cannot be None if inputs_v is given"):
+    ours.apply(params, X, inputs_v=Y)
+
+
+def test_normalize_qk_is_flax_s_layernorm_with_its_parameter_names():
+  ours = MultiHeadAttention(num_heads=H, normalize_qk=True)
+  theirs = nn.MultiHeadDotProductAttention(num_heads=H, normalize_qk=True)
+  params = theirs.init(KEY, X, Y)
+  assert shapes(ours.init(KEY, X, Y)) == shapes(params)  # query_ln, key_ln: a scale each
+  params = perturbed(params)
+  chex.assert_trees_all_close(ours.apply(params, X, Y), theirs.apply(params, X, Y), atol=1e-5)
+  plain = {"params": {k: v for k, v in params["params"].items() if not k.endswith("_ln")}}
+  assert not np.allclose(ours.apply(params, X, Y),
+                         MultiHeadAttention(num_heads=H).apply(plain, X, Y), atol=1e-3)
+  with pytest.raises(ValueError, match="normalize_qk=True .*qk_norm='rms'"):
+    MultiHeadAttention(num_heads=H, normalize_qk=True, qk_norm="rms")
+
+
+def test_force_fp32_for_softmax_gives_flax_s_weights_and_outputs_in_bf16():
+  bf16 = X.astype(jnp.bfloat16)
+  for kwargs in ({"dtype": jnp.bfloat16}, {"param_dtype": jnp.bfloat16}):
+    kwargs = dict(num_heads=H, force_fp32_for_softmax=True, **kwargs)
+    ours, theirs = MultiHeadAttention(**kwargs), nn.MultiHeadDotProductAttention(**kwargs)
+    params = theirs.init(KEY, bf16)
+    sow = lambda layer: layer.apply(params, bf16, sow_weights=True, mutable=["intermediates"])
+    (got, got_sown), (want, want_sown) = sow(ours), sow(theirs)
+    assert got.dtype == want.dtype  # float32 heads: float32 out with bf16 params, dtype None
+    (got_w,), (want_w,) = (s["intermediates"]["attention_weights"] for s in (got_sown, want_sown))
+    assert got_w.dtype == want_w.dtype == jnp.float32
+    chex.assert_trees_all_close(got_w, want_w, atol=1e-6)
+    chex.assert_trees_all_close(got.astype(jnp.float32), want.astype(jnp.float32), atol=2e-2)
+
+
+@pytest.mark.parametrize("name", BUILTIN_NORMALIZATIONS)
+def test_force_fp32_for_softmax_keeps_every_normalisation_s_weights_in_float32(name):
+  """The weights from the same bf16 logits, not rounded to bf16 (which the default does)."""
+  bf16 = X.astype(jnp.bfloat16)
+  weights = {}
+  for force in (False, True):
+    layer = MultiHeadAttention(num_heads=H, normalization=name, dtype=jnp.bfloat16,
+                               force_fp32_for_softmax=force)
+    params = layer.init(KEY, bf16)
+    _, sown = layer.apply(params, bf16, sow_weights=True, mutable=["intermediates"])
+    weights[force] = sown["intermediates"]["attention_weights"][0]
+  assert weights[False].dtype == jnp.bfloat16 and weights[True].dtype == jnp.float32
+  rounded = weights[True].astype(jnp.bfloat16)
+  np.testing.assert_allclose(weights[False].astype(jnp.float32), rounded.astype(jnp.float32),
+                             atol=1e-2)
+  assert not np.array_equal(weights[True], rounded.astype(jnp.float32))
+
+
+@pytest.mark.parametrize("name", BUILTIN_NORMALIZATIONS)
+def test_the_weights_keep_the_logits_dtype_whatever_the_params_dtype(name):
+  """float32 per-head parameters (sigmoid's bias) do not promote bf16 logits."""
+  norm = registry.get(name)
+  logits = jax.random.normal(KEY, (B, H, N, N), jnp.bfloat16)
+  assert norm.attention_weights(logits, None, norm.initial_params(H)).dtype == jnp.bfloat16
+
+
+@pytest.mark.parametrize("name", ["sigmoid", "nap"])
+def test_force_fp32_for_softmax_gives_float32_heads_on_the_fast_path(name):
+  bf16 = X.astype(jnp.bfloat16)
+  out = {}
+  for force in (False, True):
+    layer = MultiHeadAttention(num_heads=H, normalization=name, param_dtype=jnp.bfloat16,
+                               implementation="fast", force_fp32_for_softmax=force)
+    out[force] = layer.apply(layer.init(KEY, bf16), bf16)
+  assert out[False].dtype == jnp.bfloat16 and out[True].dtype == jnp.float32
+  np.testing.assert_allclose(out[True], out[False].astype(jnp.float32), atol=5e-2)
+
+
+def doubled(*args, **kwargs):
+  return 2.0 * jax.lax.dot_general(*args, **kwargs)
+
+
+def halved(*args, **kwargs):
+  return 0.5 * jax.lax.dot_general(*args, **kwargs)
+
+
+class Doubled:
+  """A dot_general factory, as flax's ``*_dot_general_cls`` fields take."""
+
+  def __call__(self, *args, **kwargs):
+    return doubled(*args, **kwargs)
+
+
+class Halved:
+
+  def __call__(self, *args, **kwargs):
+    return halved(*args, **kwargs)
+
+
+@pytest.mark.parametrize("fields", [dict(qkv_dot_general=doubled, out_dot_general=halved),
+                                    dict(qkv_dot_general_cls=Doubled, out_dot_general_cls=Halved)])
+def test_the_dot_generals_reach_the_projections_as_in_flax(fields):
+  ours = MultiHeadAttention(num_heads=H, **fields)
+  theirs = nn.MultiHeadDotProductAttention(num_heads=H, **fields)
+  params = perturbed(theirs.init(KEY, X, Y))
+  got = ours.apply(params, X, Y)
+  chex.assert_trees_all_close(got, theirs.apply(params, X, Y), atol=1e-5)
+  assert not np.allclose(got, MultiHeadAttention(num_heads=H).apply(params, X, Y), atol=1e-3)
+
+
+class ScaledEinsum:
+  """An einsum factory (flax's ``*_einsum_cls``): jnp.einsum times a constant."""
+  factor = 1.0
+
+  def __call__(self, subscripts, *operands):
+    return self.factor * jnp.einsum(subscripts, *operands)
+
+
+class HalfEinsum(ScaledEinsum):
+  factor = 0.5
+
+
+class TripleEinsum(ScaledEinsum):
+  factor = 3.0
+
+
+def test_the_einsum_classes_compute_the_logits_and_the_weighted_sum_as_in_flax():
+  fields = dict(qk_attn_weights_einsum_cls=HalfEinsum, attn_weights_value_einsum_cls=TripleEinsum)
+  ours = MultiHeadAttention(num_heads=H, **fields)
+  theirs = nn.MultiHeadDotProductAttention(num_heads=H, **fields)
+  params = perturbed(theirs.init(KEY, X, Y))
+  got = ours.apply(params, X, Y)
+  chex.assert_trees_all_close(got, theirs.apply(params, X, Y), atol=1e-5)
+  assert not np.allclose(got, MultiHeadAttention(num_heads=H).apply(params, X, Y), atol=1e-3)
+  with pytest.raises(ValueError, match="must be set together"):
+    MultiHeadAttention(num_heads=H, qk_attn_weights_einsum_cls=HalfEinsum)
+  with pytest.raises(ValueError, match="precision=.*einsum classes"):
+    MultiHeadAttention(num_heads=H, precision="highest", **fields)
+  fast = MultiHeadAttention(num_heads=H, normalization="nap", implementation="fast", **fields)
+  with pytest.raises(ValueError, match="cannot take the einsum classes"):
+    fast.init(KEY, X)
+
+
+def test_a_custom_attention_fn_is_refused_and_flax_s_default_accepted():
+  MultiHeadAttention(num_heads=H, attention_fn=nn.dot_product_attention)
+  with pytest.raises(ValueError, match="attention_fn=.*normalization="):
+    MultiHeadAttention(num_heads=H, attention_fn=lambda q, k, v, **kw: v)
+
+
+@pytest.mark.parametrize("field", ["decode", "normalize_qk", "force_fp32_for_softmax"])
+def test_flags_that_are_not_bools_are_refused_naming_the_field(field):
+  with pytest.raises(ValueError, match=f"{field} must be True or False, got 'yes'"):
+    MultiHeadAttention(num_heads=H, **{field: "yes"})

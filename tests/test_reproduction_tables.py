@@ -1,0 +1,106 @@
+"""REPRODUCTION.md against the committed results: its fenced tables and quoted numbers agree with
+the files under results/, and a tampered copy of the document is caught."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from normattn_jax.reporting import reproduction as rep
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOCUMENT = os.path.join(REPO, "REPRODUCTION.md")
+RESULTS = os.path.join(REPO, "results")
+
+
+@pytest.fixture(scope="module")
+def document():
+  with open(DOCUMENT) as f:
+    return f.read()
+
+
+@pytest.fixture(scope="module")
+def results():
+  return rep.Results(RESULTS)
+
+
+def test_every_fenced_table_and_quote_agrees_with_the_committed_files(document, results):
+  assert rep.check(document, results) == []
+
+
+def test_every_spec_has_its_fence_and_every_fence_its_spec(document):
+  fenced = rep.fenced_tables(document.split("\n"))
+  assert sorted(fenced) == sorted(t.id for t in rep.TABLES)
+  assert len({q.id for q in rep.QUOTES}) == len(rep.QUOTES)
+
+
+def _tampered(document: str, old: str, new: str) -> str:
+  assert document.count(old) == 1, old
+  return document.replace(old, new)
+
+
+def test_a_tampered_table_cell_is_found_and_rendered_back(document, results):
+  row = "| ours, train (N = 32) | 98.2 | 97.8 | 98.1 | 97.8 | 97.4 | 98.5 |"
+  tampered = _tampered(document, row, row.replace("97.4", "99.4"))
+  problems = rep.check(tampered, results)
+  assert len(problems) == 1
+  assert "table fig3-best, row 'ours, train (N = 32)', column 'sum'" in problems[0]
+  assert "'99.4'" in problems[0] and "'97.4'" in problems[0]
+  rendered, differences, errors = rep.render(tampered, results)
+  assert rendered == document and len(differences) == 1 and errors == []
+
+
+def test_a_tampered_quote_is_found(document, results):
+  tampered = _tampered(document, "(8.6-10.7 per data set)", "(8.6-10.9 per data set)")
+  problems = rep.check(tampered, results)
+  assert len(problems) == 1 and problems[0].startswith("quote majority-data:")
+  assert rep.render(tampered, results)[0] == tampered  # prose is checked, never rewritten
+
+
+def test_a_lost_row_or_fence_is_an_error(document, results):
+  row = "| NAP > sum | 0.004 / 0.006 | 0.004 / 0.004 | 0.006 / 0.004 | 0.004 / 0.006 |\n"
+  errors = rep.render(_tampered(document, row, ""), results)[2]
+  assert errors == ["table fig5-gpu-tests, row 'NAP > sum': not in the document"]
+  errors = rep.render(_tampered(document, "<!-- table: sinkhorn -->\n", ""), results)[2]
+  assert errors == ["table sinkhorn: not fenced in the document"]
+  with pytest.raises(ValueError, match="'albert-tiny': no <!-- /table -->"):
+    rep.fenced_tables(_tampered(document, "<!-- table: albert-tiny -->\n",
+                                "<!-- table: albert-tiny -->\n<!-- table: other -->\n"
+                                ).split("\n"))
+
+
+def test_a_missing_results_file_is_named(document, tmp_path):
+  problems = rep.check(document, rep.Results(str(tmp_path)))
+  assert "table sinkhorn: its files cannot be read: FileNotFoundError" in "\n".join(problems)
+  assert any(p.startswith("quote majority-data: its files cannot be read") for p in problems)
+
+
+def test_the_formats_are_the_documents():
+  assert [rep.rate(x) for x in (2.187e-4, 0.0081, 0.027, 6.561e-5)] == [
+      "2.19e-4", "8.1e-3", "2.7e-2", "6.56e-5"]
+  assert rep.rate(0.027, decimal_from=0.01) == "0.027"
+  assert [rep.sci(x) for x in (0.06474, 1.334, 2.384e-7)] == ["6.5e-2", "1.3", "2.4e-7"]
+  assert [rep.short_float(x) for x in (1e-4, 0.01, 0.0625, 0.25)] == [
+      "1e-4", "1e-2", "0.0625", "0.25"]
+  assert [rep.signed(x) for x in (0.5024, -0.458, -1e-8)] == ["+0.50", "-0.46", "0.00"]
+  assert [rep.p_value(x) for x in (0.0079, 0.048, 0.111, 0.6547)] == [
+      "0.008", "0.048", "0.11", "0.65"]
+
+
+def _command(*flags):
+  return subprocess.run([sys.executable, os.path.join(REPO, "experiments",
+                                                      "reproduction_tables.py"), *flags],
+                        capture_output=True, text=True, cwd=REPO, timeout=300,
+                        env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO))
+
+
+def test_the_command_checks_and_rewrites(document, tmp_path):
+  done = _command("--check")
+  assert done.returncode == 0, done.stdout + done.stderr
+  path = tmp_path / "REPRODUCTION.md"
+  row = "| ours, validated at 2N = 64 | 58.3 | 90.6 | 91.8 | 92.2 | 93.5 | 16.9 |"
+  path.write_text(_tampered(document, row, row.replace("90.6", "90.7")))
+  done = _command("--check", f"--document={path}")
+  assert done.returncode == 1 and "table table4-mode" in done.stdout
+  done = _command(f"--document={path}")
+  assert done.returncode == 0 and path.read_text() == document

@@ -1,0 +1,199 @@
+"""DNAS, HNAS and Sinkhorn at huge logits: exact for any finite float32 logits, quadratic and
+fast paths alike, against their definitions evaluated in 100-digit decimal arithmetic.
+
+A float64 evaluation of the definitions is not enough here: at |l| ~ 1e30 its rounding
+(~1e14) is itself larger than the log-weights that decide a tie.
+"""
+import decimal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from normattn_jax.attention import fast
+from normattn_jax.attention import weights as W
+from normattn_jax.attention.numerics import shift_columns_then_rows, two_difference
+
+Q, K = 4, 5  # one compiled shape; smaller matrices are padded with masked entries
+DIGITS = decimal.Context(prec=100)
+
+
+# ----- the definitions, in exact-enough decimal arithmetic -----
+
+def _logsumexp(values):
+  top = max(values)
+  return top + DIGITS.ln(sum(DIGITS.exp(v - top) for v in values))
+
+
+def _normalize(logp, mask, axis):
+  """Subtract each slice's log-sum-exp over its valid entries (axis 0: columns, 1: rows)."""
+  out = [row[:] for row in logp]
+  q, k = len(logp), len(logp[0])
+  for outer in range(k if axis == 0 else q):
+    cells = [(i, outer) for i in range(q)] if axis == 0 else [(outer, j) for j in range(k)]
+    cells = [c for c in cells if mask[c]]
+    if cells:
+      lse = _logsumexp([logp[i][j] for i, j in cells])
+      for i, j in cells:
+        out[i][j] = logp[i][j] - lse
+  return out
+
+
+def _weights(logp, mask):
+  return np.array([[float(DIGITS.exp(v)) if mask[i, j] else 0.0 for j, v in enumerate(row)]
+                   for i, row in enumerate(logp)])
+
+
+def exact_sinkhorn(l, mask, iters):
+  """Eq. 10: pi^0 = exp(l), then columns and rows normalised in turn (one iteration: DNAS)."""
+  with decimal.localcontext(DIGITS):
+    logp = [[decimal.Decimal(float(v)) for v in row] for row in np.asarray(l)]
+    for _ in range(iters):
+      logp = _normalize(_normalize(logp, mask, 0), mask, 1)
+    return _weights(logp, mask)
+
+
+def exact_softmax(l, mask):
+  with decimal.localcontext(DIGITS):
+    return _weights(_normalize([[decimal.Decimal(float(v)) for v in row] for row in
+                                np.asarray(l)], mask, 1), mask)
+
+
+# ----- huge logits, ties among them likely -----
+
+finite32 = st.floats(width=32, allow_nan=False, allow_infinity=False)
+HUGE = [1e6, -1e6, 1e8, -1e8, 3e8, 1e20, -1e30, 3e30, 1.7e38, -1.7e38, 3.4e38, -3.4e38, 0.0, 1.0]
+
+
+@st.composite
+def huge_logits(draw):
+  """A [Q, K] float32 matrix whose entries come from a few values (so they tie), huge or any
+  finite float32 (near the float maximum, subnormal, ...), and a mask of its valid entries."""
+  pool = draw(st.lists(st.sampled_from(HUGE) | finite32, min_size=1, max_size=4))
+  pool = np.array(pool, np.float32)
+  pool = np.concatenate([pool, np.nextafter(pool, np.float32(np.inf))])  # near ties too
+  l = np.array(draw(st.lists(st.sampled_from(pool.tolist()), min_size=Q * K, max_size=Q * K)),
+               np.float32).reshape(Q, K)
+  q, k = draw(st.integers(1, Q)), draw(st.integers(1, K))
+  mask = np.zeros((Q, K), bool)
+  mask[:q, :k] = True
+  if draw(st.booleans()):
+    mask &= np.array(draw(st.lists(st.booleans(), min_size=Q * K, max_size=Q * K))).reshape(Q, K)
+  return l, mask
+
+
+QUADRATIC = {
+    "dnas": (jax.jit(W.dnas_weights), lambda l, m: exact_sinkhorn(l, m, 1)),
+    "sinkhorn2": (jax.jit(lambda l, m: W.sinkhorn_weights(l, 2, m)),
+                  lambda l, m: exact_sinkhorn(l, m, 2)),
+    "sinkhorn5": (jax.jit(lambda l, m: W.sinkhorn_weights(l, 5, m)),
+                  lambda l, m: exact_sinkhorn(l, m, 5)),
+    "hnas": (jax.jit(lambda l, m: W.hnas_weights(l, 0.3, m)),
+             lambda l, m: 0.3 * exact_sinkhorn(l, m, 1) + 0.7 * exact_softmax(l, m)),
+}
+
+
+def test_the_tie_at_1e8_is_split_one_third_two_thirds():
+  """Column 0 ties at 1e8, so DNAS's second row weighs its keys 1/2 : 1 after the column step."""
+  w = W.dnas_weights(jnp.array([[1e8, -1e8], [1e8, 1e8]]))
+  np.testing.assert_allclose(w, [[1.0, 0.0], [1 / 3, 2 / 3]], rtol=1e-6)
+  h = W.hnas_weights(jnp.array([[1e8, -1e8], [1e8, 1e8]]), 0.5)
+  np.testing.assert_allclose(h, [[1.0, 0.0], [0.5 / 3 + 0.25, 1 / 3 + 0.25]], rtol=1e-6)
+
+
+def test_rows_keep_summing_to_one_at_huge_ties():
+  l = jnp.array([[1e8, 1e8], [-1e8, -1e8], [1e8, -1e8]])
+  np.testing.assert_allclose(W.dnas_weights(l), exact_sinkhorn(l, np.ones((3, 2), bool), 1),
+                             rtol=1e-6)
+  # a row far below every column's maximum, its two entries 1e8 apart at 3e30
+  l = jnp.array([[1e8, 0.0], [-3e30, -3e30]])
+  np.testing.assert_allclose(W.dnas_weights(l), [[0.5, 0.5], [0.0, 1.0]], atol=1e-7)
+
+
+@pytest.mark.parametrize("name", sorted(QUADRATIC))
+@settings(max_examples=60, deadline=None)
+@given(case=huge_logits())
+def test_quadratic_weights_equal_the_definition_at_any_finite_logits(name, case):
+  fn, ref = QUADRATIC[name]
+  l, mask = case
+  np.testing.assert_allclose(fn(l, mask), ref(l, mask), atol=2e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(QUADRATIC))
+@settings(max_examples=20, deadline=None)
+@given(case=huge_logits(), seed=st.integers(0, 2**16))
+def test_gradients_stay_finite_at_any_finite_logits(name, case, seed):
+  fn, _ = QUADRATIC[name]
+  l, mask = case
+  probe = jax.random.normal(jax.random.key(seed), l.shape)
+  grad = jax.grad(lambda x: jnp.sum(fn(x, mask) * probe))(jnp.asarray(l))
+  assert jnp.isfinite(grad).all()
+  assert (grad[~mask] == 0).all()
+
+
+def _fast_dnas(q, k, v, **masks):
+  return fast.dnas_attention(q, k, v, block_size=2, **masks)
+
+
+def _fast_hnas(q, k, v, **masks):
+  return fast.hnas_attention(q, k, v, 0.3, block_size=2, **masks)
+
+
+def _fast_sinkhorn(q, k, v, **masks):
+  return fast.sinkhorn_attention(q, k, v, 3, block_size=3, **masks)
+
+
+FAST = {
+    "dnas": (jax.jit(_fast_dnas, static_argnames="causal"), lambda l, m: exact_sinkhorn(l, m, 1)),
+    "sinkhorn3": (jax.jit(_fast_sinkhorn, static_argnames="causal"),
+                  lambda l, m: exact_sinkhorn(l, m, 3)),
+    "hnas": (jax.jit(_fast_hnas, static_argnames="causal"),
+             lambda l, m: 0.3 * exact_sinkhorn(l, m, 1) + 0.7 * exact_softmax(l, m)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAST))
+@settings(max_examples=30, deadline=None)
+@given(case=huge_logits(), causal=st.booleans(), seed=st.integers(0, 2**16))
+def test_fast_paths_equal_the_definition_at_any_finite_logits(name, case, causal, seed):
+  """Queries are the logits' rows and keys the unit vectors, so ``q . k`` is the logits exactly;
+  the masks are the fast path's structured ones (valid queries, valid keys, causal)."""
+  fn, ref = FAST[name]
+  l, full = case
+  query_mask, key_mask = full.any(1), full.any(0)
+  mask = query_mask[:, None] & key_mask[None, :]
+  if causal:
+    mask &= np.tril(np.ones((Q, K), bool), K - Q)
+  q = jnp.asarray(l)[None, None]
+  k = jnp.eye(K)[None, None]
+  v = jax.random.normal(jax.random.key(seed), (1, 1, K, 3))
+  got = fn(q, k, v, query_mask=jnp.asarray(query_mask)[None],
+           key_mask=jnp.asarray(key_mask)[None], causal=causal)
+  np.testing.assert_allclose(got[0, 0], ref(l, mask) @ np.asarray(v[0, 0], np.float64),
+                             atol=1e-5, rtol=1e-5)
+  grad = jax.grad(lambda x: jnp.sum(fn(x, k, v, query_mask=jnp.asarray(query_mask)[None],
+                                       key_mask=jnp.asarray(key_mask)[None], causal=causal)))(q)
+  assert jnp.isfinite(grad).all()
+
+
+def test_two_difference_keeps_what_the_rounded_difference_loses():
+  a = jnp.array([3e30, 1e8, -3.4e38, 1.0], jnp.float32)
+  b = jnp.array([-1e8, 1.5e-7, 1e-45, 1e-8], jnp.float32)
+  hi, lo = two_difference(a, b)
+  exact = [decimal.Decimal(float(x)) - decimal.Decimal(float(y)) for x, y in zip(a, b)]
+  assert [decimal.Decimal(float(h)) + decimal.Decimal(float(e)) for h, e in zip(hi, lo)] == exact
+  assert float(lo[0]) == 1e8 and float(hi[0]) == float(a[0])
+
+
+def test_shifted_logits_are_exact_where_their_exponential_counts():
+  """Rows 3.4e38 below their columns' maxima keep a gap of 2 (which 3.4e38 - 2 rounds away),
+  rows 6e38 below them (past the float range) their tie; every row's largest entry is 0."""
+  l = jnp.array([[0.0, 2.0], [-3.4e38, -3.4e38]], jnp.float32)
+  y = shift_columns_then_rows(l, jnp.max(l, axis=0, keepdims=True), None)
+  np.testing.assert_array_equal(y, [[0.0, 0.0], [0.0, -2.0]])
+  l = jnp.array([[3e38, 3e38], [-3e38, -3e38]], jnp.float32)
+  y = shift_columns_then_rows(l, jnp.max(l, axis=0, keepdims=True), None)
+  np.testing.assert_array_equal(y, [[0.0, 0.0], [0.0, 0.0]])
+  np.testing.assert_allclose(W.dnas_weights(l), 0.5, rtol=1e-6)
