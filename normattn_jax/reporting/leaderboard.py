@@ -115,8 +115,10 @@ def markdown(reports: list[dict]) -> str:
   sizes = first["sizes"]
   lines += [f"Scale: `{scales[0]}` (N = {sizes['seq_len']}, d = {sizes['d_model']}, "
             f"{len(first['tasks']['case']['arms']['card']['train_acc'])} seeds, the card's "
-            f"normalisation in the MTE layout beside softmax (MTE) and NAP trained once for "
-            f"every card).", ""]
+            f"normalisation in the MTE layout beside softmax (MTE) and NAP baselines trained "
+            f"once per machine and shared by the cards run there; each row shows the "
+            f"baselines its card was compared with: a training of them on another CPU differs "
+            f"by float rounding that training amplifies, of the size of the seeds' spread).", ""]
   lines += ["| " + " | ".join(name for name, _ in COLUMNS) + " |",
             "|" + "---|" * len(COLUMNS)]
   lines += ["| " + " | ".join(row(r)) + " |" for r in reports]
