@@ -48,3 +48,9 @@ def test_cluster_counts_follow_each_schemes_trajectory():
   counts = mc.cluster_counts(clouds)
   assert counts == {s: [mc.count_clusters(c) for c in clouds[s]] for s in clouds}
   assert counts["unas"][0] == counts["dnas"][0] == 2
+
+
+def test_points_that_diverged_belong_to_no_mode():
+  points = np.array([[0.0, 0.0], [0.1, 0.0], [np.inf, 0.0], [np.nan, 1.0], [5.0, 5.0], [5.1, 5.0]])
+  assert mc.count_clusters(points) == 2
+  assert mc.count_clusters(np.full((4, 2), np.nan)) == 0

@@ -100,17 +100,20 @@ def count_clusters(points: np.ndarray, gap: float = 0.5, min_fraction: float = 0
     min_fraction: the smallest share of the points a counted mode holds.
 
   Returns:
-    The number of modes (``n`` for fewer than 2 points).
+    The number of modes (``n`` for fewer than 2 points); a point that diverged (a non-finite
+    coordinate, e.g. under an unnormalised attention) belongs to no mode.
 
   Raises:
     ImportError: if scipy is not installed (the ``analysis`` extra).
   """
+  total = len(points)
+  points = points[np.isfinite(points).all(axis=-1)]
   if len(points) < 2:
     return len(points)
   hierarchy = require("scipy.cluster.hierarchy", "analysis")
   tree = hierarchy.linkage(points, method="single")
   labels = hierarchy.fcluster(tree, t=gap, criterion="distance")
-  return int((np.bincount(labels) >= min_fraction * len(points)).sum())
+  return int((np.bincount(labels) >= min_fraction * total).sum())
 
 
 def center_distance_unas(r, a):
