@@ -8,6 +8,7 @@ import decimal
 
 import jax
 import jax.numpy as jnp
+import hypothesis
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -162,6 +163,7 @@ def test_fast_paths_equal_the_definition_at_any_finite_logits(name, case, causal
   the masks are the fast path's structured ones (valid queries, valid keys, causal)."""
   fn, ref = FAST[name]
   l, full = case
+  hypothesis.assume(np.isfinite(l).all())  # the float32 pool can round a huge draw to inf
   query_mask, key_mask = full.any(1), full.any(0)
   mask = query_mask[:, None] & key_mask[None, :]
   if causal:
