@@ -305,7 +305,6 @@ def _key_offsets(blocks: _Blocks, k: Array, num_iters: int) -> tuple[Array, Arra
   return top, c
 
 
-
 def sinkhorn_key_offsets(q, k, num_iters: int, *, query_mask=None, key_mask=None, causal=False,
                          block_size: int = DEFAULT_BLOCK) -> Array:
   """The offsets a_j with Sinkhorn's weights after ``num_iters`` iterations equal to

@@ -174,6 +174,12 @@ def padding_masks(padding_mask, query_mask, key_mask, length: int):
   return both(query_mask), both(key_mask)
 
 
+def _less_lambda(parts: list, lam: Optional[Array]) -> Array:
+  """Differential attention's ``parts[0] - lambda * parts[1]`` (the two maps' weights or
+  outputs); the one part without it (``lam`` None)."""
+  return parts[0] if lam is None else parts[0] - lam.astype(parts[1].dtype) * parts[1]
+
+
 def check_decodable(normalization: Union[str, AttentionSpec]) -> None:
   """Refuse step-by-step decoding for a normalisation that normalises over the queries.
 
@@ -571,8 +577,7 @@ class MultiHeadAttention(nn.Module):
       outs = [norm.fused_attention(q, k, value, params, self._options(), mask=mask,
                                    query_mask=query_mask, key_mask=key_mask, causal=causal,
                                    block_size=self.block_size) for q, k in maps]
-      heads = outs[0] if lam is None else outs[0] - lam.astype(outs[1].dtype) * outs[1]
-      return self._output(heads.astype(value.dtype), features, inputs_q)
+      return self._output(_less_lambda(outs, lam).astype(value.dtype), features, inputs_q)
     if self._fast(mask, sow_weights, dropout_active, n_q, n_k, map_dim, causal, num_logits):
       to_heads = lambda x: jnp.swapaxes(x, -2, -3)  # [..., n, h, d] -> [..., h, n, d]
       # the fast paths answer in the queries' dtype: value's (float32 with force_fp32_for_softmax)
@@ -580,15 +585,14 @@ class MultiHeadAttention(nn.Module):
           to_heads(q.astype(value.dtype)), to_heads(k), to_heads(value), params, self._options(),
           query_mask=query_mask, key_mask=key_mask, causal=causal, block_size=self.block_size))
           for q, k in maps]
-      heads = outs[0] if lam is None else outs[0] - lam.astype(outs[1].dtype) * outs[1]
-      return self._output(heads.astype(value.dtype), features, inputs_q)
+      return self._output(_less_lambda(outs, lam).astype(value.dtype), features, inputs_q)
 
     mask = structured_mask(mask, query_mask, key_mask, causal, n_q, n_k)
     logits_einsum, weighted_sum_einsum = self._einsums()
     weights = [norm.attention_weights(self._softmax_dtype(
         logits_einsum("...qhd,...khd->...hqk", q, k)), mask, params,
         self._options()) for q, k in maps]
-    weights = weights[0] if lam is None else weights[0] - lam.astype(weights[1].dtype) * weights[1]
+    weights = _less_lambda(weights, lam)
     if sow_weights:
       self.sow("intermediates", "attention_weights", weights)
 
