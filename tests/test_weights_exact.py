@@ -8,7 +8,6 @@ import decimal
 
 import jax
 import jax.numpy as jnp
-import hypothesis
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -74,7 +73,8 @@ def huge_logits(draw):
   finite float32 (near the float maximum, subnormal, ...), and a mask of its valid entries."""
   pool = draw(st.lists(st.sampled_from(HUGE) | finite32, min_size=1, max_size=4))
   pool = np.array(pool, np.float32)
-  pool = np.concatenate([pool, np.nextafter(pool, np.float32(np.inf))])  # near ties too
+  near = np.nextafter(pool, np.float32(np.inf))
+  pool = np.concatenate([pool, near[np.isfinite(near)]])  # near ties too, never past the maximum
   l = np.array(draw(st.lists(st.sampled_from(pool.tolist()), min_size=Q * K, max_size=Q * K)),
                np.float32).reshape(Q, K)
   q, k = draw(st.integers(1, Q)), draw(st.integers(1, K))
@@ -163,7 +163,6 @@ def test_fast_paths_equal_the_definition_at_any_finite_logits(name, case, causal
   the masks are the fast path's structured ones (valid queries, valid keys, causal)."""
   fn, ref = FAST[name]
   l, full = case
-  hypothesis.assume(np.isfinite(l).all())  # the float32 pool can round a huge draw to inf
   query_mask, key_mask = full.any(1), full.any(0)
   mask = query_mask[:, None] & key_mask[None, :]
   if causal:
