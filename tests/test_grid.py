@@ -396,6 +396,20 @@ def test_a_trained_model_loads_back_as_a_module_and_scores_as_stored(reference):
     load_model(str(reference), "nap", 0.001, value=64)
 
 
+def test_a_report_cards_arm_reads_the_models_load_model_gives(reference):
+  """The report card finds an arm's final models through the sweep's plan (its grid's
+  checkpoints, its models axis' rows): the ones ``load_model`` gives, seed by seed."""
+  from normattn_jax.reporting import report_card as rc
+  arm = rc.Arm("card", str(reference), "nap")
+  config, params, setup = rc.final_states(arm)
+  learning_rate = rc.best_learning_rate(arm.sweep(), "nap")
+  assert len(params) == config.num_seeds == 2
+  for seed, found in enumerate(params):
+    module, variables = load_model(str(reference), "nap", learning_rate, seed)
+    assert module == setup.model()
+    chex.assert_trees_all_close(found, variables, rtol=0, atol=0)
+
+
 def test_an_evaluation_on_non_finite_logits_counts_as_diverged():
   """An infinite learning rate: the one step's loss is finite, the evaluation after it runs on
   NaN parameters. That model is flagged and scores 0 everywhere; its peer is untouched."""
