@@ -1,12 +1,18 @@
 """The one integer check behind every "must be a positive integer" error of the project: numpy
 integers count, ``bool`` does not (``True`` would otherwise pass as 1). And the one float check
 of every config field: NaN fails every comparison and infinity passes ``> 0``, so a bound alone
-would let both through to training and into ``config.json``."""
+would let both through to training and into ``config.json``.
+
+``RULES`` holds, as data, the rule of each config field that more than one kind of run has (a
+sweep, fine-tuning, pre-training, the causal-LM analysis): every validator checks those fields
+with ``check_fields``, so that a field means the same wherever it appears.
+"""
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
-from typing import Optional
+from typing import Any, Optional
 
 
 def int_problem(value, low: int = 1) -> Optional[str]:
@@ -135,3 +141,110 @@ def check_config_floats(field: str, values, low: Optional[float] = None,
   for i, value in enumerate(values):
     check_config_float(f"{field}[{i}]", value, low, high, open_low=open_low,
                        open_high=open_high)
+
+
+def check_float(name: str, value, low: Optional[float] = None, high: Optional[float] = None, *,
+                open_low: bool = False, open_high: bool = False) -> None:
+  """Raise ``ValueError("<name> must be ..., got <value>")`` unless ``value`` is a finite number
+  within the bounds (``float_problem``): ``check_int``'s counterpart for an argument.
+
+  Args:
+    name: the argument or field, as the error names it.
+    value: the value to check.
+    low, high, open_low, open_high: the bounds, as ``float_problem`` takes them.
+  """
+  problem = float_problem(value, low, high, open_low=open_low, open_high=open_high)
+  if problem:
+    raise ValueError(f"{name} {problem}, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+  """What one config field must hold: an integer >= ``low`` (kind "integer"), a finite number
+  within the bounds ("number") or a non-empty sequence of such numbers ("numbers").
+
+  Attributes:
+    kind: "integer", "number" or "numbers".
+    low, high, open_low, open_high: the bounds (``int_problem``, ``float_problem``); an
+      integer's ``low`` only.
+  """
+  kind: str
+  low: Optional[float] = None
+  high: Optional[float] = None
+  open_low: bool = False
+  open_high: bool = False
+
+  def __post_init__(self):
+    if self.kind not in ("integer", "number", "numbers"):
+      raise ValueError(f"kind={self.kind!r}: choose from ('integer', 'number', 'numbers')")
+
+  def check(self, field: str, value) -> None:
+    """``fail_config`` naming ``field`` and ``value`` unless ``value`` keeps the rule."""
+    if self.kind == "integer":
+      check_config_int(field, value, int(self.low))
+    elif self.kind == "number":
+      check_config_float(field, value, self.low, self.high, open_low=self.open_low,
+                         open_high=self.open_high)
+    else:
+      check_config_floats(field, value, self.low, self.high, open_low=self.open_low,
+                          open_high=self.open_high)
+
+
+def integer(low: int = 1) -> Rule:
+  """An integer >= ``low``."""
+  return Rule("integer", low)
+
+
+def number(low: Optional[float] = None, high: Optional[float] = None, *, open_low: bool = False,
+           open_high: bool = False) -> Rule:
+  """A finite number within the bounds."""
+  return Rule("number", low, high, open_low, open_high)
+
+
+def number_list(low: Optional[float] = None, *, open_low: bool = False) -> Rule:
+  """A non-empty sequence of finite numbers, each >= (or >) ``low``."""
+  return Rule("numbers", low, open_low=open_low)
+
+
+# The config fields of more than one kind of run, each with its one rule.
+RULES = {
+    "num_seeds": integer(1),
+    "seed": integer(0),
+    "learning_rates": number_list(0, open_low=True),
+    "train.batch_size": integer(1),
+    "train.num_steps": integer(1),
+    "train.eval_every": integer(1),
+    "train.log_every": integer(1),
+    "train.warmup_steps": integer(0),
+    "train.checkpoint_every": integer(0),
+    "train.models_per_vmap": integer(0),
+    "train.learning_rate": number(0, open_low=True),
+    "train.clip_norm": number(0, open_low=True),
+    "train.weight_decay": number(0),
+    "data.validation_fraction": number(0, 1, open_low=True, open_high=True),
+}
+
+
+def _value(config, field: str) -> Any:
+  """The value of the dotted ``field`` of a config (a ConfigDict or nested dicts)."""
+  node = config
+  for part in field.split("."):
+    node = node[part]
+  return node
+
+
+def check_fields(config, fields) -> None:
+  """Check each of ``fields`` of ``config`` by its rule in ``RULES``, in order.
+
+  Args:
+    config: a config holding every one of ``fields``.
+    fields: dotted names, each a key of ``RULES``.
+
+  Raises:
+    ValueError: ``config.<field>=<value>: <why>`` for the first field that breaks its rule.
+    KeyError: for a field ``RULES`` has no rule for (a mistake in the caller, not the config).
+  """
+  for field in fields:
+    if field not in RULES:
+      raise KeyError(f"{field!r} has no rule in normattn_jax.validation.RULES")
+    RULES[field].check(field, _value(config, field))

@@ -111,6 +111,7 @@ def test_the_comparison_scripts_name_a_damaged_summary(tmp_path):
 
 def test_a_sweeps_damaged_files_are_named(tmp_path):
   from normattn_jax.train import artifacts
+  from normattn_jax.train.plan import SweepPlan
   path = write(tmp_path / "config.json", "{")
   with pytest.raises(ValueError, match=re.escape(f"{path} is not valid JSON")):
     artifacts.read_config(str(tmp_path))
@@ -121,7 +122,7 @@ def test_a_sweeps_damaged_files_are_named(tmp_path):
   write(path, json.dumps(checkpoint.config_json(base_config())))
   metrics = write(tmp_path / artifacts.METRICS, "PK\x03\x04 cut short")
   with pytest.raises(ValueError, match=re.escape(f"{metrics} is not a readable .npz")):
-    artifacts.read_results(str(tmp_path), artifacts.read_config(str(tmp_path)))
+    artifacts.read_results(str(tmp_path), SweepPlan.of(artifacts.read_config(str(tmp_path))))
 
 
 # ----- HuggingFace folders -----

@@ -13,6 +13,7 @@ from normattn_jax import tasks
 from normattn_jax.reporting import figures
 from normattn_jax.train import artifacts
 from normattn_jax.train.layout import ModelsAxis
+from normattn_jax.train.plan import SweepPlan
 from normattn_jax.train.scoring import summarise
 from test_grid import tiny_config
 
@@ -36,16 +37,17 @@ def made_up_results(config, metrics):
 def draw(config, metrics, workdir, monkeypatch):
   """Draw the sweep's figures of made-up curves; returns the summary and the figures by file."""
   results = made_up_results(config, metrics)
-  summary = summarise(config, results)
+  plan = SweepPlan.of(config)
+  summary = summarise(plan, results)
   metrics_path = os.path.join(workdir, artifacts.METRICS)
-  artifacts.save_metrics(metrics_path, config, results)
+  artifacts.save_metrics(metrics_path, plan, results)
   drawn = {}
   monkeypatch.setattr(figures.plt, "close", lambda fig: None)
   save = figures.plt.Figure.savefig
   monkeypatch.setattr(figures.plt.Figure, "savefig",
                       lambda fig, path, **kw: (drawn.__setitem__(os.path.basename(path), fig),
                                                save(fig, path, **kw)))
-  figures.draw_sweep(config, summary, metrics_path, str(workdir))
+  figures.draw_sweep(plan, summary, metrics_path, str(workdir))
   return summary, drawn
 
 
@@ -68,7 +70,7 @@ def test_the_case_figure_is_the_papers(tmp_path, monkeypatch):
   image = drawn["case_accuracy.png"].axes[2].images[0].get_array()  # nap at N/2
   for channel, case_name in enumerate(("argmin", "first", "argmax")):
     np.testing.assert_allclose(image[..., channel], figures.cell_grid(
-        config, summary, "nap", f"val_case_acc_{case_name}", "mean"))
+        SweepPlan.of(config), summary, "nap", f"val_case_acc_{case_name}", "mean"))
   curves = drawn["learning_curves.png"].axes
   assert len(curves) == 4  # two rows, two archs
   assert legend(curves[2]) == [("case_acc_argmin", to_rgb("tab:red")),
@@ -93,7 +95,8 @@ def test_a_group_of_two_is_drawn_as_its_mean_in_grey(parity_task, tmp_path, monk
   assert [t.get_text() for t in drawn["case_accuracy.png"].texts] == [
       "grey = the mean of even, odd, each the mean over seeds"]
   image = drawn["case_accuracy.png"].axes[1].images[0].get_array()
-  mean = np.mean([figures.cell_grid(config, summary, "mte", f"val_first_acc_{group}", "mean")
+  plan = SweepPlan.of(config)
+  mean = np.mean([figures.cell_grid(plan, summary, "mte", f"val_first_acc_{group}", "mean")
                   for group in ("even", "odd")], axis=0)
   for channel in range(3):
     np.testing.assert_allclose(image[..., channel], mean, rtol=1e-6)
@@ -120,10 +123,11 @@ def test_learning_curves_are_drawn_at_their_points_own_steps(tmp_path, monkeypat
   curves["diverged"] = np.zeros((evals, axis.num_models), bool)
   results = {(arch, (("task.vocab_size", 32),)): curves for arch in config.archs}
   metrics_path = os.path.join(tmp_path, artifacts.METRICS)
-  artifacts.save_metrics(metrics_path, config, results)
+  plan = SweepPlan.of(config)
+  artifacts.save_metrics(metrics_path, plan, results)
   drawn = {}
   monkeypatch.setattr(figures.plt, "close", lambda fig: drawn.setdefault("fig", fig))
-  figures.learning_curves_figure(config, summarise(config, results), metrics_path,
+  figures.learning_curves_figure(plan, summarise(plan, results), metrics_path,
                                  os.path.join(tmp_path, "curves.png"))
   x = drawn["fig"].axes[0].lines[0].get_xdata()
   np.testing.assert_array_equal(x, [40, 80, 120])  # not the reference's 10, 20, 30

@@ -203,7 +203,7 @@ def test_no_answer_and_misaligned_answers(wordpiece):
   assert not evaluation["start_positions"].any()
   with pytest.raises(ValueError, match="max_seq_length must be an integer >= 68"):
     features.span_features(wordpiece, [impossible], 40)
-  with pytest.raises(ValueError, match="doc_stride must be an integer >= 1, got 0"):
+  with pytest.raises(ValueError, match="doc_stride must be a positive integer, got 0"):
     features.span_features(wordpiece, [impossible], 128, doc_stride=0)
   with pytest.raises(ValueError, match="is_impossible but has answers"):
     SquadExample("q4", "?", "c", ("c",), (0,), is_impossible=True)
@@ -427,7 +427,7 @@ def test_bad_task_requests_are_named_before_any_download(wordpiece):
     tfds_tasks.load_task("squad", "train", wordpiece, 128)
   with pytest.raises(ValueError, match="split 'validation' is not a split of mnli"):
     tfds_tasks.load_task("mnli", "validation", wordpiece, 128)
-  with pytest.raises(ValueError, match="max_examples must be an integer >= 1, got 0"):
+  with pytest.raises(ValueError, match="max_examples must be a positive integer, got 0"):
     tfds_tasks.load_task("cola", "train", wordpiece, 128, max_examples=0)
 
 

@@ -21,6 +21,7 @@ from normattn_jax.reporting.tables import regularization_table
 from normattn_jax.train.scoring import summarise
 from normattn_jax.train.config import point_config, static_points
 from normattn_jax.train.driver import Budget, Interrupted
+from normattn_jax.train.plan import SweepPlan
 from normattn_jax.train.sweep import LOGGED, load_model, resummarise, \
     run_sweep
 
@@ -112,7 +113,7 @@ def test_seeds_are_averaged_before_the_best_over_training_is_taken():
              "val_acc": curve([0.3, 0.3, 0.9, 0.1], [0.3, 0.3, 0.1, 0.9]),
              "train_loss": curve([2.0, 1.0, 1.0, 1.0], [1.0, 2.0, 1.0, 1.0]),
              "diverged": np.zeros((2, 4), bool)}
-  summary = summarise(c, {("nap", ()): history})
+  summary = summarise(SweepPlan.of(c), {("nap", ()): history})
   first, second = summary["cells"]
   assert first["metrics"]["train_acc"] == {"min": 0.0, "mean": 0.5, "max": 1.0}
   assert first["metrics"]["train_loss"]["mean"] == 1.5
@@ -376,7 +377,7 @@ def test_a_trained_model_loads_back_as_a_module_and_scores_as_stored(reference):
   from normattn_jax.train.grid import eval_sets_for
   from normattn_jax.train.layout import ModelsAxis
   config = artifacts.read_config(str(reference))
-  curves = artifacts.read_results(str(reference), config)[("nap", ())]
+  curves = artifacts.read_results(str(reference), SweepPlan.of(config))[("nap", ())]
   setup = Setup("nap", config)
   (inputs, labels), _ = eval_sets_for(setup, config.seed)  # the case sets at N: [case, ...]
   for lr_index, seed in ((0, 0), (1, 1)):
@@ -393,6 +394,20 @@ def test_a_trained_model_loads_back_as_a_module_and_scores_as_stored(reference):
     load_model(str(reference), "nap", 0.001, seed=2)
   with pytest.raises(ValueError, match="value=64: the sweep's values are none"):
     load_model(str(reference), "nap", 0.001, value=64)
+
+
+def test_a_report_cards_arm_reads_the_models_load_model_gives(reference):
+  """The report card finds an arm's final models through the sweep's plan (its grid's
+  checkpoints, its models axis' rows): the ones ``load_model`` gives, seed by seed."""
+  from normattn_jax.reporting import report_card as rc
+  arm = rc.Arm("card", str(reference), "nap")
+  config, params, setup = rc.final_states(arm)
+  learning_rate = rc.best_learning_rate(arm.sweep(), "nap")
+  assert len(params) == config.num_seeds == 2
+  for seed, found in enumerate(params):
+    module, variables = load_model(str(reference), "nap", learning_rate, seed)
+    assert module == setup.model()
+    chex.assert_trees_all_close(found, variables, rtol=0, atol=0)
 
 
 def test_an_evaluation_on_non_finite_logits_counts_as_diverged():
@@ -419,14 +434,14 @@ def test_a_diverged_model_scores_as_failed_at_every_evaluation():
              "val_acc": curve([0.2, 0.3, 0.34, 0.34], [0.3, 0.2, 0.0, 0.0]),
              "train_loss": curve([2.0, 1.0, 1.0, 1.0], [1.0, 1.0, np.nan, np.nan]),
              "diverged": np.array([[0, 0, 0, 0], [0, 1, 1, 1]], bool)}
-  first, second = summarise(c, {("nap", ()): history})["cells"]
+  first, second = summarise(SweepPlan.of(c), {("nap", ()): history})["cells"]
   assert first["diverged"] == 1
   assert first["metrics"]["val_acc"] == {"min": 0.0, "mean": pytest.approx(0.15),
                                          "max": pytest.approx(0.3)}
   assert first["metrics"]["train_loss"]["mean"] is None
   assert second["diverged"] == 2
   assert second["metrics"]["val_acc"] == {"min": 0.0, "mean": 0.0, "max": 0.0}
-  best = summarise(c, {("nap", ()): history})["best"]["nap"]
+  best = summarise(SweepPlan.of(c), {("nap", ()): history})["best"]["nap"]
   assert best["learning_rate"] == 0.01 and best["val_learning_rate"] == 0.01
   assert best["train_learning_rate"] == 0.01
 

@@ -12,6 +12,7 @@ from normattn_jax.train import artifacts
 from normattn_jax.train.checkpoint import WorkdirError, check_workdir
 from normattn_jax.train.config import base_config
 from normattn_jax.train.layout import ModelsAxis, grid_name
+from normattn_jax.train.plan import SweepPlan
 from normattn_jax.train.scoring import summarise
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -99,7 +100,8 @@ def test_an_old_results_folder_is_read_and_scored_as_stored(name, tmp_path):
   config = artifacts.read_config(str(workdir))
   assert config.sweep.grid == tuple(stored["sweep"]["values"])
   assert "values" not in config.sweep.to_dict()
-  summary = summarise(config, artifacts.read_results(str(workdir), config))
+  plan = SweepPlan.of(config)
+  summary = summarise(plan, artifacts.read_results(str(workdir), plan))
   assert summary == json.loads((workdir / "summary.json").read_text())
 
 
@@ -131,6 +133,45 @@ def test_every_committed_sweep_scores_to_its_stored_summary():
   assert len(folders) >= 77
   for folder in folders:
     workdir = os.path.join(REPO, folder)
-    config = artifacts.read_config(workdir)
+    plan = SweepPlan.of(artifacts.read_config(workdir))
     with open(os.path.join(workdir, "summary.json")) as f:
-      assert summarise(config, artifacts.read_results(workdir, config)) == json.load(f), folder
+      assert summarise(plan, artifacts.read_results(workdir, plan)) == json.load(f), folder
+
+
+def test_a_sweep_plan_names_every_grid_once_points_outer():
+  c = l2_sweep()
+  c.archs, c.sweep.name, c.sweep.grid = ("nap", "sum"), "model.d_model", (8, 16)
+  c.sweep.steps_scale, c.sweep.steps_reference = "proportional", 8
+  plan = SweepPlan.of(c)
+  assert plan.static and plan.points == ((("model.d_model", 8),), (("model.d_model", 16),))
+  assert [g.name for g in plan.grids] == ["nap[model.d_model=8]", "sum[model.d_model=8]",
+                                          "nap[model.d_model=16]", "sum[model.d_model=16]"]
+  assert plan.grid("sum", (("model.d_model", 16),)).key == ("sum", (("model.d_model", 16),))
+  assert [g.name for g in plan.grids_of("nap")] == ["nap[model.d_model=8]",
+                                                    "nap[model.d_model=16]"]
+  assert plan.locate(1) == ((("model.d_model", 16),), 0)
+  steps = [plan.point_config(p).train.num_steps for p in plan.points]
+  assert steps == [c.train.num_steps, 2 * c.train.num_steps]  # each point's own, scaled
+  assert plan.total_model_steps == 2 * sum(steps) * plan.axis.num_models
+  for point in plan.points:  # a point's own models axis is the sweep's
+    assert ModelsAxis.of(plan.point_config(point)) == plan.axis
+  assert (plan.swept_field, plan.swept_values) == ("model.d_model", (8.0, 16.0))
+
+
+def test_a_vmapped_or_no_sweep_plans_one_grid_per_arch():
+  plan = SweepPlan.of(l2_sweep())
+  assert not plan.static and plan.points == ((),)
+  assert [g.name for g in plan.grids] == list(plan.archs)
+  assert plan.locate(1) == ((), 1) and plan.axis.swept_field == "train.l2"
+  plain = SweepPlan.of(base_config())
+  assert plain.locate(None) == ((), 0) and (plain.swept_field, plain.swept_values) == ("", ())
+
+
+def test_a_sweep_plan_refuses_a_grid_it_does_not_train():
+  plan = SweepPlan.of(l2_sweep())
+  with pytest.raises(ValueError, match=r"arch='gpt': the sweep trained \('bert'"):
+    plan.grid("gpt")
+  with pytest.raises(ValueError, match=r"point=\(\('model.d_model', 8\),\)"):
+    plan.grid("nap", (("model.d_model", 8),))
+  with pytest.raises(ValueError, match="arch 'gpt' is not one of the run's archs"):
+    plan.grids_of("gpt")

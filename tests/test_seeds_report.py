@@ -13,6 +13,7 @@ from normattn_jax.reporting import figures, seeds
 from normattn_jax.train import artifacts
 from normattn_jax.train.checkpoint import config_json, write_json
 from normattn_jax.train.layout import ModelsAxis
+from normattn_jax.train.plan import SweepPlan
 from test_grid import tiny_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -87,7 +88,7 @@ def our_run(tmp_path, d_model=16):
     curves["train_acc"][-1, axis.rows(1, 0)] -= 0.5  # a later evaluation below the best
     curves["diverged"] = np.zeros((evals, axis.num_models), bool)
     results[(arch, ())] = curves
-  artifacts.save_metrics(os.path.join(tmp_path, artifacts.METRICS), c, results)
+  artifacts.save_metrics(os.path.join(tmp_path, artifacts.METRICS), SweepPlan.of(c), results)
   write_json(os.path.join(tmp_path, "config.json"), config_json(c))
   return c
 
@@ -218,7 +219,7 @@ def test_a_diverged_seed_counts_as_failed_at_every_evaluation():
   c.archs, c.learning_rates, c.num_seeds = ("nap",), (0.01,), 2
   curves = {"train_acc": np.array([[0.34, 0.5], [0.0, 0.6]], np.float32),
             "diverged": np.array([[False, False], [True, False]])}
-  run = seeds.OurSweep(c, {("nap", ()): curves})
+  run = seeds.OurSweep(SweepPlan.of(c), {("nap", ()): curves})
   np.testing.assert_allclose(seeds.best_per_seed(run.seeds("nap", "train_acc", 0.01)), [0, 0.6])
 
 
@@ -325,7 +326,7 @@ def case_run(tmp_path, argmax_of_bert=0.03):
     if arch == "bert":  # one evaluation of one seed above the threshold: its best counts
       curves["case_acc_argmax"][1, axis.rows(1, 0)[4]] = 0.5
     results[(arch, ())] = curves
-  artifacts.save_metrics(os.path.join(tmp_path, artifacts.METRICS), c, results)
+  artifacts.save_metrics(os.path.join(tmp_path, artifacts.METRICS), SweepPlan.of(c), results)
   write_json(os.path.join(tmp_path, "config.json"), config_json(c))
   return c
 

@@ -4,7 +4,9 @@ import re
 import numpy as np
 import pytest
 
-from normattn_jax.validation import check_config_float, check_int, float_problem, int_problem
+from normattn_jax import validation
+from normattn_jax.validation import (RULES, check_config_float, check_fields, check_int,
+                                     float_problem, int_problem)
 
 
 @pytest.mark.parametrize("value", [1, 7, np.int64(3), np.int32(1)])
@@ -47,3 +49,68 @@ def test_a_config_float_must_be_a_finite_number(value):
 ])
 def test_a_config_float_within_its_bounds(value, kwargs, problem):
   assert float_problem(value, **kwargs) == problem
+
+
+def test_check_fields_names_the_field_and_value_by_its_rule():
+  config = {"num_seeds": 2, "learning_rates": (0.1, float("inf")),
+            "train": {"clip_norm": 0.0, "warmup_steps": 0}}
+  check_fields(config, ("num_seeds", "train.warmup_steps"))
+  with pytest.raises(ValueError, match=re.escape("config.learning_rates[1]=inf: must be a "
+                                                 "finite number > 0")):
+    check_fields(config, ("learning_rates",))
+  with pytest.raises(ValueError, match=re.escape("config.train.clip_norm=0.0: must be > 0")):
+    check_fields(config, ("train.clip_norm",))
+  with pytest.raises(KeyError, match="'train.l3' has no rule"):
+    check_fields(config, ("train.l3",))
+
+
+def _validators():
+  """Each kind of run's default config and validator."""
+  from normattn_jax.analysis import causal_lm_keys
+  from normattn_jax.finetune import train as finetune
+  from normattn_jax.train import config as sweep
+  from normattn_jax.train import pretrain
+  return {"sweep": (sweep.base_config(), sweep.validate),
+          "finetuning": (finetune.base_finetune_config(),
+                         lambda c: finetune.validate_finetune_config(c, check_paths=False)),
+          "pretraining": (pretrain.base_pretrain_config(), pretrain.validate_pretrain_config),
+          "causal_lm_keys": (causal_lm_keys.default_config(), causal_lm_keys.validate_config)}
+
+
+def _set(config, field, value):
+  section, _, key = field.rpartition(".")
+  (config[section] if section else config)[key] = value
+
+
+@pytest.mark.parametrize("field, value", [
+    ("train.checkpoint_every", -1), ("train.num_steps", 0), ("train.batch_size", -4),
+    ("train.clip_norm", float("nan")), ("train.weight_decay", -0.1),
+    ("train.learning_rate", float("inf")), ("data.validation_fraction", 1.0),
+    ("num_seeds", 0), ("seed", -1), ("learning_rates", (0.1, -0.1)),
+])
+def test_a_shared_field_is_refused_alike_by_every_run_that_has_it(field, value):
+  """One rule per field (``validation.RULES``): the same message from every validator."""
+  expected = RULES[field]
+  messages = {}
+  for kind, (config, validate) in _validators().items():
+    try:
+      original = validation._value(config, field)
+    except (KeyError, AttributeError):
+      continue  # this kind of run has no such field
+    expected.check(field, original)  # the default keeps the rule
+    _set(config, field, value)
+    with pytest.raises(ValueError) as err:
+      validate(config)
+    messages[kind] = str(err.value)
+  assert len(messages) >= 2, messages  # a field of several kinds of run
+  with pytest.raises(ValueError) as err:
+    expected.check(field, value)
+  assert set(messages.values()) == {str(err.value)}, messages
+
+
+def test_the_majority_settings_refuse_an_infinite_rate_and_a_negative_seed():
+  from normattn_jax.analysis import majority
+  with pytest.raises(ValueError, match="learning_rate must be a finite number > 0, got inf"):
+    majority.MajorityConfig(learning_rate=float("inf"))
+  with pytest.raises(ValueError, match="seed must be an integer >= 0, got -1"):
+    majority.MajorityConfig(seed=-1)

@@ -30,7 +30,7 @@ import optax
 from normattn_jax.analysis.unselectable import TOLERANCE, unselectable
 from normattn_jax.models.causal_lm import CausalLM, capture_attention_inputs, next_token_loss
 from normattn_jax.train.state import TrainState
-from normattn_jax.validation import check_config_float, check_config_int
+from normattn_jax.validation import check_config_float, check_config_int, check_fields
 from normattn_jax.validation import fail_config as _fail
 
 # Table 1's rows: the kind of the LayerNorm before attention that each one trains, and its label.
@@ -73,21 +73,20 @@ def validate_config(c: ml_collections.ConfigDict) -> None:
   if c.model.d_model % c.model.num_heads:
     _fail("model.num_heads", c.model.num_heads, f"must divide model.d_model ({c.model.d_model})")
   check_config_float("model.dropout_rate", c.model.dropout_rate, 0, 1, open_high=True)
-  for field in ("model.layer_norm_epsilon", "model.init_std", "train.learning_rate",
-                "train.clip_norm", "analysis.tolerance"):
+  for field in ("model.layer_norm_epsilon", "model.init_std", "analysis.tolerance"):
     section, name = field.split(".")
     check_config_float(field, c[section][name], 0, open_low=True)
+  check_fields(c, ("train.learning_rate", "train.clip_norm"))
   if c.data.corpus not in CORPORA:
     _fail("data.corpus", c.data.corpus, f"must be one of {CORPORA}")
   check_config_int("data.vocab_size", c.data.vocab_size, 6)
   check_config_int("data.lines_per_document", c.data.lines_per_document, 2)
   check_config_int("data.max_documents", c.data.max_documents, 0)
-  check_config_float("data.validation_fraction", c.data.validation_fraction, 0, 1,
-                     open_low=True, open_high=True)
-  for name in ("seeds", "batch_size", "num_steps", "log_every"):
-    check_config_int(f"train.{name}", c.train[name], 1)
-  for name in ("seed", "warmup_steps", "checkpoint_every"):
-    check_config_int(f"train.{name}", c.train[name], 0)
+  check_fields(c, ("data.validation_fraction",))
+  check_config_int("train.seeds", c.train.seeds, 1)
+  check_fields(c, ("train.batch_size", "train.num_steps", "train.log_every"))
+  check_config_int("train.seed", c.train.seed, 0)
+  check_fields(c, ("train.warmup_steps", "train.checkpoint_every"))
   if c.train.warmup_steps >= c.train.num_steps:
     _fail("train.warmup_steps", c.train.warmup_steps,
           f"must be below train.num_steps ({c.train.num_steps})")
@@ -97,7 +96,7 @@ def validate_config(c: ml_collections.ConfigDict) -> None:
   if c.train.checkpoint_every % c.train.log_every:
     _fail("train.checkpoint_every", c.train.checkpoint_every,
           f"must be a multiple of train.log_every ({c.train.log_every})")
-  check_config_float("train.weight_decay", c.train.weight_decay, 0)
+  check_fields(c, ("train.weight_decay",))
   check_config_int("analysis.num_sequences", c.analysis.num_sequences, 1)
   for name in ("init_sequences", "heldout_loss_sequences"):
     check_config_int(f"analysis.{name}", c.analysis[name], 0)

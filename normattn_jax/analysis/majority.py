@@ -51,7 +51,7 @@ from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, release
     write_json
 from normattn_jax.train.run_log import RunLog
 from normattn_jax.train.state import TrainState
-from normattn_jax.validation import check_int
+from normattn_jax.validation import check_float, check_int
 
 Array = jax.Array
 
@@ -357,8 +357,8 @@ class MajorityConfig:
     if self.models_per_vmap and self.num_models % self.models_per_vmap:
       raise ValueError(f"models_per_vmap={self.models_per_vmap} must divide the number of "
                        f"models, {self.num_models} (variants x seeds)")
-    if not (isinstance(self.learning_rate, (int, float)) and self.learning_rate > 0):
-      raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}")
+    check_float("learning_rate", self.learning_rate, 0, open_low=True)
+    check_int("seed", self.seed, low=0)
 
   @property
   def num_models(self) -> int:

@@ -28,7 +28,7 @@ from typing import Any, Optional, Protocol, Sequence
 
 import numpy as np
 
-from normattn_jax.validation import int_problem
+from normattn_jax.validation import check_int
 
 INPUT_FIELDS = ("input_ids", "token_type_ids", "attention_mask")
 NOT_CONTEXT = -1  # offset_mapping of a token outside the context
@@ -49,8 +49,8 @@ class Tokenizer(Protocol):
 
 
 def _check_int(name: str, value: Any, low: int) -> int:
-  if int_problem(value, low):  # ">= low" also for 1: the bounds differ from call to call
-    raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+  """``value`` as an int, once ``validation.check_int`` accepts it."""
+  check_int(name, value, low)
   return int(value)
 
 

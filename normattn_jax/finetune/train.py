@@ -45,7 +45,7 @@ from normattn_jax.train.driver import Budget, RunHooks
 from normattn_jax.train.run_log import RunLog
 from normattn_jax.train.sections import attention_section, attention_spec, check_known_fields
 from normattn_jax.train.state import TrainState
-from normattn_jax.validation import check_config_float, check_config_floats, check_config_int
+from normattn_jax.validation import check_config_float, check_config_int, check_fields
 from normattn_jax.validation import fail_config as _fail
 
 TRAIN_STREAM = 0  # the stream of a model's dropout keys (TrainState.step_key)
@@ -133,22 +133,19 @@ def validate_finetune_config(c: ml_collections.ConfigDict, check_paths: bool = T
   check_config_int("task.max_seq_length", c.task.max_seq_length, 8)
   check_config_int("task.max_examples", c.task.max_examples, 0)
   rates = tuple(c.learning_rates)
-  check_config_floats("learning_rates", rates, 0, open_low=True)
+  check_fields(c, ("learning_rates",))
   if len(set(rates)) != len(rates):
     _fail("learning_rates", rates, "must not repeat a value")
-  check_config_int("num_seeds", c.num_seeds, 1)
-  check_config_int("seed", c.seed, 0)
+  check_fields(c, ("num_seeds", "seed", "train.batch_size", "train.num_steps",
+                   "train.eval_every"))
   t = c.train
-  for name in ("batch_size", "num_steps", "eval_every", "eval_batch_size"):
-    check_config_int(f"train.{name}", t[name], 1)
-  for name in ("warmup_steps", "checkpoint_every", "models_per_vmap"):
-    check_config_int(f"train.{name}", t[name], 0)
+  check_config_int("train.eval_batch_size", t.eval_batch_size, 1)
+  check_fields(c, ("train.warmup_steps", "train.checkpoint_every", "train.models_per_vmap"))
   if t.warmup_steps >= t.num_steps:
     _fail("train.warmup_steps", t.warmup_steps, f"must be below train.num_steps ({t.num_steps})")
   if t.num_steps % t.eval_every:
     _fail("train.eval_every", t.eval_every, f"must divide train.num_steps ({t.num_steps})")
-  check_config_float("train.weight_decay", t.weight_decay, 0)
-  check_config_float("train.clip_norm", t.clip_norm, 0, open_low=True)
+  check_fields(c, ("train.weight_decay", "train.clip_norm"))
   _fraction("train.classifier_dropout", t.classifier_dropout)
   if check_paths:  # the chief fetches the task's data into the shared cache, the others read it
     multihost.chief_first("normattn_jax finetune check",

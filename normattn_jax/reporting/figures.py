@@ -14,8 +14,7 @@ import numpy as np  # noqa: E402
 
 from normattn_jax import tasks  # noqa: E402
 from normattn_jax.train import artifacts  # noqa: E402
-from normattn_jax.train.config import point_config, static_points  # noqa: E402
-from normattn_jax.train.layout import ModelsAxis, grid_name  # noqa: E402
+from normattn_jax.train.plan import SweepPlan  # noqa: E402
 
 # What a pixel's colour means, under every pixel plot (the NAP paper's key).
 PIXEL_KEY = "R, G, B = min, mean, max over seeds"
@@ -23,25 +22,25 @@ PIXEL_KEY = "R, G, B = min, mean, max over seeds"
 ONE_COLUMN_LABEL = "one setting (no sweep)"
 
 
-def sweep_axis(config):
+def sweep_axis(plan: SweepPlan):
   """The x-axis of the pixel plots: the swept values, or one column.
 
   Args:
-    config: the sweep config.
+    plan: the sweep's plan.
 
   Returns:
     ``(sweep.name, swept values as floats)``, or ``("", [None])`` without a sweep.
   """
-  if config.sweep.name:
-    return config.sweep.name, [float(v) for v in config.sweep.grid]
+  if plan.swept_field:
+    return plan.swept_field, list(plan.swept_values)
   return "", [None]
 
 
-def cell_grid(config, summary, arch, metric, stat):
+def cell_grid(plan: SweepPlan, summary, arch, metric, stat):
   """``[learning rates, swept values]`` array of one statistic from ``summary["cells"]``.
 
   Args:
-    config: the sweep config.
+    plan: the sweep's plan.
     summary: its ``summary.json`` tree (``scoring.summarise``).
     arch: the architecture's name.
     metric: the metric, e.g. "val_acc".
@@ -50,8 +49,8 @@ def cell_grid(config, summary, arch, metric, stat):
   Returns:
     float ``[len(learning_rates), swept values]``; NaN where no cell (or no value) is.
   """
-  name, xs = sweep_axis(config)
-  lrs = [float(lr) for lr in config.learning_rates]
+  name, xs = sweep_axis(plan)
+  lrs = list(plan.axis.learning_rates)
   grid = np.full((len(lrs), len(xs)), np.nan)
   for cell in summary["cells"]:
     if cell["arch"] != arch or metric not in cell["metrics"]:
@@ -88,9 +87,9 @@ def _draw_pixels(ax, image, title, learning_rates, xs, xlabel, cross=None):
   ax.set_xlabel(xlabel or ONE_COLUMN_LABEL)
 
 
-def _pixel_axes(ax, config, image, title, cross=None):
-  name, xs = sweep_axis(config)
-  _draw_pixels(ax, image, title, config.learning_rates, xs,
+def _pixel_axes(ax, plan, image, title, cross=None):
+  name, xs = sweep_axis(plan)
+  _draw_pixels(ax, image, title, plan.axis.learning_rates, xs,
                name.split(".")[-1] if name else "", cross)
 
 
@@ -120,35 +119,35 @@ def _best_mean(image):
   return cross, mean[cross]
 
 
-def accuracy_figure(config, summary, path):
+def accuracy_figure(plan: SweepPlan, summary, path):
   """Rows train / val accuracy; per arch R/G/B = min/mean/max over seeds (said in a key along the
   bottom), a cross at the best mean, and the best mean in the title (the paper's Fig. 3 style).
 
   Args:
-    config: the sweep config.
+    plan: the sweep's plan.
     summary: its ``summary.json`` tree (``scoring.summarise``).
     path: the image file to write.
   """
-  archs = list(config.archs)
+  archs = list(plan.archs)
   rows = [("train_acc", "train"), ("val_acc", "val")]
   fig, axes = plt.subplots(len(rows), len(archs), figsize=(2.2 * len(archs) + 1, 2.6 * len(rows)),
                            squeeze=False)
   for r, (metric, label) in enumerate(rows):
     for a, arch in enumerate(archs):
-      grids = [cell_grid(config, summary, arch, metric, s) for s in ("min", "mean", "max")]
+      grids = [cell_grid(plan, summary, arch, metric, s) for s in ("min", "mean", "max")]
       cross, best = _best_mean(np.stack(grids, axis=-1))
       title = f"{arch} {label}: " + ("n/a" if best is None else f"{best:.1%}")
-      _pixel_axes(axes[r, a], config, pixel_image(grids), title, cross)
+      _pixel_axes(axes[r, a], plan, pixel_image(grids), title, cross)
     axes[r, 0].set_ylabel("learning rate")
   _save_with_key(fig, path, PIXEL_KEY)
 
 
-def group_image(config, summary, arch, group):
+def group_image(plan: SweepPlan, summary, arch, group):
   """A metric group's pixel image: its three metrics' means as R/G/B, or, for a group of another
   size, the mean of its metrics' means in grey.
 
   Args:
-    config: the sweep config.
+    plan: the sweep's plan.
     summary: its ``summary.json`` tree (``scoring.summarise``).
     arch: the architecture's name.
     group: a ``MetricGroup``.
@@ -156,29 +155,29 @@ def group_image(config, summary, arch, group):
   Returns:
     float ``[lr, x, 3]`` in [0, 1].
   """
-  grids = [cell_grid(config, summary, arch, metric, "mean") for metric in group.metrics]
+  grids = [cell_grid(plan, summary, arch, metric, "mean") for metric in group.metrics]
   if len(grids) != 3:
     grids = [np.mean(grids, axis=0)] * 3
   return pixel_image(grids)
 
 
-def case_figure(config, summary, path, groups):
+def case_figure(plan: SweepPlan, summary, path, groups):
   """Accuracy per case: a row per metric group of the task (``Task.metric_groups``, e.g. the
   case task's argmin / first / argmax accuracy at N and at N/2), a column per arch; each pixel
   the group's mean accuracies as R/G/B (``group_image``).
 
   Args:
-    config: the sweep config.
+    plan: the sweep's plan.
     summary: its ``summary.json`` tree (``scoring.summarise``).
     path: the image file to write.
     groups: the task's ``MetricGroup``s, one row each.
   """
-  archs = list(config.archs)
+  archs = list(plan.archs)
   fig, axes = plt.subplots(len(groups), len(archs),
                            figsize=(2.2 * len(archs) + 1, 2.6 * len(groups)), squeeze=False)
   for r, group in enumerate(groups):
     for a, arch in enumerate(archs):
-      _pixel_axes(axes[r, a], config, group_image(config, summary, arch, group),
+      _pixel_axes(axes[r, a], plan, group_image(plan, summary, arch, group),
                   f"{arch} cases {group.label}")
     axes[r, 0].set_ylabel("learning rate")
   _save_with_key(fig, path, case_key(groups))
@@ -229,31 +228,31 @@ def curve_colours(count: int) -> tuple[str, ...]:
       tuple(f"C{i}" for i in range(count))
 
 
-def learning_curves_figure(config, summary, metrics_path, path, groups=()):
+def learning_curves_figure(plan: SweepPlan, summary, metrics_path, path, groups=()):
   """Per arch, at its best learning rate (first swept value): mean curves over seeds with
   min-max bands; a second row of the first metric group's curves when there is one, e.g. the
   case accuracies at N (the paper's Fig. 10-12).
 
   Args:
-    config: the sweep config.
+    plan: the sweep's plan.
     summary: its ``summary.json`` tree (``scoring.summarise``).
     metrics_path: the sweep's ``metrics.npz``.
     path: the image file to write.
     groups: the task's ``MetricGroup``s; only the first is drawn.
   """
   data = np.load(metrics_path)
-  first = static_points(config)[0]
-  steps = artifacts.eval_steps(point_config(config, first))  # a point's own, where its steps scale
-  archs = list(config.archs)
+  first = plan.points[0]
+  steps = artifacts.eval_steps(plan.point_config(first))  # a point's own, where its steps scale
+  archs = list(plan.archs)
   rows = [(("train_acc", "tab:blue"), ("val_acc", "tab:orange"))]
   if groups:
     rows.append(tuple(zip(groups[0].metrics, curve_colours(len(groups[0].metrics)))))
   fig, axes = plt.subplots(len(rows), len(archs), figsize=(2.6 * len(archs), 2.6 * len(rows)),
                            squeeze=False, sharey=True)
-  axis = ModelsAxis.of(config)
+  axis = plan.axis
   for a, arch in enumerate(archs):
-    prefix = grid_name(arch, first)
-    mean = cell_grid(config, summary, arch, "val_acc", "mean")[:, 0]
+    prefix = plan.grid(arch, first).name
+    mean = cell_grid(plan, summary, arch, "val_acc", "mean")[:, 0]
     if not np.isfinite(mean).any():
       continue
     best = int(np.nanargmax(mean))
@@ -265,7 +264,7 @@ def learning_curves_figure(config, summary, metrics_path, path, groups=()):
         ax.plot(steps, curves.mean(-1), color=colour, label=metric)
         ax.fill_between(steps, curves.min(-1), curves.max(-1), color=colour, alpha=0.25)
       ax.set_xlabel("step")
-    axes[0, a].set_title(f"{arch}, lr {config.learning_rates[best]:.1e}", fontsize=9)
+    axes[0, a].set_title(f"{arch}, lr {axis.learning_rates[best]:.1e}", fontsize=9)
   for r in range(len(rows)):
     axes[r, 0].set_ylabel("accuracy")
     axes[r, 0].legend(fontsize=6)
@@ -274,21 +273,22 @@ def learning_curves_figure(config, summary, metrics_path, path, groups=()):
   plt.close(fig)
 
 
-def draw_sweep(config, summary, metrics_path, workdir):
+def draw_sweep(plan: SweepPlan, summary, metrics_path, workdir):
   """Draw a sweep's figures into its workdir: accuracy.png, learning_curves.png and, for a task
   with metric groups (``Task.metric_groups``), case_accuracy.png.
 
   Args:
-    config: the sweep config.
+    plan: the sweep's plan.
     summary: its ``summary.json`` tree (``scoring.summarise``).
     metrics_path: its ``metrics.npz``.
     workdir: the folder the figures go to.
   """
-  groups = tasks.get(config.task.name).metric_groups(config.task.seq_len)
-  accuracy_figure(config, summary, os.path.join(workdir, "accuracy.png"))
+  task = plan.config.task
+  groups = tasks.get(task.name).metric_groups(task.seq_len)
+  accuracy_figure(plan, summary, os.path.join(workdir, "accuracy.png"))
   if groups:
-    case_figure(config, summary, os.path.join(workdir, "case_accuracy.png"), groups)
-  learning_curves_figure(config, summary, metrics_path,
+    case_figure(plan, summary, os.path.join(workdir, "case_accuracy.png"), groups)
+  learning_curves_figure(plan, summary, metrics_path,
                          os.path.join(workdir, "learning_curves.png"), groups)
 
 
@@ -302,8 +302,8 @@ def draw_finished_sweep(workdir: str) -> None:
   """
   with open(os.path.join(workdir, artifacts.SUMMARY)) as f:
     summary = json.load(f)
-  draw_sweep(artifacts.read_config(workdir), summary, os.path.join(workdir, artifacts.METRICS),
-             workdir)
+  draw_sweep(SweepPlan.of(artifacts.read_config(workdir)), summary,
+             os.path.join(workdir, artifacts.METRICS), workdir)
 
 
 def card_accuracy(report: dict, path: str) -> None:

@@ -44,7 +44,6 @@ from normattn_jax.train.checkpoint import ITEM, GridCheckpoints, open_workdir, r
     write_json
 from normattn_jax.train.config import PAPER_LEARNING_RATES, base_config
 from normattn_jax.train.grid import Setup
-from normattn_jax.train.layout import ModelsAxis, grid_name
 from normattn_jax.train.sections import attention_section, attention_spec
 from normattn_jax.train.sweep import run_sweep
 
@@ -304,7 +303,8 @@ def final_states(arm: Arm) -> tuple:
   run = arm.sweep()
   config, lr = run.config, best_learning_rate(run, arm.arch)
   lr_index = int(np.argmin(np.abs(np.log(np.asarray(run.learning_rates) / lr))))
-  checkpoints = GridCheckpoints(os.path.join(arm.workdir, "checkpoints", grid_name(arm.arch, {})))
+  checkpoints = GridCheckpoints(os.path.join(arm.workdir, "checkpoints",
+                                             run.plan.grid(arm.arch).name))
   try:
     step = checkpoints.latest()
     if step is None:
@@ -316,7 +316,7 @@ def final_states(arm: Arm) -> tuple:
       handler.close()
   finally:
     checkpoints.close()
-  rows = ModelsAxis.of(config).rows(lr_index, 0)
+  rows = run.plan.axis.rows(lr_index, 0)
   params = [jax.tree.map(lambda a, r=r: np.asarray(a[r]), tree["state"]["params"]) for r in rows]
   return config, params, Setup(arm.arch, config)
 

@@ -32,8 +32,8 @@ import numpy as np
 from normattn_jax._extras import require
 from normattn_jax.tasks import synthetic
 from normattn_jax.train import artifacts
-from normattn_jax.train.config import get_field, point_config, point_label, static_points
-from normattn_jax.train.layout import ModelsAxis
+from normattn_jax.train.config import get_field, point_label
+from normattn_jax.train.plan import SweepPlan
 from normattn_jax.train.scoring import (LOWER_IS_BETTER, best_over_training,
                                         failed_where_diverged)
 
@@ -260,30 +260,35 @@ class OurSweep:
   """A finished sweep of ours (its ``config.json`` and ``metrics.npz``).
 
   Attributes:
-    config: the run's config.
-    results: ``{(arch, static point items): {metric: [evals, models]}}``.
+    plan: the run's plan (of its config).
+    results: ``{grid key (arch, static point items): {metric: [evals, models]}}``.
   """
-  config: object
+  plan: SweepPlan
   results: Mapping
 
   @classmethod
   def read(cls, workdir: str) -> OurSweep:
     """Read a finished sweep; one with a vmapped sweep (``train.l2``) is refused, as a cell
     here is a learning rate at a static point."""
-    config = artifacts.read_config(workdir)
-    swept = ModelsAxis.of(config).swept_field
+    plan = SweepPlan.of(artifacts.read_config(workdir))
+    swept = plan.axis.swept_field
     if swept:
       raise ValueError(f"{workdir}: sweep.name={swept!r} is a vmapped sweep; compare its seeds "
                        "with sweeps of learning rates and static points only")
-    return cls(config, artifacts.read_results(workdir, config))
+    return cls(plan, artifacts.read_results(workdir, plan))
+
+  @property
+  def config(self):
+    """The run's config."""
+    return self.plan.config
 
   @property
   def learning_rates(self) -> tuple[float, ...]:
-    return tuple(float(lr) for lr in self.config.learning_rates)
+    return self.plan.axis.learning_rates
 
   @property
   def points(self) -> list[dict]:
-    return list(static_points(self.config))
+    return [dict(point) for point in self.plan.points]
 
   def seeds(self, arch: str, metric: str, learning_rate: float,
             point: Optional[dict] = None) -> np.ndarray:
@@ -303,7 +308,7 @@ class OurSweep:
       raise KeyError(f"the run has no grid {arch!r}{f' at {label}' if label else ''}")
     if metric not in history:
       raise KeyError(f"metric={metric!r}: the run stored {tuple(sorted(history))}")
-    axis = ModelsAxis.of(self.config)
+    axis = self.plan.axis
     lr_index = _index_of(np.asarray(self.learning_rates), learning_rate, "learning_rate")
     rows = axis.rows(lr_index, 0)
     if metric == "diverged" or "diverged" not in history:
@@ -387,9 +392,9 @@ def compare(runs: list[OurSweep], authors_dir: Optional[str] = None, threshold: 
     if rule is not None and rule not in rules:
       rules.append(rule)
     for point in run.points:
-      for arch in run.config.archs:
+      for arch in run.plan.archs:
         sweep = _authors_sweep(authors, authors_dir, arch)
-        value = _field_value(run.config, point, _our_field(sweep)) if sweep else None
+        value = _field_value(run.plan, point, _our_field(sweep)) if sweep else None
         for lr in run.learning_rates:
           cell = {"arch": arch, "learning_rate": lr, "point": point_label(point),
                   "ours": _scores(lambda m: run.seeds(arch, m, lr, point), threshold, rule)}
@@ -429,7 +434,7 @@ def _authors_sweep(cache: dict, authors_dir: Optional[str], arch: str):
 def _archs(runs: list[OurSweep]) -> list[str]:
   """The runs' architectures, once each, in the paper's order (others after)."""
   order = list(AUTHORS_NAMES)
-  return sorted(dict.fromkeys(arch for run in runs for arch in run.config.archs),
+  return sorted(dict.fromkeys(arch for run in runs for arch in run.plan.archs),
                 key=lambda a: order.index(a) if a in order else len(order))
 
 
@@ -441,9 +446,9 @@ def _our_field(sweep: AuthorsSweep) -> str:
   return AUTHORS_FIELDS[sweep.swept]
 
 
-def _field_value(config, point: dict, field: str) -> float:
-  """The value of ``field`` (e.g. "model.d_model") in ``config`` at the static ``point``."""
-  return float(get_field(point_config(config, point), field))
+def _field_value(plan: SweepPlan, point: dict, field: str) -> float:
+  """The value of ``field`` (e.g. "model.d_model") in a sweep at its static ``point``."""
+  return float(get_field(plan.point_config(tuple(point.items())), field))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -498,8 +503,8 @@ def pixel_grids(runs: list[OurSweep], authors_dir: str) -> PixelGrids:
   theirs = {arch: _authors_sweep(cache, authors_dir, arch) for arch in archs}
   stored = [sweep for sweep in theirs.values() if sweep is not None]
   field = _our_field(stored[0])
-  ours = [(arch, lr, _field_value(run.config, point, field), run, point)
-          for run in runs for point in run.points for arch in run.config.archs
+  ours = [(arch, lr, _field_value(run.plan, point, field), run, point)
+          for run in runs for point in run.points for arch in run.plan.archs
           for lr in run.learning_rates]
   rates = _union([s.learning_rates for s in stored] + [[lr for _, lr, *_ in ours]])[::-1]
   values = _union([s.values for s in stored] + [[v for _, _, v, *_ in ours]])

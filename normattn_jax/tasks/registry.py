@@ -13,6 +13,7 @@ import jax
 
 from normattn_jax.models.sequence import OUTPUTS
 from normattn_jax.registry import Registry, load_plugins  # noqa: F401 (public)
+from normattn_jax.validation import fail_config
 
 Array = jax.Array
 # sample(key, batch_size, seq_len, settings) -> (inputs [batch, seq_len] int32, labels)
@@ -30,7 +31,7 @@ def fail(field: str, value, why: str):
   Raises:
     ValueError: always.
   """
-  raise ValueError(f"config.task.{field}={value!r}: {why}")
+  fail_config(f"task.{field}", value, why)
 
 
 def same_length(seq_len: int) -> int:

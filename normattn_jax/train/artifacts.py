@@ -9,10 +9,9 @@ import zipfile
 import ml_collections
 import numpy as np
 
-from normattn_jax.train import config as config_lib
 from normattn_jax.train.checkpoint import read_json, write_json
 from normattn_jax.train.migrate import with_current_names
-from normattn_jax.train.layout import ModelsAxis, grid_name
+from normattn_jax.train.plan import SweepPlan
 
 METRICS = "metrics.npz"
 SUMMARY = "summary.json"
@@ -26,52 +25,49 @@ def eval_steps(config) -> np.ndarray:
   return every * np.arange(1, config.train.num_steps // every + 1)
 
 
-def save_metrics(path: str, config, results) -> None:
+def save_metrics(path: str, plan: SweepPlan, results) -> None:
   """Write ``metrics.npz``: per grid (arch and static point) and metric, the curves shaped
   ``[evals, learning rates, swept values, seeds]``, with ``learning_rates`` and ``eval_steps``
-  (those of ``config``; a static point whose steps scale, ``sweep.steps_scale``, evaluates at
-  ``eval_steps(point_config(config, point))``, as many).
+  (those of the sweep's config; a static point whose steps scale, ``sweep.steps_scale``,
+  evaluates at ``eval_steps(plan.point_config(point))``, as many).
 
   Args:
     path: the file to write.
-    config: the sweep config.
-    results: ``{(arch, static point items): {metric: [evals, models]}}``.
+    plan: the sweep's plan.
+    results: ``{grid key (arch, static point items): {metric: [evals, models]}}``.
   """
-  axis = ModelsAxis.of(config)
-  arrays = {"learning_rates": np.asarray(config.learning_rates, np.float64),
-            "eval_steps": eval_steps(config)}
-  for (arch, point), history in results.items():
+  arrays = {"learning_rates": np.asarray(plan.config.learning_rates, np.float64),
+            "eval_steps": eval_steps(plan.config)}
+  for grid_key, history in results.items():
+    name = plan.grid(*grid_key).name
     for key, curve in history.items():
-      arrays[f"{grid_name(arch, dict(point))}/{key}"] = axis.unflatten(curve)
+      arrays[f"{name}/{key}"] = plan.axis.unflatten(curve)
   np.savez_compressed(path, **arrays)
 
 
-def replace_arch(path: str, config, arch: str, results) -> None:
+def replace_arch(path: str, plan: SweepPlan, arch: str, results) -> None:
   """Replace one arch's curves in a ``metrics.npz`` (e.g. after training that arch again), every
   other array kept as it is and in its place.
 
   Args:
     path: the ``metrics.npz`` to rewrite (whole or not at all).
-    config: the sweep config it was saved with (``read_config``).
-    arch: one of ``config.archs``.
-    results: ``{(arch, static point items): {metric: [evals, models]}}`` with a grid of ``arch``
-      at every static point of ``config`` (as ``read_results`` of a sweep of that arch returns);
-      grids of other archs in it are ignored.
+    plan: the plan of the sweep it was saved with (of ``read_config``).
+    arch: one of ``plan.archs``.
+    results: ``{grid key (arch, static point items): {metric: [evals, models]}}`` with a grid of
+      ``arch`` at every static point of the sweep (as ``read_results`` of a sweep of that arch
+      returns); grids of other archs in it are ignored.
 
   Raises:
-    ValueError: if ``arch`` is not one of ``config.archs``, ``results`` lacks one of its grids,
+    ValueError: if ``arch`` is not one of ``plan.archs``, ``results`` lacks one of its grids,
       or a new curve's shape differs from the stored one's.
   """
-  if arch not in config.archs:
-    raise ValueError(f"arch {arch!r} is not one of the run's archs {tuple(config.archs)}")
-  axis = ModelsAxis.of(config)
   new = {}  # grid prefix -> {key: array}
-  for point in config_lib.static_points(config):
-    history = results.get((arch, tuple(point.items())))
+  for grid in plan.grids_of(arch):
+    history = results.get(grid.key)
     if history is None:
-      raise ValueError(f"no curves of grid {grid_name(arch, point)!r} to replace")
-    prefix = grid_name(arch, point) + "/"
-    new[prefix] = {prefix + key: axis.unflatten(np.asarray(curve))
+      raise ValueError(f"no curves of grid {grid.name!r} to replace")
+    prefix = grid.name + "/"
+    new[prefix] = {prefix + key: plan.axis.unflatten(np.asarray(curve))
                    for key, curve in history.items()}
   arrays, written = {}, set()
   with np.load(path) as data:
@@ -127,28 +123,27 @@ def _open_npz(path: str):
     raise ValueError(f"{path} is not a readable .npz ({err})") from None
 
 
-def read_results(workdir: str, config) -> dict:
+def read_results(workdir: str, plan: SweepPlan) -> dict:
   """The curves of ``metrics.npz`` as training returned them.
 
   Args:
     workdir: a finished sweep's workdir.
-    config: its config (``read_config``).
+    plan: its plan (of ``read_config``).
 
   Returns:
-    ``{(arch, static point items): {metric: [evals, models]}}``, as ``save_metrics`` took it.
+    ``{grid key (arch, static point items): {metric: [evals, models]}}``, in ``plan.grids``'
+    order, as ``save_metrics`` took it.
   """
-  axis = ModelsAxis.of(config)
   results = {}
   with _open_npz(os.path.join(workdir, METRICS)) as data:
-    for point in config_lib.static_points(config):
-      for arch in config.archs:
-        prefix = grid_name(arch, point) + "/"
-        curves = {name[len(prefix):]: axis.flatten(data[name])
-                  for name in data.files if name.startswith(prefix)}
-        if not curves:
-          raise ValueError(f"{os.path.join(workdir, METRICS)} holds no curves of grid "
-                           f"{prefix[:-1]!r}, which its config.json trains")
-        results[(arch, tuple(point.items()))] = curves
+    for grid in plan.grids:
+      prefix = grid.name + "/"
+      curves = {name[len(prefix):]: plan.axis.flatten(data[name])
+                for name in data.files if name.startswith(prefix)}
+      if not curves:
+        raise ValueError(f"{os.path.join(workdir, METRICS)} holds no curves of grid "
+                         f"{grid.name!r}, which its config.json trains")
+      results[grid.key] = curves
   return results
 
 

@@ -14,7 +14,7 @@ from normattn_jax.attention.module import OUTPUT_GATES, QK_NORMS
 from normattn_jax.blocks import ARCHITECTURES, ATTENTION_OPTIONS
 from normattn_jax.models.sequence import OUTPUTS
 from normattn_jax.train.sections import attention_section, attention_spec, check_known_fields
-from normattn_jax.validation import check_config_float, check_config_floats, check_config_int
+from normattn_jax.validation import check_config_float, check_config_int, check_fields
 from normattn_jax.validation import fail_config as _fail
 
 TASKS = tasks.TASKS  # the registered tasks, a live view (normattn_jax.tasks.registry)
@@ -175,12 +175,11 @@ def _validate_fields(config) -> None:
       and any(ARCHITECTURES[a].mixer != "attention" for a in archs):
     _fail("attention.name", config.attention.name, "applies to attention archs only")
   _validate_attention_options(config.model, "model", archs)
-  check_config_floats("learning_rates", config.learning_rates, 0, open_low=True)
-  for field in ("num_seeds", "eval.val_batches", "eval.case_set_size"):
+  check_fields(config, ("learning_rates", "num_seeds", "seed"))
+  for field in ("eval.val_batches", "eval.case_set_size"):
     _positive_int(config, field)
   _validate_shapes(config)
-  _non_negative_int(config, "train.models_per_vmap")
-  _non_negative_int(config, "train.checkpoint_every")
+  check_fields(config, ("train.models_per_vmap", "train.checkpoint_every"))
   task = _task(config)
   if config.task.output not in OUTPUTS:
     _fail("task.output", config.task.output, f"choose from {OUTPUTS}")
@@ -329,9 +328,9 @@ def _apply_ablation(c, stage: int) -> None:
 
 def _validate_shapes(c) -> None:
   """The fields a static sweep may change, and the rules between them."""
-  for field in ("task.seq_len", "task.vocab_size", "model.d_model", "model.num_heads",
-                "train.batch_size", "train.num_steps", "train.eval_every"):
+  for field in ("task.seq_len", "task.vocab_size", "model.d_model", "model.num_heads"):
     _positive_int(c, field)
+  check_fields(c, ("train.batch_size", "train.num_steps", "train.eval_every"))
   _non_negative_int(c, "model.num_layers")
   if c.train.num_steps % c.train.eval_every:
     _fail("train.eval_every", c.train.eval_every,

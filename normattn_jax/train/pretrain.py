@@ -40,7 +40,7 @@ from normattn_jax.train.optim import albert_lamb, albert_schedule
 from normattn_jax.train.run_log import RunLog, read_history
 from normattn_jax.train.sections import attention_section, attention_spec, check_known_fields
 from normattn_jax.train.state import TrainState
-from normattn_jax.validation import check_config_float, check_config_int
+from normattn_jax.validation import check_config_float, check_config_int, check_fields
 from normattn_jax.validation import fail_config as _fail
 
 CORPORA = ("shakespeare", "files", "wikipedia")
@@ -117,20 +117,17 @@ def validate_pretrain_config(c: ml_collections.ConfigDict) -> None:
           f"must not exceed model.max_position_embeddings ({c.model.max_position_embeddings})")
   for name in ("masked_lm_prob", "short_seq_prob"):
     check_config_float(f"data.{name}", c.data[name], 0, 1)
-  check_config_float("data.validation_fraction", c.data.validation_fraction, 0, 1,
-                     open_low=True, open_high=True)
+  check_fields(c, ("data.validation_fraction",))
   if c.data.corpus == "files":
     _check_enough_documents(c.data)
-  for name in ("batch_size", "num_steps", "log_every", "eval_every", "eval_batches"):
-    check_config_int(f"train.{name}", c.train[name])
-  for name in ("warmup_steps", "checkpoint_every", "eval_batch_size"):
-    check_config_int(f"train.{name}", c.train[name], 0)
+  check_fields(c, ("train.batch_size", "train.num_steps", "train.log_every", "train.eval_every"))
+  check_config_int("train.eval_batches", c.train.eval_batches)
+  check_fields(c, ("train.warmup_steps", "train.checkpoint_every"))
+  check_config_int("train.eval_batch_size", c.train.eval_batch_size, 0)
   if c.train.warmup_steps >= c.train.num_steps:
     _fail("train.warmup_steps", c.train.warmup_steps,
           f"must be below train.num_steps ({c.train.num_steps})")
-  for name in ("learning_rate", "clip_norm"):
-    check_config_float(f"train.{name}", c.train[name], 0, open_low=True)
-  check_config_float("train.weight_decay", c.train.weight_decay, 0)
+  check_fields(c, ("train.learning_rate", "train.clip_norm", "train.weight_decay"))
   devices = jax.device_count()
   for name in ("batch_size", "eval_batch_size"):
     if c.train[name] % devices:

@@ -30,8 +30,8 @@ from normattn_jax import tasks
 from normattn_jax.attention import registry as attention_registry
 from normattn_jax.train import artifacts
 from normattn_jax.train.checkpoint import WorkdirError, write_json
-from normattn_jax.train.config import base_config, static_points
-from normattn_jax.train.layout import grid_name
+from normattn_jax.train.config import base_config
+from normattn_jax.train.plan import SweepPlan
 from normattn_jax.train.sweep import resummarise, run_sweep
 
 RECORD = "retrained.json"
@@ -190,12 +190,12 @@ def _utc(seconds: float) -> str:
       "%Y-%m-%dT%H:%M:%SZ")
 
 
-def record(workdir: str, config, arch: str) -> dict:
+def record(workdir: str, plan: SweepPlan, arch: str) -> dict:
   """Add (or update) ``arch``'s entry in ``<workdir>/retrained.json``.
 
   Args:
     workdir: the run.
-    config: its config.
+    plan: its plan.
     arch: the arch trained again in ``sub_workdir(workdir, arch)``.
 
   Returns:
@@ -212,7 +212,7 @@ def record(workdir: str, config, arch: str) -> dict:
   tree[arch] = {
       "workdir": sub, "finished": _utc(finished),
       "config": f"{sub}/config.json", "versions": f"{sub}/{VERSIONS}",
-      "grids": [grid_name(arch, point) for point in static_points(config)],
+      "grids": [grid.name for grid in plan.grids_of(arch)],
       "replaced": f"the curves of these grids in {artifacts.METRICS}; {artifacts.SUMMARY} and "
                   "the figures scored and drawn again"}
   write_json(path, tree, indent=2, sort_keys=True)
@@ -239,12 +239,12 @@ def retrain_arch(workdir: str, arch: str, *, show_progress: bool = True,
       trained or written.
   """
   config = check_retrainable(workdir, arch)
-  sub_config = retrain_config(config, arch)
+  plan, sub_plan = SweepPlan.of(config), SweepPlan.of(retrain_config(config, arch))
   sub = sub_workdir(workdir, arch)
-  run_sweep(sub_config, sub, show_progress=show_progress, tensorboard=tensorboard)
-  artifacts.replace_arch(os.path.join(workdir, artifacts.METRICS), config, arch,
-                         artifacts.read_results(sub, sub_config))
-  record(workdir, config, arch)
+  run_sweep(sub_plan.config, sub, show_progress=show_progress, tensorboard=tensorboard)
+  artifacts.replace_arch(os.path.join(workdir, artifacts.METRICS), plan, arch,
+                         artifacts.read_results(sub, sub_plan))
+  record(workdir, plan, arch)
   summary = resummarise(workdir)
   shutil.rmtree(os.path.join(sub, "checkpoints"), ignore_errors=True)
   return summary

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 
 from normattn_jax.train import config as config_lib
-from normattn_jax.train.layout import ModelsAxis
+from normattn_jax.train.plan import SweepPlan
 
 LOWER_IS_BETTER = ("train_loss",)  # the metrics whose best over training is the lowest
 
 
-def summarise(config, results) -> dict:
+def summarise(plan: SweepPlan, results) -> dict:
   """The ``summary.json`` of a sweep.
 
   ``cells`` holds one entry per arch x learning rate x swept value with the paper's pixel values
@@ -20,14 +20,14 @@ def summarise(config, results) -> dict:
   training"). ``best`` holds the paper's table entries (``_best_per_arch``).
 
   Args:
-    config: the sweep config.
-    results: ``{(arch, static point items): {metric: [evals, models]}}``, models in the order of
-      ``ModelsAxis.of(config)``.
+    plan: the sweep's plan.
+    results: ``{grid key (arch, static point items): {metric: [evals, models]}}``, models in
+      the order of ``plan.axis``.
 
   Returns:
     ``{"cells": [...], "best": {...}}``.
   """
-  axis = ModelsAxis.of(config)
+  axis = plan.axis
   cells = []
   for (arch, point), history in results.items():
     for lr_index, value_index in axis.cells():

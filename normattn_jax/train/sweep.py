@@ -26,7 +26,8 @@ from normattn_jax.train import multihost
 from normattn_jax.train.checkpoint import open_workdir, releases_workdir, restore_newest_state
 from normattn_jax.train.driver import Budget, RunHooks
 from normattn_jax.train.grid import Setup, model_keys, train_grid
-from normattn_jax.train.layout import ModelsAxis, grid_name
+from normattn_jax.train.layout import ModelsAxis
+from normattn_jax.train.plan import SweepGrid, SweepPlan
 from normattn_jax.train.run_log import RunLog
 from normattn_jax.train.scoring import summarise
 
@@ -56,14 +57,13 @@ def log_evaluations(log: RunLog, name: str, axis: ModelsAxis, every: int, metric
                  grid=name, learning_rate=f"{learning_rate:g}")
 
 
-def train_point(config, arch, values, workdir, log: RunLog,
+def train_point(plan: SweepPlan, grid: SweepGrid, workdir, log: RunLog,
                 budget: Optional[Budget] = None) -> dict:
-  """Train (or resume) the grid of one arch at one static point.
+  """Train (or resume) one grid of a sweep: an arch at one static point.
 
   Args:
-    config: the sweep config.
-    arch: one of ``config.archs``.
-    values: the static point (one of ``config.static_points(config)``).
+    plan: the sweep's plan.
+    grid: one of ``plan.grids``.
     workdir: the sweep's workdir; checkpoints go to ``checkpoints/<grid name>``.
     log: the sweep's log (rows, TensorBoard, progress).
     budget: evaluations this call may run before ``Interrupted``; None: no limit.
@@ -71,9 +71,7 @@ def train_point(config, arch, values, workdir, log: RunLog,
   Returns:
     The metrics ``{name: [evaluations, models]}``.
   """
-  point = config_lib.point_config(config, values)
-  axis = ModelsAxis.of(point)
-  name = grid_name(arch, values)
+  point, axis, name = plan.point_config(grid.point), plan.axis, grid.name
   every = point.train.eval_every
   num_chunks = point.train.num_steps // every
 
@@ -88,7 +86,7 @@ def train_point(config, arch, values, workdir, log: RunLog,
   with RunHooks(os.path.join(workdir, "checkpoints", name), point.train.checkpoint_every,
                 num_chunks, metrics_like=metrics_like, record=record, budget=budget,
                 name=name) as hooks:
-    return train_grid(point, arch, hyperparameters=axis.hyperparameters(),
+    return train_grid(point, grid.arch, hyperparameters=axis.hyperparameters(),
                       keys=model_keys(point.seed, axis.seed_indices()), resume=hooks.resume,
                       on_chunk=hooks.on_chunk).metrics
 
@@ -105,8 +103,8 @@ def resummarise(workdir: str) -> dict:
   Returns:
     The new summary.
   """
-  config = artifacts.read_config(workdir)
-  summary = summarise(config, artifacts.read_results(workdir, config))
+  plan = SweepPlan.of(artifacts.read_config(workdir))
+  summary = summarise(plan, artifacts.read_results(workdir, plan))
   artifacts.write_summary(workdir, summary)
   return summary
 
@@ -130,24 +128,19 @@ def load_model(workdir: str, arch: str, learning_rate: float, seed: int = 0,
     ValueError: naming the choices, for an arch, learning rate, seed or value the sweep does not
       hold, or a run that has not finished.
   """
-  config = artifacts.read_config(workdir)
-  if arch not in config.archs:
-    raise ValueError(f"arch={arch!r}: the sweep trained {tuple(config.archs)}")
-  grid = tuple(config.sweep.grid)
+  plan = SweepPlan.of(artifacts.read_config(workdir))
+  if arch not in plan.archs:
+    raise ValueError(f"arch={arch!r}: the sweep trained {plan.archs}")
+  grid = plan.swept_values
   if (value is None) != (not grid):
     raise ValueError(f"value={value!r}: the sweep's values are {grid or 'none'}")
-  point = {}
-  if grid:
-    value_index = _index_of(grid, value, "value")
-    point = config_lib.static_points(config)[value_index] \
-        if config.sweep.name not in config_lib.VMAPPED_SWEEPS else {}
-  point_config = config_lib.point_config(config, point)
-  axis = ModelsAxis.of(point_config)
+  point, value_row = plan.locate(None if value is None else _index_of(grid, value, "value"))
+  point_config, axis = plan.point_config(point), plan.axis
   lr_index = _index_of(axis.learning_rates, learning_rate, "learning_rate")
   if not 0 <= seed < axis.num_seeds:
     raise ValueError(f"seed={seed!r}: the sweep trained seeds 0..{axis.num_seeds - 1}")
-  row = axis.rows(lr_index, value_index if axis.swept_field else 0)[seed]
-  folder = os.path.join(workdir, "checkpoints", grid_name(arch, point))
+  row = axis.rows(lr_index, value_row)[seed]
+  folder = os.path.join(workdir, "checkpoints", plan.grid(arch, point).name)
   done, state = restore_newest_state(folder)
   if done != point_config.train.num_steps // point_config.train.eval_every:
     raise ValueError(f"{folder}: its newest checkpoint is evaluation {done}, not the last; "
@@ -189,23 +182,19 @@ def run_sweep(config: ml_collections.ConfigDict, workdir: str, *, max_chunks: Op
   if finished is not None:
     return finished
   chief = multihost.is_chief()  # on several hosts, one writes the files
-  points = config_lib.static_points(config)
-  jobs = [(arch, values) for values in points for arch in config.archs]
-  total = sum(config_lib.point_config(config, v).train.num_steps for _, v in jobs) \
-      * ModelsAxis.of(config).num_models
+  plan = SweepPlan.of(config)
   budget = Budget(max_chunks)
   results = {}
   started = time.perf_counter()
-  with RunLog(workdir, total=total, unit="model-step", tensorboard=tensorboard,
+  with RunLog(workdir, total=plan.total_model_steps, unit="model-step", tensorboard=tensorboard,
               progress=show_progress) as log:
-    for arch, values in jobs:
-      results[(arch, tuple(values.items()))] = train_point(config, arch, values, workdir, log,
-                                                           budget)
-  summary = summarise(config, results)
+    for grid in plan.grids:
+      results[grid.key] = train_point(plan, grid, workdir, log, budget)
+  summary = summarise(plan, results)
   if not chief:
     return summary
-  artifacts.save_metrics(os.path.join(workdir, artifacts.METRICS), config, results)
+  artifacts.save_metrics(os.path.join(workdir, artifacts.METRICS), plan, results)
   artifacts.write_summary(workdir, summary)  # last: it marks a finished run
-  print(f"trained {len(jobs)} grid(s) in {time.perf_counter() - started:.0f} s; "
+  print(f"trained {len(plan.grids)} grid(s) in {time.perf_counter() - started:.0f} s; "
         f"results in {workdir}")
   return summary
