@@ -33,7 +33,6 @@ import optax
 
 from normattn_jax.finetune import encoders
 from normattn_jax.finetune import heads as heads_lib
-from normattn_jax.finetune import offline  # noqa: F401 (registers the offline tasks)
 from normattn_jax.finetune import task as task_lib
 from normattn_jax.train import grid as grid_lib
 from normattn_jax.train import multihost
@@ -127,9 +126,9 @@ def validate_finetune_config(c: ml_collections.ConfigDict, check_paths: bool = T
     _fail("encoder.path", e.path, "must be '' for the bundled MiniLM")
   attention_spec(e.attention, "encoder.attention", keep=True)
   _fraction("encoder.dropout", e.dropout)
-  if not task_lib.known(c.task.name):
-    _fail("task.name", c.task.name, f"must be one of {tuple(task_lib.TASKS)} or a TFDS task of "
-          f"finetune.tfds_tasks")
+  if c.task.name not in task_lib.REGISTRY:
+    _fail("task.name", c.task.name, f"must be a registered fine-tuning task, one of "
+          f"{task_lib.names()}")
   check_config_int("task.max_seq_length", c.task.max_seq_length, 8)
   check_config_int("task.max_examples", c.task.max_examples, 0)
   rates = tuple(c.learning_rates)
