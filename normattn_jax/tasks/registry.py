@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 import jax
 
 from normattn_jax.models.sequence import OUTPUTS
-from normattn_jax.registry import Registry, load_plugins  # noqa: F401 (public)
+from normattn_jax.registry import Registry
 
 Array = jax.Array
 # sample(key, batch_size, seq_len, settings) -> (inputs [batch, seq_len] int32, labels)
