@@ -451,7 +451,7 @@ def eval_pair_capacity(counts: np.ndarray, block: int) -> int:
 # Training
 
 
-class Programs(NamedTuple):
+class MajorityPrograms(NamedTuple):
   """The programs of ONE model, for ``grid.Grid.of``: ``init(key data, per_model, data) -> state``,
   ``chunk(state, per_model, data) -> (state, metrics)`` (``eval_every_epochs`` epochs, then the
   evaluation) and ``evaluate(state, per_model, data) -> metrics``; ``per_model`` is the model's
@@ -489,7 +489,7 @@ def model_keys(config: MajorityConfig) -> np.ndarray:
   return grid_lib.model_keys(config.seed, config.model_seeds())
 
 
-def make_programs(config: MajorityConfig, data: MajorityData) -> Programs:
+def make_programs(config: MajorityConfig, data: MajorityData) -> MajorityPrograms:
   """The programs of one model of a run on ``data`` (whose shapes fix the batching and
   capacities).
 
@@ -498,7 +498,7 @@ def make_programs(config: MajorityConfig, data: MajorityData) -> Programs:
     data: its ``build_data``.
 
   Returns:
-    ``Programs``.
+    ``MajorityPrograms``.
   """
   model = MajorityEncoder(config.num_types, config.d_model, config.ffn_features)
   train_size = data.train_counts.shape[1]
@@ -562,10 +562,11 @@ def make_programs(config: MajorityConfig, data: MajorityData) -> Programs:
     return state, metrics | {"train_loss": losses.mean(), "diverged": state.diverged,
                              "overflow": jnp.maximum(metrics["overflow"], overflow.max())}
 
-  return Programs(model, per_epoch, init, chunk, evaluate)
+  return MajorityPrograms(model, per_epoch, init, chunk, evaluate)
 
 
-def build_grid(config: MajorityConfig, data: MajorityData) -> tuple[grid_lib.Grid, Programs]:
+def build_grid(config: MajorityConfig,
+               data: MajorityData) -> tuple[grid_lib.Grid, MajorityPrograms]:
   """Every variant and seed of a run as one grid of the engine (``grid.Grid.of``), the data
   shared by all models; train it with ``grid.run_grid(grid, model_keys(config),
   per_model_settings(config), chunks)``.

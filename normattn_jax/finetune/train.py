@@ -259,7 +259,7 @@ def eval_batches(arrays: dict, batch_size: int) -> tuple[dict, int]:
 
 
 @dataclasses.dataclass(frozen=True)
-class Programs:
+class FinetunePrograms:
   """The pure functions of ONE model, for ``grid.Grid.of``: each model's own inputs are
   ``{"learning_rate", "rows" [eval_every, batch]}``, the shared ones ``(train arrays, dev
   batches, pre-trained encoder parameters)``."""
@@ -269,7 +269,7 @@ class Programs:
 
 
 def make_programs(c: ml_collections.ConfigDict, task: task_lib.FinetuneTask,
-                  start: encoders.StartingPoint) -> Programs:
+                  start: encoders.StartingPoint) -> FinetunePrograms:
   """The fine-tuning functions of one model of the grid.
 
   Args:
@@ -278,7 +278,7 @@ def make_programs(c: ml_collections.ConfigDict, task: task_lib.FinetuneTask,
     start: the starting point (encoder module and its parameters' place).
 
   Returns:
-    ``Programs`` with ``init`` and ``chunk`` for one model.
+    ``FinetunePrograms`` with ``init`` and ``chunk`` for one model.
   """
   head = heads_lib.get(task.head)
   model = head.build(start.module, task.num_labels, c.train.classifier_dropout)
@@ -323,11 +323,12 @@ def make_programs(c: ml_collections.ConfigDict, task: task_lib.FinetuneTask,
     return state, {"train_loss": jnp.mean(losses), "diverged": state.diverged,
                    "predictions": predictions}
 
-  return Programs(model, init, chunk)
+  return FinetunePrograms(model, init, chunk)
 
 
 def build_grid(c: ml_collections.ConfigDict, task: task_lib.FinetuneTask,
-               start: encoders.StartingPoint, num_models: int) -> tuple[grid_lib.Grid, Programs]:
+               start: encoders.StartingPoint,
+               num_models: int) -> tuple[grid_lib.Grid, FinetunePrograms]:
   """The fine-tuning grid on the engine (``grid.Grid.of``): the task's arrays, the dev batches
   and the pre-trained parameters shared by every model, the vmap width memory-aware as a
   sweep's (``grid.models_per_vmap``).
