@@ -354,7 +354,7 @@ def build_grid(c: ml_collections.ConfigDict, task: task_lib.FinetuneTask,
     state = jax.eval_shape(programs.init, key, per_model, *shared)
     return grid_lib.program_bytes(programs.chunk, state, per_model, *shared)
 
-  per_vmap = grid_lib.models_per_vmap(c, num_models, bytes_per_model)
+  per_vmap = grid_lib.models_per_vmap(c.train.models_per_vmap, num_models, bytes_per_model)
   return grid_lib.Grid.of(programs.init, programs.chunk, num_models, per_vmap, shared), programs
 
 
