@@ -6,7 +6,9 @@ and reads it back through ``as_data_source`` (array_record, no TensorFlow needed
 Preparing ``race`` needs TensorFlow, as TFDS writes its nested option lists with it.
 
 ``LOADERS`` makes every task of ``TFDS_TASKS`` a fine-tuning task (``finetune_task``), registered
-with the others as the package is imported (``normattn_jax.finetune``).
+with the others as the package is imported (``normattn_jax.finetune``). TFDS itself is imported
+when a task is read (``load_task``), so that the tasks are known without the extra that reads
+them.
 """
 from __future__ import annotations
 
@@ -21,8 +23,6 @@ from normattn_jax._extras import require
 from normattn_jax.finetune import features as features_lib
 from normattn_jax.finetune import metrics
 from normattn_jax.finetune import task as task_lib
-
-tfds = require("tensorflow_datasets", "pretrain")
 
 CLASSIFICATION, REGRESSION, SPAN, MULTIPLE_CHOICE = (
     "classification", "regression", "span", "multiple_choice")
@@ -161,7 +161,7 @@ def _records(source, limit: Optional[int]):
   return (source[key] for key in range(count))
 
 
-def _open(tfds_name: str, split: str, data_dir: Optional[str]):
+def _open(tfds, tfds_name: str, split: str, data_dir: Optional[str]):
   for module in _BUILDER_MODULES:
     importlib.import_module(module)
   builder = tfds.builder(tfds_name, data_dir=data_dir)
@@ -259,9 +259,10 @@ def load_task(name: str, split: str, tokenizer, max_seq_length: int,
   features_lib._check_int("max_seq_length", max_seq_length, 5)
   if max_examples is not None:
     features_lib._check_int("max_examples", max_examples, 1)
+  tfds = require("tensorflow_datasets", "pretrain")
   tokenizer = features_lib.as_tokenizer(tokenizer)
   records = [record for tfds_name in task.tfds_names
-             for record in _records(_open(tfds_name, split, data_dir), max_examples)]
+             for record in _records(_open(tfds, tfds_name, split, data_dir), max_examples)]
   if not records:
     raise ValueError(f"{name} {split!r} holds no example")
   if task.kind in (CLASSIFICATION, REGRESSION):
