@@ -58,7 +58,7 @@ def main(argv):
     if registry.get(name).fast is None:
       raise app.UsageError(f"--normalizations: {name!r} has no fast path")
   lengths = [n for n in (128, 256, 512, 1024, 2048, 4096, 8192) if n <= _MAX_N.value]
-  print(f"devices: {jax.devices()}; batch 1, {cost.HEADS} heads, d_h = {cost.HEAD_DIM}")
+  print(f"devices: {jax.devices()}; batch 1, {cost.NUM_HEADS} heads, d_h = {cost.HEAD_DIM}")
   width = max(8, *map(len, names))
   print(f"{'norm':>{width}} {'N':>5} {'mode':>7} {'quad ms':>9} {'fast ms':>9} {'speedup':>8} "
         f"{'quad MiB':>9} {'fast MiB':>9} {'mem ratio':>9} {'fast/softmax':>12} "

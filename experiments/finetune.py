@@ -13,8 +13,8 @@ multi-host run (every host runs the same command; on a TPU pod or under SLURM th
 elsewhere give --coordinator_address, --num_processes and --process_id): the models are sharded
 over every device of every host.
 --plugins=my_norms imports modules first, e.g. one that registers a normalisation of your own
-for --config.encoder.attention.name=<its name>, or a task (finetune.task.register) for
---config.task.name=<its name>.
+for --config.encoder.attention.name=<its name>, or a task
+(finetune.task.register(TaskLoader(...))) for --config.task.name=<its name>.
 """
 import os
 

@@ -1,6 +1,7 @@
-"""A registry of named objects (normalisations, tasks): the one implementation behind
-``attention.registry`` and ``tasks.registry``, so that both look up, refuse and list names
-alike.
+"""A registry of named objects: the one implementation behind every kind a user may extend
+(normalisations: ``attention.registry``; synthetic tasks: ``tasks.registry``; fine-tuning heads
+and tasks: ``finetune.heads``, ``finetune.task``), so that all look up, refuse and list names
+alike; and ``load_plugins``, the one way a command line imports a user's registrations.
 """
 from __future__ import annotations
 
@@ -128,8 +129,8 @@ class NamesView(Sequence):
 
 
 def load_plugins(modules: Sequence[str]) -> None:
-  """Import the named modules, which register their normalisations or tasks as they load (how
-  a command line, e.g. ``experiments/sweep.py --plugins=my_norms``, learns of the user's).
+  """Import the named modules, which register their normalisations, tasks or heads as they load
+  (how a command line, e.g. ``experiments/sweep.py --plugins=my_norms``, learns of the user's).
 
   Args:
     modules: importable module names, e.g. ``["my_norms"]``.

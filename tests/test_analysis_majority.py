@@ -1,5 +1,6 @@
 """The majority experiment of Brody et al.: data, model, LayerNorm variants, query angle and the
 vmapped training."""
+import dataclasses
 import json
 import math
 import os
@@ -86,7 +87,7 @@ def test_the_model_has_the_papers_584_parameters():
     ("without_projection_code", False, 1 / math.sqrt(D))])
 def test_each_variants_norm(variant, centred, norm):
   x = jax.random.normal(jax.random.key(0), (64, D)) + 0.5
-  y = m.attention_norm(x, m.VARIANTS.index(variant))
+  y = m.pre_attention_norm(x, m.VARIANTS.index(variant))
   np.testing.assert_allclose(jnp.linalg.norm(y, axis=-1), norm, rtol=1e-5)
   assert (np.abs(y.mean(-1)).max() < 1e-5) == centred
   direction = x - x.mean(-1, keepdims=True) if centred else x
@@ -97,7 +98,7 @@ def test_each_variants_norm(variant, centred, norm):
 def test_the_norms_stay_finite_on_constant_and_zero_inputs():
   x = jnp.stack([jnp.full(D, 3.0), jnp.zeros(D)])
   for variant in range(len(m.VARIANTS)):
-    value, grad = jax.value_and_grad(lambda z: m.attention_norm(z, variant).sum())(x)
+    value, grad = jax.value_and_grad(lambda z: m.pre_attention_norm(z, variant).sum())(x)
     assert np.isfinite(value) and np.isfinite(grad).all()
 
 
@@ -178,6 +179,20 @@ def test_training_all_variants_and_seeds_in_one_program_learns():
   assert np.isfinite(metrics["query_angle"]).all()
   assert ((0 <= metrics["query_angle"]) & (metrics["query_angle"] <= 90)).all()
   assert grid.chunk_program._cache_size() == 1
+
+
+def test_models_per_vmap_0_is_the_engines_auto_width():
+  """0 means what it means in a sweep (``grid.models_per_vmap``): one model per vmap on a CPU,
+  as many as fit half its memory on an accelerator; another value is the width."""
+  config = m.MajorityConfig(**SMALL)
+  data = m.build_data(config)
+  grid, _ = m.build_grid(config, data)
+  if jax.default_backend() == "cpu":
+    assert grid.per_vmap == 1
+  else:
+    assert 1 <= grid.per_vmap <= config.num_models
+  grid, _ = m.build_grid(dataclasses.replace(config, models_per_vmap=3), data)
+  assert grid.per_vmap == 3
 
 
 def test_a_run_through_the_engine_equals_the_same_chunks_by_hand():

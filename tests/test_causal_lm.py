@@ -15,7 +15,7 @@ VOCAB, LENGTH = 13, 12
 
 @pytest.fixture(scope="module")
 def model_and_params():
-  model = CausalLM(vocab_size=VOCAB, max_len=LENGTH, attention_norm="no_scaling")
+  model = CausalLM(vocab_size=VOCAB, max_len=LENGTH, pre_attention_norm_kind="no_scaling")
   return model, init_params(model, jax.random.key(0))
 
 
@@ -30,7 +30,7 @@ def test_output_at_t_does_not_depend_on_later_tokens(model_and_params):
 
 def test_the_layer_norm_before_attention_is_the_configured_kind(model_and_params):
   without, params = model_and_params
-  standard = without.clone(attention_norm="standard")
+  standard = without.clone(pre_attention_norm_kind="standard")
   tokens = jax.random.randint(jax.random.key(2), (3, LENGTH), 0, VOCAB)
   # Same parameter tree (that LayerNorm has no gain or bias): only the normalisation differs.
   assert jax.tree.structure(init_params(standard, jax.random.key(0))) == \
@@ -67,8 +67,8 @@ def test_key_capture_shape(model_and_params):
 
 
 def test_bad_fields_raise_naming_them():
-  with pytest.raises(ValueError, match="attention_norm"):
-    CausalLM(vocab_size=VOCAB, max_len=LENGTH, attention_norm="rms")
+  with pytest.raises(ValueError, match="pre_attention_norm_kind"):
+    CausalLM(vocab_size=VOCAB, max_len=LENGTH, pre_attention_norm_kind="rms")
   with pytest.raises(ValueError, match="num_heads"):
     CausalLM(vocab_size=VOCAB, max_len=LENGTH, num_heads=3)
   model = CausalLM(vocab_size=VOCAB, max_len=4)

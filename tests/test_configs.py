@@ -81,7 +81,7 @@ def test_dnas_paper_model_has_bert_large_size(attention, extra):
   assert abs(n - DNAS_PAPER_PARAMS) / DNAS_PAPER_PARAMS < 0.01
 
 
-@pytest.mark.parametrize("task", regularization.TASKS)
+@pytest.mark.parametrize("task", regularization.TABLE_TASKS)
 @pytest.mark.parametrize("kind", sorted(regularization.KINDS))
 def test_regularization_configs(task, kind):
   validate(regularization.get_config(f"{task},{kind}"))

@@ -250,11 +250,11 @@ def test_race_choices_keep_the_question_end_and_cut_the_article(sentencepiece):
 def test_task_table():
   assert set(tfds_tasks.GLUE_TASKS) == {"cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli",
                                         "rte", "wnli"}
-  assert tfds_tasks.TASKS["mnli"].dev_splits == ("validation_matched", "validation_mismatched")
-  assert tfds_tasks.TASKS["stsb"].kind == "regression"
-  assert tfds_tasks.TASKS["squad_v2.0"].squad_version == "v2.0"
-  assert tfds_tasks.TASKS["race"].tfds_names == ("race/middle", "race/high")
-  for task in tfds_tasks.TASKS.values():
+  assert tfds_tasks.TFDS_TASKS["mnli"].dev_splits == ("validation_matched", "validation_mismatched")
+  assert tfds_tasks.TFDS_TASKS["stsb"].kind == "regression"
+  assert tfds_tasks.TFDS_TASKS["squad_v2.0"].squad_version == "v2.0"
+  assert tfds_tasks.TFDS_TASKS["race"].tfds_names == ("race/middle", "race/high")
+  for task in tfds_tasks.TFDS_TASKS.values():
     assert set(task.dev_splits) <= set(task.splits)
     if task.kind != "span":
       assert set(task.metrics) <= set(metrics.METRICS)
@@ -270,7 +270,7 @@ def read_source(tfds_name, split):
                                          ("stsb", "validation"),
                                          ("mnli", "validation_mismatched")])
 def test_glue_through_mocked_tfds(wordpiece, name, split):
-  task = tfds_tasks.TASKS[name]
+  task = tfds_tasks.TFDS_TASKS[name]
   with tfds.testing.mock_data(num_examples=7, policy=tfds.testing.MockPolicy.USE_CODE):
     loaded = tfds_tasks.load_task(name, split, wordpiece, 40)
     records = list(read_source(task.tfds_names[0], split))

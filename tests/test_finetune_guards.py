@@ -254,9 +254,9 @@ def plugin_task(root, tokenizer):
     task = offline.load_genre(tokenizer, c)
     return dataclasses.replace(task, name="plugin_genre",
                                train=with_value(task.train, "input_ids", (1, 1), vocab_size))
-  task_lib.register("plugin_genre", load)
+  task_lib.register(task_lib.TaskLoader("plugin_genre", load))
   yield vocab_size
-  del task_lib.TASKS["plugin_genre"]
+  task_lib.unregister("plugin_genre")
 
 
 def test_a_plugin_task_with_tokens_beyond_the_vocabulary_fails_before_training(

@@ -245,17 +245,20 @@ WITHOUT_EXTRAS = textwrap.dedent("""
         return None
 
     sys.meta_path.insert(0, Blocker())
-    from normattn_jax.finetune import features, metrics
+    from normattn_jax.finetune import features, metrics, task, tfds_tasks
 
     print(metrics.squad_f1("The cat", ["a cat"]), metrics.pearson([1, 2], [2, 4]))
+    print("cola" in task.FINETUNE_TASKS)
     try:
-      from normattn_jax.finetune import tfds_tasks
+      tfds_tasks.load_task("cola", "train", None, 16)
     except ImportError as err:
       print(err)
     """)
 
 
 def test_metrics_and_features_import_without_the_extras():
+  """Metrics, features and the registry of tasks (the TFDS ones among them) import without the
+  extras; reading a TFDS task names the extra it needs."""
   blocked = ("tensorflow_datasets", "array_record", "sentencepiece", "tokenizers", "scipy",
              "safetensors", "ml_collections", "matplotlib")
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -264,7 +267,7 @@ def test_metrics_and_features_import_without_the_extras():
                         env=dict(os.environ, JAX_PLATFORMS="cpu"))
   assert done.returncode == 0, done.stderr
   assert done.stdout.splitlines() == [
-      "1.0 1.0", "normattn_jax.finetune.tfds_tasks needs the optional package "
+      "1.0 1.0", "True", "normattn_jax.finetune.tfds_tasks needs the optional package "
       "tensorflow_datasets: pip install 'normattn_jax[pretrain]'"]
 
 

@@ -369,7 +369,7 @@ def test_a_programs_memory_grows_with_its_batch_and_a_cpu_takes_one_model_per_vm
     sizes.append(program_bytes(lambda s, h: programs.train_step(s, h)[0], state, hp))
   assert 0 < sizes[0] < sizes[1]
   never = lambda: pytest.fail("a CPU does not measure the program")
-  assert models_per_vmap(c, 50, never) == 1
+  assert models_per_vmap(c.train.models_per_vmap, 50, never) == 1
 
 
 def test_a_trained_model_loads_back_as_a_module_and_scores_as_stored(reference):

@@ -49,7 +49,7 @@ def test_check_card_names_the_field():
 
 @pytest.mark.parametrize("scale", tuple(rc.SCALES))
 def test_every_sweep_of_every_scale_validates(scale):
-  for task in rc.TASKS:
+  for task in rc.CARD_TASKS:
     card = rc.sweep_config(task, scale, (rc.CARD_ARCH,), SPEC)
     config_lib.validate(card)
     config_lib.validate(rc.sweep_config(task, scale, rc.BASELINE_ARCHS))
@@ -115,7 +115,7 @@ def synthetic_report():
   tests = {"softmax": {"train_acc": 0.01, "val_acc": 0.5}, "nap": {"train_acc": 0.5,
                                                                      "val_acc": 0.5}}
   tasks = {task: {"arms": {"card": arm(0.9), "softmax": arm(0.5), "nap": arm(0.85, False)},
-                  "tests": tests, "threshold": 0.36, "chance": 0.18} for task in rc.TASKS}
+                  "tests": tests, "threshold": 0.36, "chance": 0.18} for task in rc.CARD_TASKS}
   del tasks["mode"]["threshold"], tasks["mode"]["chance"]
   attention = {label: {"explained_away": [0.0, 0.1], "below_bound": [0.0, 0.2],
                        "min_sum_times_n": [1.0, 0.0], "unselectable": [0.0, 0.05]}
@@ -156,7 +156,7 @@ def _check_report(workdir):
     report = json.load(f)
   assert set(report["verdicts"]) == set(DIAGNOSTICS)
   assert all(line.startswith("At the smoke scale") for line in report["verdicts"].values())
-  for task in rc.TASKS:
+  for task in rc.CARD_TASKS:
     scores = report["tasks"][task]
     assert set(scores["arms"]) == set(rc.ARMS)
     assert all(len(a["train_acc"]) == rc.SCALES["smoke"].num_seeds

@@ -102,12 +102,14 @@ def validate_config(c: ml_collections.ConfigDict) -> None:
     check_config_int(f"analysis.{name}", c.analysis[name], 0)
 
 
-def build_model(c: ml_collections.ConfigDict, vocab_size: int, attention_norm: str) -> CausalLM:
-  """The configured ``CausalLM`` with ``attention_norm`` before each attention."""
+def build_model(c: ml_collections.ConfigDict, vocab_size: int,
+                pre_attention_norm_kind: str) -> CausalLM:
+  """The configured ``CausalLM`` with a LayerNorm of ``pre_attention_norm_kind`` before each
+  attention."""
   m = c.model
   return CausalLM(vocab_size=vocab_size, max_len=m.max_len, d_model=m.d_model,
                   num_layers=m.num_layers, num_heads=m.num_heads, mlp_ratio=m.mlp_ratio,
-                  attention_norm=attention_norm, dropout_rate=m.dropout_rate,
+                  pre_attention_norm_kind=pre_attention_norm_kind, dropout_rate=m.dropout_rate,
                   layer_norm_epsilon=m.layer_norm_epsilon, init_std=m.init_std)
 
 
@@ -443,8 +445,8 @@ def _train_and_analyse(c: ml_collections.ConfigDict, workdir: str, log: Callable
           + f" ({time.perf_counter() - began:.0f} s)")
       results[name].append(entry)
   summary = {
-      "variants": {name: {"label": LABELS[name], "attention_norm": kind, "seeds": results[name],
-                          "train_loss_curve": losses[name].tolist()}
+      "variants": {name: {"label": LABELS[name], "pre_attention_norm_kind": kind,
+                          "seeds": results[name], "train_loss_curve": losses[name].tolist()}
                    for name, kind in VARIANTS.items()},
       "vocab_size": vocab.size, "train_tokens": int(streams["train"].size),
       "heldout_tokens": int(streams["validation"].size),

@@ -1,7 +1,7 @@
 """The cost of an attention normalisation: time and peak scratch memory of the forward pass and
 of forward + backward, for the quadratic path (the weight matrix, ``attention/weights.py``), the
 fast path (``attention/fast.py``) and the fused path (``attention/fused.py``), at batch 1,
-``HEADS`` heads of ``HEAD_DIM``.
+``NUM_HEADS`` heads of ``HEAD_DIM``.
 
 Memory is XLA's compiled memory analysis (temporaries plus outputs), so it is known without
 running a program; time is the median of timed calls, the variants interleaved. Shared by
@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from normattn_jax.attention.registry import AttentionSpec
 
-HEADS, HEAD_DIM = 8, 64
+NUM_HEADS, HEAD_DIM = 8, 64
 MODES = ("fwd", "fwd+bwd")
 PATHS = ("quadratic", "fast", "fused")
 REPORT_PATHS = ("quadratic", "fast")  # what ``measure`` measures unless told (report cards)
@@ -28,7 +28,7 @@ def _spec(spec: Union[str, AttentionSpec]) -> AttentionSpec:
   return AttentionSpec.of(spec)
 
 
-def quadratic(spec: Union[str, AttentionSpec], heads: int = HEADS) -> Callable:
+def quadratic(spec: Union[str, AttentionSpec], heads: int = NUM_HEADS) -> Callable:
   """Attention through the normalisation's weight matrix, at its initial per-head params.
 
   Args:
@@ -49,7 +49,7 @@ def quadratic(spec: Union[str, AttentionSpec], heads: int = HEADS) -> Callable:
   return attend
 
 
-def fast_path(spec: Union[str, AttentionSpec], heads: int = HEADS) -> Optional[Callable]:
+def fast_path(spec: Union[str, AttentionSpec], heads: int = NUM_HEADS) -> Optional[Callable]:
   """The normalisation's fast path, at its initial per-head params; None if it has none.
 
   Args:
@@ -67,7 +67,7 @@ def fast_path(spec: Union[str, AttentionSpec], heads: int = HEADS) -> Optional[C
   return lambda q, k, v: norm.fast_attention(q, k, v, params, options)
 
 
-def fused_path(spec: Union[str, AttentionSpec], heads: int = HEADS) -> Optional[Callable]:
+def fused_path(spec: Union[str, AttentionSpec], heads: int = NUM_HEADS) -> Optional[Callable]:
   """The normalisation's fused path, at its initial per-head params; None if it has none.
 
   Args:
@@ -90,7 +90,7 @@ def fused_path(spec: Union[str, AttentionSpec], heads: int = HEADS) -> Optional[
 MAKERS = {"quadratic": quadratic, "fast": fast_path, "fused": fused_path}
 
 
-def inputs(n: int, heads: int = HEADS, head_dim: int = HEAD_DIM) -> tuple:
+def inputs(n: int, heads: int = NUM_HEADS, head_dim: int = HEAD_DIM) -> tuple:
   """Queries, keys and values ``[1, heads, n, head_dim]`` (scaled so logits are O(1)).
 
   Args:

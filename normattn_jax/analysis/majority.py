@@ -182,7 +182,7 @@ def _symmetric_uniform(bound: float) -> Callable:
   return init
 
 
-def attention_norm(x: Array, variant: Array | int) -> Array:
+def pre_attention_norm(x: Array, variant: Array | int) -> Array:
   """The LayerNorm before attention, without gain and bias, of ``VARIANTS[variant]`` (an int,
   traced or not). All three are computed, so that one program serves every variant.
 
@@ -256,7 +256,7 @@ class MajorityEncoder(nn.Module):
 
   def __call__(self, tokens: Array, variant: Array | int) -> Array:
     x = self.embedding(tokens)
-    h = attention_norm(x, variant)
+    h = pre_attention_norm(x, variant)
     scores = self.query(h) @ jnp.swapaxes(self.key(h), -1, -2) / math.sqrt(self.d_model)
     x = x + self.attention_out(jax.nn.softmax(scores, axis=-1) @ self.value(h))
     return self._ffn_and_logits(x)
@@ -269,7 +269,7 @@ class MajorityEncoder(nn.Module):
     the denominator would be 0 and the loss not finite, which sets the state's ``diverged``.)"""
     table = self.embedding.embedding
     num_types, d = table.shape
-    h = attention_norm(table, variant)
+    h = pre_attention_norm(table, variant)
     scores = self.query(h) @ self.key(h).T / math.sqrt(d)  # [t, u]
     weights = jnp.exp(scores - scores.max(-1, keepdims=True))
     weighted_values = (weights[:, :, None] * self.value(h)).transpose(1, 0, 2)  # [u, t, d]
@@ -286,7 +286,7 @@ class MajorityEncoder(nn.Module):
   def effective_queries(self, variant: Array | int) -> Array:
     """[types, d]: ``norm(e_t) W_Q W_K^T / sqrt(d)``, the vector each type's query dots with
     the normalised keys (``qQK`` of the paper's code)."""
-    h = attention_norm(self.embedding.embedding, variant)
+    h = pre_attention_norm(self.embedding.embedding, variant)
     return h @ self.query.variables["params"]["kernel"] \
         @ self.key.variables["params"]["kernel"].T / math.sqrt(self.d_model)
 
@@ -340,7 +340,7 @@ class MajorityConfig:
   decay_epochs: int = 10_000   # the rate reaches 0 after this many epochs
   eval_every_epochs: int = 2
   eval_block: int = 2000       # test sequences evaluated at once (memory, not results)
-  models_per_vmap: int = 0     # 0: all of a device's models in one vmap
+  models_per_vmap: int = 0     # 0: auto, as everywhere (grid.models_per_vmap): 1 on a CPU
   seed: int = 0
 
   def __post_init__(self):
@@ -451,7 +451,7 @@ def eval_pair_capacity(counts: np.ndarray, block: int) -> int:
 # Training
 
 
-class Programs(NamedTuple):
+class MajorityPrograms(NamedTuple):
   """The programs of ONE model, for ``grid.Grid.of``: ``init(key data, per_model, data) -> state``,
   ``chunk(state, per_model, data) -> (state, metrics)`` (``eval_every_epochs`` epochs, then the
   evaluation) and ``evaluate(state, per_model, data) -> metrics``; ``per_model`` is the model's
@@ -489,7 +489,7 @@ def model_keys(config: MajorityConfig) -> np.ndarray:
   return grid_lib.model_keys(config.seed, config.model_seeds())
 
 
-def make_programs(config: MajorityConfig, data: MajorityData) -> Programs:
+def make_programs(config: MajorityConfig, data: MajorityData) -> MajorityPrograms:
   """The programs of one model of a run on ``data`` (whose shapes fix the batching and
   capacities).
 
@@ -498,7 +498,7 @@ def make_programs(config: MajorityConfig, data: MajorityData) -> Programs:
     data: its ``build_data``.
 
   Returns:
-    ``Programs``.
+    ``MajorityPrograms``.
   """
   model = MajorityEncoder(config.num_types, config.d_model, config.ffn_features)
   train_size = data.train_counts.shape[1]
@@ -562,10 +562,11 @@ def make_programs(config: MajorityConfig, data: MajorityData) -> Programs:
     return state, metrics | {"train_loss": losses.mean(), "diverged": state.diverged,
                              "overflow": jnp.maximum(metrics["overflow"], overflow.max())}
 
-  return Programs(model, per_epoch, init, chunk, evaluate)
+  return MajorityPrograms(model, per_epoch, init, chunk, evaluate)
 
 
-def build_grid(config: MajorityConfig, data: MajorityData) -> tuple[grid_lib.Grid, Programs]:
+def build_grid(config: MajorityConfig,
+               data: MajorityData) -> tuple[grid_lib.Grid, MajorityPrograms]:
   """Every variant and seed of a run as one grid of the engine (``grid.Grid.of``), the data
   shared by all models; train it with ``grid.run_grid(grid, model_keys(config),
   per_model_settings(config), chunks)``.
@@ -575,10 +576,19 @@ def build_grid(config: MajorityConfig, data: MajorityData) -> tuple[grid_lib.Gri
     data: its ``build_data``.
 
   Returns:
-    ``(grid, programs)``: the compiled grid and the programs of one model it was built from.
+    ``(grid, programs)``: the compiled grid and the programs of one model it was built from,
+    its vmaps ``models_per_vmap`` wide (0: the engine's auto width, ``grid.models_per_vmap``).
   """
   programs = make_programs(config, data)
-  per_vmap = config.models_per_vmap or -(-config.num_models // jax.device_count())
+
+  def bytes_per_model() -> int:
+    key = jax.random.key_data(jax.random.key(0))
+    settings = {"variant": jax.ShapeDtypeStruct((), jnp.int32),
+                "seed": jax.ShapeDtypeStruct((), jnp.int32)}
+    state = jax.eval_shape(programs.init, key, settings, data)
+    return grid_lib.program_bytes(programs.chunk, state, settings, data)
+
+  per_vmap = grid_lib.models_per_vmap(config.models_per_vmap, config.num_models, bytes_per_model)
   grid = grid_lib.Grid.of(programs.init, programs.chunk, config.num_models, per_vmap,
                           shared=(data,))
   return grid, programs

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from normattn_jax.attention import fast as fast_lib
 from normattn_jax.attention import fused as fused_lib
 from normattn_jax.attention import weights as weights_lib
-from normattn_jax.registry import Registry, load_plugins  # noqa: F401 (public)
+from normattn_jax.registry import Registry
 from normattn_jax.validation import int_problem
 
 Array = jax.Array

@@ -11,7 +11,8 @@ normalisation), as BERT's and ALBERT's fine-tuning code puts them:
 
 The encoder is the head module's child ``encoder``, so its parameters sit under
 ``params["encoder"]`` and the head's own (new) ones beside them. Each kind of head is one
-registered ``Head``: its module, loss and prediction; training code looks them up by name.
+registered ``Head`` (``REGISTRY``): its module, loss and prediction; training code looks them
+up by name.
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
+
+from normattn_jax.registry import Registry
 
 Array = jax.Array
 INIT = nn.initializers.truncated_normal(0.02)  # BERT's and ALBERT's initializer_range
@@ -132,19 +135,29 @@ class Head:
   labels: Optional[str] = None
 
 
-HEADS: dict = {}
+LABEL_KINDS = ("classes", "values", "positions", None)
 
 
-def register(head: Head) -> Head:
-  """Add a kind of head (a user may register their own)."""
-  HEADS[head.name] = head
-  return head
+def _check(head: Head) -> None:
+  """Refuse a head whose labels no check knows (its labels would go unchecked) or whose loss
+  reads no label field."""
+  if head.labels not in LABEL_KINDS:
+    raise ValueError(f"head {head.name!r}: labels must be one of {LABEL_KINDS}, got "
+                     f"{head.labels!r}")
+  if not isinstance(head.label_fields, tuple) or not head.label_fields \
+      or not all(isinstance(f, str) and f for f in head.label_fields):
+    raise ValueError(f"head {head.name!r}: label_fields must be a non-empty tuple of field "
+                     f"names, got {head.label_fields!r}")
 
 
-def get(name: str) -> Head:
-  if name not in HEADS:
-    raise ValueError(f"head {name!r} is not registered; registered: {tuple(HEADS)}")
-  return HEADS[name]
+# register(head, *, replace=False) refuses a name already taken; get(name) names the registered
+# heads when ``name`` is none of them. A user registers their own head the same way.
+REGISTRY: Registry[Head] = Registry("head", Head, _check)
+register = REGISTRY.register
+unregister = REGISTRY.unregister
+get = REGISTRY.get
+names = REGISTRY.names
+HEADS = REGISTRY.view  # the live, tuple-like view of the names
 
 
 register(Head("classification",

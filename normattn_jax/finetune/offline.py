@@ -18,7 +18,7 @@ neighbour on the other side, and every work on both sides in proportion):
 Both are made as text first (``genre_splits``, ``next_line_splits``; no tokenizer needed), so
 that a config whose split would be empty is refused before the workdir is written (they are the
 tasks' registered checks), and cut to ``task.max_examples`` per split (evenly spaced; 0 keeps
-all) before they are tokenised.
+all) before they are tokenised. ``LOADERS`` are the two tasks as ``task.TaskLoader``s.
 """
 from __future__ import annotations
 
@@ -247,5 +247,6 @@ def load_next_line(tokenizer, c) -> task_lib.FinetuneTask:
                    f"{len(dev['label'])} dev pairs{_limit_note(c)}, half of them successors"))
 
 
-task_lib.register("shakespeare_genre", load_genre, check=genre_splits)
-task_lib.register("shakespeare_next_line", load_next_line, check=next_line_splits)
+# The tasks of this module, registered by ``normattn_jax.finetune`` as it loads.
+LOADERS = (task_lib.TaskLoader("shakespeare_genre", load_genre, check=genre_splits),
+           task_lib.TaskLoader("shakespeare_next_line", load_next_line, check=next_line_splits))

@@ -6,7 +6,8 @@ Features are numpy arrays with a leading example axis: ``input_ids``, ``token_ty
 label fields (``label`` int32 or float32; ``start_positions``, ``end_positions``), checked
 when a ``FinetuneTask`` is made (``check_split``) and against the encoder's vocabulary
 (``FinetuneTask.check_ids``) before anything compiles. Tasks are registered by name
-(``register``) as loaders ``(tokenizer, task_config) -> FinetuneTask``.
+(``register(TaskLoader(name, load, check))``), their loaders making a ``FinetuneTask`` for a
+tokenizer.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Callable, Mapping, Optional
 import numpy as np
 
 from normattn_jax.finetune import heads as heads_lib
+from normattn_jax.registry import Registry
 from normattn_jax.validation import int_problem
 
 FEATURES = ("input_ids", "token_type_ids", "attention_mask")
@@ -27,7 +29,7 @@ class FinetuneTask:
 
   Attributes:
     name: the task's name.
-    head: a registered head (``heads.HEADS``).
+    head: a registered head (``heads.REGISTRY``).
     num_labels: classes (classification), 1 (regression), options (multiple choice).
     train: the train split's features and labels.
     dev: the dev split's, scored by ``score``.
@@ -141,80 +143,53 @@ def check_split(where: str, arrays: Mapping[str, np.ndarray], head: heads_lib.He
         raise ValueError(f"{where}'s {field} must be finite, got {_first(bad, labels)}")
 
 
-TASKS: dict = {}
-CHECKS: dict = {}
+@dataclasses.dataclass(frozen=True)
+class TaskLoader:
+  """A downstream task by name: how to make it for an encoder's tokenizer, and how to refuse a
+  config it cannot be made from before anything is written.
 
-
-def register(name: str, loader: Callable, check: Optional[Callable] = None) -> None:
-  """Make ``loader(tokenizer, task_config) -> FinetuneTask`` known as ``name``.
-
-  Args:
+  Attributes:
     name: the task's name (``config.task.name``).
-    loader: builds the task for an encoder's tokenizer.
-    check: ``check(task_config)`` raises a ValueError naming the field and the value where
-      ``loader`` would refuse the config; it runs before the workdir is written, so that the
+    load: ``(tokenizer, task_config) -> FinetuneTask``.
+    check: ``task_config -> None``, raising a ValueError naming the field and the value where
+      ``load`` would refuse the config; it runs before the workdir is written, so that the
       corrected command needs no ``--afresh``. It may read the task's data (no tokenizer).
+      None checks nothing.
   """
-  TASKS[name] = loader
-  CHECKS.pop(name, None)
-  if check is not None:
-    CHECKS[name] = check
+  name: str
+  load: Callable
+  check: Optional[Callable] = None
+
+
+def _check_loader(loader: TaskLoader) -> None:
+  for field in ("load", "check"):
+    value = getattr(loader, field)
+    if not callable(value) and not (field == "check" and value is None):
+      raise ValueError(f"fine-tuning task {loader.name!r}: {field} must be callable, got "
+                       f"{value!r}")
+
+
+# Every fine-tuning task, built-in or a user's, is one ``TaskLoader`` here: the package
+# registers the offline and the TFDS tasks as it is imported (``normattn_jax.finetune``), a user
+# their own with ``register(TaskLoader(...))`` (in a module given to ``--plugins``).
+# register(loader, *, replace=False) refuses a name already taken; get(name) names the registered
+# tasks when ``name`` is none of them.
+REGISTRY: Registry[TaskLoader] = Registry("fine-tuning task", TaskLoader, _check_loader)
+register = REGISTRY.register
+unregister = REGISTRY.unregister
+get = REGISTRY.get
+names = REGISTRY.names
+FINETUNE_TASKS = REGISTRY.view  # the live, tuple-like view of the names
 
 
 def check_config(name: str, task_config) -> None:
   """The registered task's ``check`` of its config, if it has one."""
-  if name in CHECKS:
-    CHECKS[name](task_config)
-
-
-def known(name: str) -> bool:
-  """Whether ``name`` is a registered task or one of ``finetune.tfds_tasks``."""
-  if name in TASKS:
-    return True
-  from normattn_jax.finetune import tfds_tasks
-  return name in tfds_tasks.TASKS
+  check = get(name).check
+  if check is not None:
+    check(task_config)
 
 
 def load(name: str, tokenizer, task_config) -> FinetuneTask:
-  """The task ``name`` for an encoder's tokenizer: a registered one, else the TFDS task of
-  that name (``finetune.tfds_tasks``; its first download needs a network)."""
-  if name in TASKS:
-    return TASKS[name](tokenizer, task_config)
-  if not known(name):
-    raise ValueError(f"config.task.name={name!r}: must be a registered task {tuple(TASKS)} "
-                     f"or a TFDS task of finetune.tfds_tasks")
-  return tfds_task(name, tokenizer, task_config)
-
-
-def tfds_task(name: str, tokenizer, c) -> FinetuneTask:
-  """A GLUE, SQuAD or RACE task of ``finetune.tfds_tasks``: its train split and the first of
-  the splits the papers report, scored by the task's metrics (SQuAD: decoded answer texts
-  against the gold ones, the official exact match and F1)."""
-  from normattn_jax.finetune import metrics, tfds_tasks
-  spec = tfds_tasks.task_spec(name)
-  options = dict(data_dir=c.data_dir or None, max_examples=c.max_examples or None)
-  train = tfds_tasks.load_task(name, "train", tokenizer, c.max_seq_length, **options)
-  dev = tfds_tasks.load_task(name, spec.dev_splits[0], tokenizer, c.max_seq_length, **options)
-  if spec.kind == tfds_tasks.SPAN:
-    score = _squad_scorer(dev, spec.squad_version)
-  else:
-    labels = dev.features["label"]
-    score = lambda predictions: metrics.compute_metrics(spec.metrics, predictions, labels)
-  return FinetuneTask(name, spec.kind, spec.num_labels, train.features, dev.features, score,
-                      spec.metrics, description=f"{name} ({', '.join(spec.tfds_names)}): "
-                      f"train and {spec.dev_splits[0]}")
-
-
-def _squad_scorer(dev, version: str) -> Callable:
-  """Span logits ``[windows, L, 2]`` -> the official exact match and F1 of the answer texts."""
-  from normattn_jax.finetune import metrics, tfds_tasks
-  contexts = [example.context for example in dev.examples]
-  answers = tfds_tasks.evaluation_answers(dev)
-
-  def score(logits):
-    decoded = metrics.decode_spans(logits[..., 0], logits[..., 1], dev.features, contexts)
-    texts = metrics.answer_texts(decoded, version)
-    scores = metrics.squad_scores({e.id: t for e, t in zip(dev.examples, texts)}, answers,
-                                  version)
-    return {"exact_match": scores["exact_match"], "f1": scores["f1"]}
-  return score
+  """The registered task ``name`` for an encoder's tokenizer (a TFDS task's first download
+  needs a network)."""
+  return get(name).load(tokenizer, task_config)

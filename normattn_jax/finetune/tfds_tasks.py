@@ -4,10 +4,16 @@ RACE as fixed-length features (``normattn_jax.finetune.features``).
 TFDS downloads and prepares a task on first use (a network is needed then) into ``data_dir``
 and reads it back through ``as_data_source`` (array_record, no TensorFlow needed to read).
 Preparing ``race`` needs TensorFlow, as TFDS writes its nested option lists with it.
+
+``LOADERS`` makes every task of ``TFDS_TASKS`` a fine-tuning task (``finetune_task``), registered
+with the others as the package is imported (``normattn_jax.finetune``). TFDS itself is imported
+when a task is read (``load_task``), so that the tasks are known without the extra that reads
+them.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 from typing import Any, Callable, Optional, Sequence
 
@@ -15,8 +21,8 @@ import numpy as np
 
 from normattn_jax._extras import require
 from normattn_jax.finetune import features as features_lib
-
-tfds = require("tensorflow_datasets", "pretrain")
+from normattn_jax.finetune import metrics
+from normattn_jax.finetune import task as task_lib
 
 CLASSIFICATION, REGRESSION, SPAN, MULTIPLE_CHOICE = (
     "classification", "regression", "span", "multiple_choice")
@@ -71,7 +77,7 @@ def _glue(name, fields, num_labels=2, metrics=("accuracy",), kind=CLASSIFICATION
                         splits)
 
 
-TASKS = {task.name: task for task in (
+TFDS_TASKS = {task.name: task for task in (
     _glue("cola", ("sentence",), metrics=("matthews_corrcoef",)),
     _glue("sst2", ("sentence",)),
     _glue("mrpc", ("sentence1", "sentence2"), metrics=("f1", "accuracy")),
@@ -94,7 +100,8 @@ TASKS = {task.name: task for task in (
     DownstreamTask("race_high", ("race/high",), ("article", "questions", "options"),
                    MULTIPLE_CHOICE, RACE_NUM_CHOICES, ("accuracy",), ("dev",), _RACE_SPLITS),
 )}
-GLUE_TASKS = tuple(name for name, task in TASKS.items() if task.tfds_names[0].startswith("glue"))
+GLUE_TASKS = tuple(name for name, task in TFDS_TASKS.items()
+                   if task.tfds_names[0].startswith("glue"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,9 +130,9 @@ class TaskSplit:
 
 def task_spec(name: str) -> DownstreamTask:
   """The task called ``name``, or a ValueError listing the known ones."""
-  if name not in TASKS:
-    raise ValueError(f"unknown task {name!r}; one of {sorted(TASKS)}")
-  return TASKS[name]
+  if name not in TFDS_TASKS:
+    raise ValueError(f"unknown task {name!r}; one of {sorted(TFDS_TASKS)}")
+  return TFDS_TASKS[name]
 
 
 # ----- reading TFDS values -----
@@ -154,7 +161,7 @@ def _records(source, limit: Optional[int]):
   return (source[key] for key in range(count))
 
 
-def _open(tfds_name: str, split: str, data_dir: Optional[str]):
+def _open(tfds, tfds_name: str, split: str, data_dir: Optional[str]):
   for module in _BUILDER_MODULES:
     importlib.import_module(module)
   builder = tfds.builder(tfds_name, data_dir=data_dir)
@@ -230,7 +237,7 @@ def load_task(name: str, split: str, tokenizer, max_seq_length: int,
   """One split of a task as fixed-length features.
 
   Args:
-    name: a key of ``TASKS``.
+    name: a key of ``TFDS_TASKS``.
     split: one of the task's ``splits`` (MNLI's dev: "validation_matched" or
       "validation_mismatched"; RACE's: "dev").
     tokenizer: anything ``features.as_tokenizer`` takes (ALBERT's SentencePiece ``Vocab`` or
@@ -252,9 +259,10 @@ def load_task(name: str, split: str, tokenizer, max_seq_length: int,
   features_lib._check_int("max_seq_length", max_seq_length, 5)
   if max_examples is not None:
     features_lib._check_int("max_examples", max_examples, 1)
+  tfds = require("tensorflow_datasets", "pretrain")
   tokenizer = features_lib.as_tokenizer(tokenizer)
   records = [record for tfds_name in task.tfds_names
-             for record in _records(_open(tfds_name, split, data_dir), max_examples)]
+             for record in _records(_open(tfds, tfds_name, split, data_dir), max_examples)]
   if not records:
     raise ValueError(f"{name} {split!r} holds no example")
   if task.kind in (CLASSIFICATION, REGRESSION):
@@ -288,3 +296,51 @@ def evaluation_answers(task_split: TaskSplit) -> dict[str, Sequence[str]]:
   if task_split.examples is None:
     raise ValueError(f"task {task_split.task.name!r} has no SQuAD examples")
   return {example.id: example.answers for example in task_split.examples}
+
+
+# ----- as a fine-tuning task -----
+
+def finetune_task(name: str, tokenizer, c) -> task_lib.FinetuneTask:
+  """The task ``name`` of ``TFDS_TASKS`` to fine-tune on: its train split and the first of the
+  splits the papers report, scored by the task's metrics (SQuAD: decoded answer texts against
+  the gold ones, the official exact match and F1).
+
+  Args:
+    name: a key of ``TFDS_TASKS``.
+    tokenizer: the encoder's tokenizer.
+    c: the fine-tuning config's ``task`` section.
+
+  Returns:
+    A ``task.FinetuneTask``.
+  """
+  spec = task_spec(name)
+  options = dict(data_dir=c.data_dir or None, max_examples=c.max_examples or None)
+  train = load_task(name, "train", tokenizer, c.max_seq_length, **options)
+  dev = load_task(name, spec.dev_splits[0], tokenizer, c.max_seq_length, **options)
+  if spec.kind == SPAN:
+    score = _squad_scorer(dev, spec.squad_version)
+  else:
+    labels = dev.features["label"]
+    score = lambda predictions: metrics.compute_metrics(spec.metrics, predictions, labels)
+  return task_lib.FinetuneTask(name, spec.kind, spec.num_labels, train.features, dev.features,
+                               score, spec.metrics, description=f"{name} "
+                               f"({', '.join(spec.tfds_names)}): train and {spec.dev_splits[0]}")
+
+
+def _squad_scorer(dev: TaskSplit, version: str) -> Callable:
+  """Span logits ``[windows, L, 2]`` -> the official exact match and F1 of the answer texts."""
+  contexts = [example.context for example in dev.examples]
+  answers = evaluation_answers(dev)
+
+  def score(logits):
+    decoded = metrics.decode_spans(logits[..., 0], logits[..., 1], dev.features, contexts)
+    texts = metrics.answer_texts(decoded, version)
+    scores = metrics.squad_scores({e.id: t for e, t in zip(dev.examples, texts)}, answers,
+                                  version)
+    return {"exact_match": scores["exact_match"], "f1": scores["f1"]}
+  return score
+
+
+# The fine-tuning tasks of this module, registered by ``normattn_jax.finetune`` as it loads.
+LOADERS = tuple(task_lib.TaskLoader(name, functools.partial(finetune_task, name))
+                for name in TFDS_TASKS)

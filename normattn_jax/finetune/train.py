@@ -33,7 +33,6 @@ import optax
 
 from normattn_jax.finetune import encoders
 from normattn_jax.finetune import heads as heads_lib
-from normattn_jax.finetune import offline  # noqa: F401 (registers the offline tasks)
 from normattn_jax.finetune import task as task_lib
 from normattn_jax.train import grid as grid_lib
 from normattn_jax.train import multihost
@@ -127,9 +126,9 @@ def validate_finetune_config(c: ml_collections.ConfigDict, check_paths: bool = T
     _fail("encoder.path", e.path, "must be '' for the bundled MiniLM")
   attention_spec(e.attention, "encoder.attention", keep=True)
   _fraction("encoder.dropout", e.dropout)
-  if not task_lib.known(c.task.name):
-    _fail("task.name", c.task.name, f"must be one of {tuple(task_lib.TASKS)} or a TFDS task of "
-          f"finetune.tfds_tasks")
+  if c.task.name not in task_lib.REGISTRY:
+    _fail("task.name", c.task.name, f"must be a registered fine-tuning task, one of "
+          f"{task_lib.names()}")
   check_config_int("task.max_seq_length", c.task.max_seq_length, 8)
   check_config_int("task.max_examples", c.task.max_examples, 0)
   rates = tuple(c.learning_rates)
@@ -257,7 +256,7 @@ def eval_batches(arrays: dict, batch_size: int) -> tuple[dict, int]:
 
 
 @dataclasses.dataclass(frozen=True)
-class Programs:
+class FinetunePrograms:
   """The pure functions of ONE model, for ``grid.Grid.of``: each model's own inputs are
   ``{"learning_rate", "rows" [eval_every, batch]}``, the shared ones ``(train arrays, dev
   batches, pre-trained encoder parameters)``."""
@@ -267,7 +266,7 @@ class Programs:
 
 
 def make_programs(c: ml_collections.ConfigDict, task: task_lib.FinetuneTask,
-                  start: encoders.StartingPoint) -> Programs:
+                  start: encoders.StartingPoint) -> FinetunePrograms:
   """The fine-tuning functions of one model of the grid.
 
   Args:
@@ -276,7 +275,7 @@ def make_programs(c: ml_collections.ConfigDict, task: task_lib.FinetuneTask,
     start: the starting point (encoder module and its parameters' place).
 
   Returns:
-    ``Programs`` with ``init`` and ``chunk`` for one model.
+    ``FinetunePrograms`` with ``init`` and ``chunk`` for one model.
   """
   head = heads_lib.get(task.head)
   model = head.build(start.module, task.num_labels, c.train.classifier_dropout)
@@ -321,11 +320,12 @@ def make_programs(c: ml_collections.ConfigDict, task: task_lib.FinetuneTask,
     return state, {"train_loss": jnp.mean(losses), "diverged": state.diverged,
                    "predictions": predictions}
 
-  return Programs(model, init, chunk)
+  return FinetunePrograms(model, init, chunk)
 
 
 def build_grid(c: ml_collections.ConfigDict, task: task_lib.FinetuneTask,
-               start: encoders.StartingPoint, num_models: int) -> tuple[grid_lib.Grid, Programs]:
+               start: encoders.StartingPoint,
+               num_models: int) -> tuple[grid_lib.Grid, FinetunePrograms]:
   """The fine-tuning grid on the engine (``grid.Grid.of``): the task's arrays, the dev batches
   and the pre-trained parameters shared by every model, the vmap width memory-aware as a
   sweep's (``grid.models_per_vmap``).
@@ -351,7 +351,7 @@ def build_grid(c: ml_collections.ConfigDict, task: task_lib.FinetuneTask,
     state = jax.eval_shape(programs.init, key, per_model, *shared)
     return grid_lib.program_bytes(programs.chunk, state, per_model, *shared)
 
-  per_vmap = grid_lib.models_per_vmap(c, num_models, bytes_per_model)
+  per_vmap = grid_lib.models_per_vmap(c.train.models_per_vmap, num_models, bytes_per_model)
   return grid_lib.Grid.of(programs.init, programs.chunk, num_models, per_vmap, shared), programs
 
 

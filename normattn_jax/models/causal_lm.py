@@ -28,13 +28,13 @@ from normattn_jax.validation import check_int
 Array = jax.Array
 
 # The names under which each block sows the input and output of its LayerNorm before attention.
-NORM_INPUTS, ATTENTION_INPUTS = "attention_norm_inputs", "attention_inputs"
+NORM_INPUTS, ATTENTION_INPUTS = "pre_attention_norm_inputs", "attention_inputs"
 
 
 class DecoderBlock(nn.Module):
   """One pre-LN GPT-2 block; sows ``NORM_INPUTS`` and ``ATTENTION_INPUTS`` ([..., n, d])."""
   num_heads: int
-  attention_norm: str = "standard"
+  pre_attention_norm_kind: str = "standard"
   mlp_ratio: int = 4
   dropout_rate: float = 0.0
   layer_norm_epsilon: float = 1e-5
@@ -49,8 +49,8 @@ class DecoderBlock(nn.Module):
     residual_init = nn.initializers.normal(self.residual_init_std)
     drop = lambda h: nn.Dropout(self.dropout_rate)(h, deterministic=deterministic)
     self.sow("intermediates", NORM_INPUTS, x)
-    keys = LayerNorm(kind=self.attention_norm, epsilon=self.layer_norm_epsilon, use_scale=False,
-                     use_bias=False, name="pre_attention_norm")(x)
+    keys = LayerNorm(kind=self.pre_attention_norm_kind, epsilon=self.layer_norm_epsilon,
+                     use_scale=False, use_bias=False, name="pre_attention_norm")(x)
     self.sow("intermediates", ATTENTION_INPUTS, keys)
     attended = MultiHeadAttention(
         num_heads=self.num_heads, use_bias=False, kernel_init=init, out_kernel_init=residual_init,
@@ -71,8 +71,9 @@ class CausalLM(nn.Module):
   Fields:
     vocab_size, max_len: token ids in ``[0, vocab_size)``; ``max_len`` learned positions.
     d_model, num_layers, num_heads, mlp_ratio: the sizes (Brody et al.: 8, 4, 4, 4).
-    attention_norm: the kind of the LayerNorm before each attention (``norms.LAYER_NORM_KINDS``;
-      "no_scaling" is Brody et al.'s model without scaling). The other LayerNorms are standard.
+    pre_attention_norm_kind: the kind of the LayerNorm before each attention (the modules
+      ``pre_attention_norm``; ``norms.LAYER_NORM_KINDS``; "no_scaling" is Brody et al.'s model
+      without scaling). The other LayerNorms are standard.
     dropout_rate: GPT-2's embedding, attention and residual dropout (active when not
       ``deterministic``; needs a "dropout" rng).
   """
@@ -82,7 +83,7 @@ class CausalLM(nn.Module):
   num_layers: int = 4
   num_heads: int = 4
   mlp_ratio: int = 4
-  attention_norm: str = "standard"
+  pre_attention_norm_kind: str = "standard"
   dropout_rate: float = 0.0
   layer_norm_epsilon: float = 1e-5
   init_std: float = 0.02
@@ -93,7 +94,7 @@ class CausalLM(nn.Module):
       check_int(name, getattr(self, name))
     if self.d_model % self.num_heads:
       raise ValueError(f"num_heads ({self.num_heads}) must divide d_model ({self.d_model})")
-    check_layer_norm_kind(self.attention_norm, "attention_norm")
+    check_layer_norm_kind(self.pre_attention_norm_kind, "pre_attention_norm_kind")
     if not 0.0 <= self.dropout_rate < 1.0:
       raise ValueError(f"dropout_rate must lie in [0, 1), got {self.dropout_rate!r}")
     if not self.layer_norm_epsilon >= 0:
@@ -115,7 +116,8 @@ class CausalLM(nn.Module):
     residual_std = self.init_std / np.sqrt(2 * self.num_layers)
     for layer in range(self.num_layers):
       x = DecoderBlock(
-          num_heads=self.num_heads, attention_norm=self.attention_norm, mlp_ratio=self.mlp_ratio,
+          num_heads=self.num_heads, pre_attention_norm_kind=self.pre_attention_norm_kind,
+          mlp_ratio=self.mlp_ratio,
           dropout_rate=self.dropout_rate, layer_norm_epsilon=self.layer_norm_epsilon,
           init_std=self.init_std, residual_init_std=residual_std,
           attention_implementation=self.attention_implementation,

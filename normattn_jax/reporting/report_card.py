@@ -127,7 +127,7 @@ SCALES = {
                    cost_repeats=5, clusters=(500, 50)),
 }
 # task of a card -> (registered task, output)
-TASKS = {"case": ("case_distinction", "tokens"), "first_token": ("case_distinction", "first"),
+CARD_TASKS = {"case": ("case_distinction", "tokens"), "first_token": ("case_distinction", "first"),
          "mode": ("mode_finding", "classes")}
 
 
@@ -182,7 +182,7 @@ def sweep_config(task: str, scale: str, archs: tuple,
   """The sweep of one task of a card (``spec``) or of the baselines (``spec=None``).
 
   Args:
-    task: a key of ``TASKS``.
+    task: a key of ``CARD_TASKS``.
     scale: a key of ``SCALES``.
     archs: the architectures trained.
     spec: the card's normalisation on those archs, or None for their own.
@@ -197,7 +197,7 @@ def sweep_config(task: str, scale: str, archs: tuple,
     c.attention = section(spec.name, dict(spec.options))
   c.learning_rates = tuple(s.learning_rates)
   c.num_seeds = s.num_seeds
-  c.task.name, c.task.output = TASKS[task]
+  c.task.name, c.task.output = CARD_TASKS[task]
   c.task.seq_len = s.seq_len
   c.task.vocab_size = 2 * s.seq_len if task == "mode" else CASE_VOCAB
   c.model.d_model, c.model.num_heads, c.model.num_layers = s.d_model, s.num_heads, s.num_layers
@@ -265,14 +265,14 @@ def task_scores(task: str, scale: str, task_arms: dict) -> dict:
   (case tasks) and the two-sided rank tests of the card against each baseline.
 
   Args:
-    task: a key of ``TASKS``.
+    task: a key of ``CARD_TASKS``.
     scale: a key of ``SCALES``.
     task_arms: ``arms(...)`` of the task.
 
   Returns:
     ``{"arms": {label: {...}}, "tests": {baseline: {metric: p}}, "threshold"?}``.
   """
-  cased = TASKS[task][0] == "case_distinction"
+  cased = CARD_TASKS[task][0] == "case_distinction"
   metrics = ("train_acc", "val_acc") + tuple(f"case_acc_{c}" for c in CASES) * cased
   out = {"arms": {label: arm_seeds(arm, metrics) for label, arm in task_arms.items()}}
   if cased:
@@ -443,7 +443,7 @@ def train_all(spec: AttentionSpec, scale: str, workdir: str, baselines_dir: str,
   from normattn_jax.reporting import figures  # matplotlib only when drawing
   path = os.path.join(workdir, "timing.json")
   seconds = cached(path, dict)
-  for task in TASKS:
+  for task in CARD_TASKS:
     for label, folder, archs, own in (("baselines", baselines_dir, BASELINE_ARCHS, None),
                                       ("card", workdir, (CARD_ARCH,), spec)):
       sweep_dir = os.path.join(folder, task)
@@ -493,7 +493,7 @@ def run_card(normalization: str, options: dict, scale: str, workdir: str, *,
             "scale": scale, "sizes": dataclasses.asdict(s),
             "baselines_dir": os.path.relpath(baselines_dir, workdir),  # the card's folder moves
             "tasks": {task: task_scores(task, scale, arms(workdir, baselines_dir, task))
-                      for task in TASKS}}
+                      for task in CARD_TASKS}}
   case_arms = arms(workdir, baselines_dir, "case")
   report["attention"] = {
       label: cached(os.path.join(folder, f"attention_{label}.json"),

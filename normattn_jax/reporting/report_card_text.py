@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from normattn_jax.reporting.report_card import ARMS, CASES, EPSILON, TASKS
+from normattn_jax.reporting.report_card import ARMS, CARD_TASKS, CASES, EPSILON
 from normattn_jax.reporting.seeds import LEARNED_SE
 
 TASK_TITLES = {"case": "Case task (NAP paper Fig. 3: argmin / first / argmax, output per token)",
@@ -70,7 +70,7 @@ def verdicts(report: dict) -> dict:
     and cost.
   """
   scale, name = report["scale"], report["normalization"]
-  out = {task: _task_verdict(task, report["tasks"][task], scale, name) for task in TASKS}
+  out = {task: _task_verdict(task, report["tasks"][task], scale, name) for task in CARD_TASKS}
   att = report["attention"]
   mean = lambda label, key: float(np.mean(att[label][key]))
   failed = sum(x > 0 for x in att["card"]["below_bound"])
@@ -170,7 +170,7 @@ def markdown(report: dict) -> str:
            f"Baselines: {report['baselines_dir']} (from the card's folder). Verdicts say what "
            f"the numbers show at this scale.", "", "![accuracy](accuracy.png)", "",
            "## NAP paper", ""]
-  for task in TASKS:
+  for task in CARD_TASKS:
     lines += _task_section(task, report["tasks"][task]) + ["", f"**Verdict:** {v[task]}", ""]
   att = report["attention"]
   lines += ["## DNAS paper", "", "### Explaining away (Ding et al., Definition 1, Theorem 2)", "",

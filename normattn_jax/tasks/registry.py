@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 import jax
 
 from normattn_jax.models.sequence import OUTPUTS
-from normattn_jax.registry import Registry, load_plugins  # noqa: F401 (public)
+from normattn_jax.registry import Registry
 from normattn_jax.validation import fail_config
 
 Array = jax.Array

@@ -17,7 +17,6 @@ from normattn_jax.train.sections import attention_section, attention_spec, check
 from normattn_jax.validation import check_config_float, check_config_int, check_fields
 from normattn_jax.validation import fail_config as _fail
 
-TASKS = tasks.TASKS  # the registered tasks, a live view (normattn_jax.tasks.registry)
 # Switches that are True, False, or None for the arch's (model.positional: the task's) own choice.
 SWITCHES = ("model.positional", "model.normalize", "model.attention_gelu", "train.warmup",
             "train.clip")
@@ -134,8 +133,8 @@ def _switch(config, field):
 
 def _task(config) -> tasks.Task:
   """The registered task that ``task.name`` names."""
-  if config.task.name not in TASKS:
-    _fail("task.name", config.task.name, f"choose from {TASKS}")
+  if config.task.name not in tasks.TASKS:
+    _fail("task.name", config.task.name, f"choose from {tasks.TASKS}")
   return tasks.get(config.task.name)
 
 

@@ -252,24 +252,26 @@ def models_sharding() -> NamedSharding:
 MEMORY_FRACTION = 0.5
 
 
-def models_per_vmap(config: ml_collections.ConfigDict, num_models: int,
+def models_per_vmap(requested: int, num_models: int,
                     bytes_per_model: Optional[Callable[[], int]] = None) -> int:
-  """How many models one vmap holds: ``train.models_per_vmap``, or when it is 0 one on a CPU
-  (the fastest there at the NAP paper's defaults, BENCHMARKS.md) and on an accelerator as many
-  of each device's share as fit ``MEMORY_FRACTION`` of its memory (all of them when the device
-  does not report its memory or no ``bytes_per_model`` is given).
+  """How many models one vmap holds: ``requested``, or when it is 0 (auto) one on a CPU (the
+  fastest there at the NAP paper's defaults, BENCHMARKS.md) and on an accelerator as many of
+  each device's share as fit ``MEMORY_FRACTION`` of its memory (all of them when the device does
+  not report its memory or no ``bytes_per_model`` is given). The one meaning of a
+  ``models_per_vmap`` field of 0, in every config that has one (sweeps, fine-tuning, the
+  majority run).
 
   Args:
-    config: the sweep config.
+    requested: the config's ``models_per_vmap``, e.g. a sweep's ``train.models_per_vmap``.
     num_models: the number of models of the grid.
     bytes_per_model: ``() -> bytes`` one model's program needs (``program_bytes``), called only
-      on an accelerator with ``train.models_per_vmap`` 0.
+      on an accelerator with ``requested`` 0.
 
   Returns:
     A positive integer.
   """
-  if config.train.models_per_vmap:
-    return config.train.models_per_vmap
+  if requested:
+    return requested
   if jax.default_backend() == "cpu":
     return 1
   share = -(-num_models // jax.device_count())
@@ -445,7 +447,8 @@ class Grid:
       return program_bytes(programs.chunk, state, hp, *shared)
 
     return cls.of(lambda key, hp, *shared: programs.init(key, hp), programs.chunk, num_models,
-                  models_per_vmap(setup.config, num_models, bytes_per_model), shared)
+                  models_per_vmap(setup.config.train.models_per_vmap, num_models,
+                                  bytes_per_model), shared)
 
   def chunk(self, state: TrainState, per_model) -> tuple[TrainState, dict]:
     """One chunk of every model (``state`` is donated).
