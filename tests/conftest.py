@@ -12,3 +12,16 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 import jax  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "float32")
+
+import pytest  # noqa: E402
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+  """``@pytest.mark.fast_subset(keep)`` on a parametrised test: ``make test`` runs the parameter
+  sets for which ``keep(params)`` (a dict, argument name -> value) is true, a set that reaches
+  every code path the test checks; the others are marked slow, for ``make test-all``."""
+  for item in items:
+    marker = item.get_closest_marker("fast_subset")
+    if marker is not None and not marker.args[0](item.callspec.params):
+      item.add_marker(pytest.mark.slow)

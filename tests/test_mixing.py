@@ -236,6 +236,7 @@ def test_frequency_ranks_and_correlation():
 
 
 @pytest.mark.parametrize("normalization", ["softmax", "dnas", "nap"])
+@pytest.mark.fast_subset(lambda p: p["normalization"] == "dnas")
 def test_project_models_with_the_bert_layout(normalization):
   model = SequenceModel(vocab_size=11, max_len=9, d_model=16, num_layers=2, num_heads=4,
                         arch="bert", normalization=normalization, layer_norm_epsilon=1e-3,

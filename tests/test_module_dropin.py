@@ -79,6 +79,8 @@ def test_decode_gives_flax_s_outputs_cache_and_the_causal_pass():
 
 @pytest.mark.parametrize("implementation", ["quadratic", "fast"])
 @pytest.mark.parametrize("name", DECODABLE)
+@pytest.mark.fast_subset(lambda p: p["name"] in ("softmax", "sink", "stickbreaking")
+                         or (p["name"], p["implementation"]) == ("ssmax", "quadratic"))
 def test_decoding_a_row_local_normalisation_equals_its_causal_pass(name, implementation):
   """Sigmoid's -log(n) and Scalable-Softmax's log(n) count the keys written so far, as the causal
   pass counts the keys up to the query; the fast paths take the cache as a key mask."""

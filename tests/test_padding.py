@@ -105,6 +105,7 @@ def sharp_sequence_params(arch, normalization):
 @pytest.mark.parametrize("arch,normalization,implementation", [
     (arch, n, i) for arch, n in SEQUENCE_CASES for i in IMPLEMENTATIONS
     if has_path(n or ARCHITECTURES[arch].normalization, i)])
+@pytest.mark.fast_subset(lambda p: p["arch"] != "bert" or p["normalization"] in ("softmax", "sink"))
 def test_sequence_model(arch, normalization, implementation):
   model = sequence_model(arch, normalization, implementation)
   check_padding_invariance(lambda p, t, m: model.apply(p, t, m),
@@ -136,6 +137,7 @@ def albert(normalization, implementation):
 
 @pytest.mark.parametrize("normalization,implementation", [
     (n, i) for n in NORMALIZATIONS for i in IMPLEMENTATIONS if has_path(n, i)])
+@pytest.mark.fast_subset(lambda p: p["normalization"] in ("softmax", "dnas"))
 def test_albert_model(normalization, implementation):
   model = albert(normalization, implementation)
   params = sharp_albert_params(normalization)

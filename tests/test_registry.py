@@ -140,6 +140,7 @@ def test_sparsemax_in_a_block_keeps_the_mte_head_norm():
   assert np.all(np.isfinite(np.asarray(grads["params"]["attention"]["sparsemax_scale"])))
 
 
+@pytest.mark.slow  # the same sweep as through the command line, below
 def test_a_grid_trains_with_sparsemax_through_the_public_api(tmp_path):
   from normattn_jax.train.sweep import run_sweep
   summary = run_sweep(tiny_grid(), str(tmp_path), show_progress=False, tensorboard=False)
