@@ -226,6 +226,8 @@ def test_vmapped_sweep_and_static_sweep(tmp_path):
   summary = run(c, tmp_path / "d")
   assert sorted(cell["params"]["model.d_model"] for cell in summary["cells"]) == [4, 8]
   assert "max[model.d_model=4]/val_acc" in np.load(tmp_path / "d" / "metrics.npz")
+  with pytest.raises(ValueError, match=r"value=16: the sweep's are \(4, 8\)"):
+    load_model(str(tmp_path / "d"), "max", 0.001, value=16)
 
 
 def test_majority_task_trains_with_a_class_per_token(tmp_path):

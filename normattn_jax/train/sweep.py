@@ -131,7 +131,7 @@ def load_model(workdir: str, arch: str, learning_rate: float, seed: int = 0,
   plan = SweepPlan.of(artifacts.read_config(workdir))
   if arch not in plan.archs:
     raise ValueError(f"arch={arch!r}: the sweep trained {plan.archs}")
-  grid = plan.swept_values
+  grid = tuple(plan.config.sweep.grid)  # as the config gives them, for the errors
   if (value is None) != (not grid):
     raise ValueError(f"value={value!r}: the sweep's values are {grid or 'none'}")
   point, value_row = plan.locate(None if value is None else _index_of(grid, value, "value"))
