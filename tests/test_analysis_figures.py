@@ -25,8 +25,8 @@ def lines(ax):
 
 
 def test_the_majority_figure_draws_each_variants_seed_mean(tmp_path, drawn):
-  config = majority.MajorityConfig(variants=("with_projection", "without_projection"),
-                                   num_seeds=2)
+  config = majority.base_config()
+  config.update(variants=("with_projection", "without_projection"), num_seeds=2)
   rows = [{"step": step, "train_loss": [1.0, 3.0, 2.0, 4.0], "test_loss": [1.0] * 4,
            "test_accuracy": [0.2 * step, 0.1, 0.5, 0.7], "query_angle": [10.0] * 4}
           for step in (0, 1)]

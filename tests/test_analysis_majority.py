@@ -1,17 +1,19 @@
 """The majority experiment of Brody et al.: data, model, LayerNorm variants, query angle and the
 vmapped training."""
-import dataclasses
 import json
 import math
 import os
+import re
+import shutil
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from configs import layernorm_majority
 from normattn_jax.analysis import majority as m
-from normattn_jax.train.checkpoint import WorkdirError
+from normattn_jax.train.checkpoint import WorkdirError, open_workdir, unlock_workdir
 from normattn_jax.train.grid import run_grid
 
 D = 8
@@ -57,10 +59,6 @@ def test_bad_data_settings_are_named():
     m.majority_counts(0, num_types=1)
   with pytest.raises(ValueError, match="test_fraction"):
     m.stratified_split(np.zeros(10, int), 1.5, np.random.default_rng(0))
-  with pytest.raises(ValueError, match="variants"):
-    m.MajorityConfig(variants=("standard",))
-  with pytest.raises(ValueError, match="models_per_vmap"):
-    m.MajorityConfig(num_seeds=10, models_per_vmap=7)
 
 
 def test_stratified_split_keeps_each_labels_share():
@@ -160,8 +158,14 @@ SMALL = dict(num_seeds=2, num_samples=1000, seq_len=20, num_types=6, min_lead=2,
              batch_size=128, learning_rate=1e-2, eval_every_epochs=2, eval_block=96)
 
 
+def small_config(**overrides):
+  c = layernorm_majority.get_config()
+  c.update(SMALL | overrides)
+  return c
+
+
 def test_training_all_variants_and_seeds_in_one_program_learns():
-  config = m.MajorityConfig(**SMALL)
+  config = small_config()
   data = m.build_data(config)
   assert data.train_counts.shape == (2, 808, 6) and data.test_counts.shape == (2, 202, 6)
   grid, programs = m.build_grid(config, data)
@@ -184,20 +188,20 @@ def test_training_all_variants_and_seeds_in_one_program_learns():
 def test_models_per_vmap_0_is_the_engines_auto_width():
   """0 means what it means in a sweep (``grid.models_per_vmap``): one model per vmap on a CPU,
   as many as fit half its memory on an accelerator; another value is the width."""
-  config = m.MajorityConfig(**SMALL)
+  config = small_config()
   data = m.build_data(config)
   grid, _ = m.build_grid(config, data)
   if jax.default_backend() == "cpu":
     assert grid.per_vmap == 1
   else:
     assert 1 <= grid.per_vmap <= config.num_models
-  grid, _ = m.build_grid(dataclasses.replace(config, models_per_vmap=3), data)
+  grid, _ = m.build_grid(small_config(models_per_vmap=3), data)
   assert grid.per_vmap == 3
 
 
 def test_a_run_through_the_engine_equals_the_same_chunks_by_hand():
   """``run_grid`` (what the experiment runs) trains the grid's programs and nothing else."""
-  config = m.MajorityConfig(**SMALL)
+  config = small_config()
   data = m.build_data(config)
   grid, _ = m.build_grid(config, data)
   run = run_grid(grid, m.model_keys(config), m.per_model_settings(config), 2)
@@ -210,7 +214,7 @@ def test_a_run_through_the_engine_equals_the_same_chunks_by_hand():
 
 
 def test_the_learning_rate_decays_linearly_over_10000_epochs():
-  config = m.MajorityConfig()
+  config = layernorm_majority.get_config()
   assert m.steps_per_epoch(config, 80_008) == 14  # the last batch of an epoch holds 2008
   schedule = m.learning_rate_schedule(config, 80_008)
   np.testing.assert_allclose([schedule(0), schedule(14_000), schedule(140_000)],
@@ -218,7 +222,7 @@ def test_the_learning_rate_decays_linearly_over_10000_epochs():
 
 
 def test_the_data_statistics_are_given_per_data_set_too():
-  data = m.build_data(m.MajorityConfig(**SMALL))
+  data = m.build_data(small_config())
   stats = m.data_statistics(data.train_counts)
   per_set = [m.data_statistics(counts) for counts in data.train_counts]
   assert stats["types_per_sequence_per_data_set"] == pytest.approx(
@@ -231,24 +235,62 @@ def test_the_data_statistics_are_given_per_data_set_too():
 
 # ----- a run: its config, workdir guard, history and summary -----
 
-def small_config(**overrides):
-  c = m.default_config()
-  c.update(SMALL | overrides)
-  return c
+def test_the_config_is_the_papers():
+  c = layernorm_majority.get_config()
+  m.validate_config(c)
+  assert tuple(c.variants) == m.VARIANTS and c.num_seeds == 10 and c.seed == 0
+  assert (c.num_samples, c.seq_len, c.num_types, c.min_lead, c.per_partition,
+          c.test_fraction) == (100_000, 50, 20, 6, 10, 0.2)
+  assert (c.d_model, c.ffn_features) == (8, 8)
+  assert (c.batch_size, c.learning_rate, c.decay_epochs) == (6000, 1e-3, 10_000)
 
 
-def test_the_default_config_is_the_papers():
-  assert m.from_config(m.default_config()) == m.MajorityConfig()
-  with pytest.raises(ValueError, match="config.num_layers: no such field"):
-    m.from_config(small_config(num_layers=2))
-  with pytest.raises(ValueError, match="variants must be distinct names"):
-    m.from_config(small_config(variants=("with_projection", "with_projection")))
+@pytest.mark.parametrize("overrides, message", [
+    ({"num_layers": 2}, "config.num_layers=2: no such field"),
+    ({"variants": ("with_projection", "with_projection")},
+     "config.variants=('with_projection', 'with_projection'): must be distinct names"),
+    ({"variants": ("standard",)}, "config.variants=('standard',): must be distinct names"),
+    ({"variants": ()}, "config.variants=(): must be distinct names"),
+    ({"num_seeds": 10, "models_per_vmap": 7},
+     "config.models_per_vmap=7: must divide the number of models, 30"),
+    ({"learning_rate": float("inf")}, "config.learning_rate=inf: must be a finite number > 0"),
+    ({"batch_size": 0}, "config.batch_size=0: must be a positive integer"),
+    ({"seed": -1}, "config.seed=-1: must be an integer >= 0"),
+    ({"num_types": 1}, "config.num_types=1: must be an integer >= 2"),
+    ({"num_types": 200}, "config.num_types=200: must be at most 127"),
+    ({"seq_len": 128}, "config.seq_len=128: must be at most 127"),
+    ({"test_fraction": 1.0}, "config.test_fraction=1.0: must lie in (0, 1)"),
+    ({"eval_block": 0}, "config.eval_block=0: must be a positive integer"),
+])
+def test_a_bad_field_is_refused_naming_it_and_its_value(overrides, message):
+  with pytest.raises(ValueError, match=re.escape(message)):
+    m.validate_config(small_config(**overrides))
+
+
+def test_a_bad_config_is_refused_before_its_workdir_is_made(tmp_path):
+  for field, value in (("decay_epochs", 0), ("num_types", 200), ("test_fraction", 0.0)):
+    with pytest.raises(ValueError, match=re.escape(f"config.{field}={value!r}")):
+      m.run(small_config(**{field: value}), str(tmp_path / "never"), steps=1)
+    assert not os.path.exists(tmp_path / "never")
+
+
+def test_the_committed_run_resumes_with_the_default_config(tmp_path):
+  """REPRODUCTION.md resumes results/majority with the default config: its config.json is
+  this config's (opened on a copy, nothing trained)."""
+  workdir = str(tmp_path / "majority")
+  shutil.copytree(os.path.join(REPO, "results", "majority"), workdir)
+  assert open_workdir(workdir, layernorm_majority.get_config(), m.KIND) is None
+  unlock_workdir(workdir)
+  other = layernorm_majority.get_config()
+  other.num_seeds = 3
+  with pytest.raises(WorkdirError, match="num_seeds was 10, now 3"):
+    open_workdir(workdir, other, m.KIND)
 
 
 def test_a_run_resumes_for_more_steps_and_its_workdir_refuses_other_settings(tmp_path):
   workdir = str(tmp_path / "run")
   quiet = lambda line: None
-  config = m.from_config(small_config())
+  config = small_config()
   summary, curves = m.run(small_config(), workdir, steps=1, log=quiet)  # one chunk: 14 steps
   assert summary["steps_run"] == 14 and summary["eval_every_steps"] == 14
   assert list(curves["steps"]) == [0, 14]
@@ -278,7 +320,8 @@ def read_history(workdir):
 
 
 def test_the_summary_counts_the_steps_to_each_accuracy():
-  config = m.MajorityConfig(variants=("with_projection", "without_projection"), num_seeds=2)
+  config = layernorm_majority.get_config()
+  config.update(variants=("with_projection", "without_projection"), num_seeds=2)
   accuracy = {0: [0.1] * 4, 10: [0.6, 0.6, 0.4, 0.4], 20: [0.95, 0.75, 0.6, 0.8]}
   history = [{"step": step, "test_accuracy": values, "train_loss": [1.0] * 4,
               "test_loss": [1.0] * 4, "query_angle": [10.0] * 4}

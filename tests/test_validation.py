@@ -66,7 +66,7 @@ def test_check_fields_names_the_field_and_value_by_its_rule():
 
 def _validators():
   """Each kind of run's default config and validator."""
-  from normattn_jax.analysis import causal_lm_keys
+  from normattn_jax.analysis import causal_lm_keys, majority
   from normattn_jax.finetune import train as finetune
   from normattn_jax.train import config as sweep
   from normattn_jax.train import pretrain
@@ -74,7 +74,8 @@ def _validators():
           "finetuning": (finetune.base_finetune_config(),
                          lambda c: finetune.validate_finetune_config(c, check_paths=False)),
           "pretraining": (pretrain.base_pretrain_config(), pretrain.validate_pretrain_config),
-          "causal_lm_keys": (causal_lm_keys.default_config(), causal_lm_keys.validate_config)}
+          "causal_lm_keys": (causal_lm_keys.default_config(), causal_lm_keys.validate_config),
+          "majority": (majority.base_config(), majority.validate_config)}
 
 
 def _set(config, field, value):
@@ -110,7 +111,8 @@ def test_a_shared_field_is_refused_alike_by_every_run_that_has_it(field, value):
 
 def test_the_majority_settings_refuse_an_infinite_rate_and_a_negative_seed():
   from normattn_jax.analysis import majority
-  with pytest.raises(ValueError, match="learning_rate must be a finite number > 0, got inf"):
-    majority.MajorityConfig(learning_rate=float("inf"))
-  with pytest.raises(ValueError, match="seed must be an integer >= 0, got -1"):
-    majority.MajorityConfig(seed=-1)
+  config = majority.base_config()
+  config.learning_rate = float("inf")
+  with pytest.raises(ValueError, match=re.escape("config.learning_rate=inf: must be a finite "
+                                                 "number > 0")):
+    majority.validate_config(config)

@@ -24,14 +24,14 @@ Training: Adam, learning rate 1e-3 decaying linearly to 0 over 10,000 epochs (so
 epoch smaller), all seeds and variants as one grid of the engine (``build_grid``, trained by
 ``normattn_jax.train.grid.run_grid``), the data sets shared by every model.
 
-A run (``run``) takes its settings as a config (``default_config``, the paper's, checked as a
-``MajorityConfig``), whose ``config.json`` guards its workdir as every run's does
-(``train.checkpoint.open_workdir``); it logs every evaluation to ``history.jsonl``, resumes from
-its checkpoints (also for more steps than it ran) and writes its summary to ``majority.json``.
+A run (``run``) takes its settings as a config (``base_config``, the paper's, which
+``configs/layernorm_majority.py`` gives; checked by ``validate_config``), whose ``config.json``
+guards its workdir as every run's does (``train.checkpoint.open_workdir``); it logs every
+evaluation to ``history.jsonl``, resumes from its checkpoints (also for more steps than it ran)
+and writes its summary to ``majority.json``.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -51,7 +51,9 @@ from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, release
     write_json
 from normattn_jax.train.run_log import RunLog
 from normattn_jax.train.state import TrainState
-from normattn_jax.validation import check_float, check_int
+from normattn_jax.train.sections import check_known_fields
+from normattn_jax.validation import RULES, check_config_float, check_config_int, check_fields, \
+    check_float, check_int, fail_config
 
 Array = jax.Array
 
@@ -322,55 +324,77 @@ def pair_sums(logits: Array, pairs: Pairs, labels: Array) -> tuple[Array, Array]
 # Configuration and data sets
 
 
-@dataclasses.dataclass(frozen=True)
-class MajorityConfig:
-  """Everything that fixes the results of a run; the defaults are the paper's."""
-  variants: tuple[str, ...] = VARIANTS
-  num_seeds: int = 10
-  num_samples: int = 100_000
-  seq_len: int = 50
-  num_types: int = 20
-  min_lead: int = 6
-  per_partition: int = 10
-  test_fraction: float = 0.2
-  d_model: int = 8
-  ffn_features: int = 8
-  batch_size: int = 6000
-  learning_rate: float = 1e-3
-  decay_epochs: int = 10_000   # the rate reaches 0 after this many epochs
-  eval_every_epochs: int = 2
-  eval_block: int = 2000       # test sequences evaluated at once (memory, not results)
-  models_per_vmap: int = 0     # 0: auto, as everywhere (grid.models_per_vmap): 1 on a CPU
-  seed: int = 0
+def base_config() -> ml_collections.ConfigDict:
+  """Every field that fixes the results of a run, at the paper's values
+  (``configs/layernorm_majority.py``); a config holds these fields and no others."""
+  return ml_collections.ConfigDict({
+      "variants": VARIANTS,
+      "num_seeds": 10,
+      "num_samples": 100_000,
+      "seq_len": 50,
+      "num_types": 20,
+      "min_lead": 6,
+      "per_partition": 10,
+      "test_fraction": 0.2,
+      "d_model": 8,
+      "ffn_features": 8,
+      "batch_size": 6000,
+      "learning_rate": 1e-3,
+      "decay_epochs": 10_000,    # the rate reaches 0 after this many epochs
+      "eval_every_epochs": 2,
+      "eval_block": 2000,        # test sequences evaluated at once (memory, not results)
+      "models_per_vmap": 0,      # 0: auto, as everywhere (grid.models_per_vmap): 1 on a CPU
+      "seed": 0,
+  })
 
-  def __post_init__(self):
-    _check_positive(num_seeds=self.num_seeds, num_samples=self.num_samples,
-                    seq_len=self.seq_len, min_lead=self.min_lead,
-                    per_partition=self.per_partition, d_model=self.d_model,
-                    ffn_features=self.ffn_features, batch_size=self.batch_size,
-                    decay_epochs=self.decay_epochs, eval_every_epochs=self.eval_every_epochs,
-                    eval_block=self.eval_block)
-    if not self.variants or any(v not in VARIANTS for v in self.variants) \
-        or len(set(self.variants)) != len(self.variants):
-      raise ValueError(f"variants must be distinct names from {VARIANTS}, got {self.variants!r}")
-    check_int("models_per_vmap", self.models_per_vmap, low=0)
-    if self.models_per_vmap and self.num_models % self.models_per_vmap:
-      raise ValueError(f"models_per_vmap={self.models_per_vmap} must divide the number of "
-                       f"models, {self.num_models} (variants x seeds)")
-    check_float("learning_rate", self.learning_rate, 0, open_low=True)
-    check_int("seed", self.seed, low=0)
 
-  @property
-  def num_models(self) -> int:
-    return len(self.variants) * self.num_seeds
+# Fields whose rule is a sweep's field of another name (validation.RULES): {field: rule's key}.
+_SHARED_RULES = {"batch_size": "train.batch_size", "learning_rate": "train.learning_rate",
+                 "models_per_vmap": "train.models_per_vmap"}
+_POSITIVE = ("num_samples", "seq_len", "min_lead", "per_partition", "d_model", "ffn_features",
+             "decay_epochs", "eval_every_epochs", "eval_block")
 
-  def model_variants(self) -> np.ndarray:
-    """[models] index into ``VARIANTS`` of each model: variant-major, seed-minor."""
-    return np.repeat([VARIANTS.index(v) for v in self.variants], self.num_seeds).astype(np.int32)
 
-  def model_seeds(self) -> np.ndarray:
-    """[models] the seed (data set and initialisation) of each model: variants share them."""
-    return np.tile(np.arange(self.num_seeds), len(self.variants)).astype(np.int32)
+def validate_config(c: ml_collections.ConfigDict) -> None:
+  """Check every field before anything is written or compiled.
+
+  Raises:
+    ValueError: ``config.<field>=<value>: <why>`` for the first field that is unknown or breaks
+      its rule.
+  """
+  check_known_fields(c, base_config())
+  check_fields(c, ("num_seeds", "seed"))
+  for field, rule in _SHARED_RULES.items():
+    RULES[rule].check(field, c[field])
+  for field in _POSITIVE:
+    check_config_int(field, c[field])
+  variants = c.variants
+  if (not isinstance(variants, (tuple, list)) or not variants
+      or any(v not in VARIANTS for v in variants) or len(set(variants)) != len(variants)):
+    fail_config("variants", variants, f"must be distinct names from {VARIANTS}")
+  check_config_int("num_types", c.num_types, low=2)
+  if c.num_types > 127:
+    fail_config("num_types", c.num_types, "must be at most 127 (counts are int8)")
+  if c.seq_len > 127:
+    fail_config("seq_len", c.seq_len, "must be at most 127 (counts are int8)")
+  check_config_float("test_fraction", c.test_fraction, 0, 1, open_low=True, open_high=True)
+  if c.models_per_vmap and num_models(c) % c.models_per_vmap:
+    fail_config("models_per_vmap", c.models_per_vmap,
+                f"must divide the number of models, {num_models(c)} (variants x seeds)")
+
+
+def num_models(c: ml_collections.ConfigDict) -> int:
+  return len(c.variants) * c.num_seeds
+
+
+def model_variants(c: ml_collections.ConfigDict) -> np.ndarray:
+  """[models] index into ``VARIANTS`` of each model: variant-major, seed-minor."""
+  return np.repeat([VARIANTS.index(v) for v in c.variants], c.num_seeds).astype(np.int32)
+
+
+def model_seeds(c: ml_collections.ConfigDict) -> np.ndarray:
+  """[models] the seed (data set and initialisation) of each model: variants share them."""
+  return np.tile(np.arange(c.num_seeds), len(c.variants)).astype(np.int32)
 
 
 class MajorityData(NamedTuple):
@@ -383,7 +407,7 @@ class MajorityData(NamedTuple):
   test_type_share: np.ndarray
 
 
-def build_data(config: MajorityConfig) -> MajorityData:
+def build_data(config: ml_collections.ConfigDict) -> MajorityData:
   """A data set and stratified split per seed (numpy, seeded by ``config.seed`` and the seed).
 
   Args:
@@ -463,33 +487,34 @@ class MajorityPrograms(NamedTuple):
   evaluate: Callable
 
 
-def steps_per_epoch(config: MajorityConfig, train_size: int) -> int:
+def steps_per_epoch(config: ml_collections.ConfigDict, train_size: int) -> int:
   return -(-train_size // config.batch_size)
 
 
-def learning_rate_schedule(config: MajorityConfig, train_size: int) -> optax.Schedule:
+def learning_rate_schedule(config: ml_collections.ConfigDict, train_size: int) -> optax.Schedule:
   """The rate, decaying linearly to 0 over ``decay_epochs`` epochs."""
   decay_steps = config.decay_epochs * steps_per_epoch(config, train_size)
   return optax.linear_schedule(config.learning_rate, 0.0, decay_steps)
 
 
-def make_optimizer(config: MajorityConfig, train_size: int) -> optax.GradientTransformation:
+def make_optimizer(config: ml_collections.ConfigDict,
+                   train_size: int) -> optax.GradientTransformation:
   """Adam (torch's defaults are optax's) with ``learning_rate_schedule``."""
   return optax.adam(learning_rate_schedule(config, train_size))
 
 
-def per_model_settings(config: MajorityConfig) -> dict:
+def per_model_settings(config: ml_collections.ConfigDict) -> dict:
   """Each model's ``{"variant": index into VARIANTS, "seed": its data set}``, int32 [models]."""
-  return {"variant": config.model_variants(), "seed": config.model_seeds()}
+  return {"variant": model_variants(config), "seed": model_seeds(config)}
 
 
-def model_keys(config: MajorityConfig) -> np.ndarray:
+def model_keys(config: ml_collections.ConfigDict) -> np.ndarray:
   """Raw key data per model; a seed's models (one per variant) share their key, so they start
   from the same parameters and see the same batches."""
-  return grid_lib.model_keys(config.seed, config.model_seeds())
+  return grid_lib.model_keys(config.seed, model_seeds(config))
 
 
-def make_programs(config: MajorityConfig, data: MajorityData) -> MajorityPrograms:
+def make_programs(config: ml_collections.ConfigDict, data: MajorityData) -> MajorityPrograms:
   """The programs of one model of a run on ``data`` (whose shapes fix the batching and
   capacities).
 
@@ -565,7 +590,7 @@ def make_programs(config: MajorityConfig, data: MajorityData) -> MajorityProgram
   return MajorityPrograms(model, per_epoch, init, chunk, evaluate)
 
 
-def build_grid(config: MajorityConfig,
+def build_grid(config: ml_collections.ConfigDict,
                data: MajorityData) -> tuple[grid_lib.Grid, MajorityPrograms]:
   """Every variant and seed of a run as one grid of the engine (``grid.Grid.of``), the data
   shared by all models; train it with ``grid.run_grid(grid, model_keys(config),
@@ -588,8 +613,8 @@ def build_grid(config: MajorityConfig,
     state = jax.eval_shape(programs.init, key, settings, data)
     return grid_lib.program_bytes(programs.chunk, state, settings, data)
 
-  per_vmap = grid_lib.models_per_vmap(config.models_per_vmap, config.num_models, bytes_per_model)
-  grid = grid_lib.Grid.of(programs.init, programs.chunk, config.num_models, per_vmap,
+  per_vmap = grid_lib.models_per_vmap(config.models_per_vmap, num_models(config), bytes_per_model)
+  grid = grid_lib.Grid.of(programs.init, programs.chunk, num_models(config), per_vmap,
                           shared=(data,))
   return grid, programs
 
@@ -602,26 +627,6 @@ SUMMARY = "majority.json"  # not summary.json: a run may be resumed for more ste
 THRESHOLDS = (0.5, 0.7, 0.8, 0.9)
 PAPER_STEPS = 17_000
 METRICS = ("train_loss", "test_loss", "test_accuracy", "query_angle")
-
-
-def default_config() -> ml_collections.ConfigDict:
-  """The run's settings as a config (the paper's: ``MajorityConfig``'s defaults), for the
-  command line and the workdir's ``config.json``."""
-  return ml_collections.ConfigDict(dataclasses.asdict(MajorityConfig()))
-
-
-def from_config(c: ml_collections.ConfigDict) -> MajorityConfig:
-  """The checked ``MajorityConfig`` of a config (``default_config`` with overrides).
-
-  Raises:
-    ValueError: naming the field, for one the run does not have or a value its rules refuse.
-  """
-  fields = {f.name for f in dataclasses.fields(MajorityConfig)}
-  unknown = sorted(set(c.keys()) - fields)
-  if unknown:
-    raise ValueError(f"config.{unknown[0]}: no such field of the majority run (misspelt?)")
-  values = c.to_dict()
-  return MajorityConfig(**values | {"variants": tuple(values["variants"])})
 
 
 def checked(metrics: dict) -> dict:
@@ -638,7 +643,7 @@ def rounded(metrics: dict) -> dict:
   return {k: [float(f"{x:.6g}") for x in np.asarray(v, np.float64)] for k, v in metrics.items()}
 
 
-def curves(history: list[dict], config: MajorityConfig) -> dict:
+def curves(history: list[dict], config: ml_collections.ConfigDict) -> dict:
   """``{variant: {metric: [evals, seeds]}}`` and the evaluation steps, from the history."""
   rows = sorted(history, key=lambda r: r["step"])
   steps = np.array([r["step"] for r in rows])
@@ -656,7 +661,7 @@ def first_step(steps: np.ndarray, values: np.ndarray, threshold: float):
   return [int(steps[np.argmax(col)]) if col.any() else None for col in reached.T]
 
 
-def summarise(history: list[dict], config: MajorityConfig, extra: dict) -> dict:
+def summarise(history: list[dict], config: ml_collections.ConfigDict, extra: dict) -> dict:
   """Per variant: the steps to each accuracy of ``THRESHOLDS`` and the last evaluation."""
   c = curves(history, config)
   steps = c["steps"]
@@ -707,8 +712,8 @@ class OutOfTime(Exception):
 
 
 @releases_workdir
-def run(c: ml_collections.ConfigDict, workdir: str, *, steps: int, max_minutes: float = 0.0,
-        afresh: bool = False, log: Callable = print) -> tuple[dict, dict]:
+def run(config: ml_collections.ConfigDict, workdir: str, *, steps: int,
+        max_minutes: float = 0.0, afresh: bool = False, log: Callable = print) -> tuple[dict, dict]:
   """Train (or resume) every variant and seed of a run for ``steps`` steps, logging every
   evaluation to ``history.jsonl``, and write its summary to ``majority.json``.
 
@@ -716,7 +721,7 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, steps: int, max_minutes: 
   refused unless ``afresh`` moves it aside; ``steps`` may grow between parts of a run.
 
   Args:
-    c: the run's config (``default_config`` with overrides).
+    config: the run's config (``base_config`` with overrides).
     workdir: its folder: config.json, versions.json, history.jsonl, checkpoints/, majority.json.
     steps: training steps, rounded up to whole evaluation intervals, >= 1.
     max_minutes: stop after the evaluation interval that passes this wall time (0: no limit);
@@ -733,11 +738,10 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, steps: int, max_minutes: 
       written.
     WorkdirError: for a workdir of another config.
   """
-  config = from_config(c)
+  validate_config(config)
   check_int("steps", steps, low=1)
-  if not (isinstance(max_minutes, (int, float)) and max_minutes >= 0):
-    raise ValueError(f"max_minutes must be >= 0, got {max_minutes!r}")
-  open_workdir(workdir, c, KIND, afresh=afresh)
+  check_float("max_minutes", max_minutes, 0)
+  open_workdir(workdir, config, KIND, afresh=afresh)
   started = time.time()
   data = build_data(config)
   grid, programs = build_grid(config, data)
@@ -757,10 +761,10 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, steps: int, max_minutes: 
     history = RunLog(workdir, resume_from=done * chunk_steps, tensorboard=False, progress=False)
     if not history.rows():
       before = grid.program(programs.evaluate)(states, settings)
-      history.record(0, rounded(checked({k: grid_lib.to_host(v)[:config.num_models]
+      history.record(0, rounded(checked({k: grid_lib.to_host(v)[:num_models(config)]
                                          for k, v in before.items()})))
     log(f"data: {data.train_counts.shape[1]} train / {data.test_counts.shape[1]} test "
-        f"sequences per seed, {statistics}; {config.num_models} models; from step "
+        f"sequences per seed, {statistics}; {num_models(config)} models; from step "
         f"{done * chunk_steps} to {target * chunk_steps}")
     tick = time.time()
     return done, states, {}
@@ -772,7 +776,7 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, steps: int, max_minutes: 
     history.record(step, rounded(metrics))
     checkpoints.save(done, {"state": states})
     now = time.time()
-    speed.append(config.num_models * chunk_steps / (now - tick))
+    speed.append(num_models(config) * chunk_steps / (now - tick))
     tick = now
     accuracy = metrics["test_accuracy"].reshape(len(config.variants), -1).mean(1)
     log(f"step {step}: test accuracy " + ", ".join(

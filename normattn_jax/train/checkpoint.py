@@ -43,7 +43,7 @@ MAY_DIFFER = {
     "causal_lm": ("train.checkpoint_every", "data.cache_dir"),
     # a report card (reporting.report_card): its normalisation, options and scale, all results
     "report_card": (),
-    # Brody et al.'s majority run (analysis.majority): every field of its MajorityConfig
+    # Brody et al.'s majority run (analysis.majority): every field of its config
     "majority": (),
 }
 _SHOWN = 8  # differing fields named in an error, the rest counted
