@@ -2,12 +2,15 @@
 normalisation with an option, in process and from the command line (slow)."""
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
 
 import pytest
 
+from configs import report_card as card_configs
 from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.registry import load_plugins
 from normattn_jax.reporting import report_card as rc
@@ -35,16 +38,31 @@ def baselines(tmp_path_factory):
   return str(tmp_path_factory.mktemp("baselines"))
 
 
-def test_check_card_names_the_field():
-  assert rc.check_card("tempered_softmax", {"temperature": 2.0}, "smoke") == SPEC
-  with pytest.raises(ValueError, match="normalization=.*'nope'"):
-    rc.check_card("nope", {}, "smoke")
-  with pytest.raises(ValueError, match="options=.*temperature must be a number > 0"):
-    rc.check_card("tempered_softmax", {"temperature": -1.0}, "smoke")
-  with pytest.raises(ValueError, match="options=.*no option 'temp'"):
-    rc.check_card("tempered_softmax", {"temp": 1.0}, "smoke")
-  with pytest.raises(ValueError, match="scale='huge'"):
-    rc.check_card("tempered_softmax", {}, "huge")
+def card(name="tempered_softmax", scale="smoke", **fields):
+  """configs/report_card.py's config of a card of ``name`` at ``scale``; ``options`` among
+  ``fields`` go to the attention section, the rest are top-level fields."""
+  c = card_configs.get_config()
+  c.attention.name, c.scale = name, scale
+  c.attention.options.update(fields.pop("options", {}))
+  c.update(fields)
+  return c
+
+
+def test_the_config_names_the_field_and_value():
+  assert rc.validate_config(card(options={"temperature": 2.0})) == SPEC
+  for config, message in [
+      (card_configs.get_config(), "config.attention.name='': normalization must be one of"),
+      (card("nope"), "config.attention.name='nope'"),
+      (card(options={"temperature": -1.0}), "config.attention.options={'temperature': -1.0}: "
+                                              "normalization 'tempered_softmax': option "
+                                              "temperature must be a number > 0, got -1.0"),
+      (card(options={"temp": 1.0}), "config.attention.options={'temp': 1.0}: normalization "
+                                      "'tempered_softmax' has no option 'temp'"),
+      (card(scale="huge"), "config.scale='huge': choose from ('smoke', 'cpu', 'paper')"),
+      (card(baselines_dir=None), "config.baselines_dir=None: must be a folder"),
+      (card(normalization="dnas"), "config.normalization='dnas': no such field")]:
+    with pytest.raises(ValueError, match=re.escape(message)):
+      rc.validate_config(config)
 
 
 @pytest.mark.parametrize("scale", tuple(rc.SCALES))
@@ -80,12 +98,34 @@ def test_refuses_a_workdir_of_another_card_before_training(tmp_path, monkeypatch
   unlock_workdir(workdir)  # as the card's run does when it ends
   monkeypatch.setattr(rc, "run_sweep", lambda *a, **k: pytest.fail("trained"))
   with pytest.raises(WorkdirError, match="normalization was \"tempered_softmax\", now \"dnas\""):
-    rc.run_card("dnas", {}, "smoke", workdir)
+    rc.run(card("dnas"), workdir)
   with pytest.raises(WorkdirError, match="scale was \"smoke\", now \"cpu\""):
-    rc.run_card("tempered_softmax", {"temperature": 2.0}, "cpu", workdir)
+    rc.run(card(scale="cpu", options={"temperature": 2.0}), workdir)
   with pytest.raises(WorkdirError, match="options.temperature"):
-    rc.run_card("tempered_softmax", {"temperature": 3.0}, "smoke", workdir)
+    rc.run(card(options={"temperature": 3.0}), workdir)
   assert os.path.exists(os.path.join(workdir, "versions.json"))
+  with pytest.raises(ValueError, match="config.scale='huge'"):
+    rc.run(card(scale="huge"), str(tmp_path / "never"))
+  assert not os.path.exists(tmp_path / "never")
+
+
+class Trains(Exception):
+  """Raised in place of a card's first sweep: the workdir was accepted."""
+
+
+@pytest.mark.parametrize("name", ["dnas", "sinkhorn"])
+def test_a_committed_card_is_this_config_s(tmp_path, name, monkeypatch):
+  """Rerunning a committed card with today's config takes its workdir as this card's (a copy;
+  stopped where it would start training)."""
+  workdir = str(tmp_path / name)
+  shutil.copytree(os.path.join(ROOT, "results", "report_cards", name), workdir)
+  def trains(*args, **kwargs):
+    raise Trains
+  monkeypatch.setattr(rc, "run_sweep", trains)
+  with pytest.raises(Trains):
+    rc.run(card(name, "cpu", baselines_dir=str(tmp_path / "baselines")), workdir)
+  with pytest.raises(WorkdirError, match="scale was \"cpu\", now \"smoke\""):
+    rc.run(card(name, "smoke"), workdir)
 
 
 def test_mode_collapse_runs_for_a_plugin():
@@ -106,7 +146,7 @@ def test_cost_against_softmax():
 
 
 def synthetic_report():
-  """A report as run_card assembles it, with made-up numbers (two seeds)."""
+  """A report as rc.run assembles it, with made-up numbers (two seeds)."""
   def arm(acc, learned=True):
     entry = {"learning_rate": 0.01, "train_acc": [acc, acc + 0.1], "val_acc": [acc, acc]}
     entry.update({f"case_acc_{c}": [acc, acc] for c in rc.CASES})
@@ -177,15 +217,14 @@ def _check_report(workdir):
 @pytest.mark.slow
 def test_smoke_card_in_process_resumes_without_training(tmp_path, baselines, monkeypatch):
   workdir = str(tmp_path / "tempered")
-  report = rc.run_card("tempered_softmax", {"temperature": 2.0}, "smoke", workdir,
-                       baselines_dir=baselines)
+  config = card(options={"temperature": 2.0}, baselines_dir=baselines, show_progress=False)
+  report = rc.run(config, workdir)
   assert report["normalization"] == "tempered_softmax(temperature=2.0)"
   _check_report(workdir)
   assert os.path.exists(os.path.join(baselines, "case", "summary.json"))
   monkeypatch.setattr(rc, "run_sweep", lambda *a, **k: pytest.fail("trained again"))
   start = time.perf_counter()
-  assert rc.run_card("tempered_softmax", {"temperature": 2.0}, "smoke", workdir,
-                     baselines_dir=baselines) == json.loads(json.dumps(report))
+  assert rc.run(config, workdir) == json.loads(json.dumps(report))
   assert time.perf_counter() - start < 5
 
 
@@ -194,15 +233,16 @@ def test_smoke_card_from_the_command_line(tmp_path, baselines):
   env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, FIXTURES]), JAX_PLATFORMS="cpu")
   workdir = str(tmp_path / "cli")
   command = [sys.executable, os.path.join(ROOT, "experiments", "report_card.py"),
-             "--plugins=card_plugin", "--normalization=tempered_softmax",
-             '--options={"temperature": 0.5}', f"--workdir={workdir}", "--scale=smoke",
-             f"--baselines_dir={baselines}", "--noprogress"]
+             "--plugins=card_plugin", "--config.attention.name=tempered_softmax",
+             "--config.attention.options.temperature=0.5", f"--workdir={workdir}",
+             "--config.scale=smoke", f"--config.baselines_dir={baselines}",
+             "--config.show_progress=False"]
   done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
   assert done.returncode == 0, done.stderr[-3000:]
   assert "At the smoke scale" in done.stdout
   _check_report(workdir)
-  other = [c.replace("tempered_softmax", "dnas") if c.startswith("--normalization") else c
-           for c in command if not c.startswith("--options")]
+  other = [c.replace("tempered_softmax", "dnas") if c.startswith("--config.attention.name")
+           else c for c in command if not c.startswith("--config.attention.options")]
   refused = subprocess.run(other, env=env, capture_output=True, text=True, timeout=300)
   assert refused.returncode == 2
   assert "holds a run of another config" in refused.stderr

@@ -68,6 +68,7 @@ def _validators():
   """Each kind of run's default config and validator."""
   from normattn_jax.analysis import causal_lm_keys, majority
   from normattn_jax.finetune import train as finetune
+  from normattn_jax.reporting import report_card
   from normattn_jax.train import config as sweep
   from normattn_jax.train import pretrain
   return {"sweep": (sweep.base_config(), sweep.validate),
@@ -75,7 +76,8 @@ def _validators():
                          lambda c: finetune.validate_finetune_config(c, check_paths=False)),
           "pretraining": (pretrain.base_pretrain_config(), pretrain.validate_pretrain_config),
           "causal_lm_keys": (causal_lm_keys.default_config(), causal_lm_keys.validate_config),
-          "majority": (majority.base_config(), majority.validate_config)}
+          "majority": (majority.base_config(), majority.validate_config),
+          "report_card": (report_card.base_card_config(), report_card.validate_config)}
 
 
 def _set(config, field, value):

@@ -312,7 +312,7 @@ def card_accuracy(report: dict, path: str) -> None:
   accuracy at 2N.
 
   Args:
-    report: ``reporting.report_card.run_card``'s report.
+    report: ``reporting.report_card.run``'s report.
     path: the image file to write.
   """
   tasks_ = list(report["tasks"])

@@ -44,8 +44,10 @@ from normattn_jax.train.checkpoint import ITEM, GridCheckpoints, open_workdir, r
     write_json
 from normattn_jax.train.config import PAPER_LEARNING_RATES, base_config
 from normattn_jax.train.grid import Setup
-from normattn_jax.train.sections import attention_section, attention_spec
+from normattn_jax.train.sections import attention_section, attention_spec, \
+    check_known_fields
 from normattn_jax.train.sweep import run_sweep
+from normattn_jax.validation import fail_config
 
 KIND = "report_card"  # the workdir kind (checkpoint.MAY_DIFFER)
 CARD_ARCH = "mte"
@@ -138,33 +140,36 @@ def section(name: str, options: dict) -> ml_collections.ConfigDict:
   return out
 
 
-def check_card(normalization: str, options: dict, scale: str) -> AttentionSpec:
-  """The card's normalisation, checked before anything is written or compiled.
+def base_card_config() -> ml_collections.ConfigDict:
+  """A card's fields (``configs/report_card.py``): the ``attention`` section of every run kind
+  (the normalisation, "" until one is named, and its options), the ``scale`` (a key of
+  ``SCALES``), ``baselines_dir`` ("" for ``default_baselines_dir``) and ``show_progress`` (the
+  sweeps' progress bars)."""
+  return ml_collections.ConfigDict({"attention": attention_section(""), "scale": "smoke",
+                                    "baselines_dir": "", "show_progress": True})
 
-  Args:
-    normalization: a registered normalisation's name.
-    options: its options (names to values).
-    scale: a key of ``SCALES``.
+
+def validate_config(c: ml_collections.ConfigDict) -> AttentionSpec:
+  """Check a card's config before anything is written or compiled.
 
   Returns:
-    Its ``AttentionSpec``.
+    The card's normalisation.
 
   Raises:
-    ValueError: naming the field (``normalization``, ``options``, ``scale``) and the value.
+    ValueError: ``config.<field>=<value>: <why>`` for the first unknown or bad field.
   """
-  if scale not in SCALES:
-    raise ValueError(f"scale={scale!r}: choose from {tuple(SCALES)}")
-  if not isinstance(options, dict):
-    raise ValueError(f"options={options!r}: must be a mapping of option names to values")
-  try:
-    return attention_spec(section(normalization, options), "attention")
-  except ValueError as err:
-    raise ValueError(str(err).replace("config.attention.name", "normalization")
-                     .replace("config.attention.options", "options")) from None
+  check_known_fields(c, base_card_config(), free=("attention.options",))
+  if c.scale not in SCALES:
+    fail_config("scale", c.scale, f"choose from {tuple(SCALES)}")
+  if not isinstance(c.baselines_dir, str):
+    fail_config("baselines_dir", c.baselines_dir, "must be a folder, or \"\" for the default")
+  return attention_spec(c.attention, "attention")
 
 
 def card_config(spec: AttentionSpec, scale: str) -> ml_collections.ConfigDict:
-  """What a card's workdir belongs to (its ``config.json``).
+  """What a card's workdir belongs to (its ``config.json``): the normalisation, its options and
+  the scale, which fix the card's results (where the baselines live and the progress bars do
+  not), in the form the cards have always stored.
 
   Args:
     spec: the normalisation.
@@ -461,29 +466,27 @@ def train_all(spec: AttentionSpec, scale: str, workdir: str, baselines_dir: str,
 
 
 @releases_workdir
-def run_card(normalization: str, options: dict, scale: str, workdir: str, *,
-             baselines_dir: Optional[str] = None, show_progress: bool = False) -> dict:
+def run(config: ml_collections.ConfigDict, workdir: str, *, afresh: bool = False) -> dict:
   """Make (or resume, or read back) the report card of one normalisation.
 
   Args:
-    normalization: a registered normalisation's name.
-    options: its options.
-    scale: a key of ``SCALES``.
+    config: the card's config (``base_card_config`` with overrides).
     workdir: the card's folder; one of another normalisation, options or scale is refused.
-    baselines_dir: the shared baselines' folder; None: ``default_baselines_dir``.
-    show_progress: progress bars of the sweeps.
+    afresh: move an existing workdir aside first.
 
   Returns:
     The report (as ``report.json`` holds it).
 
   Raises:
-    ValueError: for an unknown normalisation, a refused option or an unknown scale.
+    ValueError: for a bad config field (an unknown normalisation, a refused option, an unknown
+      scale), before anything is written.
     WorkdirError: for a workdir of another card.
   """
   from normattn_jax.reporting import report_card_text as text  # matplotlib only when writing
-  spec = check_card(normalization, options, scale)
-  baselines_dir = baselines_dir or default_baselines_dir(workdir, scale)
-  if open_workdir(workdir, card_config(spec, scale), KIND) is not None:
+  spec = validate_config(config)
+  scale, show_progress = config.scale, config.show_progress
+  baselines_dir = config.baselines_dir or default_baselines_dir(workdir, scale)
+  if open_workdir(workdir, card_config(spec, scale), KIND, afresh=afresh) is not None:
     with open(os.path.join(workdir, REPORT_JSON)) as f:
       return json.load(f)
   started = time.perf_counter()

@@ -1,5 +1,5 @@
 """A report card's words: one verdict line per diagnostic and ``report.md``'s tables, from the
-report that ``report_card.run_card`` assembles. Verdicts say what the numbers show at the scale
+report that ``report_card.run`` assembles. Verdicts say what the numbers show at the scale
 run, as REPRODUCTION.md's do, never more: a card at a small scale is evidence at that scale.
 """
 from __future__ import annotations
@@ -63,7 +63,7 @@ def verdicts(report: dict) -> dict:
   """One line per diagnostic, each "At the <scale> scale, ...".
 
   Args:
-    report: ``run_card``'s report (tasks, attention, mode_collapse and cost filled).
+    report: ``report_card.run``'s report (tasks, attention, mode_collapse and cost filled).
 
   Returns:
     ``{diagnostic: line}`` for the three tasks, explaining_away, mode_collapse, unselectable
@@ -155,7 +155,7 @@ def markdown(report: dict) -> str:
   """``report.md``: a header, then per diagnostic its verdict and its table(s).
 
   Args:
-    report: ``run_card``'s report, verdicts included.
+    report: ``report_card.run``'s report, verdicts included.
 
   Returns:
     The markdown text.
