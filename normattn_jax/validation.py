@@ -4,8 +4,8 @@ of every config field: NaN fails every comparison and infinity passes ``> 0``, s
 would let both through to training and into ``config.json``.
 
 ``RULES`` holds, as data, the rule of each config field that more than one kind of run has (a
-sweep, fine-tuning, pre-training, the causal-LM analysis): every validator checks those fields
-with ``check_fields``, so that a field means the same wherever it appears.
+sweep, fine-tuning, pre-training, the causal-LM and majority analyses): every validator checks
+those fields with ``check_fields``, so that a field means the same wherever it appears.
 """
 from __future__ import annotations
 
