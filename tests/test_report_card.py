@@ -65,6 +65,13 @@ def test_the_config_names_the_field_and_value():
       rc.validate_config(config)
 
 
+def test_several_hosts_are_refused_before_the_workdir(tmp_path, monkeypatch):
+  monkeypatch.setattr(rc.jax, "process_count", lambda: 2)
+  with pytest.raises(ValueError, match="a report card runs on one host, not 2"):
+    rc.run(card(options={"temperature": 2.0}), str(tmp_path / "card"))
+  assert not (tmp_path / "card").exists()
+
+
 @pytest.mark.parametrize("scale", tuple(rc.SCALES))
 def test_every_sweep_of_every_scale_validates(scale):
   for task in rc.CARD_TASKS:

@@ -479,10 +479,13 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, afresh: bool = False
 
   Raises:
     ValueError: for a bad config field (an unknown normalisation, a refused option, an unknown
-      scale), before anything is written.
+      scale), before anything is written; on several hosts (a card writes its files from one).
     WorkdirError: for a workdir of another card.
   """
   from normattn_jax.reporting import report_card_text as text  # matplotlib only when writing
+  if jax.process_count() > 1:
+    raise ValueError(f"a report card runs on one host, not {jax.process_count()} "
+                     "(its sweeps, analyses and files are one process's)")
   spec = validate_config(config)
   scale, show_progress = config.scale, config.show_progress
   baselines_dir = config.baselines_dir or default_baselines_dir(workdir, scale)
