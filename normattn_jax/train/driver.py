@@ -22,17 +22,19 @@ class Interrupted(Exception):
 
 class Budget:
   """The chunks (or steps) this call may still run, None: no limit; and the minutes of wall time
-  after which it stops (checked after each chunk, so the chunk that passes them ends), 0: no
-  limit."""
+  after which it stops, 0: no limit. Time stops a call only once it has run a chunk (the chunk
+  that passes the minutes ends), so that each call of a run stopped by time gets further."""
 
   def __init__(self, chunks: Optional[int] = None, minutes: float = 0.0,
                clock: Callable[[], float] = time.monotonic):
     self.left = chunks
+    self.ran = 0  # chunks this call has run
     self.clock = clock
     self.deadline = clock() + 60.0 * minutes if minutes else None
 
   def spend(self, count: int = 1) -> None:
-    """Count ``count`` chunks run (nothing without a limit)."""
+    """Count ``count`` chunks run."""
+    self.ran += count
     if self.left is not None:
       self.left -= count
 
@@ -51,8 +53,8 @@ class Budget:
       return
     if self.left is not None and self.left <= 0:
       raise Interrupted(f"{name}: stopped after {done} of {num_chunks}")
-    if self.deadline is not None and self.clock() >= self.deadline:
-      raise Interrupted(f"{name}: out of time after {done} of {num_chunks}; rerun to resume")
+    if self.deadline is not None and self.ran and self.clock() >= self.deadline:
+      raise Interrupted(f"{name}: out of time after {done} of {num_chunks}")
 
 
 class RunHooks:
