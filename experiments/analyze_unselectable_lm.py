@@ -9,7 +9,8 @@ query can select on held-out windows, and writes summary.json, table1.md and tra
 --workdir. Every field of configs/unselectable_lm.py (the default --config) can be overridden,
 e.g. --config.train.num_steps=3000. A killed run, or one stopped by --max_minutes, resumes from
 its checkpoints when restarted with the same command; a workdir of another config is refused
-(exit code 2) unless --afresh moves it aside.
+(exit code 2) unless --afresh moves it aside. On a CPU the default device count is the most,
+up to one per core, that divides the seeds, so that no device trains a padding copy of a seed.
 """
 import functools
 import os
@@ -42,7 +43,8 @@ def main(argv):
   del argv
   run = functools.partial(causal_lm_keys.run, max_minutes=_MAX_MINUTES.value)
   try:
-    summary = cli.run_command(run, _CONFIG.value, _RUN)
+    summary = cli.run_command(run, _CONFIG.value, _RUN,
+                              divides=(_CONFIG.value.train.seeds,))
   except Interrupted as stop:
     print(f"{stop}; rerun the same command to resume")
     return
