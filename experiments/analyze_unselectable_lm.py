@@ -3,53 +3,56 @@ LayerNorm's scaling before attention (and Appendix D's Table 2, before vs after 
 
   python experiments/analyze_unselectable_lm.py --workdir results/unselectable_lm
 
-Trains both variants in one compiled program (default: the offline Shakespeare corpus, reduced
-steps; --config.data.corpus=wikipedia with a network), counts per layer the keys that no query
-can select on held-out windows, and writes summary.json, table1.md and train_loss.png to
---workdir. Every field of ``normattn_jax.analysis.causal_lm_keys.default_config`` can be
-overridden, e.g. --config.train.num_steps=3000. A killed run resumes from its checkpoints when
-restarted with the same command; a workdir of another config is refused (exit code 2) unless
---afresh moves it aside.
+Trains each variant's seeds as one grid of the engine (default: the offline Shakespeare corpus,
+reduced steps; --config.data.corpus=wikipedia with a network), counts per layer the keys that no
+query can select on held-out windows, and writes summary.json, table1.md and train_loss.png to
+--workdir. Every field of configs/unselectable_lm.py (the default --config) can be overridden,
+e.g. --config.train.num_steps=3000. A killed run, or one stopped by --max_minutes, resumes from
+its checkpoints when restarted with the same command; a workdir of another config is refused
+(exit code 2) unless --afresh moves it aside. On a CPU the default device count is the most,
+up to one per core, that divides the seeds, so that no device trains a padding copy of a seed.
 """
+import functools
 import os
-import sys
 
-from absl import app, flags, logging
-from ml_collections import config_flags
+from absl import app, flags
 
 from normattn_jax.analysis import causal_lm_keys
 from normattn_jax.reporting import analysis_figures
 from normattn_jax.train import cli
-from normattn_jax.train.checkpoint import WorkdirError
+from normattn_jax.train.driver import Interrupted
 
-_CONFIG = config_flags.DEFINE_config_dict("config", causal_lm_keys.default_config(),
-                                          "The run's settings.", lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for results and checkpoints.")
-_AFRESH = flags.DEFINE_bool("afresh", False, "Move an existing workdir aside (to "
-                            "WORKDIR.replaced-<UTC time>) and start anew.")
-_CPU_DEVICES = cli.define_cpu_devices_flag()
-flags.mark_flags_as_required(["workdir"])
+_CONFIG = cli.define_config_flag("configs/unselectable_lm.py", "Path to the run's config file.")
+_RUN = cli.define_run_flags()
+_MAX_MINUTES = flags.DEFINE_float(
+    "max_minutes", 0.0, "Stop after the chunk that passes this wall time (0: no limit); "
+    "rerun the same command to resume.", lower_bound=0.0)
 
 
-def main(argv):
-  del argv
-  logging.set_verbosity(logging.ERROR)
-  cli.split_cpu(_CPU_DEVICES.value)  # one device per core, before JAX starts
-  cli.enable_compilation_cache()
-  workdir = _WORKDIR.value
-  try:
-    summary = causal_lm_keys.run(_CONFIG.value, workdir, afresh=_AFRESH.value)
-  except WorkdirError as err:
-    print(f"error: {err}", file=sys.stderr)
-    sys.exit(2)
+def write_table(summary: dict, workdir: str) -> str:
+  """Table 1 (and Table 2) beside the paper's rows, written to ``table1.md``."""
   table = causal_lm_keys.table_markdown(summary, causal_lm_keys.PAPER)
   with open(os.path.join(workdir, "table1.md"), "w") as f:
     f.write("% of keys that no query can select, per layer (ours: mean ± std over "
             f"{summary['num_sequences']} held-out windows of {summary['window']} tokens)\n\n")
     f.write(table)
+  return table
+
+
+def main(argv):
+  del argv
+  run = functools.partial(causal_lm_keys.run, max_minutes=_MAX_MINUTES.value)
+  try:
+    summary = cli.run_command(run, _CONFIG.value, _RUN,
+                              divides=(_CONFIG.value.train.seeds,))
+  except Interrupted as stop:
+    print(f"{stop}; rerun the same command to resume")
+    return
+  workdir = _RUN.workdir.value
+  table = write_table(summary, workdir)
   analysis_figures.causal_lm_loss(summary, os.path.join(workdir, "train_loss.png"))
   print(table)
-  for name, variant in summary["variants"].items():
+  for variant in summary["variants"].values():
     for seed, entry in enumerate(variant["seeds"]):
       heldout = entry.get("heldout_loss")
       print(f"{variant['label']}, seed {seed}: final training loss "

@@ -1,16 +1,47 @@
 """The GPT-2-style causal LM of Brody et al.'s Table 1: causality, the LayerNorm before attention,
-the captured keys, training, and the unselectable-key counts on float32 keys."""
+the captured keys, training on the grid engine (resume, seeds alone and together), the run's
+config, and the unselectable-key counts on float32 keys."""
+import json
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from configs import unselectable_lm
 from normattn_jax.analysis import causal_lm_keys as lm_keys
 from normattn_jax.analysis.unselectable import unselectable
 from normattn_jax.models.causal_lm import CausalLM, capture_attention_inputs, init_params
 from normattn_jax.norms import normalize
+from normattn_jax.train.checkpoint import WorkdirError, check_workdir
+from normattn_jax.train.driver import Budget, Interrupted
+from normattn_jax.train.run_log import RunLog
 
 VOCAB, LENGTH = 13, 12
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STREAM = np.tile(np.arange(VOCAB, dtype=np.int32), 40)  # a predictable text
+
+
+def tiny_config(**train):
+  """The run's config at a size that trains in seconds."""
+  c = unselectable_lm.get_config()
+  c.model.update(max_len=LENGTH, num_layers=1)
+  c.train.update(dict(dict(seeds=2, batch_size=4, num_steps=6, log_every=2, checkpoint_every=2,
+                           warmup_steps=2, learning_rate=1e-2), **train))
+  lm_keys.validate_config(c)
+  return c
+
+
+def train_variant(c, grid, workdir, name="without_scaling", budget=None):
+  """One variant's grid trained (or resumed) in ``workdir`` as ``run`` trains it."""
+  workdir.mkdir(exist_ok=True)
+  with RunLog(str(workdir), tensorboard=False, progress=False) as run_log:
+    return lm_keys.train_variant(c, name, grid, str(workdir), run_log, budget, log=lambda _: None)
+
+
+def grid_of(c, name="without_scaling"):
+  return lm_keys.build_grid(c, lm_keys.build_model(c, VOCAB, lm_keys.VARIANTS[name]), STREAM)
 
 
 @pytest.fixture(scope="module")
@@ -74,11 +105,11 @@ def test_bad_fields_raise_naming_them():
   model = CausalLM(vocab_size=VOCAB, max_len=4)
   with pytest.raises(ValueError, match="max_len"):
     model.init(jax.random.key(0), jnp.zeros((1, 5), jnp.int32))
-  c = lm_keys.default_config()
+  c = unselectable_lm.get_config()
   c.train.log_every = 7
   with pytest.raises(ValueError, match="train.log_every=7"):
     lm_keys.validate_config(c)
-  c = lm_keys.default_config()
+  c = unselectable_lm.get_config()
   c.data.corpus = "books"
   with pytest.raises(ValueError, match="data.corpus='books'"):
     lm_keys.validate_config(c)
@@ -88,33 +119,84 @@ def test_the_fields_a_resumed_run_may_change_exist():
   from normattn_jax.train.checkpoint import MAY_DIFFER, config_differences, config_json
 
   every_field = {field for field, _, _ in config_differences(
-      {}, config_json(lm_keys.default_config()))}
+      {}, config_json(unselectable_lm.get_config()))}
   assert set(MAY_DIFFER["causal_lm"]) <= every_field
   assert "train.log_every" not in MAY_DIFFER["causal_lm"]  # it numbers the checkpoints
 
 
-def test_a_tiny_training_lowers_the_loss_of_both_variants():
-  c = lm_keys.default_config()
-  c.model.update(max_len=LENGTH, num_layers=1)
-  c.train.update(seeds=2, batch_size=4, num_steps=40, log_every=20, checkpoint_every=0,
-                 warmup_steps=2, learning_rate=1e-2)
-  lm_keys.validate_config(c)
-  models = {name: lm_keys.build_model(c, VOCAB, kind) for name, kind in lm_keys.VARIANTS.items()}
-  states = lm_keys.init_states(c, models)
+def test_a_tiny_training_lowers_the_loss_of_both_variants(tmp_path):
+  c = tiny_config(num_steps=40, log_every=20, checkpoint_every=0)
+  grids = {name: grid_of(c, name) for name in lm_keys.VARIANTS}
+  initial = {name: lm_keys.initial_states(c, grid) for name, grid in grids.items()}
   # The seeds differ, the variants of one seed start alike.
-  first = states["with_scaling"].params["token_embedding"]["embedding"]
-  assert float(jnp.max(jnp.abs(first[0] - first[1]))) > 0
-  np.testing.assert_array_equal(first, states["without_scaling"].params["token_embedding"]
+  first = initial["with_scaling"].params["token_embedding"]["embedding"]
+  assert float(np.max(np.abs(first[0] - first[1]))) > 0
+  np.testing.assert_array_equal(first, initial["without_scaling"].params["token_embedding"]
                                 ["embedding"])
-  stream = jnp.asarray(np.tile(np.arange(VOCAB, dtype=np.int32), 40))  # a predictable text
-  chunk = lm_keys.make_train_chunk(c, c.train.log_every)
-  states, early = chunk(states, stream)
-  states, late = chunk(states, stream)
-  for name in models:
-    assert early[name].shape == (2, 20)
-    assert np.all(np.asarray(late[name]).mean(1) < np.asarray(early[name])[:, :5].mean(1) - 0.3)
-    assert not np.any(np.asarray(states[name].diverged))
-    assert np.all(np.asarray(states[name].step) == 40)
+  for name, grid in grids.items():
+    run = train_variant(c, grid, tmp_path / name, name)
+    losses = run.metrics["train_loss"]
+    assert losses.shape == (2, 2)  # [chunks, seeds]
+    assert np.all(losses[1] < losses[0] - 0.3)
+    assert not np.any(run.state.diverged) and not np.any(run.metrics["diverged"])
+    assert np.all(run.state.step == 40)
+
+
+def test_an_interrupted_variant_resumes_to_the_numbers_of_an_uninterrupted_one(tmp_path):
+  c = tiny_config()
+  grid = grid_of(c)  # compiled once, trained three times
+  reference = train_variant(c, grid, tmp_path / "whole")
+  with pytest.raises(Interrupted, match="after 1 of 3"):
+    train_variant(c, grid, tmp_path / "parts", budget=Budget(1))
+  resumed = train_variant(c, grid, tmp_path / "parts")
+  for name in ("train_loss", "diverged"):
+    np.testing.assert_array_equal(resumed.metrics[name], reference.metrics[name])
+  jax.tree.map(np.testing.assert_array_equal, resumed.state.params, reference.state.params)
+  history = [(tmp_path / folder / "history.jsonl").read_text() for folder in ("whole", "parts")]
+  assert history[0] == history[1] and len(history[0].splitlines()) == 3
+
+
+@pytest.mark.slow  # two grids; the engine's own tests cover the path
+def test_a_seed_trains_alike_alone_and_beside_other_seeds(tmp_path):
+  """The models axis is the seeds: seed 0 of a grid of 2 is the grid of seed 0 alone."""
+  runs = [train_variant(c, grid_of(c), tmp_path / str(c.train.seeds))
+          for c in (tiny_config(seeds=1, models_per_vmap=1, num_steps=2, warmup_steps=1),
+                    tiny_config(seeds=2, models_per_vmap=1, num_steps=2, warmup_steps=1))]
+  np.testing.assert_array_equal(runs[0].metrics["train_loss"][:, 0],
+                                runs[1].metrics["train_loss"][:, 0])
+  jax.tree.map(lambda a, b: np.testing.assert_array_equal(a[0], b[0]), runs[0].state.params,
+               runs[1].state.params)
+
+
+def test_the_committed_run_resumes_under_todays_config():
+  """``results/unselectable_lm/config.json`` (from before ``train.models_per_vmap``) reads as
+  today's ``configs/unselectable_lm.py``."""
+  workdir = os.path.join(REPO, "results", "unselectable_lm")
+  c = unselectable_lm.get_config()
+  lm_keys.validate_config(c)
+  check_workdir(workdir, c, lm_keys.KIND)
+  with open(os.path.join(workdir, "config.json")) as f:
+    assert "models_per_vmap" not in json.load(f)["train"]
+  c.train.models_per_vmap = 2
+  with pytest.raises(WorkdirError, match="train.models_per_vmap was 0, now 2"):
+    check_workdir(workdir, c, lm_keys.KIND)
+
+
+def test_a_field_the_run_lacks_or_misses_is_refused():
+  c = unselectable_lm.get_config()
+  c.train.sedes = 3
+  with pytest.raises(ValueError, match=r"config.train.sedes=3: no such field"):
+    lm_keys.validate_config(c)
+  c = unselectable_lm.get_config()
+  del c.analysis["tolerance"]
+  with pytest.raises(ValueError, match=r"config.analysis.tolerance=None: missing"):
+    lm_keys.validate_config(c)
+
+
+def test_a_bad_budget_is_refused_before_the_workdir_is_written(tmp_path):
+  with pytest.raises(ValueError, match="max_minutes must be >= 0, got -1"):
+    lm_keys.run(tiny_config(), str(tmp_path / "run"), max_minutes=-1)
+  assert not (tmp_path / "run").exists()
 
 
 def test_heldout_windows_are_disjoint_and_spread():
@@ -174,7 +256,7 @@ def test_heldout_starts_are_the_windows_offsets():
     ("analysis.tolerance", float("inf")), ("model.init_std", float("nan")),
 ])
 def test_non_finite_floats_are_refused_naming_the_field(field, value):
-  c = lm_keys.default_config()
+  c = unselectable_lm.get_config()
   section, name = field.split(".")
   c[section][name] = value
   with pytest.raises(ValueError, match=f"config.{field}={value!r}: must be a finite number"):

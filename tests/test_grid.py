@@ -186,6 +186,31 @@ def test_the_budget_stops_before_a_chunk_it_cannot_pay():
   Budget(None).check("nap", 0, 3)
 
 
+def test_a_budget_of_minutes_stops_after_the_chunk_that_passes_them():
+  now = [0.0]
+  budget = Budget(minutes=1.5, clock=lambda: now[0])
+  budget.check("lm", 0, 3)
+  budget.spend()
+  now[0] = 89.0
+  budget.check("lm", 1, 3)
+  budget.spend()
+  now[0] = 90.0
+  budget.check("lm", 3, 3)  # done: nothing to stop
+  with pytest.raises(Interrupted, match="lm: out of time after 2 of 3"):
+    budget.check("lm", 2, 3)
+
+
+def test_a_budget_of_minutes_lets_each_call_run_a_chunk():
+  """A call that starts past its minutes (compiling took them) still trains one chunk."""
+  now = [0.0]
+  budget = Budget(minutes=1.0, clock=lambda: now[0])
+  now[0] = 600.0
+  budget.check("lm", 1, 3)
+  budget.spend()
+  with pytest.raises(Interrupted, match="out of time after 2 of 3"):
+    budget.check("lm", 2, 3)
+
+
 def test_a_grid_of_a_steps_scaled_sweep_validates_as_it_is():
   """Fig. 13's batch sizes, each with its own steps (scaled once): the point, not the sweep
   again, is validated."""

@@ -66,6 +66,7 @@ def test_check_fields_names_the_field_and_value_by_its_rule():
 
 def _validators():
   """Each kind of run's default config and validator."""
+  from configs import unselectable_lm
   from normattn_jax.analysis import causal_lm_keys, majority
   from normattn_jax.finetune import train as finetune
   from normattn_jax.reporting import report_card
@@ -75,7 +76,7 @@ def _validators():
           "finetuning": (finetune.base_finetune_config(),
                          lambda c: finetune.validate_finetune_config(c, check_paths=False)),
           "pretraining": (pretrain.base_pretrain_config(), pretrain.validate_pretrain_config),
-          "causal_lm_keys": (causal_lm_keys.default_config(), causal_lm_keys.validate_config),
+          "causal_lm_keys": (unselectable_lm.get_config(), causal_lm_keys.validate_config),
           "majority": (majority.base_config(), majority.validate_config),
           "report_card": (report_card.base_card_config(), report_card.validate_config)}
 

@@ -2,7 +2,11 @@
 
 A GPT-2-style ``CausalLM`` (d = 8, 4 layers, 4 heads) is trained with the LayerNorm before each
 attention of kind "standard" (w/ scaling) and "no_scaling" (projection only), on the same data
-from the same initial parameters, in one compiled program (the seeds vmapped). On held-out
+from the same initial parameters. Each variant is one grid of the engine (``train.grid.Grid.of``:
+the LayerNorm's kind is static, one compiled program per variant) whose models are the seeds, the
+training stream shared by all of them, trained by ``train.grid.run_grid`` with
+``train.driver.RunHooks`` (checkpoints, resume, budgets); ``history.jsonl`` holds one row per
+variant and chunk, each seed's mean training loss. On held-out
 windows, every layer's attention inputs (the output of that LayerNorm; the keys are a linear
 image of it) are tested key by key with the exact LP of ``analysis.unselectable``; as in the
 paper's code, a window's score is its number of unselectable keys over its length, and a layer's
@@ -16,10 +20,9 @@ stream (documents joined by [SEP]) from which training windows are drawn on the 
 """
 from __future__ import annotations
 
-import functools
 import os
 import time
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -29,14 +32,21 @@ import optax
 
 from normattn_jax.analysis.unselectable import TOLERANCE, unselectable
 from normattn_jax.models.causal_lm import CausalLM, capture_attention_inputs, next_token_loss
+from normattn_jax.train import grid as grid_lib
+from normattn_jax.train.checkpoint import open_workdir, releases_workdir, write_json
+from normattn_jax.train.driver import Budget, RunHooks
+from normattn_jax.train.run_log import RunLog
+from normattn_jax.train.sections import flat_fields
 from normattn_jax.train.state import TrainState
-from normattn_jax.validation import check_config_float, check_config_int, check_fields
+from normattn_jax.validation import check_config_float, check_config_int, check_fields, \
+    check_float
 from normattn_jax.validation import fail_config as _fail
 
 # Table 1's rows: the kind of the LayerNorm before attention that each one trains, and its label.
 VARIANTS = {"with_scaling": "standard", "without_scaling": "no_scaling"}
 LABELS = {"with_scaling": "w/ scaling", "without_scaling": "w/o scaling"}
 CORPORA = ("shakespeare", "wikipedia")
+KIND = "causal_lm"  # the workdir kind (train.checkpoint.MAY_DIFFER)
 # Brody et al., Table 1 (% of keys unselectable right before each layer's attention) and
 # Appendix D's Table 2 (the model with scaling, before and after its LayerNorm), per layer.
 PAPER = {"w/o scaling (paper)": [51.0, 32.2, 34.7, 36.8],
@@ -44,28 +54,32 @@ PAPER = {"w/o scaling (paper)": [51.0, 32.2, 34.7, 36.8],
          "w/ scaling: before its LayerNorm (paper, Table 2)": [44.8, 28.5, 22.3, 26.1]}
 
 
-def default_config() -> ml_collections.ConfigDict:
-  """The reduced run for 2 CPU cores; the paper's sizes where they are cheap (d = 8, 4 layers,
-  4 heads, GPT-2's block), fewer steps, shorter windows and a smaller vocabulary elsewhere.
-  ``analysis.tolerance`` is the LP's relative margin, above float32 rounding (the keys without
-  scaling lie in the ones-orthogonal subspace only up to ~1e-7)."""
-  c = ml_collections.ConfigDict()
-  c.model = ml_collections.ConfigDict(dict(
-      d_model=8, num_layers=4, num_heads=4, mlp_ratio=4, max_len=256, dropout_rate=0.0,
-      layer_norm_epsilon=1e-5, init_std=0.02))
-  c.data = ml_collections.ConfigDict(dict(
-      corpus="shakespeare", cache_dir="", wikipedia_config="20231101.en", vocab_size=2048,
-      lines_per_document=64, validation_fraction=0.05, max_documents=0))
-  c.train = ml_collections.ConfigDict(dict(
-      seeds=1, seed=0, batch_size=8, num_steps=1000, learning_rate=3e-3, warmup_steps=100,
-      weight_decay=0.0, clip_norm=1.0, log_every=50, checkpoint_every=250))
-  c.analysis = ml_collections.ConfigDict(dict(
-      num_sequences=16, init_sequences=4, heldout_loss_sequences=64, tolerance=1e-6))
-  return c
+# Every field of the run's config, per section (``configs/unselectable_lm.py`` gives their values).
+FIELDS = {
+    "model": ("d_model", "num_layers", "num_heads", "mlp_ratio", "max_len", "dropout_rate",
+              "layer_norm_epsilon", "init_std"),
+    "data": ("corpus", "cache_dir", "wikipedia_config", "vocab_size", "lines_per_document",
+             "validation_fraction", "max_documents"),
+    "train": ("seeds", "seed", "batch_size", "num_steps", "learning_rate", "warmup_steps",
+              "weight_decay", "clip_norm", "log_every", "checkpoint_every", "models_per_vmap"),
+    "analysis": ("num_sequences", "init_sequences", "heldout_loss_sequences", "tolerance"),
+}
+
+
+def check_field_names(c: ml_collections.ConfigDict) -> None:
+  """Refuse a field the run does not have (a misspelt override would otherwise leave the
+  default in place) and one it needs that is missing."""
+  known = {f"{section}.{name}" for section, names in FIELDS.items() for name in names}
+  given = flat_fields(c.to_dict())
+  for field in sorted(given.keys() - known):
+    _fail(field, given[field], "no such field of the causal-LM run (misspelt?)")
+  for field in sorted(known - given.keys()):
+    _fail(field, None, "missing; the run needs every field of configs/unselectable_lm.py")
 
 
 def validate_config(c: ml_collections.ConfigDict) -> None:
   """Check every field before anything is built or compiled; errors name field and value."""
+  check_field_names(c)
   for name in ("d_model", "num_layers", "num_heads", "mlp_ratio", "max_len"):
     check_config_int(f"model.{name}", c.model[name], 1)
   if c.model.max_len < 2:
@@ -96,7 +110,7 @@ def validate_config(c: ml_collections.ConfigDict) -> None:
   if c.train.checkpoint_every % c.train.log_every:
     _fail("train.checkpoint_every", c.train.checkpoint_every,
           f"must be a multiple of train.log_every ({c.train.log_every})")
-  check_fields(c, ("train.weight_decay",))
+  check_fields(c, ("train.weight_decay", "train.models_per_vmap"))
   check_config_int("analysis.num_sequences", c.analysis.num_sequences, 1)
   for name in ("init_sequences", "heldout_loss_sequences"):
     check_config_int(f"analysis.{name}", c.analysis[name], 0)
@@ -222,98 +236,153 @@ def sample_windows(key: jax.Array, stream: jax.Array, batch: int, length: int) -
   return jax.vmap(lambda s: jax.lax.dynamic_slice(stream, (s,), (length,)))(starts)
 
 
-def init_states(c: ml_collections.ConfigDict, models: dict) -> dict:
-  """Variant -> ``TrainState`` with a leading seeds axis. A seed gives every variant the same
-  initial parameters (their trees are equal: the LayerNorm before attention has none) and the
-  same data and dropout keys, so the variants differ in the LayerNorm alone."""
-  tx = make_optimizer(c.train)
-  seed_keys = jax.random.split(jax.random.key(c.train.seed), c.train.seeds)
-  tokens = jnp.zeros((1, c.model.max_len), jnp.int32)
-
-  def init(model, key):
-    params = model.init(jax.random.fold_in(key, 0), tokens)["params"]
-    return TrainState.create(apply_fn=model.apply, params=params, tx=tx,
-                             key=jax.random.fold_in(key, 1))
-
-  return {name: jax.vmap(functools.partial(init, model))(seed_keys)
-          for name, model in models.items()}
+def model_keys(c: ml_collections.ConfigDict) -> np.ndarray:
+  """Raw key data per model, ``[seeds, key size]``: the models axis is the seeds, seed s the
+  s-th key of ``split(key(train.seed), train.seeds)``. Every variant's grid gets the same keys,
+  so a seed starts every variant from the same parameters (their trees are equal: the LayerNorm
+  before attention has none) and draws the same data and dropout keys: the variants differ in
+  the LayerNorm alone."""
+  keys = jax.random.split(jax.random.key(c.train.seed), c.train.seeds)
+  return np.asarray(jax.random.key_data(keys))
 
 
-def make_train_chunk(c: ml_collections.ConfigDict, steps: int) -> Callable:
-  """A jitted ``(states, stream) -> (states, losses)`` that runs ``steps`` steps of every variant
-  and seed (``losses``: variant -> ``[seeds, steps]``)."""
+def per_model_settings(c: ml_collections.ConfigDict) -> dict:
+  """Each model's settings on the models axis: ``{"seed": its index}``, int32 ``[seeds]``."""
+  return {"seed": np.arange(c.train.seeds, dtype=np.int32)}
+
+
+class LMPrograms(NamedTuple):
+  """The programs of one model of a variant's grid (``grid.Grid.of``); ``settings`` is
+  ``per_model_settings``' entry, ``stream`` the training token stream every model shares."""
+  init: Callable   # (key data, settings, stream) -> TrainState
+  chunk: Callable  # (state, settings, stream) -> (state, {"losses": [log_every], "diverged"})
+
+
+def make_programs(c: ml_collections.ConfigDict, model: CausalLM) -> LMPrograms:
+  """The programs of one model: init from its key (parameters from ``fold_in(key, 0)``, the
+  state's key ``fold_in(key, 1)``) and ``train.log_every`` AdamW steps on windows of the shared
+  stream drawn from ``TrainState.step_key``.
+
+  Args:
+    c: the config.
+    model: the variant's ``CausalLM`` (``build_model``).
+
+  Returns:
+    ``LMPrograms``.
+  """
   t, m = c.train, c.model
+  tx = make_optimizer(t)
+  deterministic = m.dropout_rate == 0
+
+  def init(key, settings, stream) -> TrainState:
+    del settings, stream  # a seed's variants start alike
+    key = jax.random.wrap_key_data(key)
+    params = model.init(jax.random.fold_in(key, 0), jnp.zeros((1, m.max_len), jnp.int32))
+    return TrainState.create(apply_fn=model.apply, params=params["params"], tx=tx,
+                             key=jax.random.fold_in(key, 1))
 
   def step(state: TrainState, stream):
     tokens = sample_windows(state.step_key(0), stream, t.batch_size, m.max_len)
 
     def loss_fn(params):
-      logits = state.apply_fn({"params": params}, tokens, deterministic=m.dropout_rate == 0,
-                              rngs={"dropout": state.step_key(1)})
+      logits = model.apply({"params": params}, tokens, deterministic=deterministic,
+                           rngs={"dropout": state.step_key(1)})
       return next_token_loss(logits, tokens)
 
     loss, grads = jax.value_and_grad(loss_fn)(state.params)
     return state.apply_gradients(grads=grads, loss=loss), loss
 
-  def chunk(states, stream):
-    def body(states, _):
-      out = {name: jax.vmap(step, in_axes=(0, None))(s, stream) for name, s in states.items()}
-      return ({name: o[0] for name, o in out.items()}, {name: o[1] for name, o in out.items()})
-    states, losses = jax.lax.scan(body, states, None, length=steps)
-    return states, {name: loss.T for name, loss in losses.items()}
+  def chunk(state, settings, stream):
+    del settings
+    state, losses = jax.lax.scan(lambda s, _: step(s, stream), state, None, length=t.log_every)
+    return state, {"losses": losses, "diverged": state.diverged}
 
-  return jax.jit(chunk)
+  return LMPrograms(init, chunk)
 
 
-def train(c: ml_collections.ConfigDict, models: dict, stream: np.ndarray, workdir: str,
-          log: Callable = print) -> tuple[dict, dict]:
-  """Train every variant and seed, resuming from ``workdir/checkpoints``.
+def build_grid(c: ml_collections.ConfigDict, model: CausalLM,
+               stream: np.ndarray) -> grid_lib.Grid:
+  """One variant's seeds as one grid of the engine (``grid.Grid.of``), the training stream
+  shared by every model (an argument, not a constant of the program); its vmaps
+  ``train.models_per_vmap`` wide (0: the engine's auto width, ``grid.models_per_vmap``).
 
   Args:
     c: the config.
-    models: variant -> ``CausalLM``.
+    model: the variant's ``CausalLM``.
     stream: the training token stream.
-    workdir: where the checkpoints and ``history.jsonl`` go.
+
+  Returns:
+    The compiled grid; train it with ``train_variant``.
+  """
+  programs = make_programs(c, model)
+  shared = (jnp.asarray(stream, jnp.int32),)
+
+  def bytes_per_model() -> int:
+    key = jax.random.key_data(jax.random.key(0))
+    settings = {"seed": jax.ShapeDtypeStruct((), jnp.int32)}
+    state = jax.eval_shape(programs.init, key, settings, *shared)
+    return grid_lib.program_bytes(programs.chunk, state, settings, *shared)
+
+  per_vmap = grid_lib.models_per_vmap(c.train.models_per_vmap, c.train.seeds, bytes_per_model)
+  return grid_lib.Grid.of(programs.init, programs.chunk, c.train.seeds, per_vmap, shared)
+
+
+def chunk_metrics(out: dict) -> dict:
+  """A chunk's outputs as recorded: each model's mean training loss over the chunk's steps
+  (taken on the host, in float32) and whether it diverged."""
+  return {"train_loss": np.asarray(out["losses"], np.float32).mean(axis=1),
+          "diverged": np.asarray(out["diverged"], bool)}
+
+
+def train_variant(c: ml_collections.ConfigDict, name: str, grid: grid_lib.Grid, workdir: str,
+                  run_log, budget: Optional[Budget] = None,
+                  log: Callable = print) -> grid_lib.GridRun:
+  """Train (or resume) one variant's grid for ``train.num_steps`` steps, a chunk of
+  ``train.log_every`` steps at a time, with ``driver.RunHooks``: checkpoints in
+  ``workdir/checkpoints/<name>`` every ``train.checkpoint_every`` steps (and after the last),
+  each chunk's losses recorded to ``run_log`` (the restored ones replayed), ``budget`` paid.
+
+  Args:
+    c: the config.
+    name: the variant, a key of ``VARIANTS``.
+    grid: its ``build_grid``.
+    workdir: the run's folder.
+    run_log: the run's ``RunLog``; one row per chunk, labelled ``variant=name``, holds each
+      seed's mean training loss over the chunk.
+    budget: chunks or minutes this call may run before ``Interrupted``; None: no limit.
     log: where progress lines go.
 
   Returns:
-    ``(states, losses)``: variant -> final ``TrainState`` (seeds axis) and variant -> mean
-    training loss per logged chunk, ``[chunks, seeds]``.
+    ``GridRun``: the metrics ``{"train_loss", "diverged": [chunks, seeds]}`` and the final
+    states (host arrays, a leading seeds axis).
   """
-  from normattn_jax.train.checkpoint import GridCheckpoints
-  from normattn_jax.train.run_log import RunLog
-
   t = c.train
   chunks = t.num_steps // t.log_every
-  states = init_states(c, models)
-  losses = {name: np.full((chunks, t.seeds), np.nan, np.float32) for name in models}
-  checkpoints = GridCheckpoints(os.path.join(workdir, "checkpoints"), max_to_keep=1) \
-      if t.checkpoint_every else None
-  done = 0
-  if checkpoints is not None:
-    restored_at, tree = checkpoints.restore_newest({"states": states, "losses": losses})
-    if tree is not None:
-      done, states = restored_at, tree["states"]
-      losses = {name: np.asarray(v) for name, v in tree["losses"].items()}
-      log(f"resumed after step {done * t.log_every}")
-  run_chunk = make_train_chunk(c, t.log_every)
-  device_stream = jnp.asarray(stream)
   began = time.perf_counter()
-  with RunLog(workdir, resume_from=done * t.log_every, progress=False) as run_log:
-    for index in range(done, chunks):
-      states, chunk_losses = run_chunk(states, device_stream)
+
+  def record(indices, metrics):
+    for index in indices:
       step = (index + 1) * t.log_every
-      for name, value in chunk_losses.items():
-        losses[name][index] = np.asarray(value).mean(axis=1)
-      run_log.record(step, {name: losses[name][index] for name in models})
-      if checkpoints is not None and (step % t.checkpoint_every == 0 or step == t.num_steps):
-        checkpoints.save(index + 1, {"states": states, "losses": losses})
-      log(f"step {step}/{t.num_steps}: loss "
-          + ", ".join(f"{name} {losses[name][index].mean():.3f}" for name in models)
-          + f" ({time.perf_counter() - began:.0f} s)")
-  if checkpoints is not None:
-    checkpoints.close()
-  return states, losses
+      losses = metrics["train_loss"][index]
+      run_log.record(step, {"train_loss": losses}, variant=name)
+      log(f"{LABELS[name]}: step {step}/{t.num_steps}: loss {losses.mean():.3f} "
+          f"({time.perf_counter() - began:.0f} s)")
+
+  def metrics_like(*_):
+    return {"train_loss": np.zeros((chunks, t.seeds), np.float32),
+            "diverged": np.zeros((chunks, t.seeds), bool)}
+
+  with RunHooks(os.path.join(workdir, "checkpoints", name), t.checkpoint_every // t.log_every,
+                chunks, metrics_like=metrics_like, record=record, budget=budget,
+                name=LABELS[name]) as hooks:
+    return grid_lib.run_grid(grid, model_keys(c), per_model_settings(c), chunks,
+                             resume=hooks.resume, on_chunk=hooks.on_chunk, on_host=chunk_metrics)
+
+
+def initial_states(c: ml_collections.ConfigDict, grid: grid_lib.Grid) -> TrainState:
+  """The untrained states of a variant's grid (host arrays, a leading seeds axis)."""
+  states = grid.init(grid.shard(model_keys(c)), grid.shard(per_model_settings(c)), *grid.shared)
+  return jax.tree.map(lambda x: grid_lib.to_host(x)[:grid.num_models], states)
 
 
 # ----- the analysis -----
@@ -381,46 +450,63 @@ def _seed(tree, index: int):
   return jax.tree.map(lambda a: a[index], tree)
 
 
+@releases_workdir
 def run(c: ml_collections.ConfigDict, workdir: str, *, afresh: bool = False,
+        max_minutes: float = 0.0, max_chunks: Optional[int] = None,
         log: Callable = print) -> dict:
   """Train both variants (or resume), analyse them and write ``summary.json`` to ``workdir``.
 
+  Each variant is one grid of the engine (``build_grid``: the LayerNorm's kind is static, one
+  compiled program per variant) whose models are the seeds, trained by ``train_variant``; a
+  stopped run resumes from its checkpoints to the numbers of an uninterrupted one.
+
   Args:
-    c: the config (``default_config`` with overrides).
-    workdir: the run's folder; a finished run's summary is returned untouched.
+    c: the config (``configs/unselectable_lm.py``'s ``get_config`` with overrides).
+    workdir: the run's folder; a finished run's summary is returned untouched, one of another
+      config is refused (``WorkdirError``) unless ``afresh`` moves it aside.
     afresh: move an existing workdir aside first.
+    max_minutes: stop after the chunk that passes this wall time (0: no limit) by raising
+      ``Interrupted``; the run resumes when started again.
+    max_chunks: stop after that many chunks of this call by raising ``Interrupted`` (a
+      simulated kill, for tests); None: no limit.
     log: where progress lines go.
 
   Returns:
     The summary: per variant and seed, Table 1's per-layer statistics (``trained``; ``init`` for
     the untrained model) with the per-window counts behind them, Table 2's for the variant with
     scaling, and the losses; the held-out windows' offsets in the held-out stream.
-  """
-  from normattn_jax.train.checkpoint import open_workdir, unlock_workdir
 
+  Raises:
+    ValueError: for a bad config field or ``max_minutes``, before anything is written.
+    Interrupted: when the budget (``max_minutes``, ``max_chunks``) stops the run.
+  """
   validate_config(c)
-  finished = open_workdir(workdir, c, "causal_lm", afresh=afresh)
+  check_float("max_minutes", max_minutes, 0)
+  finished = open_workdir(workdir, c, KIND, afresh=afresh)
   if finished is not None:
     return finished
-  try:
-    return _train_and_analyse(c, workdir, log)
-  finally:
-    unlock_workdir(workdir)
+  return _train_and_analyse(c, workdir, Budget(max_chunks, minutes=max_minutes), log)
 
 
-def _train_and_analyse(c: ml_collections.ConfigDict, workdir: str, log: Callable) -> dict:
+def _train_and_analyse(c: ml_collections.ConfigDict, workdir: str, budget: Budget,
+                       log: Callable) -> dict:
   """``run`` once its workdir is open (and locked)."""
-  from normattn_jax.train.checkpoint import write_json
-
   vocab, streams = load_token_streams(c, workdir, log)
   models = {name: build_model(c, vocab.size, kind) for name, kind in VARIANTS.items()}
   a = c.analysis
   count = max(a.num_sequences, a.heldout_loss_sequences)
   windows = heldout_windows(streams["validation"], c.model.max_len, count)
   began = time.perf_counter()
-  states, losses = train(c, models, streams["train"], workdir, log)
+  grids, trained = {}, {}
+  with RunLog(workdir, progress=False) as run_log:  # each grid replays the rows it restores
+    for name, model in models.items():
+      grids[name] = build_grid(c, model, streams["train"])
+      trained[name] = train_variant(c, name, grids[name], workdir, run_log, budget, log)
   train_seconds = time.perf_counter() - began
-  initial = init_states(c, models)
+  losses = {name: run.metrics["train_loss"] for name, run in trained.items()}
+  states = {name: run.state for name, run in trained.items()}
+  initial = {name: initial_states(c, grid) for name, grid in grids.items()} \
+      if a.init_sequences else {}
   results = {}
   for name, model in models.items():
     results[name] = []
@@ -457,7 +543,7 @@ def _train_and_analyse(c: ml_collections.ConfigDict, workdir: str, log: Callable
       "tokens_seen_per_model": c.train.num_steps * c.train.batch_size * c.model.max_len,
       "log_every": c.train.log_every, "train_seconds": round(train_seconds, 1),
   }
-  write_json(os.path.join(workdir, "summary.json"), summary, indent=1)
+  write_json(os.path.join(workdir, "summary.json"), summary, indent=1)  # last: a finished run
   return summary
 
 

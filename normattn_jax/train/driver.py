@@ -1,11 +1,12 @@
 """What every run on the grid engine does around its chunks: restore the newest checkpoint,
 record each evaluation, save checkpoints, and stop early when its budget runs out; the one
 ``Interrupted`` of the project. ``RunHooks`` gives ``grid.run_grid`` its ``resume`` and
-``on_chunk``; sweeps and fine-tuning use it, pre-training the same ``Budget`` and
-``Interrupted`` around its data-parallel steps.
+``on_chunk``; sweeps, fine-tuning and the causal-LM analysis use it, pre-training the same
+``Budget`` and ``Interrupted`` around its data-parallel steps.
 """
 from __future__ import annotations
 
+import time
 from typing import Callable, Optional
 
 import jax
@@ -15,18 +16,25 @@ from normattn_jax.train.checkpoint import GridCheckpoints
 
 
 class Interrupted(Exception):
-  """A run stopped by its budget (``max_chunks``, ``max_steps``: a simulated kill, for tests);
-  it resumes from its checkpoints."""
+  """A run stopped by its budget (``max_chunks``, ``max_steps``: a simulated kill, for tests;
+  ``max_minutes``: a wall time); it resumes from its checkpoints."""
 
 
 class Budget:
-  """The chunks (or steps) this call may still run, None: no limit."""
+  """The chunks (or steps) this call may still run, None: no limit; and the minutes of wall time
+  after which it stops, 0: no limit. Time stops a call only once it has run a chunk (the chunk
+  that passes the minutes ends), so that each call of a run stopped by time gets further."""
 
-  def __init__(self, chunks: Optional[int] = None):
+  def __init__(self, chunks: Optional[int] = None, minutes: float = 0.0,
+               clock: Callable[[], float] = time.monotonic):
     self.left = chunks
+    self.ran = 0  # chunks this call has run
+    self.clock = clock
+    self.deadline = clock() + 60.0 * minutes if minutes else None
 
   def spend(self, count: int = 1) -> None:
-    """Count ``count`` chunks run (nothing without a limit)."""
+    """Count ``count`` chunks run."""
+    self.ran += count
     if self.left is not None:
       self.left -= count
 
@@ -39,10 +47,14 @@ class Budget:
       num_chunks: the chunks it runs in all.
 
     Raises:
-      Interrupted: if the budget is spent and chunks are left.
+      Interrupted: if the budget is spent (chunks or time) and chunks are left.
     """
-    if self.left is not None and self.left <= 0 and done < num_chunks:
+    if done >= num_chunks:
+      return
+    if self.left is not None and self.left <= 0:
       raise Interrupted(f"{name}: stopped after {done} of {num_chunks}")
+    if self.deadline is not None and self.ran and self.clock() >= self.deadline:
+      raise Interrupted(f"{name}: out of time after {done} of {num_chunks}")
 
 
 class RunHooks:

@@ -11,6 +11,8 @@ compared field by field with today's config of the same run.
   from the normalisation's defaults;
 - the attention module's ``output_gate``, ``qk_norm`` and ``differential`` came later: a sweep's
   or pre-training's config without them ran without them (``model.*`` None, None, False).
+- the causal-LM analysis (``analysis.causal_lm_keys``) took ``train.models_per_vmap`` when it
+  moved onto the grid engine: a config without it reads as 0, the engine's auto width.
 """
 from __future__ import annotations
 
@@ -31,6 +33,8 @@ ADDED = {
     "sweep": {"model.output_gate": None, "model.qk_norm": None, "model.differential": False},
     "pretraining": {"model.output_gate": None, "model.qk_norm": None,
                     "model.differential": False},
+    # the causal-LM analysis on the grid engine: the seeds per vmap, 0 the engine's auto width
+    "causal_lm": {"train.models_per_vmap": 0},
 }
 # Per kind of run: (the section that held the name, its key then, its key now, the option fields
 # that stood beside it).
