@@ -1,4 +1,5 @@
-# make run: the main job; make test: ruff, then the fast suite; make test-all: with the slow tests.
+# make run: the main job; make test: ruff, then the fast suite; make test-all: with the slow tests,
+# compiled with XLA's full optimisation (tests/conftest.py).
 # Each creates .venv and installs the project with every extra on first use, at the versions
 # of constraints.txt; make constraints pins that file to what .venv holds.
 PYTHON ?= python3
@@ -24,7 +25,7 @@ test: $(STAMP)
 
 test-all: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -n 2 tests
+	NORMATTN_JAX_TEST_OPTIMIZED=1 $(PY) -m pytest -q -n 2 tests
 
 constraints: $(STAMP)
 	{ sed -n '/^#/p' constraints.txt; $(PY) -m pip freeze --exclude-editable \

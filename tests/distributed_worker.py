@@ -80,7 +80,8 @@ def main():
   parser.add_argument("--max_chunks", type=int, default=None)
   args = parser.parse_args()
   os.environ["JAX_PLATFORMS"] = "cpu"
-  os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={args.devices}"
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                             + f" --xla_force_host_platform_device_count={args.devices}")
 
   import jax
   from normattn_jax.train import multihost

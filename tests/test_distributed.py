@@ -36,7 +36,8 @@ def free_port() -> int:
 
 def environment(devices: int) -> dict:
   return dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO,  # the cache: conftest.py's
-              XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+              XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
+              + f" --xla_force_host_platform_device_count={devices}")
 
 
 def launch(commands: list[list[str]], logs: str, devices: int = DEVICES) -> list[int]:

@@ -10,6 +10,7 @@ import pytest
 from normattn_jax import MultiHeadAttention
 from normattn_jax.attention import fast
 from normattn_jax.attention import weights as W
+from tests.attention_masks import dense_mask
 
 B, H, D, E = 2, 2, 8, 5
 
@@ -23,14 +24,6 @@ def inputs(n, seed=0, scale=1.0):
   km = jax.random.bernoulli(ks[4], 0.8, (B, n)).at[:, 0].set(True)
   return q, k, v, qm, km
 
-
-def dense_mask(n, qm, km, causal):
-  m = jnp.ones((B, 1, n, n), bool)
-  if qm is not None:
-    m = m & qm[:, None, :, None] & km[:, None, None, :]
-  if causal:
-    m = m & jnp.tril(jnp.ones((n, n), bool))
-  return m
 
 
 PAIRS = {
@@ -63,7 +56,7 @@ def test_values_and_gradients_equal_the_quadratic_path(name, n, masked, causal):
   fast_fn, weight_fn = PAIRS[name]
   q, k, v, qm, km = inputs(n, seed=n)
   masks = dict(query_mask=qm if masked else None, key_mask=km if masked else None, causal=causal)
-  mask = dense_mask(n, masks["query_mask"], masks["key_mask"], causal)
+  mask = dense_mask(B, n, n, masks["query_mask"], masks["key_mask"], causal)
   tol = 1e-4 if name == "nap" else 1e-5
   np.testing.assert_allclose(fast_fn(q, k, v, **masks), quadratic(weight_fn, q, k, v, mask),
                              atol=tol, rtol=tol)
@@ -93,7 +86,7 @@ def test_bf16_and_large_logits(name):
   out = fast_fn(q_big, k, v, query_mask=qm, key_mask=km)
   assert jnp.isfinite(out).all()
   if name in ("dnas", "sinkhorn"):
-    mask = dense_mask(16, qm, km, False)
+    mask = dense_mask(B, 16, 16, qm, km, False)
     np.testing.assert_allclose(out, quadratic(weight_fn, q_big, k, v, mask), atol=1e-3)
 
 
@@ -183,7 +176,7 @@ def test_nap_is_exact_at_huge_logits(causal):
   """Logits up to ~1e38: the key moments and q^T Cov(k) q must not overflow."""
   fast_fn, weight_fn = PAIRS["nap"]
   q, k, v, qm, km = inputs(6, seed=4)
-  mask = dense_mask(6, qm, km, causal)
+  mask = dense_mask(B, 6, 6, qm, km, causal)
   fast_jit = jax.jit(lambda *a: fast_fn(*a, query_mask=qm, key_mask=km, causal=causal))
   quad_jit = jax.jit(lambda *a: quadratic(weight_fn, *a, mask))
   grad_jit = jax.jit(jax.grad(lambda *a: jnp.sum(fast_fn(*a, query_mask=qm, key_mask=km,
@@ -205,7 +198,7 @@ def test_blockwise_gradients_at_huge_logits(name):
   q, k, v, qm, km = inputs(7, seed=5)
   scale = 1e18
   q, k = q * scale, k * scale
-  mask = dense_mask(7, qm, km, True)
+  mask = dense_mask(B, 7, 7, qm, km, True)
   got = jit_out_and_grads(lambda *a: fast_fn(*a, query_mask=qm, key_mask=km, causal=True),
                           q, k, v)
   assert all(jnp.isfinite(g).all() for g in got[1])

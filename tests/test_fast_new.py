@@ -9,6 +9,7 @@ import pytest
 
 from normattn_jax.attention import fast
 from normattn_jax.attention.registry import get
+from tests.attention_masks import dense_mask, lengths_mask
 
 B, H, D, E = 2, 2, 4, 3
 BLOCK = 4  # n_q = 7 or 9: the last query block is padded
@@ -22,9 +23,6 @@ PARAMS = {
 }
 NAMES = sorted(PARAMS)
 
-
-def lengths_mask(lengths, n):
-  return jnp.arange(n)[None, :] < jnp.asarray(lengths)[:, None]
 
 
 # name -> (n_q, n_k, query_mask, key_mask, causal)
@@ -42,16 +40,6 @@ CASES = {
     "q_longer_causal": (9, 5, None, None, True),  # the first 4 queries see no key
 }
 
-
-def dense_mask(n_q, n_k, query_mask, key_mask, causal):
-  m = jnp.ones((B, 1, n_q, n_k), bool)
-  if query_mask is not None:
-    m = m & query_mask[:, None, :, None]
-  if key_mask is not None:
-    m = m & key_mask[:, None, None, :]
-  if causal:
-    m = m & (jnp.arange(n_q)[:, None] + n_k - n_q >= jnp.arange(n_k)[None, :])
-  return m
 
 
 def inputs(n_q, n_k, dtype=jnp.float32, seed=0):
@@ -78,7 +66,7 @@ def fast_path(name, q, k, v, params, query_mask, key_mask, causal):
 def test_values_and_gradients_equal_the_quadratic_path(name, case):
   n_q, n_k, qm, km, causal = CASES[case]
   q, k, v = inputs(n_q, n_k)
-  mask = dense_mask(n_q, n_k, qm, km, causal)
+  mask = dense_mask(B, n_q, n_k, qm, km, causal)
   params = PARAMS[name]
   got = fast_path(name, q, k, v, params, qm, km, causal)
   want = quadratic(name, q, k, v, params, mask)
@@ -103,7 +91,7 @@ def test_bf16_inputs(name):
   got = fast_path(name, q, k, v, PARAMS[name], qm, km, causal)
   assert got.dtype == jnp.bfloat16
   f32 = [x.astype(jnp.float32) for x in (q, k, v)]
-  want = quadratic(name, *f32, PARAMS[name], dense_mask(n_q, n_k, qm, km, causal))
+  want = quadratic(name, *f32, PARAMS[name], dense_mask(B, n_q, n_k, qm, km, causal))
   np.testing.assert_allclose(got.astype(jnp.float32), want, atol=2e-2, rtol=2e-2)
 
 
@@ -111,7 +99,7 @@ def test_sink_is_softmax_scaled_by_its_lse():
   q, k, v = inputs(7, 7)
   out = fast.sink_attention(q, k, v, 0.0, causal=True, block_size=BLOCK)
   soft = fast.softmax_attention(q, k, v, causal=True, block_size=BLOCK)
-  lse = jax.nn.logsumexp(jnp.where(dense_mask(7, 7, None, None, True),
+  lse = jax.nn.logsumexp(jnp.where(dense_mask(B, 7, 7, None, None, True),
                                    jnp.einsum("...qd,...kd->...qk", q, k), -jnp.inf), -1)
   np.testing.assert_allclose(out, soft * jax.nn.sigmoid(lse)[..., None], atol=1e-6, rtol=1e-6)
 

@@ -14,6 +14,7 @@ from normattn_jax import MultiHeadAttention
 from normattn_jax.attention import fused, registry
 from normattn_jax.attention.registry import get
 from normattn_jax.nnx import MultiHeadAttention as NnxAttention
+from tests.attention_masks import dense_mask, lengths_mask
 
 B, H, D, E = 2, 2, 4, 3
 BLOCK = 4
@@ -34,9 +35,6 @@ QUICK = dict(compiler_options={"xla_backend_optimization_level": 0,
 quick = functools.partial(jax.jit, **QUICK)
 
 
-def lengths_mask(lengths, n):
-  return jnp.arange(n)[None, :] < jnp.asarray(lengths)[:, None]
-
 
 # name -> (n_q, n_k, query_mask, key_mask, causal)
 CASES = {
@@ -51,16 +49,6 @@ CASES = {
     "q_longer_causal": (9, 5, None, None, True),  # the first 4 queries see no key
 }
 
-
-def dense_mask(n_q, n_k, query_mask, key_mask, causal):
-  m = jnp.ones((B, 1, n_q, n_k), bool)
-  if query_mask is not None:
-    m = m & query_mask[:, None, :, None]
-  if key_mask is not None:
-    m = m & key_mask[:, None, None, :]
-  if causal:
-    m = m & (jnp.arange(n_q)[:, None] + n_k - n_q >= jnp.arange(n_k)[None, :])
-  return m
 
 
 def inputs(n_q, n_k, dtype=jnp.float32, seed=0):
@@ -105,7 +93,7 @@ def assert_same(got, want, tol=1e-5):
 def test_values_and_gradients_equal_the_quadratic_path(name, case):
   n_q, n_k, qm, km, causal = CASES[case]
   q, k, v = inputs(n_q, n_k)
-  mask = dense_mask(n_q, n_k, qm, km, causal)
+  mask = dense_mask(B, n_q, n_k, qm, km, causal)
   got = out_and_grads(lambda *a: fused_path(name, *a, qm, km, causal), q, k, v, PARAMS[name])
   want = out_and_grads(lambda *a: quadratic(name, *a, mask), q, k, v, PARAMS[name])
   assert_same(got, want)
@@ -123,7 +111,7 @@ def test_a_row_without_keys_is_zero_as_on_the_quadratic_path():
   for name in NAMES:
     got = quick(lambda *a, name=name: fused_path(name, *a, None, no_keys, False))(
         q, k, v, PARAMS[name])
-    want = quadratic(name, q, k, v, PARAMS[name], dense_mask(5, 5, None, no_keys, False))
+    want = quadratic(name, q, k, v, PARAMS[name], dense_mask(B, 5, 5, None, no_keys, False))
     assert np.all(np.asarray(got[1]) == 0) and np.all(np.asarray(want[1]) == 0), name
 
 
@@ -134,7 +122,7 @@ def test_a_dense_mask_equals_the_quadratic_path(name):
   q, k, v = inputs(n_q, n_k, seed=2)
   mask = jax.random.bernoulli(jax.random.key(3), 0.6, (B, H, n_q, n_k)).at[1, 0, 2].set(False)
   key_mask = lengths_mask([8, 6], n_k)
-  full = mask & dense_mask(n_q, n_k, None, key_mask, True)
+  full = mask & dense_mask(B, n_q, n_k, None, key_mask, True)
   got = out_and_grads(lambda *a: fused_path(name, *a, None, key_mask, True, mask=mask),
                       q, k, v, PARAMS[name])
   want = out_and_grads(lambda *a: quadratic(name, *a, full), q, k, v, PARAMS[name])
@@ -157,7 +145,7 @@ def test_bf16_inputs(name):
   got = quick(lambda *a: fused_path(name, *a, qm, km, causal))(q, k, v, PARAMS[name])
   assert got.dtype == jnp.bfloat16
   f32 = [x.astype(jnp.float32) for x in (q, k, v)]
-  want = quadratic(name, *f32, PARAMS[name], dense_mask(n_q, n_k, qm, km, causal))
+  want = quadratic(name, *f32, PARAMS[name], dense_mask(B, n_q, n_k, qm, km, causal))
   np.testing.assert_allclose(got.astype(jnp.float32), want, atol=2e-2, rtol=2e-2)
 
 
@@ -180,7 +168,7 @@ def test_huge_logits(name):
   gradients stay finite and rows without a key stay 0."""
   n_q, n_k, qm, km, causal = CASES["padded_causal"]
   q, k, v = inputs(n_q, n_k, seed=5)
-  mask = dense_mask(n_q, n_k, qm, km, causal)
+  mask = dense_mask(B, n_q, n_k, qm, km, causal)
   fn = lambda *a: fused_path(name, *a, qm, km, causal)
   got = out_and_grads(fn, 300.0 * q, k, v, PARAMS[name])
   want = quadratic(name, 300.0 * q, k, v, PARAMS[name], mask)
@@ -240,7 +228,7 @@ def test_the_cudnn_arrangement_equals_the_quadratic_path(monkeypatch, name, case
   got = out_and_grads(lambda *a: fused_path(name, *a, qm, km, causal), q, k, v, PARAMS[name])
   assert kernels and set(kernels) == {"cudnn"}
   f32 = [x.astype(jnp.float32) for x in (q, k, v)]
-  mask = dense_mask(n_q, n_k, qm, km, causal)
+  mask = dense_mask(B, n_q, n_k, qm, km, causal)
   want = out_and_grads(lambda *a: quadratic(name, *a, mask), *f32, PARAMS[name])
   np.testing.assert_allclose(got[0].astype(jnp.float32), want[0], atol=3e-2, rtol=3e-2)
   for g, w in zip(jax.tree.leaves(got[1]), jax.tree.leaves(want[1])):

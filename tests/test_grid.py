@@ -367,7 +367,8 @@ def test_eight_devices_give_the_same_result_as_one(reference, tmp_path):
       from test_grid import tiny_config, run
       run(tiny_config(), {str(tmp_path)!r})
   """)
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+  env = dict(os.environ, XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
+             + " --xla_force_host_platform_device_count=8",
              JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join([os.path.join(REPO, "tests"), REPO]))
   subprocess.run([sys.executable, "-c", script], check=True, env=env, cwd=REPO)
   one = np.load(os.path.join(reference, "metrics.npz"))
