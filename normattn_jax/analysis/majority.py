@@ -49,6 +49,7 @@ from normattn_jax.norms import LayerNorm, normalize
 from normattn_jax.train import grid as grid_lib
 from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, releases_workdir, \
     write_json
+from normattn_jax.train.driver import Budget, Interrupted
 from normattn_jax.train.run_log import RunLog
 from normattn_jax.train.state import TrainState
 from normattn_jax.train.sections import check_known_fields
@@ -707,10 +708,6 @@ def _stored(workdir: str, field: str):
     return None
 
 
-class OutOfTime(Exception):
-  """``max_minutes`` passed: the run resumes from its checkpoints when started again."""
-
-
 @releases_workdir
 def run(config: ml_collections.ConfigDict, workdir: str, *, steps: int,
         max_minutes: float = 0.0, afresh: bool = False, log: Callable = print) -> tuple[dict, dict]:
@@ -742,7 +739,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, steps: int,
   check_int("steps", steps, low=1)
   check_float("max_minutes", max_minutes, 0)
   open_workdir(workdir, config, KIND, afresh=afresh)
-  started = time.time()
+  budget = Budget(minutes=max_minutes)
   data = build_data(config)
   grid, programs = build_grid(config, data)
   chunk_steps = config.eval_every_epochs * programs.steps_per_epoch
@@ -782,14 +779,14 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, steps: int,
     log(f"step {step}: test accuracy " + ", ".join(
         f"{n} {a:.3f}" for n, a in zip(config.variants, accuracy))
         + f"; {speed[-1]:.1f} model-steps/s")
-    if max_minutes and now - started > 60 * max_minutes and done < target:
-      raise OutOfTime(f"stopping after {max_minutes} minutes; rerun to resume")
+    budget.spend()
+    budget.check("majority", done, target)
 
   try:
     grid_lib.run_grid(grid, model_keys(config), per_model_settings(config), target,
                       resume=resume, on_chunk=on_chunk)
-  except OutOfTime as stop:
-    log(str(stop))
+  except Interrupted as stop:
+    log(f"{stop}; rerun to resume")
   finally:
     checkpoints.close()
     if history is not None:
