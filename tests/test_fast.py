@@ -65,8 +65,9 @@ def test_values_and_gradients_equal_the_quadratic_path(name, n, masked, causal):
   loss_ref = lambda *a: jnp.sum(quadratic(weight_fn, *a, mask) * probe)
   # NAP divides by (std + eps): where a row's logits nearly agree, rounding is amplified, so
   # gradients are compared relative to their largest entry (masked, causal, n = 21: the fast
-  # path is 4.8e-4 of it from a float64 evaluation, as q^T Cov(k) q cancels there)
-  grad_tol = (10 if name == "nap" else 5) * tol
+  # path is 5e-4 of it from a float64 evaluation, 2.4e-3 when XLA compiles without LLVM's
+  # optimisations, as make test does: the same sums in another order, and q^T Cov(k) q cancels)
+  grad_tol = (30 if name == "nap" else 5) * tol
   for got, want in zip(jax.grad(loss_fast, (0, 1, 2))(q, k, v),
                        jax.grad(loss_ref, (0, 1, 2))(q, k, v)):
     np.testing.assert_allclose(got, want, atol=grad_tol * float(jnp.max(jnp.abs(want))), rtol=0)
