@@ -607,14 +607,11 @@ def build_grid(config: ml_collections.ConfigDict,
   """
   programs = make_programs(config, data)
 
-  def bytes_per_model() -> int:
-    key = jax.random.key_data(jax.random.key(0))
-    settings = {"variant": jax.ShapeDtypeStruct((), jnp.int32),
-                "seed": jax.ShapeDtypeStruct((), jnp.int32)}
-    state = jax.eval_shape(programs.init, key, settings, data)
-    return grid_lib.program_bytes(programs.chunk, state, settings, data)
-
-  per_vmap = grid_lib.models_per_vmap(config.models_per_vmap, num_models(config), bytes_per_model)
+  settings = {"variant": jax.ShapeDtypeStruct((), jnp.int32),
+              "seed": jax.ShapeDtypeStruct((), jnp.int32)}
+  per_vmap = grid_lib.models_per_vmap(
+      config.models_per_vmap, num_models(config),
+      grid_lib.model_bytes(programs.init, programs.chunk, settings, (data,)))
   grid = grid_lib.Grid.of(programs.init, programs.chunk, num_models(config), per_vmap,
                           shared=(data,))
   return grid, programs

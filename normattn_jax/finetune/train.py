@@ -343,15 +343,11 @@ def build_grid(c: ml_collections.ConfigDict, task: task_lib.FinetuneTask,
   dev, _ = eval_batches(task.arrays("dev"), c.train.eval_batch_size)
   shared = (task.arrays("train"), dev, start.params)
 
-  def bytes_per_model() -> int:
-    key = jax.random.key_data(jax.random.key(0))
-    per_model = {"learning_rate": jax.ShapeDtypeStruct((), jnp.float32),
-                 "rows": jax.ShapeDtypeStruct((c.train.eval_every, c.train.batch_size),
-                                              jnp.int32)}
-    state = jax.eval_shape(programs.init, key, per_model, *shared)
-    return grid_lib.program_bytes(programs.chunk, state, per_model, *shared)
-
-  per_vmap = grid_lib.models_per_vmap(c.train.models_per_vmap, num_models, bytes_per_model)
+  per_model = {"learning_rate": jax.ShapeDtypeStruct((), jnp.float32),
+               "rows": jax.ShapeDtypeStruct((c.train.eval_every, c.train.batch_size), jnp.int32)}
+  per_vmap = grid_lib.models_per_vmap(
+      c.train.models_per_vmap, num_models,
+      grid_lib.model_bytes(programs.init, programs.chunk, per_model, shared))
   return grid_lib.Grid.of(programs.init, programs.chunk, num_models, per_vmap, shared), programs
 
 

@@ -311,6 +311,28 @@ def program_bytes(fn: Callable, *args) -> int:
              + memory.temp_size_in_bytes)
 
 
+def model_bytes(init: Callable, chunk: Callable, per_model, shared: tuple = ()
+                ) -> Callable[[], int]:
+  """``models_per_vmap``'s ``bytes_per_model`` for the programs of one model: the memory of
+  ``chunk`` on the state ``init`` makes (shapes only; compiled, not run).
+
+  Args:
+    init: ``(key data, per_model, *shared) -> state``.
+    chunk: ``(state, per_model, *shared) -> (state, outputs)``.
+    per_model: one model's per-model inputs, as ``jax.ShapeDtypeStruct``s.
+    shared: the arrays every model reads.
+
+  Returns:
+    A function of no arguments that returns the bytes (called only when they are needed).
+  """
+  def measure() -> int:
+    key = jax.random.key_data(jax.random.key(0))
+    state = jax.eval_shape(init, key, per_model, *shared)
+    return program_bytes(chunk, state, per_model, *shared)
+
+  return measure
+
+
 def padded_count(num_models: int, per_vmap: int) -> int:
   """The models axis rounded up so that every device holds whole vmaps.
 
@@ -440,15 +462,13 @@ class Grid:
     programs = make_programs(setup)
     shared = (eval_sets_for(setup, setup.config.seed),)
 
-    def bytes_per_model() -> int:
-      key = jax.random.key_data(jax.random.key(0))
-      hp = {name: jax.ShapeDtypeStruct((), jnp.float32) for name in HYPERPARAMETERS}
-      state = jax.eval_shape(programs.init, key, hp)
-      return program_bytes(programs.chunk, state, hp, *shared)
+    def init(key, hp, *_):  # a sweep's model starts from its key and hyper-parameters alone
+      return programs.init(key, hp)
 
-    return cls.of(lambda key, hp, *shared: programs.init(key, hp), programs.chunk, num_models,
+    hp = {name: jax.ShapeDtypeStruct((), jnp.float32) for name in HYPERPARAMETERS}
+    return cls.of(init, programs.chunk, num_models,
                   models_per_vmap(setup.config.train.models_per_vmap, num_models,
-                                  bytes_per_model), shared)
+                                  model_bytes(init, programs.chunk, hp, shared)), shared)
 
   def chunk(self, state: TrainState, per_model) -> tuple[TrainState, dict]:
     """One chunk of every model (``state`` is donated).
