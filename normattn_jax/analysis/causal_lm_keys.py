@@ -36,7 +36,7 @@ from normattn_jax.train import grid as grid_lib
 from normattn_jax.train.checkpoint import open_workdir, releases_workdir, write_json
 from normattn_jax.train.driver import Budget, RunHooks
 from normattn_jax.train.run_log import RunLog
-from normattn_jax.train.sections import flat_fields
+from normattn_jax.train.sections import check_known_fields, flat_fields
 from normattn_jax.train.state import TrainState
 from normattn_jax.validation import check_config_float, check_config_int, check_fields, \
     check_float
@@ -54,26 +54,35 @@ PAPER = {"w/o scaling (paper)": [51.0, 32.2, 34.7, 36.8],
          "w/ scaling: before its LayerNorm (paper, Table 2)": [44.8, 28.5, 22.3, 26.1]}
 
 
-# Every field of the run's config, per section (``configs/unselectable_lm.py`` gives their values).
-FIELDS = {
-    "model": ("d_model", "num_layers", "num_heads", "mlp_ratio", "max_len", "dropout_rate",
-              "layer_norm_epsilon", "init_std"),
-    "data": ("corpus", "cache_dir", "wikipedia_config", "vocab_size", "lines_per_document",
-             "validation_fraction", "max_documents"),
-    "train": ("seeds", "seed", "batch_size", "num_steps", "learning_rate", "warmup_steps",
-              "weight_decay", "clip_norm", "log_every", "checkpoint_every", "models_per_vmap"),
-    "analysis": ("num_sequences", "init_sequences", "heldout_loss_sequences", "tolerance"),
-}
+def base_config() -> ml_collections.ConfigDict:
+  """Every field of the run (``configs/unselectable_lm.py``): the reduced run for 2 CPU cores,
+  the paper's sizes where they are cheap (d = 8, 4 layers, 4 heads, GPT-2's block), fewer steps,
+  shorter windows and a smaller vocabulary elsewhere. ``analysis.tolerance`` is the LP's
+  relative margin, above float32 rounding (the keys without scaling lie in the ones-orthogonal
+  subspace only up to ~1e-7); ``train.models_per_vmap``: the seeds per vmap, 0 the engine's
+  auto width (``train.grid.models_per_vmap``)."""
+  c = ml_collections.ConfigDict()
+  c.model = ml_collections.ConfigDict(dict(
+      d_model=8, num_layers=4, num_heads=4, mlp_ratio=4, max_len=256, dropout_rate=0.0,
+      layer_norm_epsilon=1e-5, init_std=0.02))
+  c.data = ml_collections.ConfigDict(dict(
+      corpus="shakespeare", cache_dir="", wikipedia_config="20231101.en", vocab_size=2048,
+      lines_per_document=64, validation_fraction=0.05, max_documents=0))
+  c.train = ml_collections.ConfigDict(dict(
+      seeds=1, seed=0, batch_size=8, num_steps=1000, learning_rate=3e-3, warmup_steps=100,
+      weight_decay=0.0, clip_norm=1.0, log_every=50, checkpoint_every=250, models_per_vmap=0))
+  c.analysis = ml_collections.ConfigDict(dict(
+      num_sequences=16, init_sequences=4, heldout_loss_sequences=64, tolerance=1e-6))
+  return c
 
 
 def check_field_names(c: ml_collections.ConfigDict) -> None:
   """Refuse a field the run does not have (a misspelt override would otherwise leave the
   default in place) and one it needs that is missing."""
-  known = {f"{section}.{name}" for section, names in FIELDS.items() for name in names}
+  base = base_config()
+  check_known_fields(c, base)
   given = flat_fields(c.to_dict())
-  for field in sorted(given.keys() - known):
-    _fail(field, given[field], "no such field of the causal-LM run (misspelt?)")
-  for field in sorted(known - given.keys()):
+  for field in sorted(flat_fields(base.to_dict()).keys() - given.keys()):
     _fail(field, None, "missing; the run needs every field of configs/unselectable_lm.py")
 
 
@@ -317,13 +326,10 @@ def build_grid(c: ml_collections.ConfigDict, model: CausalLM,
   programs = make_programs(c, model)
   shared = (jnp.asarray(stream, jnp.int32),)
 
-  def bytes_per_model() -> int:
-    key = jax.random.key_data(jax.random.key(0))
-    settings = {"seed": jax.ShapeDtypeStruct((), jnp.int32)}
-    state = jax.eval_shape(programs.init, key, settings, *shared)
-    return grid_lib.program_bytes(programs.chunk, state, settings, *shared)
-
-  per_vmap = grid_lib.models_per_vmap(c.train.models_per_vmap, c.train.seeds, bytes_per_model)
+  settings = {"seed": jax.ShapeDtypeStruct((), jnp.int32)}
+  per_vmap = grid_lib.models_per_vmap(
+      c.train.models_per_vmap, c.train.seeds,
+      grid_lib.model_bytes(programs.init, programs.chunk, settings, shared))
   return grid_lib.Grid.of(programs.init, programs.chunk, c.train.seeds, per_vmap, shared)
 
 
