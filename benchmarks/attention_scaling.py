@@ -11,13 +11,17 @@ a GPU in bf16/fp16) where it has one ("-" otherwise), measured by ``normattn_jax
 scratch memory exceeds --max_gib is compiled (for its memory) but not run.
 
   python benchmarks/attention_scaling.py [--max_n 8192] [--repeats 3] [--time_max_n 4096]
+      [--batch 1] [--dtype float32|bfloat16]
 
-The last two lines: nap_speedup_at_4096=<quadratic / fast, forward+backward> and
-dnas_memory_ratio_at_4096=<quadratic / fast peak memory, forward+backward>.
+On a GPU, ``--dtype bfloat16 --batch 8`` gives cuDNN's kernel calls long enough to time.
+The last lines: nap_speedup_at_4096=<quadratic / fast, forward+backward>,
+dnas_memory_ratio_at_4096=<quadratic / fast peak memory, forward+backward> and, where both were
+timed, dnas_fused_over_softmax_fused_at_<N>=<fused DNAS / fused softmax time, forward+backward>.
 """
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 from absl import app, flags
 
 from normattn_jax.analysis import cost
@@ -29,6 +33,9 @@ _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed calls per variant.", lower_
 _MAX_GIB = flags.DEFINE_float("max_gib", 6.0, "Scratch memory limit (GiB) of a variant that runs.")
 _TIME_MAX_N = flags.DEFINE_integer("time_max_n", 8192, "longer sequences get their memory "
                                    "measured, not their time")
+_BATCH = flags.DEFINE_integer("batch", 1, "Batch size.", lower_bound=1)
+_DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16", "float16"],
+                           "dtype of q, k and v (cuDNN's fused kernel takes bf16 and fp16).")
 _NORMALIZATIONS = flags.DEFINE_list(
     "normalizations", [name for name in registry.names() if registry.get(name).fast is not None],
     "Normalisations to measure (each needs a fast path).")
@@ -58,16 +65,18 @@ def main(argv):
     if registry.get(name).fast is None:
       raise app.UsageError(f"--normalizations: {name!r} has no fast path")
   lengths = [n for n in (128, 256, 512, 1024, 2048, 4096, 8192) if n <= _MAX_N.value]
-  print(f"devices: {jax.devices()}; batch 1, {cost.NUM_HEADS} heads, d_h = {cost.HEAD_DIM}")
+  print(f"devices: {jax.devices()}; batch {_BATCH.value}, {cost.NUM_HEADS} heads, "
+        f"d_h = {cost.HEAD_DIM}, {_DTYPE.value}")
   width = max(8, *map(len, names))
   print(f"{'norm':>{width}} {'N':>5} {'mode':>7} {'quad ms':>9} {'fast ms':>9} {'speedup':>8} "
         f"{'quad MiB':>9} {'fast MiB':>9} {'mem ratio':>9} {'fast/softmax':>12} "
         f"{'fused ms':>9} {'fused x':>8} {'fused MiB':>9}")
-  results = {}
+  results, fused_seconds = {}, {}
   measured = names + ["softmax"] * ("softmax" not in names)  # the time reference
   for n in lengths:
     costs = cost.measure(measured, n, _REPEATS.value, _MAX_GIB.value * 2 ** 30,
-                         time_it=n <= _TIME_MAX_N.value, paths=cost.PATHS)
+                         time_it=n <= _TIME_MAX_N.value, paths=cost.PATHS,
+                         batch=_BATCH.value, dtype=jnp.dtype(_DTYPE.value))
     median = {((name, path), mode): c["seconds"] for (name, path, mode), c in costs.items()}
     for name in names:
       for mode in ("fwd", "fwd+bwd"):
@@ -79,6 +88,7 @@ def main(argv):
         mf = costs[(name, "fast", mode)]["bytes"]
         mu = costs.get((name, "fused", mode), {}).get("bytes")
         results[(name, n, mode)] = (tq, tf, mq, mf, ts)
+        fused_seconds[(name, n, mode)] = tu
         print(f"{name:>{width}} {n:5d} {mode:>7} {_ms(tq)} {_ms(tf)} {_ratio(tq, tf, 8)} "
               f"{mq / 2**20:9.1f} {mf / 2**20:9.1f} {mq / mf:9.1f} {_ratio(tf, ts, 12)} "
               f"{_fused_cells(tq, tu, mu)}", flush=True)
@@ -87,6 +97,10 @@ def main(argv):
     print(f"nap_speedup_at_4096={tq / tf:.2f}" if tq and tf else "nap_speedup_at_4096=nan")
     _, _, mq, mf, _ = results[("dnas", 4096, "fwd+bwd")]
     print(f"dnas_memory_ratio_at_4096={mq / mf:.2f}")
+  for n in lengths:
+    dnas, softmax = (fused_seconds.get((name, n, "fwd+bwd")) for name in ("dnas", "softmax"))
+    if dnas and softmax:
+      print(f"dnas_fused_over_softmax_fused_at_{n}={dnas / softmax:.2f}")
 
 
 if __name__ == "__main__":

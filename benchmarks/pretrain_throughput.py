@@ -2,7 +2,9 @@
 
 Times the compiled train step of ``normattn_jax.train.pretrain.Trainer`` (forward, backward,
 ALBERT's LAMB) on random batches of the config's shape, the schemes interleaved round by round,
-and prints the median tokens/s of each and its ratio to softmax:
+and prints the median tokens/s of each, its ratio to softmax and XLA's cost analysis of the
+compiled step (GFLOP and GB of memory traffic per step: where a time ratio disagrees with the work
+done, these say which program does more):
 
   python benchmarks/pretrain_throughput.py [--config configs/albert_tiny.py] [--rounds 5]
       [--steps 5] [--config.model.dtype=float32|bfloat16] [--config.train.batch_size=64]
@@ -42,15 +44,18 @@ def main(argv):
   names = _ATTENTIONS.value
   tokens = base.train.batch_size * base.data.max_seq_length
   rng = np.random.default_rng(0)
-  runs = {}
+  runs, work = {}, {}
   for name in names:
     c = base.copy_and_resolve_references()
-    c.model.attention = name
+    c.model.attention.name = name
     validate_pretrain_config(c)
     trainer = Trainer(c, c.data.vocab_size)
     sharded = lambda b, t=trainer: {k: jax.device_put(v, t.batch_sharding) for k, v in b.items()}
     batch = sharded(random_batch(c, rng))
     state = trainer.init(jax.random.key(0), batch)
+    analysis = trainer.train_step.lower(state, batch).compile().cost_analysis()
+    analysis = analysis[0] if isinstance(analysis, (list, tuple)) else analysis
+    work[name] = (analysis.get("flops", 0.0) / 1e9, analysis.get("bytes accessed", 0.0) / 1e9)
     state, metrics = trainer.train_step(state, batch)  # compile
     jax.block_until_ready(metrics["loss"])
     runs[name] = [trainer, state, batch]
@@ -67,12 +72,15 @@ def main(argv):
   path = config_flags.get_config_filename(flags.FLAGS["config"])
   print(f"devices: {jax.devices()}; config {path}, dtype {base.model.dtype}, batch "
         f"{base.train.batch_size} x {base.data.max_seq_length} tokens, "
-        f"{base.model.num_hidden_layers} layers, hidden {base.model.hidden_size}")
+        f"{base.model.num_hidden_layers} layers, hidden {base.model.hidden_size}, attention "
+        f"implementation {base.model.attention_implementation}")
   reference = statistics.median(times[names[0]])
-  print(f"{'attention':>10} {'ms/step':>9} {'tokens/s':>10} {'time / ' + names[0]:>16}")
+  print(f"{'attention':>10} {'ms/step':>9} {'tokens/s':>10} {'time / ' + names[0]:>16} "
+        f"{'GFLOP/step':>11} {'GB/step':>8}")
   for name in names:
     median = statistics.median(times[name])
-    print(f"{name:>10} {median * 1e3:9.1f} {tokens / median:10.0f} {median / reference:16.2f}")
+    print(f"{name:>10} {median * 1e3:9.1f} {tokens / median:10.0f} {median / reference:16.2f} "
+          f"{work[name][0]:11.1f} {work[name][1]:8.2f}")
 
 
 if __name__ == "__main__":

@@ -71,13 +71,13 @@ def fused_path(name, q, k, v, params, query_mask, key_mask, causal, mask=None):
                                    causal=causal, mask=mask, block_size=BLOCK)
 
 
-def out_and_grads(fn, q, k, v, params):
+def out_and_grads(fn, q, k, v, params, jit=quick):
   """``fn(q, k, v, params)`` and the gradients of ``<fn(...), probe>`` (all four), one jit; the
   probe is drawn in float32 whatever the output's dtype, so both paths get the same one."""
   def go(q, k, v, params):
     out, vjp = jax.vjp(fn, q, k, v, params)
     return out, vjp(jax.random.normal(jax.random.key(1), out.shape).astype(out.dtype))
-  return quick(go)(q, k, v, params)
+  return jit(go)(q, k, v, params)
 
 
 def assert_same(got, want, tol=1e-5):
@@ -211,6 +211,11 @@ def simulated_cudnn(monkeypatch):
       assert bias is None and mask is None  # no dense bias, so no bias gradient either
       if kwargs.get("is_causal"):
         assert q.shape[1] == k.shape[1]
+      assert q.shape[1] % 2 == 0 and k.shape[1] % 2 == 0  # its training kernel's lengths
+      if q.dtype == jnp.float16:  # XLA's CPU kernel takes no fp16 dot: cuDNN's float32 sums
+        out = original(*(x.astype(jnp.float32) for x in (q, k, v)), bias, mask,
+                       implementation="xla", **kwargs)
+        return out.astype(q.dtype)
     return original(q, k, v, bias, mask, implementation="xla", **kwargs)
 
   monkeypatch.setattr(fused, "cudnn_device", lambda: True)
@@ -218,13 +223,15 @@ def simulated_cudnn(monkeypatch):
   return kernels
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("case", ["masks", "padded_causal", "q_shorter"])
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.fast_subset(lambda p: p["case"] == "padded_causal")
-def test_the_cudnn_arrangement_equals_the_quadratic_path(monkeypatch, name, case):
+@pytest.mark.fast_subset(lambda p: p["case"] == "padded_causal"
+                         or (p["case"] == "masks" and p["dtype"] == "float16"))
+def test_the_cudnn_arrangement_equals_the_quadratic_path(monkeypatch, name, case, dtype):
   kernels = simulated_cudnn(monkeypatch)
   n_q, n_k, qm, km, causal = CASES[case]
-  q, k, v = inputs(n_q, n_k, jnp.bfloat16, seed=7)
+  q, k, v = inputs(n_q, n_k, jnp.dtype(dtype), seed=7)
   got = out_and_grads(lambda *a: fused_path(name, *a, qm, km, causal), q, k, v, PARAMS[name])
   assert kernels and set(kernels) == {"cudnn"}
   f32 = [x.astype(jnp.float32) for x in (q, k, v)]
@@ -234,6 +241,45 @@ def test_the_cudnn_arrangement_equals_the_quadratic_path(monkeypatch, name, case
   for g, w in zip(jax.tree.leaves(got[1]), jax.tree.leaves(want[1])):
     scale = max(float(jnp.max(jnp.abs(w))), 1.0)
     np.testing.assert_allclose(np.asarray(g, np.float32), w, atol=5e-2 * scale, rtol=0)
+
+
+def spied_kernels(monkeypatch):
+  """Record the kernel each ``jax.nn.dot_product_attention`` call asks for, changing nothing."""
+  kernels = []
+  original = jax.nn.dot_product_attention
+
+  def kernel(*args, implementation=None, **kwargs):
+    kernels.append(implementation)
+    return original(*args, implementation=implementation, **kwargs)
+
+  monkeypatch.setattr(jax.nn, "dot_product_attention", kernel)
+  return kernels
+
+
+@pytest.mark.parametrize("case", ["masks", "padded_causal", "q_shorter", "fully_masked_row"])
+@pytest.mark.parametrize("name", NAMES)
+def test_cudnns_kernel_equals_the_quadratic_path(monkeypatch, name, case):
+  """On an NVIDIA GPU, cuDNN's own kernel (forward and backward) in bf16 against the quadratic
+  definition in float32; skipped where there is none."""
+  if not fused.cudnn_device():
+    pytest.skip("needs an NVIDIA GPU of compute capability >= 8 (cuDNN's flash attention)")
+  kernels = spied_kernels(monkeypatch)
+  n_q, n_k, qm, km, causal = CASES[case]
+  q, k, v = inputs(n_q, n_k, jnp.bfloat16, seed=7)
+  got = out_and_grads(lambda *a: fused_path(name, *a, qm, km, causal), q, k, v, PARAMS[name],
+                      jit=jax.jit)  # as a run compiles it
+  assert kernels and set(kernels) == {"cudnn"}
+  f32 = [x.astype(jnp.float32) for x in (q, k, v)]
+  mask = dense_mask(B, n_q, n_k, qm, km, causal)
+  want = out_and_grads(lambda *a: quadratic(name, *a, mask), *f32, PARAMS[name])
+  np.testing.assert_allclose(got[0].astype(jnp.float32), want[0], atol=3e-2, rtol=3e-2)
+  # the kernel hands back dq, dk, dv in bf16; a per-head parameter's gradient is a sum over them
+  # in which terms cancel (Scalable-Softmax's scale: 7% off at q_shorter on an H200)
+  for tol, (g, w) in zip([5e-2] * 3 + [1e-1] * len(PARAMS[name]),
+                         zip(jax.tree.leaves(got[1]), jax.tree.leaves(want[1]))):
+    scale = max(float(jnp.max(jnp.abs(w))), 1.0)
+    assert np.all(np.isfinite(np.asarray(g, np.float32)))
+    np.testing.assert_allclose(np.asarray(g, np.float32), w, atol=tol * scale, rtol=0)
 
 
 def test_cudnn_is_left_to_xla_where_it_cannot_take_the_call(monkeypatch):
@@ -256,8 +302,9 @@ def test_cudnn_is_left_to_xla_where_it_cannot_take_the_call(monkeypatch):
 
 def test_the_auto_rule(monkeypatch):
   bf16 = jnp.bfloat16
+  monkeypatch.setattr(fused, "cudnn_device", lambda: False)
   for name in registry.names():
-    assert not fused.takes_fused_path(get(name), "auto", [], bf16, 64), name  # no cuDNN here
+    assert not fused.takes_fused_path(get(name), "auto", [], bf16, 64), name  # without cuDNN
   monkeypatch.setattr(fused, "cudnn_device", lambda: True)
   auto = [name for name in registry.names()
           if fused.takes_fused_path(get(name), "auto", [], bf16, 64)]

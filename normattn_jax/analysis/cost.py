@@ -1,7 +1,7 @@
 """The cost of an attention normalisation: time and peak scratch memory of the forward pass and
 of forward + backward, for the quadratic path (the weight matrix, ``attention/weights.py``), the
-fast path (``attention/fast.py``) and the fused path (``attention/fused.py``), at batch 1,
-``NUM_HEADS`` heads of ``HEAD_DIM``.
+fast path (``attention/fast.py``) and the fused path (``attention/fused.py``), at batch 1 (or
+the one given), ``NUM_HEADS`` heads of ``HEAD_DIM``.
 
 Memory is XLA's compiled memory analysis (temporaries plus outputs), so it is known without
 running a program; time is the median of timed calls, the variants interleaved. Shared by
@@ -90,20 +90,23 @@ def fused_path(spec: Union[str, AttentionSpec], heads: int = NUM_HEADS) -> Optio
 MAKERS = {"quadratic": quadratic, "fast": fast_path, "fused": fused_path}
 
 
-def inputs(n: int, heads: int = NUM_HEADS, head_dim: int = HEAD_DIM) -> tuple:
-  """Queries, keys and values ``[1, heads, n, head_dim]`` (scaled so logits are O(1)).
+def inputs(n: int, heads: int = NUM_HEADS, head_dim: int = HEAD_DIM, *, batch: int = 1,
+           dtype=jnp.float32) -> tuple:
+  """Queries, keys and values ``[batch, heads, n, head_dim]`` (scaled so logits are O(1)).
 
   Args:
     n: the sequence length.
     heads: the number of heads.
     head_dim: the size of each head.
+    batch: the batch size.
+    dtype: their dtype (drawn in float32, then cast: bf16 is what reaches cuDNN's kernel).
 
   Returns:
     ``(q, k, v)``, drawn from a key fixed by ``n``.
   """
   keys = jax.random.split(jax.random.key(n), 3)
-  return tuple(jax.random.normal(key, (1, heads, n, head_dim)) / head_dim ** 0.25
-               for key in keys)
+  return tuple((jax.random.normal(key, (batch, heads, n, head_dim)) / head_dim ** 0.25)
+               .astype(dtype) for key in keys)
 
 
 def programs(fn: Callable, args: tuple) -> dict:
@@ -135,7 +138,7 @@ def timed(compiled: Callable, args: tuple) -> float:
 
 def measure(specs: Sequence[Union[str, AttentionSpec]], n: int, repeats: int = 3,
             max_bytes: float = 6 * 2 ** 30, time_it: bool = True,
-            paths: Sequence[str] = REPORT_PATHS) -> dict:
+            paths: Sequence[str] = REPORT_PATHS, batch: int = 1, dtype=jnp.float32) -> dict:
   """Time and memory of every spec's paths at one sequence length.
 
   Args:
@@ -145,11 +148,13 @@ def measure(specs: Sequence[Union[str, AttentionSpec]], n: int, repeats: int = 3
     max_bytes: a program whose scratch memory exceeds this is compiled but not run.
     time_it: False measures the memory alone.
     paths: the paths to measure, of ``PATHS``.
+    batch: the batch size of the inputs.
+    dtype: the dtype of the inputs.
 
   Returns:
     ``{(str(spec), path, mode): {"seconds": median or None (not run), "bytes": int}}``.
   """
-  args = inputs(n)
+  args = inputs(n, batch=batch, dtype=dtype)
   compiled = {}
   for spec in specs:
     for path in paths:

@@ -156,7 +156,11 @@ class _Blocks:
 
 
 def _raw_logits(qb, k):
-  return jnp.einsum("...qd,...kd->...qk", qb, k)
+  """float32 (or wider) logits whatever the inputs' dtype: the offsets that the passes below
+  derive from them meet logits a kernel accumulates in float32 (cuDNN's), so rounding them to
+  bf16 (steps of 0.5 near 100) would shift every weight."""
+  return jnp.einsum("...qd,...kd->...qk", qb, k,
+                    preferred_element_type=jnp.promote_types(qb.dtype, jnp.float32))
 
 
 def _logits(qb, k, mask):

@@ -32,7 +32,8 @@ as on the quadratic path (the kernels alone would spread it evenly over the keys
 
 The kernel is cuDNN's where it takes the call (``kernel_for``), else XLA's, whose masks are masks:
 exact at any logit. cuDNN would take a mask only as a dense bias, so there a key mask goes into
-k's column too, as ``CUDNN_MASKED_LOGIT`` (cuDNN's own mask value): exact while |logits| < 2^40.
+k's column too, as ``masked_logit(dtype)`` (cuDNN's own mask values): exact while |logits| < 2^40
+in bf16, 2^14 in fp16.
 """
 from __future__ import annotations
 
@@ -50,7 +51,6 @@ CUDNN_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 CUDNN_MIN_COMPUTE_CAPABILITY = 8   # cuDNN's flash attention: Ampere or later
 CUDNN_MAX_WIDTH = 128              # its head width on every such GPU (256 from Hopper on)
 CUDNN_WIDTH_MULTIPLE = 8
-CUDNN_MASKED_LOGIT = -2.0 ** 41    # jax's cuDNN wrapper masks bf16 logits by adding this
 MAX_KEY_COLUMNS = 2                # the offset column, split in two below float32
 
 
@@ -66,6 +66,13 @@ def cudnn_device() -> bool:
   except ValueError:  # not a CUDA device (e.g. ROCm)
     return False
   return major >= CUDNN_MIN_COMPUTE_CAPABILITY
+
+
+def masked_logit(dtype) -> float:
+  """The logit of a masked key on cuDNN, in k's column: -2^41 in bf16 (what jax's cuDNN wrapper
+  adds), 0.7 of the largest fp16 number in fp16 (where -2^41 would be -inf, and -inf + inf the
+  column's two parts)."""
+  return max(-2.0 ** 41, -0.7 * float(jnp.finfo(dtype).max))
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -237,11 +244,15 @@ def _column_count(dtype) -> int:
 
 def _column_parts(values: Array, dtype) -> list:
   """``values`` (float32 or wider) as ``_column_count(dtype)`` columns of ``dtype`` that sum back
-  to them: the rounded value, then (below float32) the remainder."""
-  hi = values.astype(dtype)
+  to them: the rounded value, then (below float32) the remainder.
+
+  The rounding is ``lax.reduce_precision``, not a cast there and back, which XLA's GPU compiler
+  may drop as excess precision (it allows that by default), leaving no remainder."""
   if _column_count(dtype) == 1:
-    return [hi]
-  return [hi, (values - hi.astype(values.dtype)).astype(dtype)]
+    return [values.astype(dtype)]
+  info = jnp.finfo(dtype)
+  hi = jax.lax.reduce_precision(values, exponent_bits=info.nexp, mantissa_bits=info.nmant)
+  return [hi.astype(dtype), (values - hi).astype(dtype)]
 
 
 def _pad_width(x: Array, width: int) -> Array:
@@ -256,7 +267,8 @@ def attention(q, k, v, *, key_offsets=None, sink=None, mask=None, query_mask=Non
 
   On XLA's kernel every mask is one dense mask (XLA's own causal mask is a dense one too); on
   cuDNN's, whose masks would be dense biases, a key mask goes into k's column and ``causal`` is
-  the kernel's (``kernel_for`` leaves dense masks and unequal causal lengths to XLA).
+  the kernel's (``kernel_for`` leaves dense masks and unequal causal lengths to XLA), and an odd
+  length gets one masked key and one dropped query (its training kernel takes even lengths).
 
   Args:
     q: floating-point queries, shape ``[..., n_q, h, d]`` (already scaled).
@@ -282,7 +294,9 @@ def attention(q, k, v, *, key_offsets=None, sink=None, mask=None, query_mask=Non
   key_mask = _batch_flat(key_mask, lead, (n_k,))
   mask = _dense_flat(mask, lead, n_q, n_k)
   needs_column = key_offsets is not None or sink is not None
-  columns = _column_count(dtype) * (needs_column or key_mask is not None)
+  # cuDNN's training kernel takes even lengths only: an odd one gets a masked key (in k's column)
+  odd_keys = (n_k + (sink is not None)) % 2 == 1
+  columns = _column_count(dtype) * (needs_column or key_mask is not None or odd_keys)
   kernel = kernel_for(dtype, max(d + columns, e), dense_mask=mask is not None,
                       causal_unequal=causal and n_q != n_k)
   cudnn = kernel == "cudnn"
@@ -292,7 +306,7 @@ def attention(q, k, v, *, key_offsets=None, sink=None, mask=None, query_mask=Non
             else -_batch_flat(key_offsets, lead, (n_k, h)).astype(compute))
   dense = None
   if cudnn and key_mask is not None:
-    column = jnp.where(key_mask[..., None], column, CUDNN_MASKED_LOGIT)
+    column = jnp.where(key_mask[..., None], column, masked_logit(dtype))
     needs_column = True
   elif not cudnn:
     for part in (mask, None if key_mask is None else key_mask[:, None, None, :],
@@ -310,6 +324,12 @@ def attention(q, k, v, *, key_offsets=None, sink=None, mask=None, query_mask=Non
     if cudnn and causal:  # the kernel's causal mask then lets query i see the sink
       front = 1
       q = jnp.concatenate([jnp.zeros((batch, 1, h, d), dtype), q], axis=1)
+  if cudnn and odd_keys:  # a masked key, and (causal lengths stay equal) a query, at the end
+    column = jnp.concatenate([column, jnp.full((batch, 1, h), masked_logit(dtype), compute)], 1)
+    k, v = (jnp.concatenate([x, jnp.zeros((batch, 1) + x.shape[2:], dtype)], 1) for x in (k, v))
+    needs_column = True
+  if cudnn and q.shape[1] % 2:
+    q = jnp.concatenate([q, jnp.zeros((batch, 1, h, d), dtype)], axis=1)
   if needs_column:
     columns = _column_parts(column, dtype)
     q = jnp.concatenate([q, jnp.ones(q.shape[:-1] + (len(columns),), dtype)], axis=-1)
@@ -321,7 +341,7 @@ def attention(q, k, v, *, key_offsets=None, sink=None, mask=None, query_mask=Non
 
   out = jax.nn.dot_product_attention(q, k, v, mask=dense, scale=1.0, is_causal=cudnn and causal,
                                      implementation=kernel)
-  out = out[:, front:, :, :e]
+  out = out[:, front:front + n_q, :, :e]
   valid = _visible_keys(mask, key_mask, causal, n_q, n_k) > 0
   if query_mask is not None:
     valid = valid & query_mask[..., None]
