@@ -90,8 +90,8 @@ def test_hnas_keeps_one_u_per_layer_and_head():
   np.testing.assert_allclose(u, 0.3)
   assert "hybrid_weight" not in params["albert"]["group_0_inner_0"]["attention"]
   batch = make_batch()
-  grads = jax.grad(lambda p: pretraining_loss(model.apply({"params": p}, batch), batch)[0])(
-      params)
+  grads = jax.jit(jax.grad(
+      lambda p: pretraining_loss(model.apply({"params": p}, batch), batch)[0]))(params)
   g = np.asarray(grads["albert"]["hybrid_weights"])
   assert np.all(np.abs(g).sum(axis=1) > 0), "every layer's u must get its own gradient"
   assert not np.allclose(g[0], g[-1])
@@ -115,8 +115,8 @@ def test_mlm_head_is_tied_to_the_word_embeddings():
                              atol=1e-4)
   # The table gets gradient from the output layer too: rows of tokens never in the input.
   unseen = sorted(set(range(VOCAB)) - set(batch["input_ids"].ravel()))
-  grads = jax.grad(lambda p: pretraining_loss(model.apply({"params": p}, batch), batch)[0])(
-      params)
+  grads = jax.jit(jax.grad(
+      lambda p: pretraining_loss(model.apply({"params": p}, batch), batch)[0]))(params)
   g = np.asarray(grads["albert"]["embeddings"]["word_embeddings"]["embedding"])
   assert np.all(np.abs(g[unseen]).sum(axis=1) > 0)
 

@@ -6,6 +6,7 @@ import numpy as np
 from normattn_jax import SequenceModel
 from normattn_jax.analysis import explaining_away as ea
 from normattn_jax.attention import softmax_weights
+from normattn_jax.train.grid import Setup
 
 
 def test_weight_sums_of_every_layer_and_the_dnas_bound():
@@ -33,13 +34,15 @@ def test_explained_away_fraction():
 def test_a_trained_case_model_carries_its_normalisation():
   """Fig. 1's runs train the MTE layout with the scheme's normalisation (the config's
   ``attention.name``): DNAS keeps every key's sum over the queries at 1/S or more, which
-  softmax does not promise."""
-  sums, entry = {}, {}
-  for name, normalization in ea.SCHEMES.items():
-    sums[name], entry[name] = ea.trained_key_sums(normalization, steps=4, seq_len=8, d_model=8,
-                                                  learning_rate=0.01)
-    assert sums[name].shape == (2 * 4 * ea.PROBE_BATCH * 8,)  # layers x heads x batch x keys
-    assert 0 <= entry[name]["val_acc"] <= 1
-    assert entry[name]["log_one_over_S"] == np.log(1 / 8)
-  assert sums["DNAS"].min() >= 1 / 8 - 1e-6 and entry["DNAS"]["explained_away_fraction"] == 0
-  assert not np.array_equal(sums["UNAS"], sums["DNAS"])
+  softmax does not promise, and the same parameters under softmax give other sums."""
+  setup, params, val_acc = ea.train_case_model(ea.SCHEMES["DNAS"], steps=4, seq_len=8,
+                                               d_model=8, learning_rate=0.01)
+  sums, entry = ea.probe_key_sums(setup, params, val_acc)
+  assert sums.shape == (2 * 4 * ea.PROBE_BATCH * 8,)  # layers x heads x batch x keys
+  assert 0 <= entry["val_acc"] <= 1
+  assert entry["log_one_over_S"] == np.log(1 / 8)
+  assert sums.min() >= 1 / 8 - 1e-6 and entry["explained_away_fraction"] == 0
+  as_softmax = setup.config.copy_and_resolve_references()
+  as_softmax.attention.name = ea.SCHEMES["UNAS"]
+  softmax_sums, _ = ea.probe_key_sums(Setup(setup.arch, as_softmax), params, val_acc)
+  assert not np.array_equal(softmax_sums, sums)

@@ -63,13 +63,17 @@ def test_values_and_gradients_equal_the_quadratic_path(name, n, masked, causal):
   # evaluation) when XLA compiles with LLVM's optimisations, 4e-4 and 2.4e-3 without them (make
   # test): the same sums in another order.
   tol, grad_tol = (5e-4, 3e-3) if name == "nap" else (1e-5, 5e-5)
-  np.testing.assert_allclose(fast_fn(q, k, v, **masks), quadratic(weight_fn, q, k, v, mask),
-                             atol=tol, rtol=tol)
   probe = jax.random.normal(jax.random.key(7), (B, H, n, E))
-  loss_fast = lambda *a: jnp.sum(fast_fn(*a, **masks) * probe)
-  loss_ref = lambda *a: jnp.sum(quadratic(weight_fn, *a, mask) * probe)
-  for got, want in zip(jax.grad(loss_fast, (0, 1, 2))(q, k, v),
-                       jax.grad(loss_ref, (0, 1, 2))(q, k, v)):
+  fast_path = lambda *a: fast_fn(*a, **masks)
+  quadratic_path = lambda *a: quadratic(weight_fn, *a, mask)
+  # one compiled program per path (op by op, each of their many operations would compile alone)
+  values_and_grads = jax.jit(lambda fn, *a: (fn(*a), jax.grad(lambda *b: jnp.sum(fn(*b) * probe),
+                                                                (0, 1, 2))(*a)),
+                             static_argnums=0)
+  (got_values, got_grads), (want_values, want_grads) = (
+      values_and_grads(fn, q, k, v) for fn in (fast_path, quadratic_path))
+  np.testing.assert_allclose(got_values, want_values, atol=tol, rtol=tol)
+  for got, want in zip(got_grads, want_grads):
     np.testing.assert_allclose(got, want, atol=grad_tol * float(jnp.max(jnp.abs(want))), rtol=0)
 
 
@@ -95,7 +99,7 @@ def test_rows_without_a_valid_key_are_zero():
   q, k, v, qm, km = inputs(6)
   km = km.at[1].set(False)
   for name, (fast_fn, _) in PAIRS.items():
-    out = fast_fn(q, k, v, query_mask=qm, key_mask=km)
+    out = jax.jit(lambda *a, fn=fast_fn: fn(*a, query_mask=qm, key_mask=km))(q, k, v)
     assert (out[1] == 0).all() and jnp.isfinite(out).all(), name
     assert (out[0][:, ~qm[0]] == 0).all(), name
 
@@ -110,8 +114,9 @@ def test_module_paths_agree_with_the_same_params(normalization):
   params = quad.init(jax.random.key(2), x)
   for causal in (False, True):
     kwargs = dict(query_mask=pad, key_mask=pad, causal=causal)
-    chex.assert_trees_all_close(quick.apply(params, x, **kwargs), quad.apply(params, x, **kwargs),
-                                atol=1e-4)
+    fast_out, quad_out = (jax.jit(lambda p, x, layer=layer: layer.apply(p, x, **kwargs))(params, x)
+                          for layer in (quick, quad))
+    chex.assert_trees_all_close(fast_out, quad_out, atol=1e-4)
 
 
 def test_auto_rule_and_errors():

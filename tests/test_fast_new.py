@@ -68,16 +68,16 @@ def test_values_and_gradients_equal_the_quadratic_path(name, case):
   q, k, v = inputs(n_q, n_k)
   mask = dense_mask(B, n_q, n_k, qm, km, causal)
   params = PARAMS[name]
-  got = fast_path(name, q, k, v, params, qm, km, causal)
-  want = quadratic(name, q, k, v, params, mask)
+  probe = jax.random.normal(jax.random.key(1), q.shape[:-1] + v.shape[-1:])
+  # one compiled program per path (op by op, each of their many operations would compile alone)
+  values_and_grads = jax.jit(lambda fn, *a: (fn(*a), jax.grad(lambda *b: jnp.sum(fn(*b) * probe),
+                                                                (0, 1, 2, 3))(*a)),
+                             static_argnums=0)
+  (got, got_g), (want, want_g) = (values_and_grads(fn, q, k, v, params) for fn in (
+      lambda *a: fast_path(name, *a, qm, km, causal), lambda *a: quadratic(name, *a, mask)))
   np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
   empty = jnp.broadcast_to(~jnp.any(mask, -1), got.shape[:-1])
   assert np.all(np.asarray(got)[np.asarray(empty)] == 0)  # rows without a valid key
-  probe = jax.random.normal(jax.random.key(1), want.shape)
-  loss_fast = lambda q, k, v, p: jnp.sum(fast_path(name, q, k, v, p, qm, km, causal) * probe)
-  loss_ref = lambda q, k, v, p: jnp.sum(quadratic(name, q, k, v, p, mask) * probe)
-  got_g = jax.grad(loss_fast, (0, 1, 2, 3))(q, k, v, params)
-  want_g = jax.grad(loss_ref, (0, 1, 2, 3))(q, k, v, params)
   for got, want in zip(jax.tree.leaves(got_g), jax.tree.leaves(want_g)):
     assert np.all(np.isfinite(got))
     np.testing.assert_allclose(got, want, atol=5e-5 * max(float(jnp.max(jnp.abs(want))), 1.0),

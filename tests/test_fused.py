@@ -285,16 +285,17 @@ def test_cudnns_kernel_equals_the_quadratic_path(monkeypatch, name, case):
 def test_cudnn_is_left_to_xla_where_it_cannot_take_the_call(monkeypatch):
   kernels = simulated_cudnn(monkeypatch)
   q, k, v = inputs(5, 5)
-  fused.softmax_attention(q, k, v)  # float32
+  traced = lambda fn, *a, **kw: jax.eval_shape(functools.partial(fn, **kw), *a)  # the choice
+  traced(fused.softmax_attention, q, k, v)  # float32
   low = [x.astype(jnp.bfloat16) for x in (q, k, v)]
-  fused.softmax_attention(*low, mask=jnp.ones((5, 5), bool))  # a dense mask
-  fused.softmax_attention(low[0][:, :3], *low[1:], causal=True)  # causal, unequal lengths
+  traced(fused.softmax_attention, *low, mask=jnp.ones((5, 5), bool))  # a dense mask
+  traced(fused.softmax_attention, low[0][:, :3], *low[1:], causal=True)  # causal, unequal
   wide = [jnp.zeros((1, 4, 1, 127), jnp.bfloat16)] * 3
-  fused.dnas_attention(*wide)  # 127 + 2 columns > 128
+  traced(fused.dnas_attention, *wide)  # 127 + 2 columns > 128
   assert kernels == ["xla"] * 4
-  fused.softmax_attention(*wide[:2], jnp.zeros((1, 4, 1, 129), jnp.bfloat16))  # values 129
+  traced(fused.softmax_attention, *wide[:2], jnp.zeros((1, 4, 1, 129), jnp.bfloat16))  # v: 129
   assert kernels == ["xla"] * 5
-  fused.softmax_attention(*wide)  # 127, padded to 128
+  traced(fused.softmax_attention, *wide)  # 127, padded to 128
   assert kernels[-1] == "cudnn"
 
 
@@ -403,8 +404,9 @@ def test_nnx_fused_equals_quadratic():
                                   rngs=nnx.Rngs(0)) for impl in ("quadratic", "fused")}
     calls = [dict(is_causal=True)] + [dict(mask=key_mask)] * (name in ROW_WISE)
     for call in calls:
-      np.testing.assert_allclose(modules["fused"](x, **call), modules["quadratic"](x, **call),
-                                 atol=1e-5, rtol=1e-5, err_msg=f"{name} {call}")
+      got, want = (nnx.jit(lambda m, x, call=call: m(x, **call))(modules[impl], x)
+                   for impl in ("fused", "quadratic"))
+      np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5, err_msg=f"{name} {call}")
 
 
 def test_nnx_fused_softmax_decodes():

@@ -89,24 +89,31 @@ def test_dnas_is_softmax_over_queries_then_renormalised_over_keys():
   np.testing.assert_allclose(dnas_weights(l), xi / xi.sum(-1, keepdims=True), atol=1e-6)
 
 
+# The properties draw values freely and shapes from a few sizes, so that each shape compiles once.
+SIZES = st.sampled_from([1, 2, 5, 12])
+jitted_dnas = jax.jit(dnas_weights)
+
+
 @settings(max_examples=30, deadline=None)
-@given(q=st.integers(1, 12), k=st.integers(1, 12), scale=st.floats(0.1, 30.0),
-       seed=st.integers(0, 2**16))
+@given(q=SIZES, k=SIZES, scale=st.floats(0.1, 30.0), seed=st.integers(0, 2**16))
 def test_dnas_column_sums_at_least_one_over_s(q, k, scale, seed):
   """Theorem 2: every key keeps a total weight >= 1/S over the queries (S = number of keys)."""
-  w = dnas_weights(random_logits(seed, (q, k), scale))
+  logits = scale * np.random.default_rng(seed).standard_normal((q, k), np.float32)
+  w = jitted_dnas(logits)
   assert float(w.sum(0).min()) >= 1.0 / k - 1e-6
 
 
 @settings(max_examples=20, deadline=None)
-@given(q=st.integers(2, 10), k=st.integers(2, 10), seed=st.integers(0, 2**16))
+@given(q=SIZES.filter(lambda n: n > 1), k=SIZES.filter(lambda n: n > 1),
+       seed=st.integers(0, 2**16))
 def test_dnas_column_bound_with_padding(q, k, seed):
   """With padding, the bound holds with S = number of valid keys, for every valid key."""
-  valid_q = jax.random.bernoulli(jax.random.key(seed), 0.7, (q,)).at[0].set(True)
-  valid_k = jax.random.bernoulli(jax.random.key(seed + 1), 0.7, (k,)).at[0].set(True)
+  rng = np.random.default_rng(seed)
+  valid_q, valid_k = rng.random(q) < 0.7, rng.random(k) < 0.7
+  valid_q[0] = valid_k[0] = True
   mask = valid_q[:, None] & valid_k[None, :]
-  w = dnas_weights(random_logits(seed, (q, k)), mask)
-  cols = np.asarray(w.sum(0))[np.asarray(valid_k)]
+  w = jitted_dnas(3.0 * rng.standard_normal((q, k), np.float32), mask)
+  cols = np.asarray(w.sum(0))[valid_k]
   assert cols.min() >= 1.0 / int(valid_k.sum()) - 1e-6
 
 

@@ -91,14 +91,28 @@ def train_case_model(normalization: str, *, steps: int, seq_len: int, d_model: i
 def trained_key_sums(normalization: str, *, steps: int, seq_len: int, d_model: int,
                      learning_rate: float) -> tuple[np.ndarray, dict]:
   """Fig. 1 for one scheme: train a case-task model (``train_case_model``) and sum each key's
-  weights over the queries on a probe batch, every layer and head.
+  weights over the queries on a probe batch, every layer and head (``probe_key_sums``).
+
+  Returns:
+    ``(sums, entry)`` as ``probe_key_sums`` gives them.
+  """
+  return probe_key_sums(*train_case_model(normalization, steps=steps, seq_len=seq_len,
+                                          d_model=d_model, learning_rate=learning_rate))
+
+
+def probe_key_sums(setup, params, val_acc: float) -> tuple[np.ndarray, dict]:
+  """Each key's weights summed over the queries on the probe batch, every layer and head.
+
+  Args:
+    setup: the model's ``train.grid.Setup`` (its config names the normalisation).
+    params: its variables.
+    val_acc: its validation accuracy, passed into the entry.
 
   Returns:
     ``(sums, entry)``: the sums, flat, and ``{"val_acc", "explained_away_fraction",
     "underflowed_keys", "min_log_sum", "log_one_over_S"}``.
   """
-  setup, params, val_acc = train_case_model(normalization, steps=steps, seq_len=seq_len,
-                                            d_model=d_model, learning_rate=learning_rate)
+  seq_len = setup.config.task.seq_len
   tokens, _ = setup.sample(jax.random.key(PROBE_SEED), PROBE_BATCH, seq_len)
   weights = attention_weights(setup.model(), params, tokens)
   sums = np.concatenate([key_weight_sums(w).ravel() for w in weights])

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The checks that need an NVIDIA GPU, in the order they are owed (BENCHMARKS.md), for one short
+# lease: the fused tests on cuDNN's own kernel, then the benchmarks of the GPU goals. Each step
+# has its own time limit and keeps its log in the folder given (default gpu_logs/).
+#
+#   benchmarks/gpu_checks.sh [log folder] [step ...]   # steps: tests scaling grid pretrain
+#
+# Needs jax with CUDA and the project's dependencies importable (PYTHONPATH may hold them).
+set -o pipefail
+out=${1:-gpu_logs}
+shift || true
+steps=${*:-tests scaling grid pretrain}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 JAX_PLATFORMS=cuda,cpu NORMATTN_JAX_TEST_OPTIMIZED=1 \
+  XLA_PYTHON_CLIENT_PREALLOCATE=false TF_CPP_MIN_LOG_LEVEL=2 PYTHONPATH="$PWD:$PYTHONPATH"
+
+step() {  # step <seconds> <name> <command ...>
+  local limit=$1 name=$2
+  shift 2
+  [[ " $steps " == *" $name "* ]] || return 0
+  echo "== $name (at most ${limit}s)"
+  timeout "$limit" "$@" 2>&1 | grep -v '^[IW][0-9]' | tee "$out/$name.log" | tail -40
+}
+
+step 150 tests python3 -m pytest -q -p no:cacheprovider -n 4 tests/test_fused.py tests/test_nnx.py
+step 120 scaling python3 benchmarks/attention_scaling.py --dtype bfloat16 --batch 8 \
+  --normalizations softmax,dnas,hnas --max_n 4096 --repeats 10
+step 180 grid python3 benchmarks/grid_throughput.py --sizes defaults --steps 10 --repeats 3 \
+  --models 1,10,50
+step 150 pretrain python3 benchmarks/pretrain_throughput.py --config configs/albert_base.py \
+  --config.model.dtype=bfloat16 --config.train.batch_size=64 \
+  --config.model.attention_implementation=quadratic --rounds 3 --steps 3
