@@ -1,0 +1,36 @@
+"""Every benchmark script runs end to end at its smallest size (``make test-all``): they are not
+imported by the library, so a change elsewhere can break one unseen. Their numbers are not
+checked here (BENCHMARKS.md holds those)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+RUNS = {
+    "attention_scaling": ["--max_n", "128", "--repeats", "1", "--normalizations", "softmax,dnas",
+                          "--dtype", "bfloat16", "--batch", "2"],
+    "grid_throughput": ["--models", "1,2", "--steps", "1", "--repeats", "1", "--sizes", "small"],
+    "pretrain_throughput": ["--rounds", "1", "--steps", "1", "--config.train.batch_size=2",
+                            "--config.data.max_seq_length=16"],
+    "finetune_throughput": ["--seeds", "2", "--widths", "1", "--steps", "1", "--rounds", "1",
+                            "--seq_len", "16", "--batch_size", "2"],
+    "step_profile": ["--d_model", "8", "--seq_len", "8", "--steps", "1"],
+    "cpu_levers": ["--levers", "default,processes", "--rounds", "1", "--num_models", "2",
+                   "--steps", "1", "--repeats", "1"],
+}
+LAST_LINE = {"attention_scaling": "dnas_fused_over_softmax_fused_at_128=",
+             "grid_throughput": "speedup_at_2=", "cpu_levers": "processes"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_the_benchmark_runs(name):
+  if name == "cpu_levers" and len(os.sched_getaffinity(0)) != 2:
+    pytest.skip("the run's --num_models=2 divides over two cores")
+  run = subprocess.run([sys.executable, os.path.join("benchmarks", f"{name}.py"), *RUNS[name]],
+                       cwd=REPO, capture_output=True, text=True, timeout=900)
+  assert run.returncode == 0, run.stderr[-3000:]
+  assert LAST_LINE.get(name, "") in run.stdout.strip().splitlines()[-1], run.stdout[-2000:]
