@@ -71,7 +71,7 @@ def main(argv):
   print(f"{'norm':>{width}} {'N':>5} {'mode':>7} {'quad ms':>9} {'fast ms':>9} {'speedup':>8} "
         f"{'quad MiB':>9} {'fast MiB':>9} {'mem ratio':>9} {'fast/softmax':>12} "
         f"{'fused ms':>9} {'fused x':>8} {'fused MiB':>9}")
-  results, fused_seconds = {}, {}
+  results = {}
   measured = names + ["softmax"] * ("softmax" not in names)  # the time reference
   for n in lengths:
     costs = cost.measure(measured, n, _REPEATS.value, _MAX_GIB.value * 2 ** 30,
@@ -87,8 +87,7 @@ def main(argv):
         mq = costs[(name, "quadratic", mode)]["bytes"]
         mf = costs[(name, "fast", mode)]["bytes"]
         mu = costs.get((name, "fused", mode), {}).get("bytes")
-        results[(name, n, mode)] = (tq, tf, mq, mf, ts)
-        fused_seconds[(name, n, mode)] = tu
+        results[(name, n, mode)] = (tq, tf, mq, mf, tu)
         print(f"{name:>{width}} {n:5d} {mode:>7} {_ms(tq)} {_ms(tf)} {_ratio(tq, tf, 8)} "
               f"{mq / 2**20:9.1f} {mf / 2**20:9.1f} {mq / mf:9.1f} {_ratio(tf, ts, 12)} "
               f"{_fused_cells(tq, tu, mu)}", flush=True)
@@ -98,7 +97,8 @@ def main(argv):
     _, _, mq, mf, _ = results[("dnas", 4096, "fwd+bwd")]
     print(f"dnas_memory_ratio_at_4096={mq / mf:.2f}")
   for n in lengths:
-    dnas, softmax = (fused_seconds.get((name, n, "fwd+bwd")) for name in ("dnas", "softmax"))
+    dnas, softmax = (results.get((name, n, "fwd+bwd"), (None,) * 5)[-1]
+                     for name in ("dnas", "softmax"))
     if dnas and softmax:
       print(f"dnas_fused_over_softmax_fused_at_{n}={dnas / softmax:.2f}")
 
