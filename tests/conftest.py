@@ -10,11 +10,13 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 # Compiling dominates the suite's time: `make test` compiles without LLVM's optimisation passes
 # (which change how fast a program runs and, in the last bits, the order of some sums; a quarter
-# less time), `make test-all` (NORMATTN_JAX_TEST_OPTIMIZED=1) as the runs do. Processes that
-# tests start inherit it.
+# less time) and with XLA's elemental emitter in place of its MLIR fusion emitters (which emit
+# the same arithmetic more slowly: another quarter less), `make test-all`
+# (NORMATTN_JAX_TEST_OPTIMIZED=1) as the runs do. Processes that tests start inherit it.
 if os.environ.get("NORMATTN_JAX_TEST_OPTIMIZED", "0") != "1":
   os.environ["XLA_FLAGS"] = " ".join(
-      [os.environ.get("XLA_FLAGS", ""), "--xla_backend_optimization_level=0"]).strip()
+      [os.environ.get("XLA_FLAGS", ""), "--xla_backend_optimization_level=0",
+       "--xla_cpu_use_fusion_emitters=false"]).strip()
 
 import jax  # noqa: E402
 
@@ -32,3 +34,17 @@ def pytest_collection_modifyitems(items):
     marker = item.get_closest_marker("fast_subset")
     if marker is not None and not marker.args[0](item.callspec.params):
       item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def fusion_emitters(monkeypatch):
+  """Programs jitted during the test are compiled with XLA's fusion emitters, as in the runs: a
+  model's arithmetic is then the same bits in a program of one model and of many, which the
+  elemental emitter that ``make test`` compiles with does not keep."""
+  jit = jax.jit
+
+  def with_fusion_emitters(fun, *, compiler_options=None, **kwargs):
+    options = dict(compiler_options or {}, xla_cpu_use_fusion_emitters=True)
+    return jit(fun, compiler_options=options, **kwargs)
+
+  monkeypatch.setattr(jax, "jit", with_fusion_emitters)

@@ -39,6 +39,7 @@ def train(arch, c):
 
 @pytest.mark.parametrize("models_per_vmap", [1, 4])
 @pytest.mark.fast_subset(lambda p: p["models_per_vmap"] == 4)
+@pytest.mark.usefixtures("fusion_emitters")
 def test_a_cell_trains_alike_alone_and_in_a_grid(models_per_vmap):
   """Fails with one vmap over the whole models axis (the loss differs in its last bits at the
   first step, and training amplifies it): XLA vectorises a 1-model and a 6-model vmap apart."""

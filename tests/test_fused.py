@@ -226,8 +226,9 @@ def simulated_cudnn(monkeypatch):
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("case", ["masks", "padded_causal", "q_shorter"])
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.fast_subset(lambda p: p["case"] == "padded_causal"
-                         or (p["case"] == "masks" and p["dtype"] == "float16"))
+@pytest.mark.fast_subset(  # fp16's masked logit is one for all: two names check it
+    lambda p: p["case"] != "q_shorter" and (p["name"] in ("dnas", "sink") if p["dtype"] == "float16"
+                                            else p["case"] == "padded_causal"))
 def test_the_cudnn_arrangement_equals_the_quadratic_path(monkeypatch, name, case, dtype):
   kernels = simulated_cudnn(monkeypatch)
   n_q, n_k, qm, km, causal = CASES[case]

@@ -105,7 +105,9 @@ def sharp_sequence_params(arch, normalization):
 @pytest.mark.parametrize("arch,normalization,implementation", [
     (arch, n, i) for arch, n in SEQUENCE_CASES for i in IMPLEMENTATIONS
     if has_path(n or ARCHITECTURES[arch].normalization, i)])
-@pytest.mark.fast_subset(lambda p: p["arch"] != "bert" or p["normalization"] in ("softmax", "sink"))
+@pytest.mark.fast_subset(  # MTE's softmax paths are BERT's; its layout is checked on one
+    lambda p: p["normalization"] in ("softmax", "sink") if p["arch"] == "bert"
+    else (p["arch"], p["normalization"]) != ("mte", None) or p["implementation"] == "quadratic")
 def test_sequence_model(arch, normalization, implementation):
   model = sequence_model(arch, normalization, implementation)
   check_padding_invariance(lambda p, t, m: model.apply(p, t, m),
@@ -137,7 +139,9 @@ def albert(normalization, implementation):
 
 @pytest.mark.parametrize("normalization,implementation", [
     (n, i) for n in NORMALIZATIONS for i in IMPLEMENTATIONS if has_path(n, i)])
-@pytest.mark.fast_subset(lambda p: p["normalization"] in ("softmax", "dnas"))
+@pytest.mark.fast_subset(  # the paths' padding is the sequence model's; ALBERT's layers on one
+    lambda p: p["normalization"] == "dnas"
+    or (p["normalization"], p["implementation"]) == ("softmax", "quadratic"))
 def test_albert_model(normalization, implementation):
   model = albert(normalization, implementation)
   params = sharp_albert_params(normalization)

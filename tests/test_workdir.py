@@ -138,6 +138,8 @@ def test_sweep_afresh_moves_the_old_workdir_aside(finished_sweep, tmp_path):
 
 
 @pytest.mark.parametrize("damage", DAMAGES)
+@pytest.mark.fast_subset(  # one fallback for every damage: the others check orbax's reading
+    lambda p: p["damage"] is truncate_array_file)
 def test_sweep_resumes_past_a_damaged_latest_checkpoint(damage, interrupted_sweep, finished_sweep,
                                                         tmp_path):
   workdir = copy(interrupted_sweep, tmp_path)
@@ -241,6 +243,7 @@ def test_pretraining_afresh_moves_the_old_workdir_aside(finished_pretraining, ra
 
 
 @pytest.mark.parametrize("damage", [truncate_array_file, empty_step_folder])
+@pytest.mark.fast_subset(lambda p: p["damage"] is truncate_array_file)
 def test_pretraining_resumes_past_a_damaged_latest_checkpoint(
     damage, interrupted_pretraining, finished_pretraining, random_data, tmp_path):
   workdir = copy(interrupted_pretraining, tmp_path)
