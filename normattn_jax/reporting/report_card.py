@@ -133,13 +133,6 @@ CARD_TASKS = {"case": ("case_distinction", "tokens"), "first_token": ("case_dist
          "mode": ("mode_finding", "classes")}
 
 
-def section(name: str, options: dict) -> ml_collections.ConfigDict:
-  """A config's ``attention`` section of ``name`` and ``options`` (any option names)."""
-  out = attention_section(name)
-  out.options = dict(options)
-  return out
-
-
 def base_card_config() -> ml_collections.ConfigDict:
   """A card's fields (``configs/report_card.py``): the ``attention`` section of every run kind
   (the normalisation, "" until one is named, and its options), the ``scale`` (a key of
@@ -199,7 +192,7 @@ def sweep_config(task: str, scale: str, archs: tuple,
   c = base_config()
   c.archs = tuple(archs)
   if spec is not None:
-    c.attention = section(spec.name, dict(spec.options))
+    c.attention = attention_section(spec.name, **dict(spec.options))
   c.learning_rates = tuple(s.learning_rates)
   c.num_seeds = s.num_seeds
   c.task.name, c.task.output = CARD_TASKS[task]
