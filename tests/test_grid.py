@@ -149,7 +149,7 @@ def test_resummarise_rebuilds_the_summary_from_the_saved_curves(reference, tmp_p
   assert os.path.exists(tmp_path / "summary.json")
 
 
-@pytest.mark.slow  # the resumed run below equals the reference too, which needs this
+@pytest.mark.slow  # a run that is not repeatable also fails the resumed run's equality below
 def test_same_config_same_summary(reference, tmp_path):
   run(tiny_config(), tmp_path)
   assert read(tmp_path) == read(reference)
