@@ -44,17 +44,23 @@ def copy(workdir, tmp_path):
   return shutil.copytree(workdir, tmp_path / "run")
 
 
+def halve(paths):
+  """Cut each of ``paths`` (at least one) to half its size."""
+  assert paths
+  for path in paths:
+    with open(path, "r+b") as f:
+      f.truncate(os.path.getsize(path) // 2)
+
+
 def truncate_array_file(step_dir):
-  """Cut the array data a restore reads (the OCDBT data file of the item) in half."""
-  path = max(glob.glob(os.path.join(step_dir, "*", "d", "*")), key=os.path.getsize)
-  with open(path, "r+b") as f:
-    f.truncate(os.path.getsize(path) // 2)
+  """Cut the array data a restore reads (the item's OCDBT data files) in half: every file, as
+  which of them holds the arrays depends on how orbax's writes interleaved."""
+  halve(glob.glob(os.path.join(step_dir, "*", "d", "*")))
 
 
 def truncate_metadata(step_dir):
   [path] = glob.glob(os.path.join(step_dir, "*", "_METADATA"))
-  with open(path, "r+b") as f:
-    f.truncate(os.path.getsize(path) // 2)
+  halve([path])
 
 
 def empty_step_folder(step_dir):
