@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
-import tempfile
 from typing import Iterable
 
 import numpy as np
@@ -73,7 +73,9 @@ class Vocab:
 
 def train_sentencepiece(sentences: Iterable[str], model_path: str, vocab_size: int) -> Vocab:
   """Train on ``sentences`` (one per line) and write ``model_path`` atomically. The vocabulary
-  is a soft limit (``hard_vocab_limit=false``): a small corpus may yield fewer pieces.
+  is a soft limit (``hard_vocab_limit=false``): a small corpus may yield fewer pieces. The
+  sentences are streamed to the trainer, so the model records no file path: the same sentences
+  give the same bytes wherever the run is.
 
   Args:
     sentences: the training sentences (newlines inside one become spaces).
@@ -88,18 +90,16 @@ def train_sentencepiece(sentences: Iterable[str], model_path: str, vocab_size: i
   """
   if int_problem(vocab_size, NUM_SPECIAL + 1):
     raise ValueError(f"vocab_size must be an integer > {NUM_SPECIAL}, got {vocab_size!r}")
-  folder = os.path.dirname(os.path.abspath(model_path))
-  os.makedirs(folder, exist_ok=True)
-  with tempfile.TemporaryDirectory(dir=folder) as tmp:
-    corpus = os.path.join(tmp, "sentences.txt")
-    with open(corpus, "w", encoding="utf-8") as f:
-      for sentence in sentences:
-        f.write(sentence.replace("\n", " ") + "\n")
-    prefix = os.path.join(tmp, "spm")
-    spm.SentencePieceTrainer.train(
-        input=corpus, model_prefix=prefix, vocab_size=vocab_size, model_type="unigram",
-        pad_id=PAD, unk_id=UNK, bos_id=-1, eos_id=-1, control_symbols="[CLS],[SEP],[MASK]",
-        normalization_rule_name="nmt_nfkc_cf", hard_vocab_limit=False, num_threads=1,
-        input_sentence_size=2_000_000, shuffle_input_sentence=False, minloglevel=2)
-    os.replace(prefix + ".model", model_path)
+  model = io.BytesIO()
+  spm.SentencePieceTrainer.train(
+      sentence_iterator=(sentence.replace("\n", " ") for sentence in sentences),
+      model_writer=model, vocab_size=vocab_size, model_type="unigram", pad_id=PAD, unk_id=UNK,
+      bos_id=-1, eos_id=-1, control_symbols="[CLS],[SEP],[MASK]",
+      normalization_rule_name="nmt_nfkc_cf", hard_vocab_limit=False, num_threads=1,
+      input_sentence_size=2_000_000, shuffle_input_sentence=False, minloglevel=2)
+  os.makedirs(os.path.dirname(os.path.abspath(model_path)), exist_ok=True)
+  partial = model_path + ".partial"
+  with open(partial, "wb") as f:
+    f.write(model.getvalue())
+  os.replace(partial, model_path)
   return Vocab.load(model_path)
