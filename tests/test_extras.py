@@ -147,7 +147,7 @@ def test_every_extra_named_in_the_code_is_declared():
 
 
 def test_a_sweep_records_the_versions_it_ran_with(tmp_path):
-  run(tiny_config(**{"train.num_steps": 10, "train.eval_every": 10}), tmp_path)
+  run(tiny_config(), tmp_path)
   with open(tmp_path / "versions.json") as f:
     recorded = json.load(f)
   assert recorded == json.loads(json.dumps(_extras.versions()))
