@@ -10,7 +10,7 @@ import pytest
 from normattn_jax import MultiHeadAttention
 from normattn_jax.attention import fast
 from normattn_jax.attention import weights as W
-from tests.attention_masks import dense_mask
+from tests.attention_paths import dense_mask, out_and_grads
 
 B, H, D, E = 2, 2, 8, 5
 
@@ -63,15 +63,9 @@ def test_values_and_gradients_equal_the_quadratic_path(name, n, masked, causal):
   # evaluation) when XLA compiles with LLVM's optimisations, 4e-4 and 2.4e-3 without them (make
   # test): the same sums in another order.
   tol, grad_tol = (5e-4, 3e-3) if name == "nap" else (1e-5, 5e-5)
-  probe = jax.random.normal(jax.random.key(7), (B, H, n, E))
-  fast_path = lambda *a: fast_fn(*a, **masks)
-  quadratic_path = lambda *a: quadratic(weight_fn, *a, mask)
-  # one compiled program per path (op by op, each of their many operations would compile alone)
-  values_and_grads = jax.jit(lambda fn, *a: (fn(*a), jax.grad(lambda *b: jnp.sum(fn(*b) * probe),
-                                                                (0, 1, 2))(*a)),
-                             static_argnums=0)
   (got_values, got_grads), (want_values, want_grads) = (
-      values_and_grads(fn, q, k, v) for fn in (fast_path, quadratic_path))
+      out_and_grads(fn, q, k, v, probe_seed=7)
+      for fn in (lambda *a: fast_fn(*a, **masks), lambda *a: quadratic(weight_fn, *a, mask)))
   np.testing.assert_allclose(got_values, want_values, atol=tol, rtol=tol)
   for got, want in zip(got_grads, want_grads):
     np.testing.assert_allclose(got, want, atol=grad_tol * float(jnp.max(jnp.abs(want))), rtol=0)
@@ -144,16 +138,6 @@ def causal_mask(n_q, n_k):
   return jnp.tril(jnp.ones((n_q, n_k), bool), n_k - n_q)
 
 
-def jit_out_and_grads(fn, q, k, v):
-  """fn(q, k, v) and the gradients of <fn(q, k, v), probe>, under one jit (fast to compile)."""
-  probe = jax.random.normal(jax.random.key(7), q.shape[:-1] + v.shape[-1:])
-
-  def go(q, k, v):
-    out, vjp = jax.vjp(fn, q, k, v)
-    return out, vjp(probe)
-  return jax.jit(go)(q, k, v)
-
-
 def assert_same_out_and_grads(got, want, tol):
   np.testing.assert_allclose(got[0], want[0], atol=tol, rtol=tol)
   for g, w in zip(got[1], want[1]):
@@ -170,8 +154,8 @@ def test_causal_with_unequal_lengths_equals_the_quadratic_path(name, n_q, n_k):
   q = inputs(n_q, seed=1)[0]
   _, k, v, _, km = inputs(n_k, seed=2)
   mask = causal_mask(n_q, n_k) & km[:, None, None, :]
-  got = jit_out_and_grads(lambda *a: fast_fn(*a, key_mask=km, causal=True), q, k, v)
-  want = jit_out_and_grads(lambda *a: quadratic(weight_fn, *a, mask), q, k, v)
+  got = out_and_grads(lambda *a: fast_fn(*a, key_mask=km, causal=True), q, k, v)
+  want = out_and_grads(lambda *a: quadratic(weight_fn, *a, mask), q, k, v)
   assert_same_out_and_grads(got, want, 1e-4)
   if n_q > n_k:
     assert (got[0][..., :n_q - n_k, :] == 0).all()  # the first queries see no key
@@ -205,11 +189,11 @@ def test_blockwise_gradients_at_huge_logits(name):
   scale = 1e18
   q, k = q * scale, k * scale
   mask = dense_mask(B, 7, 7, qm, km, True)
-  got = jit_out_and_grads(lambda *a: fast_fn(*a, query_mask=qm, key_mask=km, causal=True),
+  got = out_and_grads(lambda *a: fast_fn(*a, query_mask=qm, key_mask=km, causal=True),
                           q, k, v)
   assert all(jnp.isfinite(g).all() for g in got[1])
   if name != "sinkhorn":
-    want = jit_out_and_grads(lambda *a: quadratic(weight_fn, *a, mask), q, k, v)
+    want = out_and_grads(lambda *a: quadratic(weight_fn, *a, mask), q, k, v)
     np.testing.assert_allclose(got[0], want[0], atol=1e-5)
     for g, w, unit in zip(got[1], want[1], (scale, scale, 1.0)):
       np.testing.assert_allclose(g / unit, w / unit, atol=1e-5)

@@ -9,7 +9,7 @@ import pytest
 
 from normattn_jax.attention import fast
 from normattn_jax.attention.registry import get
-from tests.attention_masks import dense_mask, lengths_mask
+from tests.attention_paths import dense_mask, lengths_mask, out_and_grads
 
 B, H, D, E = 2, 2, 4, 3
 BLOCK = 4  # n_q = 7 or 9: the last query block is padded
@@ -68,12 +68,7 @@ def test_values_and_gradients_equal_the_quadratic_path(name, case):
   q, k, v = inputs(n_q, n_k)
   mask = dense_mask(B, n_q, n_k, qm, km, causal)
   params = PARAMS[name]
-  probe = jax.random.normal(jax.random.key(1), q.shape[:-1] + v.shape[-1:])
-  # one compiled program per path (op by op, each of their many operations would compile alone)
-  values_and_grads = jax.jit(lambda fn, *a: (fn(*a), jax.grad(lambda *b: jnp.sum(fn(*b) * probe),
-                                                                (0, 1, 2, 3))(*a)),
-                             static_argnums=0)
-  (got, got_g), (want, want_g) = (values_and_grads(fn, q, k, v, params) for fn in (
+  (got, got_g), (want, want_g) = (out_and_grads(fn, q, k, v, params) for fn in (
       lambda *a: fast_path(name, *a, qm, km, causal), lambda *a: quadratic(name, *a, mask)))
   np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
   empty = jnp.broadcast_to(~jnp.any(mask, -1), got.shape[:-1])

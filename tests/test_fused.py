@@ -14,7 +14,7 @@ from normattn_jax import MultiHeadAttention
 from normattn_jax.attention import fused, registry
 from normattn_jax.attention.registry import get
 from normattn_jax.nnx import MultiHeadAttention as NnxAttention
-from tests.attention_masks import dense_mask, lengths_mask
+from tests.attention_paths import dense_mask, lengths_mask, out_and_grads
 
 B, H, D, E = 2, 2, 4, 3
 BLOCK = 4
@@ -69,15 +69,6 @@ def quadratic(name, q, k, v, params, mask):
 def fused_path(name, q, k, v, params, query_mask, key_mask, causal, mask=None):
   return get(name).fused_attention(q, k, v, params, query_mask=query_mask, key_mask=key_mask,
                                    causal=causal, mask=mask, block_size=BLOCK)
-
-
-def out_and_grads(fn, q, k, v, params, jit=quick):
-  """``fn(q, k, v, params)`` and the gradients of ``<fn(...), probe>`` (all four), one jit; the
-  probe is drawn in float32 whatever the output's dtype, so both paths get the same one."""
-  def go(q, k, v, params):
-    out, vjp = jax.vjp(fn, q, k, v, params)
-    return out, vjp(jax.random.normal(jax.random.key(1), out.shape).astype(out.dtype))
-  return jit(go)(q, k, v, params)
 
 
 def assert_same(got, want, tol=1e-5):

@@ -1,0 +1,30 @@
+"""What the tests that compare attention paths share: a batch's lengths as a [batch, n] mask,
+the dense [batch, 1, n_q, n_k] mask that the quadratic definitions take for query and key masks
+and a causal rule (the last query sees the last key), and a path's values with its gradients."""
+import jax
+import jax.numpy as jnp
+
+
+def lengths_mask(lengths, n):
+  return jnp.arange(n)[None, :] < jnp.asarray(lengths)[:, None]
+
+
+def dense_mask(batch, n_q, n_k, query_mask=None, key_mask=None, causal=False):
+  m = jnp.ones((batch, 1, n_q, n_k), bool)
+  if query_mask is not None:
+    m = m & query_mask[:, None, :, None]
+  if key_mask is not None:
+    m = m & key_mask[:, None, None, :]
+  if causal:
+    m = m & (jnp.arange(n_q)[:, None] + n_k - n_q >= jnp.arange(n_k)[None, :])
+  return m
+
+
+def out_and_grads(fn, *args, probe_seed=1, jit=jax.jit):
+  """``fn(*args)`` and the gradients of ``<fn(*args), probe>`` with respect to every argument,
+  as one compiled program (op by op, each of their many operations would compile alone). The
+  probe is drawn in float32 whatever the output's dtype, so every path gets the same one."""
+  def go(*args):
+    out, vjp = jax.vjp(fn, *args)
+    return out, vjp(jax.random.normal(jax.random.key(probe_seed), out.shape).astype(out.dtype))
+  return jit(go)(*args)
