@@ -49,3 +49,20 @@ def fusion_emitters(monkeypatch):
     return jit(fun, compiler_options=options, **kwargs)
 
   monkeypatch.setattr(jax, "jit", with_fusion_emitters)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_temp_dir(tmp_path_factory):
+  """Temporary files go under the session's folder, which pytest prunes after a few sessions:
+  TFDS leaves an empty folder in the temporary directory each time a builder finds no prepared
+  data, dozens per run, which would otherwise pile up in /tmp. Processes that tests start
+  inherit it through TMPDIR."""
+  folder = tmp_path_factory.mktemp("tempfile")
+  saved = tempfile.tempdir, os.environ.get("TMPDIR")
+  tempfile.tempdir = os.environ["TMPDIR"] = str(folder)
+  yield folder
+  tempfile.tempdir = saved[0]
+  if saved[1] is None:
+    os.environ.pop("TMPDIR")
+  else:
+    os.environ["TMPDIR"] = saved[1]
