@@ -4,8 +4,9 @@ Measured side by side in one run (variants interleaved, medians of repeats): mod
 achieved GFLOP/s against a matmul peak measured in the same run, for M = 1, 10, 50 at d = 32
 (N = 32) and at the NAP paper's defaults (d = N = 128, L = 2, H = 4, batch 32). One program
 holds the M models either as one vmap (width M, the engine's default on an accelerator) or as a
-lax.map over 1-model vmaps (width 1, its default on a CPU), the latter also sharded over the
-CPU split into one host device per core (``--cpu_devices``; a run script's ``--cpu_devices``).
+lax.map over 1-model vmaps (width 1, its default on a CPU), both also sharded over the CPU
+split into one host device per core (``--cpu_devices``; a run script's ``--cpu_devices``): width
+1 and one vmap per device.
 FLOPs come from XLA's cost analysis of the compiled step. The architecture is MTE.
 
   python benchmarks/grid_throughput.py [--repeats 3] [--steps 4] [--models 1,10,50]
@@ -98,13 +99,16 @@ def timed(fn):
 
 def engine_configurations(model_counts, cpu_devices):
   """(M, width, devices) of each one-program variant: one vmap of all M, a lax.map over 1-model
-  vmaps, and that split over ``cpu_devices`` host devices (one per core) where M divides."""
+  vmaps, and, where M divides over ``cpu_devices`` host devices (one per core), those split
+  over them and one vmap per device."""
   found = []
   for m in model_counts:
     if m > 1:
       found += [(m, m, 1), (m, 1, 1)]
       if cpu_devices > 1 and m % cpu_devices == 0:
         found.append((m, 1, cpu_devices))
+        if m > cpu_devices:
+          found.append((m, m // cpu_devices, cpu_devices))
   return found
 
 
