@@ -12,7 +12,7 @@ Measured side by side in one run (variants interleaved, medians of repeats), tra
     one after another is shown for context.
 
 Each side is taken at its better configuration: the engine, built as benchmarks/grid_throughput.py
-builds it (``train_step`` scanned over the steps, ``over_models``), at 1 or M models per vmap;
+builds it (``train_step`` scanned over the steps, ``over_models``), in the variants it times;
 the ensemble with PyTorch's fused attention kernel (which ``vmap`` runs model by model, having
 no batching rule for it on the CPU) or with attention in plain ops. Both sides draw a fresh batch
 per step on their device, and both use Adam with learning rate 1e-3 and Keras' epsilon 1e-7 (the
@@ -62,7 +62,7 @@ _TORCH_THREADS = flags.DEFINE_integer("torch_threads", 2, "torch.set_num_threads
 # ----- the measurement -----
 
 def measure(d_model, num_models, steps, repeats, torch_variants):
-  """Model-steps/s of the engine at widths 1 and M and of the PyTorch variants, interleaved."""
+  """Model-steps/s of the engine (grid_throughput's variants) and of PyTorch, interleaved."""
   setup = setup_for(d_model, d_model)
   variants, flops = {}, None
   for m, width, devices in grid_throughput.engine_configurations([num_models],
