@@ -14,7 +14,8 @@ from normattn_jax import MultiHeadAttention
 from normattn_jax.attention import fused, registry
 from normattn_jax.attention.registry import get
 from normattn_jax.nnx import MultiHeadAttention as NnxAttention
-from tests.attention_paths import dense_mask, lengths_mask, out_and_grads
+from tests import attention_paths
+from tests.attention_paths import dense_mask, lengths_mask
 
 B, H, D, E = 2, 2, 4, 3
 BLOCK = 4
@@ -33,6 +34,7 @@ ROW_WISE = ("sink", "softmax", "ssmax")  # they also take a dense mask
 QUICK = dict(compiler_options={"xla_backend_optimization_level": 0,
                                "xla_llvm_disable_expensive_passes": True})
 quick = functools.partial(jax.jit, **QUICK)
+out_and_grads = functools.partial(attention_paths.out_and_grads, jit=quick)
 
 
 
