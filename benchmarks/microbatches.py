@@ -10,6 +10,7 @@ over ``--rounds`` rounds; the printed ratio is each k's median step time against
 the gradients of every k are checked against k = 1's first.
 
   python benchmarks/microbatches.py [--microbatches 1,2,4,8,16] [--rounds 9] [--steps 4]
+      [--d_model 128] [--seq_len 128]
 
 Measure on quiet cores.
 """
@@ -30,6 +31,8 @@ _MICROBATCHES = flags.DEFINE_list("microbatches", ["1", "2", "4", "8", "16"],
                                   "Micro-batch counts k; each divides the batch of 32.")
 _ROUNDS = flags.DEFINE_integer("rounds", 9, "Rounds; each times every k once.", lower_bound=1)
 _STEPS = flags.DEFINE_integer("steps", 4, "Gradient steps per timed call.", lower_bound=1)
+_D_MODEL = flags.DEFINE_integer("d_model", 128, "Model width.", lower_bound=1)
+_SEQ_LEN = flags.DEFINE_integer("seq_len", 128, "Sequence length N.", lower_bound=1)
 
 
 def gradients_in(k: int, model, batch_size: int):
@@ -52,7 +55,7 @@ def gradients_in(k: int, model, batch_size: int):
 def main(argv):
   del argv
   c = base_config()
-  c.model.d_model, c.task.seq_len = 128, 128
+  c.model.d_model, c.task.seq_len = _D_MODEL.value, _SEQ_LEN.value
   setup = Setup("mte", c)
   model, batch_size, n = setup.model(), c.train.batch_size, c.task.seq_len
   counts = [int(k) for k in _MICROBATCHES.value]

@@ -18,6 +18,8 @@ RUNS = {
     "finetune_throughput": ["--seeds", "2", "--widths", "1", "--steps", "1", "--rounds", "1",
                             "--seq_len", "16", "--batch_size", "2"],
     "step_profile": ["--d_model", "8", "--seq_len", "8", "--steps", "1"],
+    "microbatches": ["--d_model", "8", "--seq_len", "8", "--microbatches", "1,2", "--rounds",
+                     "1", "--steps", "1"],
     "cpu_levers": ["--levers", "default,processes", "--rounds", "1", "--num_models", "2",
                    "--steps", "1", "--repeats", "1"],
 }
