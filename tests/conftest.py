@@ -57,12 +57,8 @@ def session_temp_dir(tmp_path_factory):
   TFDS leaves an empty folder in the temporary directory each time a builder finds no prepared
   data, dozens per run, which would otherwise pile up in /tmp. Processes that tests start
   inherit it through TMPDIR."""
-  folder = tmp_path_factory.mktemp("tempfile")
-  saved = tempfile.tempdir, os.environ.get("TMPDIR")
-  tempfile.tempdir = os.environ["TMPDIR"] = str(folder)
-  yield folder
-  tempfile.tempdir = saved[0]
-  if saved[1] is None:
-    os.environ.pop("TMPDIR")
-  else:
-    os.environ["TMPDIR"] = saved[1]
+  folder = str(tmp_path_factory.mktemp("tempfile"))
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(tempfile, "tempdir", folder)
+    patch.setenv("TMPDIR", folder)
+    yield folder
