@@ -76,7 +76,8 @@ def build(setup, num_models, steps, per_vmap=None, devices=1):
   def run(state, hp):
     return jax.lax.scan(lambda s, _: programs.train_step(s, hp), state, None, length=steps)[0]
 
-  sharding = NamedSharding(Mesh(np.asarray(jax.devices()[:devices]), ("models",)), P("models"))
+  mesh = Mesh(np.asarray(jax.devices()[:devices]), ("models",))
+  sharding = NamedSharding(mesh, P("models"))
   keys = np.stack([np.asarray(jax.random.key_data(jax.random.key(i))) for i in range(num_models)])
   hp = {"learning_rate": jnp.full((num_models,), 1e-3), "l2": jnp.zeros((num_models,))}
   state = jax.jit(jax.vmap(programs.init))(keys, hp)
@@ -86,7 +87,7 @@ def build(setup, num_models, steps, per_vmap=None, devices=1):
   cost = one_step.compile().cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   state, hp = jax.device_put((state, hp), sharding)
-  program = over_models(run, per_vmap or num_models // devices, num_devices=devices)
+  program = over_models(run, per_vmap or num_models // devices, mesh)
   compiled = jax.jit(program, out_shardings=sharding).lower(state, hp).compile()
   return compiled, state, hp, float(cost["flops"]) / num_models
 

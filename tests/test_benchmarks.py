@@ -20,11 +20,13 @@ RUNS = {
     "step_profile": ["--d_model", "8", "--seq_len", "8", "--steps", "1"],
     "microbatches": ["--d_model", "8", "--seq_len", "8", "--microbatches", "1,2", "--rounds",
                      "1", "--steps", "1"],
+    "engine_compile": ["--rounds", "1", "--chunks", "1", "--sizes", "test"],
     "cpu_levers": ["--levers", "default,processes", "--rounds", "1", "--num_models", "2",
                    "--steps", "1", "--repeats", "1"],
 }
 LAST_LINE = {"attention_scaling": "dnas_fused_over_softmax_fused_at_128=",
-             "grid_throughput": "speedup_at_2=", "cpu_levers": "processes"}
+             "grid_throughput": "speedup_at_2=", "cpu_levers": "processes",
+             "engine_compile": "chunk_speedup_test="}
 
 
 @pytest.mark.slow

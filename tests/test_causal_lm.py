@@ -157,6 +157,7 @@ def test_an_interrupted_variant_resumes_to_the_numbers_of_an_uninterrupted_one(t
 
 
 @pytest.mark.slow  # two grids; the engine's own tests cover the path
+@pytest.mark.usefixtures("fusion_emitters")
 def test_a_seed_trains_alike_alone_and_beside_other_seeds(tmp_path):
   """The models axis is the seeds: seed 0 of a grid of 2 is the grid of seed 0 alone."""
   runs = [train_variant(c, grid_of(c), tmp_path / str(c.train.seeds))

@@ -15,7 +15,6 @@ import textwrap
 import pytest
 
 from normattn_jax import _extras
-from test_grid import run, tiny_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -144,16 +143,6 @@ def test_every_extra_named_in_the_code_is_declared():
     assert f'"{extra}":' in setup, extra
   with pytest.raises(ValueError, match="unknown extra"):
     _extras.require("numpy", "plots")
-
-
-def test_a_sweep_records_the_versions_it_ran_with(tmp_path):
-  run(tiny_config(), tmp_path)
-  with open(tmp_path / "versions.json") as f:
-    recorded = json.load(f)
-  assert recorded == json.loads(json.dumps(_extras.versions()))
-  for name in ("normattn_jax", "jax", "jaxlib", "flax", "optax", "numpy", "orbax-checkpoint"):
-    assert recorded["packages"][name], name
-  assert recorded["python"] and recorded["device_kind"]
 
 
 def test_a_resumed_run_keeps_the_versions_it_started_with(tmp_path, monkeypatch):

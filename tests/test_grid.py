@@ -12,6 +12,7 @@ import numpy as np
 import optax
 import pytest
 
+from normattn_jax import _extras
 from normattn_jax.train import base_config, make_optimizer, validate
 from normattn_jax.train.grid import (Setup, make_programs, models_per_vmap, program_bytes,
                                      width_within)
@@ -89,6 +90,11 @@ def test_outputs(reference):
   assert os.path.exists(os.path.join(reference, "config.json"))
   # the figures are the caller's (reporting.figures.draw_finished_sweep): training draws none
   assert not [name for name in os.listdir(reference) if name.endswith(".png")]
+  recorded = read(reference, "versions.json")  # what the run ran with
+  assert recorded == json.loads(json.dumps(_extras.versions()))
+  for name in ("normattn_jax", "jax", "jaxlib", "flax", "optax", "numpy", "orbax-checkpoint"):
+    assert recorded["packages"][name], name
+  assert recorded["python"] and recorded["device_kind"] and recorded["device_count"] == 1
 
 
 def test_history_holds_each_learning_rates_means_per_grid_and_evaluation(reference):
@@ -358,6 +364,7 @@ def test_per_tensor_clipping():
   np.testing.assert_allclose(clipped["b"], [0.3, 0.4], rtol=1e-6)
 
 
+@pytest.mark.slow  # its own process; sharding over devices: test_distributed, test_retrain_arch
 def test_eight_devices_give_the_same_result_as_one(reference, tmp_path):
   """Each model's arithmetic is the same whichever device holds it, up to the order of float
   operations inside XLA's kernels; the learning rates here are ones where Adam does not

@@ -65,6 +65,7 @@ def read_history(workdir):
     return [json.loads(line) for line in f]
 
 
+@pytest.mark.slow  # also checked, from a damaged checkpoint, by test_workdir
 def test_resumed_run_equals_uninterrupted(tmp_path, random_data):
   config = tiny_config("hnas")
   whole = run_pretraining(config, str(tmp_path / "whole"), show_progress=False)

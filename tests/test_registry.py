@@ -178,6 +178,7 @@ def test_the_sweep_cli_needs_the_plugin_that_registers_sparsemax(tmp_path):
   assert not os.path.exists(tmp_path / "w")
 
 
+@pytest.mark.slow  # the command's --plugins: test_retrain_arch; a plugin's sweep: the option's
 def test_a_grid_trains_with_sparsemax_through_the_sweep_cli(tmp_path):
   result = _cli(tmp_path, "--plugins=test_registry")
   assert result.returncode == 0, result.stderr[-3000:]
