@@ -10,8 +10,9 @@ whether both programs give the same bits (states and metrics after two chunks).
   python benchmarks/engine_compile.py [--rounds 3] [--sizes test --sizes defaults]
 
 The sizes: test (test_grid's tiny sweep: d = N = 8, one layer, batch 4, 10 steps per chunk) and
-defaults (the NAP paper's: d = N = 128, L = 2, H = 4, batch 32; 4 steps per chunk). The summary
-lines: build_speedup_<size>=<vmap's trace + lower + compile seconds / shard_map's> and
+defaults (the NAP paper's: d = N = 128, L = 2, H = 4, batch 32; 4 steps per chunk and an
+evaluation of 2 validation batches and 100 case sequences). The summary lines:
+build_speedup_<size>=<vmap's trace + lower + compile seconds / shard_map's> and
 chunk_speedup_<size>=<vmap's ms per chunk / shard_map's>.
 """
 from __future__ import annotations
