@@ -14,9 +14,9 @@ scratch memory exceeds --max_gib is compiled (for its memory) but not run.
       [--batch 1] [--dtype float32|bfloat16]
 
 On a GPU, ``--dtype bfloat16 --batch 8`` gives cuDNN's kernel calls long enough to time.
-The last lines: nap_speedup_at_4096=<quadratic / fast, forward+backward>,
-dnas_memory_ratio_at_4096=<quadratic / fast peak memory, forward+backward> and, where both were
-timed, dnas_fused_over_softmax_fused_at_<N>=<fused DNAS / fused softmax time, forward+backward>.
+After each N where both were timed: dnas_fused_over_softmax_fused_at_<N>=<fused DNAS / fused
+softmax time, forward+backward>; the last lines: nap_speedup_at_4096=<quadratic / fast,
+forward+backward> and dnas_memory_ratio_at_4096=<quadratic / fast peak memory, forward+backward>.
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ _NORMALIZATIONS = flags.DEFINE_list(
 
 
 def _ms(seconds) -> str:
-  return f"{seconds * 1e3:9.1f}" if seconds is not None else f"{'(skip)':>9}"
+  return f"{seconds * 1e3:9.2f}" if seconds is not None else f"{'(skip)':>9}"
 
 
 def _ratio(a, b, width: int) -> str:
@@ -91,16 +91,15 @@ def main(argv):
         print(f"{name:>{width}} {n:5d} {mode:>7} {_ms(tq)} {_ms(tf)} {_ratio(tq, tf, 8)} "
               f"{mq / 2**20:9.1f} {mf / 2**20:9.1f} {mq / mf:9.1f} {_ratio(tf, ts, 12)} "
               f"{_fused_cells(tq, tu, mu)}", flush=True)
+    dnas, softmax = (results.get((name, n, "fwd+bwd"), (None,) * 5)[-1]
+                     for name in ("dnas", "softmax"))
+    if dnas and softmax:  # at once, so that a run stopped at a longer N keeps it
+      print(f"dnas_fused_over_softmax_fused_at_{n}={dnas / softmax:.2f}", flush=True)
   if 4096 in lengths and "nap" in names and "dnas" in names:
     tq, tf, *_ = results[("nap", 4096, "fwd+bwd")]
     print(f"nap_speedup_at_4096={tq / tf:.2f}" if tq and tf else "nap_speedup_at_4096=nan")
     _, _, mq, mf, _ = results[("dnas", 4096, "fwd+bwd")]
     print(f"dnas_memory_ratio_at_4096={mq / mf:.2f}")
-  for n in lengths:
-    dnas, softmax = (results.get((name, n, "fwd+bwd"), (None,) * 5)[-1]
-                     for name in ("dnas", "softmax"))
-    if dnas and softmax:
-      print(f"dnas_fused_over_softmax_fused_at_{n}={dnas / softmax:.2f}")
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ def child(spec: dict) -> None:
   """Build and time one process's models; print ``{"rate": model-steps/s}``."""
   grid_throughput.use_cpu_devices(spec["devices"])
   setup = grid_throughput.setup_for(128, 128)
-  compiled, state, hp, _ = grid_throughput.build(setup, spec["models"], spec["steps"], 1,
+  compiled, state, hp = grid_throughput.build(setup, spec["models"], spec["steps"], 1,
                                                  spec["devices"])
   run = lambda: compiled(state, hp)
   grid_throughput.timed(run)  # warm up

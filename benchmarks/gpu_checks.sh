@@ -24,12 +24,12 @@ step() {  # step <seconds> <name> <command ...>
   timeout "$limit" "$@" 2>&1 | grep -v '^[IW][0-9]' | tee "$out/$name.log" | tail -40
 }
 
-step 150 tests python3 -m pytest -q -p no:cacheprovider -n 4 tests/test_fused.py tests/test_nnx.py
-step 120 scaling python3 benchmarks/attention_scaling.py --dtype bfloat16 --batch 8 \
+step 150 tests python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_fused.py tests/test_nnx.py
+step 100 scaling python3 benchmarks/attention_scaling.py --dtype bfloat16 --batch 8 \
   --normalizations softmax,dnas,hnas --max_n 4096 --repeats 10
-step 180 grid python3 benchmarks/grid_throughput.py --sizes defaults --steps 10 --repeats 3 \
-  --models 1,10,50
-step 150 pretrain python3 benchmarks/pretrain_throughput.py --config configs/albert_base.py \
+step 150 grid python3 benchmarks/grid_throughput.py --sizes defaults --steps 10 --repeats 3 \
+  --models 1,50
+step 100 pretrain python3 benchmarks/pretrain_throughput.py --config configs/albert_base.py \
   --config.model.dtype=bfloat16 --config.train.batch_size=64 \
   --config.model.attention_implementation=quadratic --rounds 3 --steps 3
 step 240 compile python3 benchmarks/engine_compile.py --rounds 2 --chunks 3

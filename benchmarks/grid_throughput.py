@@ -67,6 +67,20 @@ def setup_for(d_model, seq_len):
   return Setup("mte", c)
 
 
+def flops_per_model_step(setup) -> float:
+  """XLA's count of one model's training step. XLA counts a loop body once, so it comes from a
+  program of one unrolled step (on one device: a sharded program's cost analysis counts one
+  device's share)."""
+  programs = make_programs(setup)
+  hp = {"learning_rate": jnp.full((1,), 1e-3), "l2": jnp.zeros((1,))}
+  keys = np.asarray(jax.random.key_data(jax.random.key(0)))[None]
+  state = jax.jit(jax.vmap(programs.init))(keys, hp)
+  one_step = jax.jit(jax.vmap(lambda s, h: programs.train_step(s, h)[0])).lower(state, hp)
+  cost = one_step.compile().cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  return float(cost["flops"])
+
+
 def build(setup, num_models, steps, per_vmap=None, devices=1):
   """A jitted program running ``steps`` training steps of ``num_models`` models, ``per_vmap``
   of them vmapped together (default: all), the models split over the first ``devices`` devices
@@ -81,15 +95,10 @@ def build(setup, num_models, steps, per_vmap=None, devices=1):
   keys = np.stack([np.asarray(jax.random.key_data(jax.random.key(i))) for i in range(num_models)])
   hp = {"learning_rate": jnp.full((num_models,), 1e-3), "l2": jnp.zeros((num_models,))}
   state = jax.jit(jax.vmap(programs.init))(keys, hp)
-  # XLA counts a loop body once, so the FLOPs come from a program of one unrolled step (on one
-  # device: a sharded program's cost analysis counts one device's share)
-  one_step = jax.jit(jax.vmap(lambda s, h: programs.train_step(s, h)[0])).lower(state, hp)
-  cost = one_step.compile().cost_analysis()
-  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   state, hp = jax.device_put((state, hp), sharding)
   program = over_models(run, per_vmap or num_models // devices, mesh)
   compiled = jax.jit(program, out_shardings=sharding).lower(state, hp).compile()
-  return compiled, state, hp, float(cost["flops"]) / num_models
+  return compiled, state, hp
 
 
 def timed(fn):
@@ -119,10 +128,11 @@ def variant_name(m, width, devices):
 
 def measure(d_model, seq_len, model_counts, steps, repeats, peak):
   setup = setup_for(d_model, seq_len)
-  single, s1, hp1, flops = build(setup, 1, steps)
+  flops = flops_per_model_step(setup)
+  single, s1, hp1 = build(setup, 1, steps)
   variants = {}
   for m, w, k in engine_configurations(model_counts, jax.device_count()):
-    compiled, state, hp, _ = build(setup, m, steps, w, k)
+    compiled, state, hp = build(setup, m, steps, w, k)
     variants[variant_name(m, w, k)] = (m, lambda c=compiled, s=state, h=hp: c(s, h))
   for m in model_counts:
     variants[f"one after another, M={m}"] = (

@@ -1,7 +1,8 @@
 """Pre-training throughput of ALBERT with UNAS (softmax), DNAS and HNAS attention.
 
 Times the compiled train step of ``normattn_jax.train.pretrain.Trainer`` (forward, backward,
-ALBERT's LAMB) on random batches of the config's shape, the schemes interleaved round by round,
+ALBERT's LAMB) on random batches of the config's shape, the schemes interleaved round by round
+(each round starts with the next, so that no scheme always runs first),
 and prints the median tokens/s of each, its ratio to softmax and XLA's cost analysis of the
 compiled step (GFLOP and GB of memory traffic per step: where a time ratio disagrees with the work
 done, these say which program does more):
@@ -61,8 +62,8 @@ def main(argv):
     jax.block_until_ready(metrics["loss"])
     runs[name] = [step, state, batch]
   times = {name: [] for name in names}
-  for _ in range(_ROUNDS.value):
-    for name in names:
+  for round_ in range(_ROUNDS.value):
+    for name in names[round_ % len(names):] + names[:round_ % len(names)]:  # each goes first
       step, state, batch = runs[name]
       began = time.perf_counter()
       for _ in range(_STEPS.value):

@@ -64,10 +64,10 @@ _TORCH_THREADS = flags.DEFINE_integer("torch_threads", 2, "torch.set_num_threads
 def measure(d_model, num_models, steps, repeats, torch_variants):
   """Model-steps/s of the engine (grid_throughput's variants) and of PyTorch, interleaved."""
   setup = setup_for(d_model, d_model)
-  variants, flops = {}, None
+  variants, flops = {}, grid_throughput.flops_per_model_step(setup)
   for m, width, devices in grid_throughput.engine_configurations([num_models],
                                                                  jax.device_count()):
-    compiled, state, hp, flops = build(setup, m, steps, width, devices)
+    compiled, state, hp = build(setup, m, steps, width, devices)
     name = f"engine, width {width}" + (f", {devices} devices" if devices > 1 else "")
     variants[name] = lambda c=compiled, s=state, h=hp: c(s, h)
   for name, make in torch_variants.items():

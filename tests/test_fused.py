@@ -189,9 +189,11 @@ def test_leading_axes_and_unequal_value_width():
 
 # ----- the cuDNN arrangement, run by XLA's kernel -----
 
-def simulated_cudnn(monkeypatch):
+def simulated_cudnn(monkeypatch, rounded_statistics=True):
   """Make the fused path see a cuDNN device, and run what it sends to cuDNN through XLA's
-  kernel after checking cuDNN's conditions; returns the list of the calls' kernels."""
+  kernel after checking cuDNN's conditions; returns the list of the calls' kernels. The
+  log-sum-exp statistics come back rounded to the inputs' dtype, as jax hands them on, or (not
+  ``rounded_statistics``) in float32, as XLA's GPU compiler may keep them."""
   kernels = []
   original = jax.nn.dot_product_attention
 
@@ -205,10 +207,14 @@ def simulated_cudnn(monkeypatch):
       if kwargs.get("is_causal"):
         assert q.shape[1] == k.shape[1]
       assert q.shape[1] % 2 == 0 and k.shape[1] % 2 == 0  # its training kernel's lengths
-      if q.dtype == jnp.float16:  # XLA's CPU kernel takes no fp16 dot: cuDNN's float32 sums
-        out = original(*(x.astype(jnp.float32) for x in (q, k, v)), bias, mask,
-                       implementation="xla", **kwargs)
-        return out.astype(q.dtype)
+      # XLA's CPU kernel takes no fp16 dot: cuDNN's float32 sums; its statistics come back
+      # rounded to the inputs' dtype, as jax hands them on
+      out = original(*(x.astype(jnp.float32) for x in (q, k, v)), bias, mask,
+                     implementation="xla", **kwargs)
+      if kwargs.get("return_residual"):
+        out, lse = out
+        return out.astype(q.dtype), lse.astype(q.dtype) if rounded_statistics else lse
+      return out.astype(q.dtype)
     return original(q, k, v, bias, mask, implementation="xla", **kwargs)
 
   monkeypatch.setattr(fused, "cudnn_device", lambda: True)
@@ -235,6 +241,35 @@ def test_the_cudnn_arrangement_equals_the_quadratic_path(monkeypatch, name, case
   for g, w in zip(jax.tree.leaves(got[1]), jax.tree.leaves(want[1])):
     scale = max(float(jnp.max(jnp.abs(w))), 1.0)
     np.testing.assert_allclose(np.asarray(g, np.float32), w, atol=5e-2 * scale, rtol=0)
+
+
+@pytest.mark.parametrize("kernel", ["simulated", "simulated_float32", "cudnn"])
+@pytest.mark.parametrize("case", ["masks", "padded_causal", "q_shorter", "fully_masked_row"])
+def test_dnas_offsets_from_the_kernels_statistics(monkeypatch, case, kernel):
+  """On cuDNN, DNAS's offsets are the log-sum-exp statistics of the keys' attention over the
+  queries, rounded to bf16 and refined by a second call: logsumexp over the valid queries in value
+  (to float32 precision with logits near 96, where bf16 rounds by 0.25) and gradient. Run by XLA's
+  kernel in cuDNN's arrangement (the statistics rounded, or kept in float32 as XLA's GPU compiler
+  may keep them), and by cuDNN itself where there is an NVIDIA GPU."""
+  if kernel == "cudnn" and not fused.cudnn_device():
+    pytest.skip("needs an NVIDIA GPU of compute capability >= 8 (cuDNN's flash attention)")
+  kernels = (spied_kernels(monkeypatch) if kernel == "cudnn" else
+             simulated_cudnn(monkeypatch, rounded_statistics=kernel == "simulated"))
+  n_q, n_k, qm, _, causal = CASES[case]
+  q, k, _ = inputs(n_q, n_k, seed=10)
+  q, k = q.at[..., 0].set(1.0), k.at[..., 0].set(96.0 + k[..., 0])
+  q, k = q.astype(jnp.bfloat16), k.astype(jnp.bfloat16)
+  got = out_and_grads(functools.partial(fused.column_logsumexp, query_mask=qm, causal=causal),
+                      q, k)
+  assert kernels == ["cudnn"] * 2
+
+  def want(q, k):
+    sees = jnp.swapaxes(dense_mask(B, n_q, n_k, qm, None, causal)[:, 0], 1, 2)[:, :, None]
+    logits = jnp.einsum("bqhd,bkhd->bkhq", q, k)
+    lse = jax.nn.logsumexp(jnp.where(sees, logits, -1e30), axis=-1)
+    return jnp.where(jnp.any(sees, -1), lse, 0.0)
+
+  assert_same(got, out_and_grads(want, q.astype(jnp.float32), k.astype(jnp.float32)), 2e-3)
 
 
 def spied_kernels(monkeypatch):
@@ -320,7 +355,7 @@ def test_auto_takes_the_fused_path_on_cudnn(monkeypatch):
   params = quick(layer.init)(jax.random.key(9), x)
   kernels.clear()
   got = quick(lambda p, x: layer.apply(p, x, causal=True))(params, x)
-  assert kernels == ["cudnn"]
+  assert kernels == ["cudnn"] * 3  # the offsets' two calls, then the attention
   quad = MultiHeadAttention(num_heads=2, normalization="dnas", implementation="quadratic")
   want = quick(lambda p, x: quad.apply(p, x, causal=True))(params, x)
   np.testing.assert_allclose(got.astype(jnp.float32), want, atol=5e-2, rtol=5e-2)
