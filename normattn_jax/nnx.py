@@ -50,8 +50,9 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
       dense ``mask``, no attention dropout, no ``sow_weights`` and no ``decode``; "fused"
       (``jax.nn.dot_product_attention``, for ``registry.fusable()``) has the same limits, but
       the normalisations that normalise each row alone also take a dense ``mask``, and so
-      ``decode``; "auto" takes the fused path where its kernel would be cuDNN's, else the fast
-      one where nothing blocks it and ``fast_is_faster`` says it pays.
+      ``decode``; "auto" takes the fused path where its kernel would be cuDNN's (from
+      ``fused.AUTO_MIN_KEYS`` keys on), else the fast one where nothing blocks it and
+      ``fast_is_faster`` says it pays.
     scale_logits: divide the logits by sqrt(head_dim); None: the normalisation's own choice
       (yes except for NAP).
     block_size: queries per block of the blockwise fast paths.
@@ -245,7 +246,7 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
     if is_causal and n_q != n_k:  # flax aligns them at the start, the fused path at the end
       fused_blockers.append("is_causal with queries and keys of different lengths")
     if fused_lib.takes_fused_path(norm, self.implementation, fused_blockers, dtype,
-                                  query.shape[-1], value_dim=value.shape[-1],
+                                  query.shape[-1], num_keys=n_k, value_dim=value.shape[-1],
                                   dense_mask=mask is not None, structured="is_causal"):
       out = norm.fused_attention(query, key, value, params, options,
                                  mask=None if mask is None else jnp.asarray(mask).astype(bool),

@@ -334,29 +334,34 @@ def test_cudnn_is_left_to_xla_where_it_cannot_take_the_call(monkeypatch):
 
 def test_the_auto_rule(monkeypatch):
   bf16 = jnp.bfloat16
+  takes = functools.partial(fused.takes_fused_path, num_keys=fused.AUTO_MIN_KEYS)
   monkeypatch.setattr(fused, "cudnn_device", lambda: False)
   for name in registry.names():
-    assert not fused.takes_fused_path(get(name), "auto", [], bf16, 64), name  # without cuDNN
+    assert not takes(get(name), "auto", [], bf16, 64), name  # without cuDNN
   monkeypatch.setattr(fused, "cudnn_device", lambda: True)
-  auto = [name for name in registry.names()
-          if fused.takes_fused_path(get(name), "auto", [], bf16, 64)]
+  auto = [name for name in registry.names() if takes(get(name), "auto", [], bf16, 64)]
   assert auto == ["softmax", "dnas", "hnas", "sink", "ssmax"]
-  assert not fused.takes_fused_path(get("softmax"), "auto", [], jnp.float32, 64)
-  assert not fused.takes_fused_path(get("softmax"), "auto", [], bf16, 128)
-  assert not fused.takes_fused_path(get("softmax"), "auto", [], bf16, 64, value_dim=136)
-  assert not fused.takes_fused_path(get("softmax"), "auto", [], bf16, 64, dense_mask=True)
-  assert not fused.takes_fused_path(get("softmax"), "auto", ["sow_weights"], bf16, 64)
-  assert not fused.takes_fused_path(get("softmax"), "quadratic", [], bf16, 64)
+  assert not takes(get("softmax"), "auto", [], bf16, 64, num_keys=fused.AUTO_MIN_KEYS - 1)
+  assert takes(get("softmax"), "fused", [], bf16, 64, num_keys=8)  # asked for: any length
+  assert not takes(get("softmax"), "auto", [], jnp.float32, 64)
+  assert not takes(get("softmax"), "auto", [], bf16, 128)
+  assert not takes(get("softmax"), "auto", [], bf16, 64, value_dim=136)
+  assert not takes(get("softmax"), "auto", [], bf16, 64, dense_mask=True)
+  assert not takes(get("softmax"), "auto", ["sow_weights"], bf16, 64)
+  assert not takes(get("softmax"), "quadratic", [], bf16, 64)
   assert registry.fusable() == ("softmax", "dnas", "hnas", "sinkhorn", "sink", "ssmax")
 
 
-def test_auto_takes_the_fused_path_on_cudnn(monkeypatch):
+def test_auto_takes_the_fused_path_on_cudnn_from_its_minimum_length(monkeypatch):
   kernels = simulated_cudnn(monkeypatch)
-  x = jax.random.normal(jax.random.key(8), (2, 6, 16))
+  x = jax.random.normal(jax.random.key(8), (1, fused.AUTO_MIN_KEYS, 16))
   layer = MultiHeadAttention(num_heads=2, normalization="dnas", dtype=jnp.bfloat16)
-  params = quick(layer.init)(jax.random.key(9), x)
+  params = quick(layer.init)(jax.random.key(9), x[:, :6])
+  apply = quick(lambda p, x: layer.apply(p, x, causal=True))
   kernels.clear()
-  got = quick(lambda p, x: layer.apply(p, x, causal=True))(params, x)
+  apply(params, x[:, :-1])
+  assert kernels == []  # one key short: the quadratic path
+  got = apply(params, x)
   assert kernels == ["cudnn"] * 3  # the offsets' two calls, then the attention
   quad = MultiHeadAttention(num_heads=2, normalization="dnas", implementation="quadratic")
   want = quick(lambda p, x: quad.apply(p, x, causal=True))(params, x)

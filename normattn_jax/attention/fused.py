@@ -55,6 +55,7 @@ CUDNN_MIN_COMPUTE_CAPABILITY = 8   # cuDNN's flash attention: Ampere or later
 CUDNN_MAX_WIDTH = 128              # its head width on every such GPU (256 from Hopper on)
 CUDNN_WIDTH_MULTIPLE = 8
 MAX_KEY_COLUMNS = 2                # the offset column, split in two below float32
+AUTO_MIN_KEYS = 512                # "auto" fuses from here on: below, the quadratic path was faster
 
 
 # ----- the kernel and the path -----
@@ -124,13 +125,15 @@ def blockers(norm, *, dense_mask: bool, sow_weights: bool, dropout: bool) -> lis
 
 
 def takes_fused_path(norm, implementation: str, call_blockers, dtype, head_dim: int, *,
-                     value_dim: int = 0, dense_mask: bool = False, causal_unequal: bool = False,
-                     structured: str = "structured masks") -> bool:
+                     num_keys: int, value_dim: int = 0, dense_mask: bool = False,
+                     causal_unequal: bool = False, structured: str = "structured masks") -> bool:
   """Whether a call takes the fused path: always for "fused" (refusing what it cannot take),
-  for "auto" where nothing blocks it and the kernel would be one of the normalisation's
-  ``fused_auto_kernels`` (cuDNN's for softmax, DNAS, HNAS, sink and Scalable-Softmax; on a CPU
-  XLA's fused kernel is the quadratic computation and "auto" keeps today's paths), never
-  otherwise.
+  for "auto" where nothing blocks it, there are at least ``AUTO_MIN_KEYS`` keys and the kernel
+  would be one of the normalisation's ``fused_auto_kernels`` (cuDNN's for softmax, DNAS, HNAS,
+  sink and Scalable-Softmax; on a CPU XLA's fused kernel is the quadratic computation and "auto"
+  keeps today's paths), never otherwise. (On an H100 and an H200, cuDNN's softmax took 0.76-0.97x
+  the quadratic path's speed in training at 128 and 256 keys, DNAS and HNAS 0.55-0.75x; from 512
+  on all three were faster on the H100, DNAS with its offsets from cuDNN: BENCHMARKS.md.)
 
   Args:
     norm: the registered ``Normalization``.
@@ -138,6 +141,7 @@ def takes_fused_path(norm, implementation: str, call_blockers, dtype, head_dim: 
     call_blockers: ``blockers(...)`` of this call, and any the module adds.
     dtype: the dtype of q, k and v.
     head_dim: the width of each head's queries and keys.
+    num_keys: the number of keys each query is scored against.
     value_dim: the width of each head's values (0: at most ``head_dim``).
     dense_mask: the call has a dense mask.
     causal_unequal: causal with queries and keys of different lengths.
@@ -159,7 +163,8 @@ def takes_fused_path(norm, implementation: str, call_blockers, dtype, head_dim: 
                        f"{', '.join(call_blockers)}; pass {structured} or use "
                        f"implementation='quadratic'")
     return True
-  if implementation != "auto" or call_blockers or norm.fused is None:
+  if (implementation != "auto" or call_blockers or norm.fused is None
+      or num_keys < AUTO_MIN_KEYS):
     return False
   kernel = kernel_for(dtype, max(head_dim + MAX_KEY_COLUMNS, value_dim), dense_mask=dense_mask,
                       causal_unequal=causal_unequal)

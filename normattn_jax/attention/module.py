@@ -377,8 +377,9 @@ class MultiHeadAttention(nn.Module):
       Scalable-Softmax; any other is refused here), with the fast path's limits, except that the
       row-wise ones also take a dense ``mask``, and the kernels' own matmul precision applies
       (not ``precision``); "auto" (default) takes the fused path where its kernel would be
-      cuDNN's (``fused.takes_fused_path``), else the fast path where it is allowed and
-      ``fast_is_faster`` says it pays. Same params on every path.
+      cuDNN's, from ``fused.AUTO_MIN_KEYS`` keys on (``fused.takes_fused_path``), else the
+      fast path where it is allowed and ``fast_is_faster`` says it pays. Same params on every
+      path.
     output_gate: None | "headwise" | "elementwise": gated attention (Qiu et al. 2025): the
       attention output ``[..., q, heads, head_dim]`` times ``sigmoid(inputs_q W_g + b_g)``, one
       gate per head and query ("headwise", ``W_g: features -> heads``) or per head and feature
@@ -572,7 +573,7 @@ class MultiHeadAttention(nn.Module):
     if fused_lib.takes_fused_path(
         norm, self.implementation, fused_lib.blockers(
             norm, dense_mask=mask is not None, sow_weights=sow_weights, dropout=dropout_active),
-        query.dtype, map_dim, value_dim=head_dim, dense_mask=mask is not None,
+        query.dtype, map_dim, num_keys=n_k, value_dim=head_dim, dense_mask=mask is not None,
         causal_unequal=causal and n_q != n_k, structured="padding_mask/query_mask/key_mask/causal"):
       outs = [norm.fused_attention(q, k, value, params, self._options(), mask=mask,
                                    query_mask=query_mask, key_mask=key_mask, causal=causal,
