@@ -55,7 +55,7 @@ def child(spec: dict) -> None:
   grid_throughput.use_cpu_devices(spec["devices"])
   setup = grid_throughput.setup_for(128, 128)
   compiled, state, hp = grid_throughput.build(setup, spec["models"], spec["steps"], 1,
-                                                 spec["devices"])
+                                              spec["devices"])
   run = lambda: compiled(state, hp)
   grid_throughput.timed(run)  # warm up
   barrier = spec.get("barrier")

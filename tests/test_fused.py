@@ -207,8 +207,7 @@ def simulated_cudnn(monkeypatch, rounded_statistics=True):
       if kwargs.get("is_causal"):
         assert q.shape[1] == k.shape[1]
       assert q.shape[1] % 2 == 0 and k.shape[1] % 2 == 0  # its training kernel's lengths
-      # XLA's CPU kernel takes no fp16 dot: cuDNN's float32 sums; its statistics come back
-      # rounded to the inputs' dtype, as jax hands them on
+      # cuDNN's float32 sums (and XLA's CPU kernel takes no fp16 dot)
       out = original(*(x.astype(jnp.float32) for x in (q, k, v)), bias, mask,
                      implementation="xla", **kwargs)
       if kwargs.get("return_residual"):
