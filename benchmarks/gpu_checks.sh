@@ -5,7 +5,8 @@
 #
 #   benchmarks/gpu_checks.sh [log folder] [step ...]   # steps: tests scaling grid pretrain
 #
-# (and "compile", named only: a grid program built with shard_map against a vmap over devices)
+# (and, named only: "compile", a grid program built with shard_map against a vmap over devices;
+# "pretrain_auto", the pre-training step on the paths "auto" takes, cuDNN's fused ones at 512)
 #
 # Needs jax with CUDA and the project's dependencies importable (PYTHONPATH may hold them).
 set -o pipefail
@@ -32,4 +33,6 @@ step 150 grid python3 benchmarks/grid_throughput.py --sizes defaults --steps 10 
 step 100 pretrain python3 benchmarks/pretrain_throughput.py --config configs/albert_base.py \
   --config.model.dtype=bfloat16 --config.train.batch_size=64 \
   --config.model.attention_implementation=quadratic --rounds 3 --steps 3
+step 100 pretrain_auto python3 benchmarks/pretrain_throughput.py --config configs/albert_base.py \
+  --config.model.dtype=bfloat16 --config.train.batch_size=64 --rounds 3 --steps 3
 step 240 compile python3 benchmarks/engine_compile.py --rounds 2 --chunks 3
