@@ -67,14 +67,19 @@ def setup_for(d_model, seq_len):
   return Setup("mte", c)
 
 
+def initial(programs, num_models):
+  """The models' initial states (seeds 0 .. M - 1) and hyper-parameters, stacked."""
+  keys = np.stack([np.asarray(jax.random.key_data(jax.random.key(i))) for i in range(num_models)])
+  hp = {"learning_rate": jnp.full((num_models,), 1e-3), "l2": jnp.zeros((num_models,))}
+  return jax.jit(jax.vmap(programs.init))(keys, hp), hp
+
+
 def flops_per_model_step(setup) -> float:
   """XLA's count of one model's training step. XLA counts a loop body once, so it comes from a
   program of one unrolled step (on one device: a sharded program's cost analysis counts one
   device's share)."""
   programs = make_programs(setup)
-  hp = {"learning_rate": jnp.full((1,), 1e-3), "l2": jnp.zeros((1,))}
-  keys = np.asarray(jax.random.key_data(jax.random.key(0)))[None]
-  state = jax.jit(jax.vmap(programs.init))(keys, hp)
+  state, hp = initial(programs, 1)
   one_step = jax.jit(jax.vmap(lambda s, h: programs.train_step(s, h)[0])).lower(state, hp)
   cost = one_step.compile().cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
@@ -92,10 +97,7 @@ def build(setup, num_models, steps, per_vmap=None, devices=1):
 
   mesh = Mesh(np.asarray(jax.devices()[:devices]), ("models",))
   sharding = NamedSharding(mesh, P("models"))
-  keys = np.stack([np.asarray(jax.random.key_data(jax.random.key(i))) for i in range(num_models)])
-  hp = {"learning_rate": jnp.full((num_models,), 1e-3), "l2": jnp.zeros((num_models,))}
-  state = jax.jit(jax.vmap(programs.init))(keys, hp)
-  state, hp = jax.device_put((state, hp), sharding)
+  state, hp = jax.device_put(initial(programs, num_models), sharding)
   program = over_models(run, per_vmap or num_models // devices, mesh)
   compiled = jax.jit(program, out_shardings=sharding).lower(state, hp).compile()
   return compiled, state, hp
