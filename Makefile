@@ -1,5 +1,6 @@
 # make run: the main job; make test: ruff, then the fast suite; make test-all: with the slow tests,
-# compiled with XLA's full optimisation (tests/conftest.py).
+# compiled with XLA's full optimisation (tests/conftest.py). Each test file runs on one of the two
+# workers (--dist loadfile), so its module fixtures are built and its programs compiled once.
 # Each creates .venv and installs the project with every extra on first use, at the versions
 # of constraints.txt; make constraints pins that file to what .venv holds.
 PYTHON ?= python3
@@ -21,11 +22,11 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -n 2 -m "not slow" --durations=25 tests
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow" --durations=25 tests
 
 test-all: $(STAMP)
 	$(PY) -m ruff check .
-	NORMATTN_JAX_TEST_OPTIMIZED=1 $(PY) -m pytest -q -n 2 tests
+	NORMATTN_JAX_TEST_OPTIMIZED=1 $(PY) -m pytest -q -n 2 --dist loadfile tests
 
 constraints: $(STAMP)
 	{ sed -n '/^#/p' constraints.txt; $(PY) -m pip freeze --exclude-editable \

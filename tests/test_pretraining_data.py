@@ -91,7 +91,7 @@ def test_ngram_lengths_follow_one_over_n():
   starts = np.ones(50, bool)  # every piece a word
   lengths = []
   for _ in range(150):
-    tokens = [CLS] + list(rng.integers(5, 50, 20000)) + [SEP]
+    tokens = [CLS] + rng.integers(5, 50, 20000).tolist() + [SEP]
     _, positions, _ = mask_tokens(tokens, starts, rng, masked_lm_prob=0.15,
                                   max_predictions_per_seq=60, ngram=3, vocab_size=50)
     runs = np.split(np.array(positions), np.nonzero(np.diff(positions) > 1)[0] + 1)
