@@ -1,3 +1,4 @@
+import gc
 import os
 import tempfile
 
@@ -64,3 +65,12 @@ def session_temp_dir(tmp_path_factory):
     patch.setattr(tempfile, "tempdir", folder)
     patch.setenv("TMPDIR", folder)
     yield folder
+
+
+@pytest.fixture(scope="module", autouse=True)
+def collect_then_freeze_the_heap():
+  """Each test file starts with the objects that outlived the files before it (mostly jax's
+  caches of traced and compiled programs, millions of them) moved out of the garbage
+  collector's reach: its full collections then scan only what the file itself creates."""
+  gc.collect()
+  gc.freeze()
