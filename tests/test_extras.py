@@ -53,6 +53,7 @@ def not_in_core():
 
 
 CORE_ONLY = textwrap.dedent("""
+    import pkgutil
     import sys
 
     BLOCKED = set(sys.argv[1].split(","))
@@ -108,6 +109,14 @@ CORE_ONLY = textwrap.dedent("""
     print(error(imported("normattn_jax.train")))
     print(error(imported("normattn_jax.data")))
     print(error(imported("normattn_jax.reporting.figures")))
+    unnamed = []  # every module imports, or says which extra it needs
+    for module in pkgutil.walk_packages(normattn_jax.__path__, "normattn_jax."):
+      try:
+        __import__(module.name)
+      except ImportError as err:
+        if "pip install 'normattn_jax[" not in str(err):
+          unnamed.append(f"{module.name}: {err}")
+    print("unnamed:", unnamed)
     loaded = {name.partition(".")[0] for name in set(sys.modules) - STARTUP}
     print("loaded:", sorted(BLOCKED & loaded))
     """)
@@ -132,6 +141,7 @@ def test_core_install_runs_the_models_and_names_the_missing_extra():
       "pip install 'normattn_jax[pretrain]'",
       "normattn_jax.reporting.figures needs the optional package matplotlib: "
       "pip install 'normattn_jax[experiments]'",
+      "unnamed: []",
       "loaded: []",
   ]
 

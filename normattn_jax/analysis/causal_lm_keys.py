@@ -26,10 +26,10 @@ from typing import Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import optax
 
+from normattn_jax._extras import require
 from normattn_jax.analysis.unselectable import TOLERANCE, unselectable
 from normattn_jax.models.causal_lm import CausalLM, capture_attention_inputs, next_token_loss
 from normattn_jax.train import grid as grid_lib
@@ -41,6 +41,9 @@ from normattn_jax.train.state import TrainState
 from normattn_jax.validation import check_config_float, check_config_int, check_fields, \
     check_float
 from normattn_jax.validation import fail_config as _fail
+
+# An optional package: without it, the error names the extra that installs it.
+ml_collections = require("ml_collections", "analysis")
 
 # Table 1's rows: the kind of the LayerNorm before attention that each one trains, and its label.
 VARIANTS = {"with_scaling": "standard", "without_scaling": "no_scaling"}

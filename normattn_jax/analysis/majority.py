@@ -41,10 +41,10 @@ from typing import Callable, Iterator, NamedTuple
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import optax
 
+from normattn_jax._extras import require
 from normattn_jax.norms import LayerNorm, normalize
 from normattn_jax.train import grid as grid_lib
 from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, releases_workdir, \
@@ -55,6 +55,9 @@ from normattn_jax.train.state import TrainState
 from normattn_jax.train.sections import check_known_fields
 from normattn_jax.validation import RULES, check_config_float, check_config_int, check_fields, \
     check_float, check_int, fail_config
+
+# An optional package: without it, the error names the extra that installs it.
+ml_collections = require("ml_collections", "analysis")
 
 Array = jax.Array
 

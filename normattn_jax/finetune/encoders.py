@@ -27,14 +27,17 @@ from typing import Any, Optional, Union
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 from flax import traverse_util
 
+from normattn_jax._extras import require
 from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.finetune import features
 from normattn_jax.models import bert as bert_lib
 from normattn_jax.models.albert import AlbertModel
+
+# An optional package: without it, the error names the extra that installs it.
+ml_collections = require("ml_collections", "all")
 
 ENCODER_KINDS = ("pretraining", "huggingface", "minilm")
 

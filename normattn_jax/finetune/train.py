@@ -27,10 +27,10 @@ from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import optax
 
+from normattn_jax._extras import require
 from normattn_jax.finetune import encoders
 from normattn_jax.finetune import heads as heads_lib
 from normattn_jax.finetune import task as task_lib
@@ -46,6 +46,9 @@ from normattn_jax.train.sections import attention_section, attention_spec, check
 from normattn_jax.train.state import TrainState
 from normattn_jax.validation import check_config_float, check_config_int, check_fields
 from normattn_jax.validation import fail_config as _fail
+
+# An optional package: without it, the error names the extra that installs it.
+ml_collections = require("ml_collections", "all")
 
 TRAIN_STREAM = 0  # the stream of a model's dropout keys (TrainState.step_key)
 

@@ -27,11 +27,9 @@ import time
 from typing import Callable, Optional
 
 import jax
-import ml_collections
 import numpy as np
-import orbax.checkpoint as ocp
-from etils import epath
 
+from normattn_jax._extras import require
 from normattn_jax.analysis import cost as cost_lib
 from normattn_jax.analysis import explaining_away as ea
 from normattn_jax.analysis import mode_collapse as mc
@@ -48,6 +46,11 @@ from normattn_jax.train.sections import attention_section, attention_spec, \
     check_known_fields
 from normattn_jax.train.sweep import run_sweep
 from normattn_jax.validation import fail_config
+
+# Optional packages: without them, the error names the extra that installs them.
+ml_collections = require("ml_collections", "analysis")
+ocp = require("orbax.checkpoint", "analysis")
+epath = require("etils.epath", "analysis")
 
 KIND = "report_card"  # the workdir kind (checkpoint.MAY_DIFFER)
 CARD_ARCH = "mte"
