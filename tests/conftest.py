@@ -70,8 +70,8 @@ def session_temp_dir(tmp_path_factory):
 @pytest.fixture(scope="module", autouse=True)
 def collect_then_freeze_the_heap():
   """Each test file starts with what the files before it left on the heap (mostly jax's caches
-  of traced and compiled programs, millions of objects) frozen: the garbage collector's full
-  collections then scan only what the file creates. A frozen object dropped later is never
-  freed, which left the suite's peak memory as it was."""
+  of traced and compiled programs, half a million objects after three files) frozen: the garbage
+  collector's full collections then scan only what the file creates. A frozen object dropped
+  later is never freed, which left the suite's peak memory as it was."""
   gc.collect()
   gc.freeze()
