@@ -34,6 +34,7 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from normattn_jax.attention import weights as weights_lib
 from normattn_jax.attention.numerics import (NAP_EPSILON, check_nap_eps, masked_logsumexp,
@@ -135,7 +136,9 @@ class _Blocks:
     self.q = _split(qp, -2, self.num)                       # [num, ..., h, size, d]
     qm = _padded_query_mask(query_mask, self.n_q, qp.shape[-2], q.shape[:-3])
     self.query_mask = None if qm is None else _split(qm, -1, self.num)
-    self.rows = jnp.arange(qp.shape[-2]).reshape(self.num, self.size)
+    # numpy, not an iota in the program: XLA's AVX-512 code for the iota-derived causal mask
+    # let masked entries into Sinkhorn's second column pass when there is one block
+    self.rows = np.arange(qp.shape[-2]).reshape(self.num, self.size)
     self.key_mask, self.causal = key_mask, causal
 
   def map(self, fn, k, *per_block):
