@@ -53,8 +53,10 @@ from normattn_jax.pytorch_peer import LOGIT_TOLERANCE, check_same_network, ensem
     sequential_trainer
 
 _MODELS_DEFAULT = flags.DEFINE_integer("models_default", 10, "Models M at the paper's defaults "
-                                       "(d = N = 128).", lower_bound=1)
-_MODELS_SMALL = flags.DEFINE_integer("models_small", 50, "Models M at d = N = 32.", lower_bound=1)
+                                       "(d = N = 128); at least 2: the engine's variants are "
+                                       "programs of several models.", lower_bound=2)
+_MODELS_SMALL = flags.DEFINE_integer("models_small", 50, "Models M at d = N = 32; at least 2.",
+                                     lower_bound=2)
 _TORCH_THREADS = flags.DEFINE_integer("torch_threads", 2, "torch.set_num_threads.",
                                       lower_bound=1)
 

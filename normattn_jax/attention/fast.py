@@ -89,7 +89,7 @@ def _block_mask(query_mask, key_mask, causal, rows: Array, n_q: int, n_k: int):
     km = key_mask[..., None, None, :]
     mask = km if mask is None else mask & km
   if causal:
-    cm = rows[:, None] + (n_k - n_q) >= jnp.arange(n_k)[None, :]
+    cm = rows[:, None] + (n_k - n_q) >= np.arange(n_k)[None, :]
     mask = cm if mask is None else mask & cm
   return mask
 
@@ -136,8 +136,9 @@ class _Blocks:
     self.q = _split(qp, -2, self.num)                       # [num, ..., h, size, d]
     qm = _padded_query_mask(query_mask, self.n_q, qp.shape[-2], q.shape[:-3])
     self.query_mask = None if qm is None else _split(qm, -1, self.num)
-    # numpy, not an iota in the program: XLA's AVX-512 code for the iota-derived causal mask
-    # let masked entries into Sinkhorn's second column pass when there is one block
+    # numpy, as the keys' indices in _block_mask, not an iota in the program: XLA's AVX-512 code
+    # for an iota-derived causal mask let masked entries into Sinkhorn's second column pass when
+    # there was one block
     self.rows = np.arange(qp.shape[-2]).reshape(self.num, self.size)
     self.key_mask, self.causal = key_mask, causal
 
