@@ -1,16 +1,17 @@
 """What XLA's CPU options and a process per core do to the engine's step at the NAP defaults.
 
-Each lever is the engine's CPU default (MTE, d = N = 128, L = 2, H = 4, batch 32; M models at
-one per vmap, sharded over one JAX device per core) run in a fresh process with one change: an
-XLA flag (oneDNN's matmuls and fusions, XNNPACK, the concurrency-optimised scheduler, ...) or the
-M models split over one process per core (each pinned to its core with one device, timed from a
-shared start). YNNPACK's fusions, fast math and a 512-bit vector width were measured before
-(BENCHMARKS.md). The levers are interleaved round by round (a round runs every lever once, each
-in its own process); the printed rate is the median over rounds of each process's median call,
-and the ratio is to the default in the same run.
+Each lever is the engine's CPU default (MTE, L = 2, H = 4, batch 32, d = N = 128 or
+``--d_model``; M models at one per vmap, sharded over one JAX device per core) run in a fresh
+process with one change: an XLA flag (oneDNN's matmuls and fusions, XNNPACK, the
+concurrency-optimised scheduler, matmuls on one thread each, ...) or the M models split over one
+process per core (each pinned to its core with one device, timed from a shared start). YNNPACK's
+fusions, fast math and a 512-bit vector width were measured before (BENCHMARKS.md). The levers
+are interleaved round by round (a round runs every lever once, each in its own process); the
+printed rate is the median over rounds of each process's median call, and the ratio is to the
+default in the same run.
 
   python benchmarks/cpu_levers.py [--rounds 3] [--num_models 4] [--steps 4] [--repeats 3]
-      [--levers default,onednn,...]
+      [--levers default,onednn,...] [--d_model 128]
 
 Measure on quiet cores: each lever's process uses every core.
 """
@@ -31,6 +32,8 @@ import grid_throughput
 
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Rounds; each runs every lever once.", lower_bound=1)
 _NUM_MODELS = flags.DEFINE_integer("num_models", 4, "Models M per lever.", lower_bound=1)
+_D_MODEL = flags.DEFINE_integer("d_model", 128, "d = N of the MTE models (128: the NAP defaults).",
+                                lower_bound=8)
 _STEPS, _REPEATS = grid_throughput._STEPS, grid_throughput._REPEATS
 _CHILD = flags.DEFINE_string("child", None, "Internal: time one process's share (a JSON spec).")
 
@@ -45,6 +48,7 @@ LEVERS = {
     "concurrency_scheduler": "--xla_cpu_enable_concurrency_optimized_scheduler=true",
     "no_thunk_runtime": "--xla_cpu_use_thunk_runtime=false",
     "no_fusion_emitters": "--xla_cpu_use_fusion_emitters=false",
+    "single_thread_eigen": "--xla_cpu_multi_thread_eigen=false",
     "processes": "",
 }
 _LEVERS = flags.DEFINE_list("levers", list(LEVERS), f"Levers, of {list(LEVERS)}.")
@@ -53,7 +57,7 @@ _LEVERS = flags.DEFINE_list("levers", list(LEVERS), f"Levers, of {list(LEVERS)}.
 def child(spec: dict) -> None:
   """Build and time one process's models; print ``{"rate": model-steps/s}``."""
   grid_throughput.use_cpu_devices(spec["devices"])
-  setup = grid_throughput.setup_for(128, 128)
+  setup = grid_throughput.setup_for(spec["d_model"], spec["d_model"])
   compiled, state, hp = grid_throughput.build(setup, spec["models"], spec["steps"], 1,
                                               spec["devices"])
   run = lambda: compiled(state, hp)
@@ -89,7 +93,7 @@ def rate_of(processes) -> float:
 
 
 def measure_lever(name: str, cores: int) -> float:
-  base = dict(steps=_STEPS.value, repeats=_REPEATS.value)
+  base = dict(steps=_STEPS.value, repeats=_REPEATS.value, d_model=_D_MODEL.value)
   if name != "processes":
     return rate_of([launch(dict(base, models=_NUM_MODELS.value, devices=cores), LEVERS[name])])
   with tempfile.TemporaryDirectory() as barrier:
@@ -116,7 +120,7 @@ def main(argv):
       samples[name].append(measure_lever(name, cores))
       print(f"round {round_ + 1}: {name:>22} {samples[name][-1]:8.2f} model-steps/s", flush=True)
   reference = statistics.median(samples["default"])
-  print(f"\nMTE, d = N = 128, batch 32, {_NUM_MODELS.value} models, {cores} cores; "
+  print(f"\nMTE, d = N = {_D_MODEL.value}, batch 32, {_NUM_MODELS.value} models, {cores} cores; "
         f"median of {_ROUNDS.value} rounds")
   print(f"{'lever':>22} {'model-steps/s':>14} {'/ default':>10}")
   for name, values in samples.items():

@@ -22,7 +22,7 @@ RUNS = {
                      "1", "--steps", "1"],
     "engine_compile": ["--rounds", "1", "--chunks", "1", "--sizes", "test"],
     "cpu_levers": ["--levers", "default,processes", "--rounds", "1", "--num_models", "2",
-                   "--steps", "1", "--repeats", "1"],
+                   "--steps", "1", "--repeats", "1", "--d_model", "16"],
 }
 LAST_LINE = {"attention_scaling": "dnas_fused_over_softmax_fused_at_128=",
              "grid_throughput": "speedup_at_2=", "cpu_levers": "processes",
