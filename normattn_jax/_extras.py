@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import os
 import platform
 import sys
 
@@ -63,12 +64,23 @@ def require(module: str, extra: str):
                       f"pip install 'normattn_jax[{extra}]'", name=module) from err
 
 
+def cpu_cores() -> int:
+  """The cores this process may run on (its affinity: ``taskset`` narrows it)."""
+  try:
+    return len(os.sched_getaffinity(0))
+  except AttributeError:  # not on Linux
+    return os.cpu_count() or 1
+
+
 def versions() -> dict:
   """Python, the platform, the devices and the versions of ``RECORDED``: what a result ran with.
+  The CPU cores count too: XLA's CPU matmuls split their sums over the cores a process may use,
+  so a CPU run's numbers change with them (to float rounding), as with the device count.
 
   Returns:
     ``{"python", "platform", "backend", "device_kind", "device_count", "process_count",
-    "packages"}``; ``packages`` maps each installed distribution of ``RECORDED`` to its version.
+    "cpu_cores", "packages"}``; ``packages`` maps each installed distribution of ``RECORDED``
+    to its version.
   """
   import jax
 
@@ -82,4 +94,4 @@ def versions() -> dict:
   return {"python": platform.python_version(), "platform": platform.platform(),
           "backend": jax.default_backend(), "device_kind": devices[0].device_kind,
           "device_count": len(devices), "process_count": jax.process_count(),
-          "packages": packages}
+          "cpu_cores": cpu_cores(), "packages": packages}

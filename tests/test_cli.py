@@ -91,3 +91,9 @@ def test_a_run_resumed_on_another_device_count_says_so(tmp_path, monkeypatch):
     stored = checkpoint.write_versions(str(tmp_path))
   assert stored["resumed_with"] == [more]
   assert json.loads((tmp_path / "versions.json").read_text()) == stored
+  pinned = dict(first, cpu_cores=first["cpu_cores"] + 1)  # a CPU's cores change its numbers too
+  monkeypatch.setattr(checkpoint, "versions", lambda: pinned)
+  cores = (first["cpu_cores"], pinned["cpu_cores"])
+  with pytest.warns(checkpoint.DeviceCountWarning,
+                    match=rf"on {cores[0]} core\(s\) and resumes on .* on {cores[1]} core"):
+    checkpoint.write_versions(str(tmp_path))

@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import pytest
 
+from normattn_jax._extras import cpu_cores
 from normattn_jax.train import artifacts, base_config
 from normattn_jax.train import retrain
 from normattn_jax.train.checkpoint import WorkdirError
@@ -146,12 +147,20 @@ def with_recorded(workdir, name, **fields):
 
 def test_a_run_of_other_devices_is_refused_before_anything_is_written(finished, tmp_path):
   workdir = copied(finished[0], tmp_path)
-  here = jax.device_count()
+  here, cores = jax.device_count(), cpu_cores()
   with_recorded(workdir, "versions.json", device_count=here + 1)
   before = files(workdir)
   with pytest.raises(WorkdirError, match=(
-      rf"trained on {here + 1} cpu device\(s\) \(versions.json\) and this process has {here} cpu "
-      rf"device\(s\).* Retrain it on {here + 1} cpu device\(s\) \(--cpu_devices={here + 1}\)")):
+      rf"trained on {here + 1} cpu device\(s\) on {cores} core\(s\) \(versions.json\) and this "
+      rf"process has {here} cpu device\(s\) on {cores} core\(s\).* Retrain it on {here + 1} cpu "
+      rf"device\(s\) on {cores} core\(s\) \(--cpu_devices={here + 1}, pinned to {cores} "
+      rf"core\(s\): taskset -c 0-{cores - 1} ...\)")):
+    retrain.retrain_arch(workdir, "bert", show_progress=False)
+  assert files(workdir) == before
+  with_recorded(workdir, "versions.json", device_count=here, cpu_cores=cores + 1)
+  before = files(workdir)
+  with pytest.raises(WorkdirError, match=rf"on {cores + 1} core\(s\) \(versions.json\) and this "
+                                         rf"process has {here} cpu device\(s\) on {cores} core"):
     retrain.retrain_arch(workdir, "bert", show_progress=False)
   assert files(workdir) == before
   with_recorded(workdir, "versions.json", device_count=here, backend="gpu")

@@ -57,7 +57,7 @@ class WorkdirError(ValueError):
 
 
 class DeviceCountWarning(UserWarning):
-  """A run resumed on another number of devices than it started on."""
+  """A run resumed on another number of devices (or, on a CPU, of cores) than it started on."""
 
 
 class DamagedCheckpointWarning(UserWarning):
@@ -380,11 +380,16 @@ def _open_locked(workdir: str, config: ml_collections.ConfigDict, kind: str, afr
   return finished
 
 
+def _devices(record: dict, cores: bool) -> str:
+  devices = f"{record['device_count']} device(s)"
+  return f"{devices} on {record['cpu_cores']} core(s)" if cores else devices
+
+
 def write_versions(workdir: str) -> dict:
   """Store ``versions.json``: python, devices and package versions (``_extras.versions``), so
   that a result can be reproduced. A run resumed under other versions adds them to the list
-  ``resumed_with`` and keeps those it started with; one resumed on another device count says so
-  (``DeviceCountWarning``)."""
+  ``resumed_with`` and keeps those it started with; one resumed on another device count (or, on
+  a CPU, another count of cores) says so (``DeviceCountWarning``)."""
   path = os.path.join(workdir, "versions.json")
   current = versions()
   try:
@@ -395,9 +400,12 @@ def write_versions(workdir: str) -> dict:
   if stored is None:
     stored = current
   else:
-    if stored.get("device_count", current["device_count"]) != current["device_count"]:
-      warnings.warn(f"{workdir} was started on {stored['device_count']} device(s) and resumes "
-                    f"on {current['device_count']}: its numbers will agree with an uninterrupted "
+    devices = stored.get("device_count", current["device_count"]) != current["device_count"]
+    cores = (current["backend"] == "cpu"
+             and stored.get("cpu_cores", current["cpu_cores"]) != current["cpu_cores"])
+    if devices or cores:
+      warnings.warn(f"{workdir} was started on {_devices(stored, cores)} and resumes on "
+                    f"{_devices(current, cores)}: its numbers will agree with an uninterrupted "
                     f"run's to float rounding, not bit for bit (versions.json lists both)",
                     DeviceCountWarning, stacklevel=2)
     started = {k: v for k, v in stored.items() if k != "resumed_with"}

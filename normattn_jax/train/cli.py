@@ -14,6 +14,7 @@ from absl import app, flags, logging
 from jax._src import xla_bridge
 from ml_collections import config_flags
 
+from normattn_jax._extras import cpu_cores
 from normattn_jax.registry import load_plugins
 from normattn_jax.train import multihost
 from normattn_jax.train.checkpoint import WorkdirError
@@ -47,14 +48,6 @@ def enable_compilation_cache(enabled: bool = True, environ=os.environ) -> Option
   if not jax.config.jax_compilation_cache_dir:
     jax.config.update("jax_compilation_cache_dir", compilation_cache_dir(environ))
   return jax.config.jax_compilation_cache_dir
-
-
-def cpu_cores() -> int:
-  """The cores this process may run on."""
-  try:
-    return len(os.sched_getaffinity(0))
-  except AttributeError:  # not on Linux
-    return os.cpu_count() or 1
 
 
 def default_cpu_devices(cores: int, divides: Sequence[int] = ()) -> int:

@@ -2,18 +2,18 @@
 
 Each arch of a sweep trains as its own grids, with model keys that do not depend on the arch, so
 training one arch again with today's code gives the numbers a whole rerun would give it, on the
-devices the run was made on (their number changes the numbers to float rounding). The arch
-trains at every static point, with the run's own config.json (its archs narrowed to the one arch,
-train.models_per_vmap at today's default, a field the stored config lacks at its default), in the
-sub-workdir <run>/retrain_<arch>: a sweep workdir of its own, so a killed run resumes when
-restarted with the same command. Then the arch's curves in <run>/metrics.npz are replaced and the
-run is scored again (summary.json; the caller draws the figures again); <run>/retrained.json
-records which arch was trained again, when, and where its config.json and versions.json lie. The
-sub-workdir's checkpoints are deleted after the merge.
+devices the run was made on (their number, and a CPU's cores, change the numbers to float
+rounding). The arch trains at every static point, with the run's own config.json (its archs
+narrowed to the one arch, train.models_per_vmap at today's default, a field the stored config lacks
+at its default), in the sub-workdir <run>/retrain_<arch>: a sweep workdir of its own, so a killed
+run resumes when restarted with the same command. Then the arch's curves in <run>/metrics.npz are
+replaced and the run is scored again (summary.json; the caller draws the figures again);
+<run>/retrained.json records which arch was trained again, when, and where its config.json and
+versions.json lie. The sub-workdir's checkpoints are deleted after the merge.
 
 A run is refused before anything trains when this process cannot train it as it was trained: on
-another backend or number of devices than its versions.json records, or with a normalisation or
-task that is not registered here (a plugin's, whose module was not loaded).
+another backend or number of devices (on a CPU, of cores) than its versions.json records, or with a
+normalisation or task that is not registered here (a plugin's, whose module was not loaded).
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ import jax
 import ml_collections
 
 from normattn_jax import tasks
+from normattn_jax._extras import cpu_cores
 from normattn_jax.attention import registry as attention_registry
 from normattn_jax.train import artifacts
 from normattn_jax.train.checkpoint import WorkdirError, write_json
@@ -77,9 +78,9 @@ def retrain_config(config: ml_collections.ConfigDict, arch: str) -> ml_collectio
 
 
 def recorded_devices(workdir: str) -> Optional[dict]:
-  """``{"backend", "device_count"}`` a run started on, from its ``versions.json``; None for a
-  run stored before runs recorded them (and before ``--cpu_devices``: it ran on JAX's default
-  devices, as a retrain does unless told otherwise).
+  """``{"backend", "device_count"}`` a run started on, from its ``versions.json``, and on a CPU
+  its ``cpu_cores`` where recorded; None for a run stored before runs recorded them (and before
+  ``--cpu_devices``: it ran on JAX's default devices, as a retrain does unless told otherwise).
 
   Raises:
     WorkdirError: if ``versions.json`` does not read as a record.
@@ -94,21 +95,30 @@ def recorded_devices(workdir: str) -> Optional[dict]:
     raise WorkdirError(f"workdir {workdir}: cannot read its {VERSIONS} ({err})") from None
   if not isinstance(stored, dict) or not {"backend", "device_count"} <= stored.keys():
     raise WorkdirError(f"workdir {workdir}: its {VERSIONS} records no backend and device_count")
-  return {"backend": stored["backend"], "device_count": stored["device_count"]}
+  devices = {"backend": stored["backend"], "device_count": stored["device_count"]}
+  if stored["backend"] == "cpu" and "cpu_cores" in stored:
+    devices["cpu_cores"] = stored["cpu_cores"]
+  return devices
 
 
 def devices_here() -> dict:
-  """``{"backend", "device_count"}`` of this process, as ``recorded_devices`` reads a run's."""
-  return {"backend": jax.default_backend(), "device_count": jax.device_count()}
+  """``{"backend", "device_count"}`` of this process, and on a CPU its ``cpu_cores``, as
+  ``recorded_devices`` reads a run's."""
+  devices = {"backend": jax.default_backend(), "device_count": jax.device_count()}
+  if devices["backend"] == "cpu":
+    devices["cpu_cores"] = cpu_cores()
+  return devices
 
 
 def _devices(devices: dict) -> str:
-  return f"{devices['device_count']} {devices['backend']} device(s)"
+  named = f"{devices['device_count']} {devices['backend']} device(s)"
+  return f"{named} on {devices['cpu_cores']} core(s)" if "cpu_cores" in devices else named
 
 
 def check_devices(workdir: str, here: Optional[dict] = None) -> None:
-  """Refuse to train an arch of ``workdir`` again on other devices than the run's own: the
-  merged curves would be of another arithmetic than the rest of the run.
+  """Refuse to train an arch of ``workdir`` again on other devices than the run's own (on a CPU,
+  other cores too, where the run recorded them): the merged curves would be of another
+  arithmetic than the rest of the run.
 
   Args:
     workdir: a finished sweep.
@@ -119,10 +129,13 @@ def check_devices(workdir: str, here: Optional[dict] = None) -> None:
   """
   recorded = recorded_devices(workdir)
   here = here or devices_here()
-  if recorded is None or recorded == here:
+  if recorded is None or all(here.get(key) == value for key, value in recorded.items()):
     return
-  how = (f" (--cpu_devices={recorded['device_count']})" if recorded["backend"] == "cpu"
-         else "")
+  how = ""
+  if recorded["backend"] == "cpu":
+    cores = recorded.get("cpu_cores")
+    pinned = f", pinned to {cores} core(s): taskset -c 0-{cores - 1} ..." if cores else ""
+    how = f" (--cpu_devices={recorded['device_count']}{pinned})"
   raise WorkdirError(f"workdir {workdir} was trained on {_devices(recorded)} ({VERSIONS}) and "
                      f"this process has {_devices(here)}: its numbers differ with the devices, "
                      f"so the retrained curves would not match the rest of the run. Retrain it "
