@@ -6,7 +6,9 @@
 #   benchmarks/gpu_checks.sh [log folder] [step ...]   # steps: tests scaling grid pretrain
 #
 # (and, named only: "compile", a grid program built with shard_map against a vmap over devices;
-# "pretrain_auto", the pre-training step on the paths "auto" takes, cuDNN's fused ones at 512)
+# "pretrain_auto", the pre-training step on the paths "auto" takes, cuDNN's fused ones at 512;
+# "fig3_grid", the whole default Fig. 3 grid, 300 models at d = 128, timed from the command line,
+# its results copied to the log folder)
 #
 # Needs jax with CUDA and the project's dependencies importable (PYTHONPATH may hold them).
 set -o pipefail
@@ -36,3 +38,6 @@ step 100 pretrain python3 benchmarks/pretrain_throughput.py --config configs/alb
 step 100 pretrain_auto python3 benchmarks/pretrain_throughput.py --config configs/albert_base.py \
   --config.model.dtype=bfloat16 --config.train.batch_size=64 --rounds 3 --steps 3
 step 240 compile python3 benchmarks/engine_compile.py --rounds 2 --chunks 3
+step 540 fig3_grid bash -c "python3 experiments/sweep.py --config configs/case_distinction.py \
+  --workdir /tmp/fig3_grid && mkdir -p '$out/fig3_grid' && cp /tmp/fig3_grid/*.json \
+  /tmp/fig3_grid/history.jsonl /tmp/fig3_grid/metrics.npz /tmp/fig3_grid/*.png '$out/fig3_grid/'"

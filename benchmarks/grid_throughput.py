@@ -130,12 +130,17 @@ def variant_name(m, width, devices):
 
 def measure(d_model, seq_len, model_counts, steps, repeats, peak):
   setup = setup_for(d_model, seq_len)
+  start = time.perf_counter()  # each build's time, as it ends: a run cut short says where it was
   flops = flops_per_model_step(setup)
   single, s1, hp1 = build(setup, 1, steps)
+  print(f"d={d_model}: the cost analysis and the one-model program built in "
+        f"{time.perf_counter() - start:.0f} s", flush=True)
   variants = {}
   for m, w, k in engine_configurations(model_counts, jax.device_count()):
+    start = time.perf_counter()
     compiled, state, hp = build(setup, m, steps, w, k)
     variants[variant_name(m, w, k)] = (m, lambda c=compiled, s=state, h=hp: c(s, h))
+    print(f"  {variant_name(m, w, k)} built in {time.perf_counter() - start:.0f} s", flush=True)
   for m in model_counts:
     variants[f"one after another, M={m}"] = (
         m, lambda m=m: [single(s1, hp1) for _ in range(m)])
