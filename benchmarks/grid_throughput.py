@@ -137,10 +137,10 @@ def measure(d_model, seq_len, model_counts, steps, repeats, peak):
         f"{time.perf_counter() - start:.0f} s", flush=True)
   variants = {}
   for m, w, k in engine_configurations(model_counts, jax.device_count()):
-    start = time.perf_counter()
+    name, start = variant_name(m, w, k), time.perf_counter()
     compiled, state, hp = build(setup, m, steps, w, k)
-    variants[variant_name(m, w, k)] = (m, lambda c=compiled, s=state, h=hp: c(s, h))
-    print(f"  {variant_name(m, w, k)} built in {time.perf_counter() - start:.0f} s", flush=True)
+    variants[name] = (m, lambda c=compiled, s=state, h=hp: c(s, h))
+    print(f"  {name} built in {time.perf_counter() - start:.0f} s", flush=True)
   for m in model_counts:
     variants[f"one after another, M={m}"] = (
         m, lambda m=m: [single(s1, hp1) for _ in range(m)])
