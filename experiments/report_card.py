@@ -1,4 +1,5 @@
-"""One normalisation through the four papers' diagnostics: its report card.
+"""One normalisation through the four papers' diagnostics and today's papers' own claims: its
+report card.
 
   python experiments/report_card.py --config.attention.name=dnas --config.scale=cpu \
       --workdir=cards/dnas
@@ -6,15 +7,19 @@
       --config.attention.options.temperature=2.0 --config.scale=smoke --workdir=cards/tempered
 
 Trains the normalisation in the MTE layout on the NAP paper's case, first-token and mode tasks
-(a learning-rate grid x seeds), beside softmax (MTE) and NAP trained once per scale in
---config.baselines_dir (default: <parent of workdir>/baselines/<scale>, shared by every card
-there); then explaining away and the mode-collapse toy (DNAS paper), unselectable keys (LayerNorm
-paper) and the cost against softmax. Writes WORKDIR/report.md, report.json and accuracy.png.
---config.scale: smoke (minutes, numbers that mean little; the default), cpu (at most 20 minutes
-on 2 cores, the baselines aside), paper (the NAP paper's sizes, for a GPU);
+beside softmax (MTE) and NAP, each arm's learning rate selected on selection seeds and the arm
+trained again at it on fresh evaluation seeds; the baselines are trained once per scale and
+machine in --config.baselines_dir (default: <parent of workdir>/baselines/<scale>-<machine>,
+shared by every card of this machine there; a named folder of another machine is refused). Then
+explaining away and the mode-collapse toy (DNAS paper), unselectable keys (LayerNorm paper), a
+causal LM per arm for the registered diagnostics (length generalisation, attention sinks,
+massive activations, sparsity, a plugin's own) and the cost against softmax; every comparison
+with a bootstrap interval and Benjamini-Hochberg's control. Writes WORKDIR/report.md,
+report.json and accuracy.png. --config.scale: smoke (minutes, numbers that mean little; the
+default), cpu (2 cores), paper (the NAP paper's sizes, for a GPU);
 --config.show_progress=False hides the sweeps' progress bars. A killed card resumes when run
-again; a workdir of another normalisation, options or scale is refused (exit code 2) unless
---afresh moves it aside. The config: configs/report_card.py; the library:
+again; a workdir of another normalisation, options, scale or machine is refused (exit code 2)
+unless --afresh moves it aside. The config: configs/report_card.py; the library:
 normattn_jax/reporting/report_card.py.
 """
 from absl import app

@@ -95,3 +95,57 @@ def versions() -> dict:
           "backend": jax.default_backend(), "device_kind": devices[0].device_kind,
           "device_count": len(devices), "process_count": jax.process_count(),
           "cpu_cores": cpu_cores(), "packages": packages}
+
+
+# CPU features that decide which kernels XLA's CPU compiler emits, and so a CPU run's float
+# rounding (an AVX-512 machine and an AVX2 one train the same seeds to other numbers).
+CPU_FEATURES = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16",
+                "avx512_fp16", "amx_tile", "asimd", "sve")
+
+
+def cpu_description(cpuinfo: str = "/proc/cpuinfo") -> tuple[str, list[str]]:
+  """The CPU's model name and which of ``CPU_FEATURES`` it has (Linux's ``/proc/cpuinfo``;
+  elsewhere ``platform.processor()`` and no features)."""
+  models, flags = [], set()
+  try:
+    with open(cpuinfo) as f:
+      for line in f:
+        key, _, value = line.partition(":")
+        if key.strip() in ("model name", "Model"):
+          models.append(value.strip())
+        elif key.strip() in ("flags", "Features"):
+          flags |= set(value.split())
+  except OSError:
+    pass
+  model = models[0] if models else platform.processor() or "unknown"
+  return model, [f for f in CPU_FEATURES if f in flags]
+
+
+def machine_fingerprint() -> dict:
+  """What decides a run's float rounding beyond its config: the backend, the device kind and
+  count, the process count, jax and jaxlib, XLA's flags and JAX's default matmul precision, and
+  on a CPU its model, features and the cores the process may use. Two runs of one config and
+  seeds agree bit for bit only on one fingerprint.
+
+  Returns:
+    ``{"backend", "device_kind", "device_count", "process_count", "jax", "jaxlib", "xla_flags",
+    "matmul_precision"}`` and, on a CPU, ``"cpu_model", "cpu_features", "cpu_cores"``.
+  """
+  import jax
+
+  v = versions()
+  out = {key: v[key] for key in ("backend", "device_kind", "device_count", "process_count")}
+  out.update({name: v["packages"].get(name) for name in ("jax", "jaxlib")})
+  out["xla_flags"] = os.environ.get("XLA_FLAGS", "")
+  out["matmul_precision"] = str(jax.config.jax_default_matmul_precision)
+  if out["backend"] == "cpu":
+    out["cpu_model"], out["cpu_features"] = cpu_description()
+    out["cpu_cores"] = v["cpu_cores"]
+  return out
+
+
+def fingerprint_id(fingerprint: dict) -> str:
+  """A short name of a fingerprint: the first 8 hex digits of its JSON's SHA-256."""
+  import hashlib
+  import json
+  return hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:8]

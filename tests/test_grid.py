@@ -433,12 +433,13 @@ def test_a_trained_model_loads_back_as_a_module_and_scores_as_stored(reference):
 
 
 def test_a_report_cards_arm_reads_the_models_load_model_gives(reference):
-  """The report card finds an arm's final models through the sweep's plan (its grid's
-  checkpoints, its models axis' rows): the ones ``load_model`` gives, seed by seed."""
+  """The report card finds an arm's final models through its evaluation sweep's plan (its
+  grid's checkpoints, its first learning rate's rows): the ones ``load_model`` gives, seed by
+  seed."""
   from normattn_jax.reporting import report_card as rc
-  arm = rc.Arm("card", str(reference), "nap")
+  arm = rc.Arm("card", str(reference), str(reference), "nap")
   config, params, setup = rc.final_states(arm)
-  learning_rate = rc.best_learning_rate(arm.sweep(), "nap")
+  learning_rate = arm.sweep().learning_rates[0]
   assert len(params) == config.num_seeds == 2
   for seed, found in enumerate(params):
     module, variables = load_model(str(reference), "nap", learning_rate, seed)

@@ -1,41 +1,119 @@
-"""REPORT_CARDS.md is the committed cards' table, generated from their report.json files."""
+"""REPORT_CARDS.md is the committed cards' board, generated from their report.json files: the
+columns that separate, the verdicts under the board's false-discovery control and their
+stability over two halves of the seeds, each recomputed here from per-seed values."""
 import os
 
+import numpy as np
 import pytest
 
-from normattn_jax.reporting import leaderboard
+from normattn_jax.reporting import card_stats, leaderboard
+from normattn_jax.reporting.report_card import PROTOCOL
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MACHINE = {"backend": "cpu", "device_kind": "cpu", "device_count": 2, "process_count": 1,
+           "jax": "0.10.2", "jaxlib": "0.10.2", "xla_flags": "", "matmul_precision": "None",
+           "cpu_model": "Some CPU", "cpu_features": ["avx2"], "cpu_cores": 2}
 
 
-def test_the_committed_table_is_the_committed_cards():
+def test_the_committed_board_is_the_committed_cards():
   with open(os.path.join(REPO, "REPORT_CARDS.md")) as f:
     committed = f.read()
   reports = leaderboard.read_reports(os.path.join(REPO, "results", "report_cards"))
   assert committed == leaderboard.markdown(reports)
 
 
-def report(name, scale="cpu"):
-  arm = lambda acc: {"train_acc": acc, "val_acc": acc, "learned_all": [True, False, True]}
-  task = {"arms": {"card": arm([0.9, 0.8, 0.7]), "softmax": arm([0.5] * 3),
-                   "nap": arm([0.6] * 3)},
-          "tests": {"softmax": {"train_acc": 0.04, "val_acc": 0.2},
-                    "nap": {"train_acc": 0.5, "val_acc": 0.5}}}
-  cost = [{"mode": "fwd+bwd", "n": n, "path": path, "seconds": s, "softmax_seconds": 2.0}
-          for n, path, s in ((128, "quadratic", 1.0), (4096, "quadratic", 3.0),
-                             (4096, "fast", 1.0))]
-  return {"normalization": name, "scale": scale, "sizes": {"seq_len": 16, "d_model": 32},
-          "tasks": {"case": task, "first_token": task, "mode": task},
-          "attention": {"card": {"explained_away": [0.1, 0.3], "below_bound": [0.0, 0.2],
-                                 "unselectable": [0.0, 0.5]}},
-          "mode_collapse": {"unbalanced": {"card": [2, 2, 1]}}, "cost": cost}
+def measure(card, softmax, nap, label="m", percent=True):
+  return {"label": label, "percent": percent,
+          "values": {"card": list(card), "softmax": list(softmax), "nap": list(nap)}}
 
 
-def test_a_row_reads_each_diagnostic_from_its_card():
-  assert leaderboard.row(report("sink")) == [
-      "`sink`", "80.0* (50.0 / 60.0)", "2/3", "2/3", "80.0 (50.0 / 60.0)", "20.0", "1/2", "1",
-      "25.0", "1.50 / 0.50 (N = 4096)"]
-  text = leaderboard.markdown([report("sink"), report("dnas")])
-  assert text.count("\n| `") == 2 and "## The columns" in text and "## How sure" in text
+def report(name, shift, machine=MACHINE, scale="cpu", seeds=20):
+  """A card whose "wide" measure is the softmax baseline moved by ``shift`` and whose "flat"
+  measure barely moves between cards."""
+  rng = np.random.default_rng(0)
+  base = rng.normal(0.5, 0.02, seeds)
+  nap = rng.normal(0.6, 0.02, seeds)
+  card = np.random.default_rng(len(name)).normal(0.5 + shift, 0.02, seeds)
+  flat = np.random.default_rng(1).normal(0.5, 0.05, seeds)
+  measures = {"task.wide": measure(card, base, nap, "task: wide"),
+              "task.flat": measure(flat + 0.001 * shift, flat, flat, "task: flat")}
+  cost = [{"mode": "fwd+bwd", "n": 4096, "path": path, "seconds": s, "softmax_seconds": 1.0,
+           "softmax_quadratic_seconds": 2.0} for path, s in (("quadratic", 3.0),
+                                                             ("fast", 1.0))]
+  collapse = {"unbalanced": {"card": [2, 2, 1]}, "balanced": {"card": [2, 0, 0]}}
+  return {"protocol": PROTOCOL, "normalization": name, "scale": scale, "machine": machine,
+          "sizes": {"seq_len": 16, "d_model": 32, "selection_seeds": 5, "evaluation_seeds": seeds},
+          "measures": measures, "diagnostics": {}, "cost": cost, "mode_collapse": collapse,
+          "attention": {"card": {"below_bound": [0.0] * 3 + [0.1]}},
+          "seconds": {"sweeps": {"baselines/case/select": None, "card/case/select": 60.0},
+                      "this_call": 600.0}}
+
+
+def test_a_column_ranks_only_where_the_cards_spread_beyond_the_baselines_noise():
+  reports = [report("a", 0.0), report("b", 0.2), report("c", -0.1)]
+  sep = leaderboard.separation(reports, ["task.wide", "task.flat"])
+  assert sep["task.wide"]["ranks"] and not sep["task.flat"]["ranks"]
+  values = reports[0]["measures"]["task.wide"]["values"]
+  noise = max(abs(np.mean(values[b][:10]) - np.mean(values[b][10:])) for b in ("softmax", "nap"))
+  assert sep["task.wide"]["noise"] == pytest.approx(noise)
+  text = leaderboard.markdown(reports)
+  assert "| task: flat | " in text and "| no |" in text  # shown, as a check
+  table = text.split("## Checks")[0]
+  assert "task: wide" in table and "task: flat" not in table
+
+
+def test_the_board_controls_the_false_discovery_rate_over_all_its_comparisons():
+  reports = [report("a", 0.0), report("b", 0.2), report("c", -0.1)]
+  judged = leaderboard.judge(reports, ["task.wide"])
+  assert len(judged) == 6
+  ps = [card_stats.compare(r["measures"]["task.wide"]["values"]["card"],
+                           r["measures"]["task.wide"]["values"][base])["p"]
+        for r in reports for base in ("softmax", "nap")]
+  np.testing.assert_allclose([c["q"] for c in judged.values()], card_stats.controlled(ps))
+  assert judged[("b", "task.wide", "softmax")]["word"] == "above"
+  assert judged[("c", "task.wide", "softmax")]["word"] == "below"
+  text = leaderboard.markdown(reports)
+  assert "| `b` | 70.0 ▲S ▲N |" in text.replace("70.1", "70.0").replace("69.9", "70.0")
+  assert "no different" not in text
+
+
+def test_the_stability_is_recomputed_from_the_halves():
+  reports = [report("a", 0.0), report("b", 0.2), report("c", -0.1)]
+  # card "a" is softmax's twin: on each half it is not distinguishable from softmax, and below
+  # NAP; "b" above both, "c" below both, in either half
+  stable = leaderboard.stability(reports, ["task.wide"])
+  first, second = leaderboard.judge(reports, ["task.wide"], 0), \
+      leaderboard.judge(reports, ["task.wide"], 1)
+  agree = sum(first[k]["word"] == second[k]["word"] for k in first)
+  assert stable["agree"] == agree and stable["total"] == 6
+  assert stable["share"] == pytest.approx(agree / 6)
+  # a card that flips between the halves: above softmax on one, below on the other
+  flip = report("d", 0.0)
+  values = flip["measures"]["task.wide"]["values"]
+  values["card"] = [0.7] * 10 + [0.3] * 10
+  stable = leaderboard.stability(reports + [flip], ["task.wide"])
+  assert stable["total"] == 8 and stable["agree"] == agree
+
+
+def test_the_time_column_is_over_softmaxs_quadratic_path():
+  assert leaderboard._time(report("a", 0.0)) == "1.50 / 0.50 (N = 4096)"
+
+
+def test_the_board_refuses_mixed_machines_and_scales_and_lists_older_cards():
+  with pytest.raises(ValueError, match="several machines"):
+    leaderboard.markdown([report("a", 0.0), report("b", 0.1, dict(MACHINE, cpu_cores=1))])
   with pytest.raises(ValueError, match="several scales"):
-    leaderboard.markdown([report("sink"), report("dnas", "smoke")])
+    leaderboard.markdown([report("a", 0.0), report("b", 0.1, scale="smoke")])
+  older = {"normalization": "sink", "scale": "cpu"}
+  text = leaderboard.markdown([report("a", 0.0), report("b", 0.2), older])
+  assert "## Not yet rerun" in text and "`sink`" in text.split("## Not yet rerun")[1]
+  assert "`sink`" not in text.split("## Not yet rerun")[0]
+  assert "A card takes 10 minutes" in text
+
+
+def test_a_card_without_a_column_shows_n_a_and_is_not_judged_on_it():
+  reports = [report("a", 0.0), report("b", 0.2), report("c", -0.1)]
+  del reports[2]["measures"]["task.wide"]
+  judged = leaderboard.judge(reports, ["task.wide"])
+  assert len(judged) == 4 and not any(card == "c" for card, _, _ in judged)
+  assert "| `c` | n/a |" in leaderboard.markdown(reports)

@@ -8,11 +8,13 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from configs import report_card as card_configs
 from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.registry import load_plugins
+from normattn_jax.reporting import diagnostics as diagnostics_lib
 from normattn_jax.reporting import report_card as rc
 from normattn_jax.train import config as config_lib
 from normattn_jax.train.checkpoint import WorkdirError, open_workdir, unlock_workdir
@@ -21,7 +23,8 @@ FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPEC = AttentionSpec("tempered_softmax", {"temperature": 2.0})
 DIAGNOSTICS = ("case", "first_token", "mode", "explaining_away", "mode_collapse",
-               "unselectable", "cost")
+               "unselectable", "cost", "length_generalisation", "attention_sinks",
+               "massive_activations", "sparsity")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -60,6 +63,7 @@ def test_the_config_names_the_field_and_value():
                                       "'tempered_softmax' has no option 'temp'"),
       (card(scale="huge"), "config.scale='huge': choose from ('smoke', 'cpu', 'paper')"),
       (card(baselines_dir=None), "config.baselines_dir=None: must be a folder"),
+      (card(cache_dir=None), "config.cache_dir=None: must be a folder"),
       (card(normalization="dnas"), "config.normalization='dnas': no such field")]:
     with pytest.raises(ValueError, match=re.escape(message)):
       rc.validate_config(config)
@@ -78,12 +82,19 @@ def test_every_sweep_of_every_scale_validates(scale):
     card = rc.sweep_config(task, scale, (rc.CARD_ARCH,), SPEC)
     config_lib.validate(card)
     config_lib.validate(rc.sweep_config(task, scale, rc.BASELINE_ARCHS))
+    evaluation = rc.sweep_config(task, scale, (rc.CARD_ARCH,), SPEC, 0.01)
+    config_lib.validate(evaluation)
     assert card.attention.name == "tempered_softmax"
     assert card.attention.options.temperature == 2.0
     if task == "mode":
       assert card.task.vocab_size == 2 * card.task.seq_len  # S = 2N
+    # the evaluation: one rate, its own seeds, which share no model key with the selection's
+    assert evaluation.learning_rates == (0.01,)
+    assert evaluation.num_seeds == rc.SCALES[scale].evaluation_seeds
+    assert (card.seed, evaluation.seed) == (rc.SELECTION_SEED, rc.EVALUATION_SEED)
+    assert card.learning_rates == rc.SCALES[scale].learning_rates
   assert len(rc.SCALES[scale].learning_rates) >= 2
-  assert rc.SCALES["cpu"].num_seeds == rc.SCALES["paper"].num_seeds == 5
+  assert rc.SCALES["cpu"].evaluation_seeds == rc.SCALES["paper"].evaluation_seeds == 20
 
 
 def test_paper_scale_is_the_nap_papers():
@@ -94,14 +105,36 @@ def test_paper_scale_is_the_nap_papers():
   assert s.cost_lengths == (128, 1024, 4096)
 
 
-def test_default_baselines_dir_is_shared_beside_the_card(tmp_path):
-  assert rc.default_baselines_dir(str(tmp_path / "cards" / "mine"), "cpu") == \
-      str(tmp_path / "cards" / "baselines" / "cpu")
+def test_default_baselines_dir_is_shared_beside_the_card_per_machine(tmp_path):
+  assert rc.default_baselines_dir(str(tmp_path / "cards" / "mine"), "cpu", "ab12cd34") == \
+      str(tmp_path / "cards" / "baselines" / "cpu-ab12cd34")
+
+
+def test_baselines_of_another_machine_are_refused_before_the_workdir(tmp_path):
+  baselines = tmp_path / "baselines"
+  baselines.mkdir()
+  other = dict(rc.machine_fingerprint(), cpu_model="Another CPU", cpu_features=["avx2"])
+  (baselines / rc.MACHINE).write_text(json.dumps(other))
+  with pytest.raises(ValueError, match=r"config.baselines_dir=.*trained on another machine "
+                                       r"\(.*Another CPU.*features avx2.*\), not this one"):
+    rc.run(card(options={"temperature": 2.0}, baselines_dir=str(baselines)),
+           str(tmp_path / "card"))
+  assert not (tmp_path / "card").exists()
+  assert sorted(os.listdir(baselines)) == [rc.MACHINE]
+
+
+def test_a_workdir_claims_its_baselines_for_its_machine(tmp_path):
+  fingerprint = rc.machine_fingerprint()
+  rc.claim_baselines(str(tmp_path / "b"), fingerprint)
+  rc.claim_baselines(str(tmp_path / "b"), fingerprint)  # the same machine again: accepted
+  with open(tmp_path / "b" / rc.MACHINE) as f:
+    assert json.load(f) == fingerprint
 
 
 def test_refuses_a_workdir_of_another_card_before_training(tmp_path, monkeypatch):
   workdir = str(tmp_path / "card")
-  open_workdir(workdir, rc.card_config(SPEC, "smoke"), rc.KIND)
+  machine = rc.fingerprint_id(rc.machine_fingerprint())
+  open_workdir(workdir, rc.card_config(SPEC, "smoke", machine), rc.KIND)
   unlock_workdir(workdir)  # as the card's run does when it ends
   monkeypatch.setattr(rc, "run_sweep", lambda *a, **k: pytest.fail("trained"))
   with pytest.raises(WorkdirError, match="normalization was \"tempered_softmax\", now \"dnas\""):
@@ -110,6 +143,12 @@ def test_refuses_a_workdir_of_another_card_before_training(tmp_path, monkeypatch
     rc.run(card(scale="cpu", options={"temperature": 2.0}), workdir)
   with pytest.raises(WorkdirError, match="options.temperature"):
     rc.run(card(options={"temperature": 3.0}), workdir)
+  # the same card on another machine: its seeds would mix two machines' rounding
+  monkeypatch.setattr(rc, "machine_fingerprint", lambda: {"backend": "gpu", "device_kind": "H100",
+                                                          "device_count": 1, "jax": "x",
+                                                          "jaxlib": "x", "process_count": 1})
+  with pytest.raises(WorkdirError, match=f"machine was \"{machine}\""):
+    rc.run(card(options={"temperature": 2.0}, baselines_dir=str(tmp_path / "b")), workdir)
   assert os.path.exists(os.path.join(workdir, "versions.json"))
   with pytest.raises(ValueError, match="config.scale='huge'"):
     rc.run(card(scale="huge"), str(tmp_path / "never"))
@@ -120,19 +159,34 @@ class Trains(Exception):
   """Raised in place of a card's first sweep: the workdir was accepted."""
 
 
-@pytest.mark.parametrize("name", ["dnas", "sinkhorn"])
+def committed_cards() -> list:
+  cards = []
+  for name in sorted(os.listdir(os.path.join(ROOT, "results", "report_cards"))):
+    path = os.path.join(ROOT, "results", "report_cards", name, "report.json")
+    if os.path.exists(path):
+      with open(path) as f:
+        if json.load(f).get("protocol") == rc.PROTOCOL:
+          cards.append(name)
+  return cards[:2]
+
+
+@pytest.mark.parametrize("name", committed_cards())
 def test_a_committed_card_is_this_config_s(tmp_path, name, monkeypatch):
-  """Rerunning a committed card with today's config takes its workdir as this card's (a copy;
-  stopped where it would start training)."""
+  """Rerunning a committed card with today's config, on its machine, takes its workdir as this
+  card's (a copy; stopped where it would start training)."""
   workdir = str(tmp_path / name)
   shutil.copytree(os.path.join(ROOT, "results", "report_cards", name), workdir)
+  with open(os.path.join(workdir, "report.json")) as f:
+    report = json.load(f)
+  monkeypatch.setattr(rc, "machine_fingerprint", lambda: report["machine"])
   def trains(*args, **kwargs):
     raise Trains
   monkeypatch.setattr(rc, "run_sweep", trains)
   with pytest.raises(Trains):
-    rc.run(card(name, "cpu", baselines_dir=str(tmp_path / "baselines")), workdir)
+    rc.run(card(report["name"], "cpu", baselines_dir=str(tmp_path / "baselines"),
+                options=report["options"]), workdir)
   with pytest.raises(WorkdirError, match="scale was \"cpu\", now \"smoke\""):
-    rc.run(card(name, "smoke"), workdir)
+    rc.run(card(report["name"], "smoke", options=report["options"]), workdir)
 
 
 def test_mode_collapse_runs_for_a_plugin():
@@ -152,29 +206,106 @@ def test_cost_against_softmax():
   assert {r["path"] for r in fast} == {"quadratic", "fast"}
 
 
-def synthetic_report():
-  """A report as rc.run assembles it, with made-up numbers (two seeds)."""
+SEEDS = 8  # evaluation seeds of the synthetic report: enough for a difference to be called
+
+
+def lm_result(loss, share, ratio, zeros):
+  """An LM run's result as ``card_lm.run_lm`` stores it (made-up numbers; the last seed
+  diverged)."""
+  def seed(i):
+    return {"diverged": False, "final_train_loss": loss + 0.01 * i,
+            "loss_by_band": {str(m): [loss + 0.1 * b + 0.01 * i for b in range(m.bit_length())]
+                             for m in (1, 2, 4, 8)},
+            "first_token_share": [[share, share / 2], [share, 0.0]],
+            "massive_ratio": [ratio, 2 * ratio + i], "zero_share": zeros + 0.001 * i}
+  return {"seeds": [seed(i) for i in range(SEEDS - 1)]
+          + [{"diverged": True, "final_train_loss": None}]}
+
+
+def synthetic_report(trained_by=("x(t=2)",)):
+  """A report as rc.run assembles it, with made-up numbers."""
   def arm(acc, learned=True):
-    entry = {"learning_rate": 0.01, "train_acc": [acc, acc + 0.1], "val_acc": [acc, acc]}
-    entry.update({f"case_acc_{c}": [acc, acc] for c in rc.CASES})
-    entry["learned_all"] = [learned, False]
+    entry = {"learning_rate": 0.01, "train_acc": [acc + 0.01 * i for i in range(SEEDS)],
+             "val_acc": [acc + 0.005 * i for i in range(SEEDS)],
+             "selection": {"learning_rates": [0.03, 0.01], "train_acc_means": [0.2, acc]}}
+    entry.update({f"case_acc_{c}": [acc] * SEEDS for c in rc.CASES})
+    entry["learned_all"] = [learned, False] + [learned] * (SEEDS - 2)
     return entry
-  tests = {"softmax": {"train_acc": 0.01, "val_acc": 0.5}, "nap": {"train_acc": 0.5,
-                                                                     "val_acc": 0.5}}
   tasks = {task: {"arms": {"card": arm(0.9), "softmax": arm(0.5), "nap": arm(0.85, False)},
-                  "tests": tests, "threshold": 0.36, "chance": 0.18} for task in rc.CARD_TASKS}
+                  "threshold": 0.36, "chance": 0.18} for task in rc.CARD_TASKS}
   del tasks["mode"]["threshold"], tasks["mode"]["chance"]
-  attention = {label: {"explained_away": [0.0, 0.1], "below_bound": [0.0, 0.2],
-                       "min_sum_times_n": [1.0, 0.0], "unselectable": [0.0, 0.05]}
+  attention = {label: {"explained_away": [0.0, 0.1] + [0.0] * (SEEDS - 2),
+                       "below_bound": [0.0, 0.2] + [0.0] * (SEEDS - 2),
+                       "min_sum_times_n": [1.0, 0.0] + [1.0] * (SEEDS - 2),
+                       "unselectable": [0.0, 0.05] + [0.0] * (SEEDS - 2)}
                for label in rc.ARMS}
   cost = [{"n": 128, "path": "quadratic", "mode": mode, "seconds": 0.002, "bytes": 2 ** 20,
-           "softmax_seconds": 0.001, "softmax_bytes": 2 ** 20} for mode in ("fwd", "fwd+bwd")]
-  collapse = {pair: {"card": [2, 2], "softmax": [2, 1], "dnas": [2, 2]}
-              for pair in ("unbalanced", "balanced")}
-  return {"normalization": "x(t=2)", "name": "x", "options": {"t": 2}, "scale": "smoke",
-          "sizes": dict(rc.dataclasses.asdict(rc.SCALES["smoke"])), "baselines_dir": "b",
-          "tasks": tasks, "attention": attention, "mode_collapse": collapse, "cost": cost,
-          "seconds": {"sweeps": {"card/case": 3.0, "baselines/case": None}, "this_call": 5.0}}
+           "softmax_seconds": 0.001, "softmax_bytes": 2 ** 20,
+           "softmax_quadratic_seconds": 0.001, "softmax_quadratic_bytes": 2 ** 20}
+          for mode in ("fwd", "fwd+bwd")]
+  collapse = {"unbalanced": {"card": [2, 2, 0], "softmax": [2, 2, 1], "dnas": [2, 2, 2]},
+              "balanced": {"card": [2, 1, 1], "softmax": [2, 2, 2], "dnas": [2, 2, 2]}}
+  sizes = rc.dataclasses.replace(rc.SCALES["smoke"], evaluation_seeds=SEEDS)
+  lms = {"card": lm_result(2.0, 0.1, 10.0, 0.3), "softmax": lm_result(2.2, 0.6, 100.0, 0.0),
+         "nap": lm_result(2.1, 0.2, 20.0, 0.0)}
+  report = {"protocol": rc.PROTOCOL, "normalization": "x(t=2)", "name": "x", "options": {"t": 2},
+            "scale": "smoke", "sizes": dict(rc.dataclasses.asdict(sizes)),
+            "machine": rc.machine_fingerprint(),
+            "baselines": {"dir": "b", "trained_by": {k: t for k, t in zip(
+                ("case/select", "lm_nap"), trained_by * 2)}},
+            "tasks": tasks, "attention": attention, "mode_collapse": collapse, "cost": cost,
+            "diagnostics": rc.run_diagnostics(rc.diagnostics_lib.CardContext(
+                SPEC, "smoke", sizes, lms)),
+            "seconds": {"sweeps": {"card/case/select": 3.0, "baselines/case/select": None},
+                        "this_call": 5.0}}
+  report["measures"] = rc.measures(report)
+  report["comparisons"] = rc.comparisons(report["measures"])
+  return report
+
+
+def test_the_lm_diagnostics_read_each_seed_and_skip_a_diverged_one():
+  report = synthetic_report()
+  d = report["diagnostics"]
+  assert d["sparsity"]["values"]["card"]["zero_share"] == \
+      pytest.approx([0.3 + 0.001 * i for i in range(SEEDS - 1)] + [None])
+  assert d["attention_sinks"]["values"]["softmax"]["first_token_share"][0] == \
+      pytest.approx(np.mean([0.6, 0.3, 0.6, 0.0]))
+  assert d["attention_sinks"]["values"]["softmax"]["first_token_share_max"][0] == 0.6
+  assert d["massive_activations"]["values"]["nap"]["massive_ratio"][:3] == [40.0, 41.0, 42.0]
+  # the newest band of an 8L window is its last (4L..8L)
+  assert d["length_generalisation"]["values"]["card"]["loss_8x"][0] == pytest.approx(2.3)
+  assert d["length_generalisation"]["values"]["card"]["loss_1x"][0] == pytest.approx(2.0)
+  assert report["comparisons"]["sparsity.zero_share"]["softmax"]["n"] == [SEEDS - 1] * 2
+
+
+def test_a_diagnostic_that_raises_is_reported_and_the_rest_completes():
+  def broken(context):
+    raise RuntimeError("no sinks here")
+  diagnostics_lib.register(diagnostics_lib.Diagnostic(
+      "broken_probe", "A broken probe", "nothing", (diagnostics_lib.Quantity("x", "x"),), broken))
+  try:
+    report = synthetic_report()
+  finally:
+    diagnostics_lib.DIAGNOSTICS.unregister("broken_probe")
+  entry = report["diagnostics"]["broken_probe"]
+  assert "Traceback" in entry["error"] and "RuntimeError: no sinks here" in entry["error"]
+  assert "values" in report["diagnostics"]["sparsity"]
+  assert not any(key.startswith("broken_probe") for key in report["measures"])
+  from normattn_jax.reporting import report_card_text as text
+  report["verdicts"] = text.verdicts(report)
+  assert report["verdicts"]["broken_probe"] == ("At the smoke scale, the diagnostic "
+                                                "'broken_probe' could not be measured: "
+                                                "RuntimeError: no sinks here")
+  md = text.markdown(report)
+  assert "The diagnostic `broken_probe` raised" in md and "RuntimeError: no sinks here" in md
+
+
+def test_a_diagnostic_missing_an_arm_is_named():
+  d = diagnostics_lib.Diagnostic("partial", "t", "c", (diagnostics_lib.Quantity("x", "x"),),
+                                 lambda c: {"card": {"x": [1.0]}})
+  with pytest.raises(ValueError, match="diagnostic 'partial' gave no values for the arm "
+                                       "'softmax'"):
+    diagnostics_lib.checked_values(d, d.measure(None))
 
 
 def test_verdicts_say_what_the_numbers_show():
@@ -182,20 +313,57 @@ def test_verdicts_say_what_the_numbers_show():
   report = synthetic_report()
   lines = text.verdicts(report)
   assert set(lines) == set(DIAGNOSTICS)
-  assert lines["case"].startswith("At the smoke scale, x(t=2)'s training accuracy")
-  assert "above softmax's" in lines["case"] and "no different from NAP's" in lines["case"]
-  assert lines["first_token"].startswith("At the smoke scale, 1/2 of x(t=2)'s seeds learn all "
-                                         "three cases (softmax 1/2, NAP 0/2)")
+  assert lines["case"].startswith(
+      "At the smoke scale, on 8 evaluation seeds at its selected learning rate 0.01, x(t=2)'s "
+      "training accuracy averages 93.5%: above softmax's 53.5% (+40%, CI +37.9% to +42.2%; q = ")
+  assert ("7/8 of x(t=2)'s seeds learn all three cases (softmax 7/8, NAP 0/8; the share not "
+          "distinguishable from softmax's 87.5% with 8 seeds (+0%, CI -37.5% to +37.5%; q = 1) "
+          "and above NAP's 0.0%") in lines["case"]
+  assert lines["first_token"].startswith("At the smoke scale, on 8 evaluation seeds at its "
+                                         "selected learning rate 0.01, 7/8 of x(t=2)'s seeds "
+                                         "learn all three cases")
   assert "learn all three" not in lines["mode"]
-  assert "fails for x(t=2) in 1 of 2 seeds (10.0% of keys below it)" in lines["explaining_away"]
-  assert "leaves 2 cluster(s) (softmax 1, DNAS 2)" in lines["mode_collapse"]
-  assert "2.00x softmax's time and 1.00x its memory" in lines["cost"]
+  assert "no different" not in " ".join(lines.values())
+  assert "fails in 1 of 8 seeds (2.5% of keys below it) for x(t=2) (not guaranteed" \
+      in lines["explaining_away"]
+  # both pairs, and the words for what the points do
+  assert lines["mode_collapse"] == (
+      "At the smoke scale, over 2 attention updates of the two-cluster toy at initial "
+      "parameters: unbalanced pair: x(t=2) scatters (0 group(s) of >= 2% of the points left of "
+      "2 clusters) (softmax collapses to one cluster by update 2, DNAS keeps 2); balanced pair: "
+      "x(t=2) collapses to one cluster by update 1 (softmax keeps 2, DNAS keeps 2).")
+  # the time over softmax's quadratic path, and over softmax's same path beside it
+  assert "quadratic path 2.00x softmax's quadratic time and 1.00x its memory (2.00x the time " \
+      "of softmax on the same path)" in lines["cost"]
   assert "no fast path" in lines["cost"]
+  assert "share of exact zeros among the weights averages 30.3%: above softmax's 0.3%" \
+      in lines["sparsity"]
   report["verdicts"] = lines
   md = text.markdown(report)
   assert md.count("**Verdict:**") == len(DIAGNOSTICS)
-  assert "| card vs softmax | 0.01 | 0.5 |" in md
-  assert "| card | 90.0, 100.0 | 90.0, 90.0 | y n |" in md
+  assert "| card | 90.0, 91.0, 92.0, 93.0, 94.0, 95.0, 96.0, 97.0 | 90.0, 90.5, 91.0, 91.5, " \
+      "92.0, 92.5, 93.0, 93.5 | y n y y y y y y |" in md
+  assert "Benjamini-Hochberg's adjusted p over this card's" in md
+  assert "baselines" in md and "trained by this card's run" in md
+
+
+def test_the_header_says_who_trained_the_baselines():
+  from normattn_jax.reporting import report_card_text as text
+  report = synthetic_report(trained_by=("dnas", "sink"))
+  report["verdicts"] = text.verdicts(report)
+  md = text.markdown(report)
+  assert "found finished, trained by the runs of the dnas card, the sink card" in md
+  assert "trained by this card's run" not in md
+
+
+@pytest.mark.parametrize("counts, outcome", [
+    ([2, 2, 2, 2, 1], "collapses to one cluster by update 4"), ([2, 2, 2], "keeps 2"),
+    ([2, 2, 0, 0, 0], "scatters (0 group(s) of >= 2% of the points left of 2 clusters)"),
+    ([2, 0, 2, 12, 6], "scatters (6 group(s) of >= 2% of the points left of 2 clusters)"),
+    ([2, 1, 2, 1, 1], "collapses to one cluster by update 3")])
+def test_mode_collapse_outcomes(counts, outcome):
+  from normattn_jax.reporting import report_card_text as text
+  assert text.collapse_outcome(counts) == outcome
 
 
 def _check_report(workdir):
@@ -206,15 +374,19 @@ def _check_report(workdir):
   for task in rc.CARD_TASKS:
     scores = report["tasks"][task]
     assert set(scores["arms"]) == set(rc.ARMS)
-    assert all(len(a["train_acc"]) == rc.SCALES["smoke"].num_seeds
+    assert all(len(a["train_acc"]) == rc.SCALES["smoke"].evaluation_seeds
                for a in scores["arms"].values())
-    assert set(scores["tests"]) == {"softmax", "nap"}
+  for per in report["comparisons"].values():
+    assert set(per) == {"softmax", "nap"}
+  assert report["protocol"] == rc.PROTOCOL and report["machine"]
   assert "learned_all" in report["tasks"]["first_token"]["arms"]["card"]
   assert set(report["attention"]) == set(rc.ARMS)
   with open(os.path.join(workdir, "report.md")) as f:
     text = f.read()
   for heading in ("Case task", "First-token task", "Mode task", "Explaining away",
-                  "Mode collapse", "Unselectable keys", "## Cost", "Mann-Whitney"):
+                  "Mode collapse", "Unselectable keys", "## Cost", "Mann-Whitney",
+                  "Length generalisation", "Attention sinks", "Massive activations",
+                  "Sparse weights", "Benjamini-Hochberg"):
     assert heading in text
   assert text.count("**Verdict:**") == len(DIAGNOSTICS)
   assert os.path.exists(os.path.join(workdir, "accuracy.png"))
@@ -228,7 +400,10 @@ def test_smoke_card_in_process_resumes_without_training(tmp_path, baselines, mon
   report = rc.run(config, workdir)
   assert report["normalization"] == "tempered_softmax(temperature=2.0)"
   _check_report(workdir)
-  assert os.path.exists(os.path.join(baselines, "case", "summary.json"))
+  assert os.path.exists(os.path.join(baselines, "case", "select", "summary.json"))
+  assert os.path.exists(os.path.join(baselines, "lm_nap", "lm.json"))
+  with open(os.path.join(baselines, rc.PROVENANCE)) as f:
+    assert set(json.load(f).values()) == {report["normalization"]}
   monkeypatch.setattr(rc, "run_sweep", lambda *a, **k: pytest.fail("trained again"))
   start = time.perf_counter()
   assert rc.run(config, workdir) == json.loads(json.dumps(report))
@@ -236,20 +411,36 @@ def test_smoke_card_in_process_resumes_without_training(tmp_path, baselines, mon
 
 
 @pytest.mark.slow
-def test_smoke_card_from_the_command_line(tmp_path, baselines):
+def test_smoke_card_from_the_command_line(tmp_path):
+  """One command makes a plugin's card, its baselines trained beside it for this machine."""
   env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, FIXTURES]), JAX_PLATFORMS="cpu")
   workdir = str(tmp_path / "cli")
   command = [sys.executable, os.path.join(ROOT, "experiments", "report_card.py"),
              "--plugins=card_plugin", "--config.attention.name=tempered_softmax",
              "--config.attention.options.temperature=0.5", f"--workdir={workdir}",
-             "--config.scale=smoke", f"--config.baselines_dir={baselines}",
-             "--config.show_progress=False"]
-  done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+             "--config.scale=smoke", "--config.show_progress=False"]
+  done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1200)
   assert done.returncode == 0, done.stderr[-3000:]
   assert "At the smoke scale" in done.stdout
-  _check_report(workdir)
+  report = _check_report(workdir)
+  machine = rc.fingerprint_id(report["machine"])
+  assert os.path.exists(tmp_path / "baselines" / f"smoke-{machine}" / rc.MACHINE)
   other = [c.replace("tempered_softmax", "dnas") if c.startswith("--config.attention.name")
            else c for c in command if not c.startswith("--config.attention.options")]
   refused = subprocess.run(other, env=env, capture_output=True, text=True, timeout=300)
   assert refused.returncode == 2
   assert "holds a run of another config" in refused.stderr
+
+
+def test_a_normalisation_over_the_queries_has_no_lm_diagnostics():
+  """DNAS, HNAS and Sinkhorn have no causal LM: its sections say why, nothing is compared."""
+  lms = {"card": None, "softmax": lm_result(2.2, 0.6, 100.0, 0.0),
+         "nap": lm_result(2.1, 0.2, 20.0, 0.0)}
+  found = rc.run_diagnostics(rc.diagnostics_lib.CardContext(
+      AttentionSpec.of("dnas"), "smoke", rc.SCALES["smoke"], lms))
+  for name in ("length_generalisation", "attention_sinks", "massive_activations", "sparsity"):
+    assert "values" not in found[name]
+    assert found[name]["not_applicable"].startswith("dnas normalises each key's weights over "
+                                                    "the queries")
+  assert rc.AttentionSpec.of("dnas").normalization.normalizes_over_queries
+  assert not rc.AttentionSpec.of("ssmax").normalization.normalizes_over_queries

@@ -10,10 +10,14 @@ Brody et al. train it with ``LN_1`` of kind "standard" and "no_scaling" (project
 ask which keys no query can select. As in their set-up, ``LN_1`` has no gain or bias and the
 query, key and value projections no bias, so the keys of a layer are a linear image of
 ``LN_1``'s output: ``capture_attention_inputs`` returns it (and its input) for every layer.
+
+The attention's ``normalization`` and the ``positional`` encoding are fields, softmax and
+GPT-2's learned positions by default; ``positional="none"`` (NoPE) leaves position to the causal
+mask alone, so the model runs at any length (the report card's length generalisation).
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Union
 
 import flax.linen as nn
 import jax
@@ -22,18 +26,25 @@ import numpy as np
 import optax
 
 from normattn_jax.attention.module import MultiHeadAttention
+from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.norms import LayerNorm, check_layer_norm_kind
 from normattn_jax.validation import check_int
 
 Array = jax.Array
 
-# The names under which each block sows the input and output of its LayerNorm before attention.
+# The names under which each block sows the input and output of its LayerNorm before attention,
+# and its output (the residual stream after the block).
 NORM_INPUTS, ATTENTION_INPUTS = "pre_attention_norm_inputs", "attention_inputs"
+BLOCK_OUTPUTS = "block_outputs"
+# The position encodings: GPT-2's learned embeddings, or none (NoPE: the causal mask alone).
+POSITIONALS = ("learned", "none")
 
 
 class DecoderBlock(nn.Module):
-  """One pre-LN GPT-2 block; sows ``NORM_INPUTS`` and ``ATTENTION_INPUTS`` ([..., n, d])."""
+  """One pre-LN GPT-2 block; sows ``NORM_INPUTS``, ``ATTENTION_INPUTS`` and ``BLOCK_OUTPUTS``
+  ([..., n, d]), and with ``sow_weights`` its attention's weights."""
   num_heads: int
+  normalization: Union[str, AttentionSpec] = "softmax"
   pre_attention_norm_kind: str = "standard"
   mlp_ratio: int = 4
   dropout_rate: float = 0.0
@@ -43,7 +54,7 @@ class DecoderBlock(nn.Module):
   attention_implementation: str = "auto"
 
   @nn.compact
-  def __call__(self, x: Array, deterministic: bool = True) -> Array:
+  def __call__(self, x: Array, deterministic: bool = True, sow_weights: bool = False) -> Array:
     d = x.shape[-1]
     init = nn.initializers.normal(self.init_std)
     residual_init = nn.initializers.normal(self.residual_init_std)
@@ -55,27 +66,35 @@ class DecoderBlock(nn.Module):
     attended = MultiHeadAttention(
         num_heads=self.num_heads, use_bias=False, kernel_init=init, out_kernel_init=residual_init,
         dropout_rate=self.dropout_rate, implementation=self.attention_implementation,
-        name="attention")(keys, causal=True, deterministic=deterministic)
+        normalization=self.normalization, name="attention")(
+            keys, causal=True, deterministic=deterministic, sow_weights=sow_weights)
     # GPT-2's output projection has a bias; the query, key and value ones are left out.
     attended = attended + self.param("attention_bias", nn.initializers.zeros, (d,))
     x = x + drop(attended)
     h = LayerNorm(epsilon=self.layer_norm_epsilon, name="pre_mlp_norm")(x)
     h = nn.Dense(self.mlp_ratio * d, kernel_init=init, name="mlp_in")(h)
     h = nn.Dense(d, kernel_init=residual_init, name="mlp_out")(nn.gelu(h, approximate=True))
-    return x + drop(h)
+    x = x + drop(h)
+    self.sow("intermediates", BLOCK_OUTPUTS, x)
+    return x
 
 
 class CausalLM(nn.Module):
-  """Tokens ``[..., n]`` (int, n <= ``max_len``) -> next-token logits ``[..., n, vocab_size]``.
+  """Tokens ``[..., n]`` (int) -> next-token logits ``[..., n, vocab_size]``.
 
   Fields:
-    vocab_size, max_len: token ids in ``[0, vocab_size)``; ``max_len`` learned positions.
+    vocab_size, max_len: token ids in ``[0, vocab_size)``; ``max_len`` learned positions, the
+      longest sequence (no limit with ``positional="none"``).
     d_model, num_layers, num_heads, mlp_ratio: the sizes (Brody et al.: 8, 4, 4, 4).
     pre_attention_norm_kind: the kind of the LayerNorm before each attention (the modules
       ``pre_attention_norm``; ``norms.LAYER_NORM_KINDS``; "no_scaling" is Brody et al.'s model
       without scaling). The other LayerNorms are standard.
     dropout_rate: GPT-2's embedding, attention and residual dropout (active when not
       ``deterministic``; needs a "dropout" rng).
+    normalization: every attention's normalisation (a registered name or an
+      ``AttentionSpec``).
+    positional: "learned" (GPT-2's position embeddings) or "none" (NoPE: no position
+      embedding, the causal mask alone tells positions apart); ``POSITIONALS``.
   """
   vocab_size: int
   max_len: int
@@ -88,6 +107,8 @@ class CausalLM(nn.Module):
   layer_norm_epsilon: float = 1e-5
   init_std: float = 0.02
   attention_implementation: str = "auto"
+  normalization: Union[str, AttentionSpec] = "softmax"
+  positional: str = "learned"
 
   def __post_init__(self):
     for name in ("vocab_size", "max_len", "d_model", "num_layers", "num_heads", "mlp_ratio"):
@@ -101,27 +122,34 @@ class CausalLM(nn.Module):
       raise ValueError(f"layer_norm_epsilon must be >= 0, got {self.layer_norm_epsilon!r}")
     if not self.init_std > 0:
       raise ValueError(f"init_std must be > 0, got {self.init_std!r}")
+    if self.positional not in POSITIONALS:
+      raise ValueError(f"positional must be one of {POSITIONALS}, got {self.positional!r}")
+    AttentionSpec.of(self.normalization).resolved()  # an unknown name or option fails here
     super().__post_init__()
 
   @nn.compact
-  def __call__(self, tokens: Array, deterministic: bool = True) -> Array:
+  def __call__(self, tokens: Array, deterministic: bool = True,
+               sow_weights: bool = False) -> Array:
+    """``sow_weights``: each attention sows its weights (``intermediates``, under
+    ``block_<layer>/attention/attention_weights``; it takes the quadratic path)."""
     n = tokens.shape[-1]
-    if n > self.max_len:
+    if self.positional == "learned" and n > self.max_len:
       raise ValueError(f"the sequence length {n} exceeds max_len={self.max_len}")
     init = nn.initializers.normal(self.init_std)
     embed = nn.Embed(self.vocab_size, self.d_model, embedding_init=init, name="token_embedding")
-    positions = self.param("position_embedding", init, (self.max_len, self.d_model))
-    x = embed(tokens) + positions[:n]
+    positions = (self.param("position_embedding", init, (self.max_len, self.d_model))[:n]
+                 if self.positional == "learned" else 0.0)
+    x = embed(tokens) + positions
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
     residual_std = self.init_std / np.sqrt(2 * self.num_layers)
     for layer in range(self.num_layers):
       x = DecoderBlock(
-          num_heads=self.num_heads, pre_attention_norm_kind=self.pre_attention_norm_kind,
-          mlp_ratio=self.mlp_ratio,
+          num_heads=self.num_heads, normalization=self.normalization,
+          pre_attention_norm_kind=self.pre_attention_norm_kind, mlp_ratio=self.mlp_ratio,
           dropout_rate=self.dropout_rate, layer_norm_epsilon=self.layer_norm_epsilon,
           init_std=self.init_std, residual_init_std=residual_std,
           attention_implementation=self.attention_implementation,
-          name=f"block_{layer}")(x, deterministic)
+          name=f"block_{layer}")(x, deterministic, sow_weights)
     x = LayerNorm(epsilon=self.layer_norm_epsilon, name="final_norm")(x)
     return embed.attend(x)
 

@@ -1,22 +1,35 @@
-"""The report card of one attention normalisation: the four papers' diagnostics at one scale.
+"""The report card of one attention normalisation: the four papers' diagnostics, and what
+today's normalisations' own papers claim, at one scale, each comparison with its confidence.
 
-A card trains the normalisation in the MTE layout (arch "mte", ``attention.name`` = it) on the
-NAP paper's three tasks, each a sweep of a small learning-rate grid x seeds in its own folder of
-the card's workdir (so the sweep engine resumes each); softmax (arch "mte") and NAP (arch
-"nap") are trained once per scale in a shared folder of baselines that every card reads. Then
-it scores:
+Every arm (the card's normalisation in the MTE layout, arch "mte" with ``attention.name`` = it;
+softmax in the MTE layout; NAP) goes through two stages per task of the NAP paper: its learning
+rate is **selected** on the selection seeds (a sweep of the scale's learning rates, the best mean
+training accuracy), then it is trained again at that rate on fresh **evaluation** seeds (another
+base seed), and every verdict is made on those alone, so that no arm's luck in the selection
+counts twice. Each sweep has its own folder (the sweep engine resumes each); the baselines'
+folder is shared by every card of one scale **on one machine** (``machine.json``: the
+fingerprint of ``_extras.machine_fingerprint``; the default folder is named by it, a named
+folder of another machine is refused), and ``provenance.json`` there says which card trained
+each baseline. A small causal LM per arm (``analysis.card_lm``) serves the registered
+diagnostics (``reporting.diagnostics``: length generalisation, attention sinks, massive
+activations, sparsity, and a plugin's own).
 
-- NAP paper: the case task (per-case accuracy), the first-token task (does a seed learn all
-  three cases: ``learned_threshold``) and the mode task at S = 2N (validated at 2N), each arm
-  at its best learning rate, seed by seed, with a two-sided Mann-Whitney test per comparison.
+Then it scores, each against softmax and NAP with ``card_stats.compare`` (the difference of the
+means with a 95% bootstrap interval, Cliff's delta and a Mann-Whitney p), Benjamini-Hochberg
+over the card's comparisons:
+
+- NAP paper: the case task, the first-token task (does a seed learn all three cases:
+  ``learned_threshold``) and the mode task at S = 2N (validated at 2N).
 - DNAS paper: explaining away in the trained case-task models (keys whose total attention over
-  the queries falls below 1e-8, and Theorem 2's bound 1/N), and the mode-collapse toy.
+  the queries falls below 1e-8; Theorem 2's bound 1/N is a check: DNAS, HNAS and Sinkhorn meet
+  it by construction), and the mode-collapse toy, both cluster pairs.
 - LayerNorm paper: the share of unselectable keys of the trained case-task models, per head.
-- Cost: time and memory of forward + backward against softmax, quadratic and fast paths.
+- Cost: time and memory of forward + backward against softmax's quadratic path.
+- The registered diagnostics on the LMs.
 
 Every analysis is stored as ``<name>.json`` once computed (a resumed card skips it); the card's
-``config.json`` (normalisation, options, scale) refuses a workdir of another card, and
-``report.md``, ``report.json`` and ``summary.json`` (last: a finished card) close it.
+``config.json`` (normalisation, options, scale, machine) refuses a workdir of another card or
+machine, and ``report.md``, ``report.json`` and ``summary.json`` (last: a finished card) close it.
 """
 from __future__ import annotations
 
@@ -29,12 +42,15 @@ from typing import Callable, Optional
 import jax
 import numpy as np
 
-from normattn_jax._extras import require
+from normattn_jax._extras import fingerprint_id, machine_fingerprint, require
+from normattn_jax.analysis import card_lm
 from normattn_jax.analysis import cost as cost_lib
 from normattn_jax.analysis import explaining_away as ea
 from normattn_jax.analysis import mode_collapse as mc
 from normattn_jax.analysis.unselectable import unselectable
 from normattn_jax.attention.registry import AttentionSpec
+from normattn_jax.reporting import card_stats
+from normattn_jax.reporting import diagnostics as diagnostics_lib
 from normattn_jax.reporting import seeds as seeds_lib
 from normattn_jax.tasks.synthetic import case_guess_rate
 from normattn_jax.train import artifacts
@@ -53,18 +69,26 @@ ocp = require("orbax.checkpoint", "analysis")
 epath = require("etils.epath", "analysis")
 
 KIND = "report_card"  # the workdir kind (checkpoint.MAY_DIFFER)
+PROTOCOL = 2  # selection seeds apart from evaluation seeds; report.json's "protocol"
 CARD_ARCH = "mte"
 BASELINE_ARCHS = ("mte", "nap")  # softmax in the MTE layout, and NAP
 ARMS = ("card", "softmax", "nap")
+BASELINES = ("softmax", "nap")
 CASES = ("argmin", "first", "argmax")
 EPSILON = ea.EPSILON
+# The base seeds of the two stages: the evaluation seeds share no model key with the selection's.
+SELECTION_SEED, EVALUATION_SEED = 0, 1
 # A seed learns a case when its best accuracy on that case beats chance (the best guess that
 # ignores the input, synthetic.case_guess_rate) by at least chance itself and by
 # seeds.LEARNED_SE binomial standard errors of chance on the case set (seeds.learned_threshold,
 # shared with experiments/compare_seeds.py).
 CASE_VOCAB = 100  # the case tasks' vocabulary (sweep_config)
 UNSELECTABLE_TOL = 1e-6  # float32 keys (analysis.unselectable)
+# Normalisations whose every key keeps a total weight >= 1/N by construction (Theorem 2 of the
+# DNAS paper and its corollaries): for them the bound is a check of the code, not a finding.
+BOUND_BY_CONSTRUCTION = ("dnas", "hnas", "sinkhorn")
 REPORT_MD, REPORT_JSON, SUMMARY = "report.md", "report.json", artifacts.SUMMARY
+MACHINE, PROVENANCE = "machine.json", "provenance.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,14 +105,16 @@ class Scale:
     eval_every: steps between evaluations of those.
     mode_steps: training steps of the mode task.
     mode_eval_every: steps between its evaluations.
-    learning_rates: the learning-rate grid.
-    num_seeds: seeds per learning rate.
+    learning_rates: the learning-rate grid of the selection.
+    selection_seeds: seeds per learning rate of the selection.
+    evaluation_seeds: seeds of the evaluation at the selected rate.
     val_batches: validation batches.
     case_set_size: examples per case of the per-case evaluation.
     probe_batch: sequences the trained models' attention is analysed on.
     cost_lengths: sequence lengths of the cost measurement.
     cost_repeats: timed calls per program.
     clusters: the mode-collapse toy's unbalanced cluster sizes (large, small).
+    lm: the causal LM of the registered diagnostics (``card_lm.LMSizes``).
   """
   seq_len: int
   d_model: int
@@ -100,13 +126,15 @@ class Scale:
   mode_steps: int
   mode_eval_every: int
   learning_rates: tuple
-  num_seeds: int
+  selection_seeds: int
+  evaluation_seeds: int
   val_batches: int
   case_set_size: int
   probe_batch: int
   cost_lengths: tuple
   cost_repeats: int
   clusters: tuple
+  lm: card_lm.LMSizes
 
 
 SCALES = {
@@ -114,35 +142,41 @@ SCALES = {
     # its numbers mean little
     "smoke": Scale(seq_len=8, d_model=8, num_heads=2, num_layers=2, batch_size=16,
                    num_steps=300, eval_every=100, mode_steps=300, mode_eval_every=100,
-                   learning_rates=(0.027, 0.0081), num_seeds=2, val_batches=2,
-                   case_set_size=50, probe_batch=4, cost_lengths=(128,), cost_repeats=1,
-                   clusters=(100, 10)),
-    # at most 20 minutes on 2 CPU cores per card, the baselines trained once per scale aside
+                   learning_rates=(0.027, 0.0081), selection_seeds=2, evaluation_seeds=4,
+                   val_batches=2, case_set_size=50, probe_batch=4, cost_lengths=(128,),
+                   cost_repeats=1, clusters=(100, 10), lm=card_lm.LM_SIZES["smoke"]),
+    # 2 CPU cores: REPORT_CARDS.md states the measured minutes of a card, baselines found
     "cpu": Scale(seq_len=16, d_model=32, num_heads=4, num_layers=2, batch_size=32,
                  num_steps=2000, eval_every=100, mode_steps=2000, mode_eval_every=100,
-                 learning_rates=(0.027, 0.0081, 0.00243), num_seeds=5, val_batches=8,
-                 case_set_size=200, probe_batch=8, cost_lengths=(128, 1024, 4096),
-                 cost_repeats=3, clusters=(500, 50)),
+                 learning_rates=(0.027, 0.0081, 0.00243), selection_seeds=5,
+                 evaluation_seeds=20, val_batches=8, case_set_size=200, probe_batch=8,
+                 cost_lengths=(128, 2048), cost_repeats=3, clusters=(500, 50),
+                 lm=card_lm.LM_SIZES["cpu"]),
     # the NAP paper's sizes (Section 5; the mode task at S = 2N = 256 with 400 S steps, as its
     # Fig. 16), for a GPU
     "paper": Scale(seq_len=128, d_model=128, num_heads=4, num_layers=2, batch_size=32,
                    num_steps=3200, eval_every=100, mode_steps=400 * 256, mode_eval_every=3200,
-                   learning_rates=PAPER_LEARNING_RATES, num_seeds=5, val_batches=32,
-                   case_set_size=1000, probe_batch=4, cost_lengths=(128, 1024, 4096),
-                   cost_repeats=5, clusters=(500, 50)),
+                   learning_rates=PAPER_LEARNING_RATES, selection_seeds=5, evaluation_seeds=20,
+                   val_batches=32, case_set_size=1000, probe_batch=4,
+                   cost_lengths=(128, 1024, 4096), cost_repeats=5, clusters=(500, 50),
+                   lm=card_lm.LM_SIZES["paper"]),
 }
 # task of a card -> (registered task, output)
 CARD_TASKS = {"case": ("case_distinction", "tokens"), "first_token": ("case_distinction", "first"),
-         "mode": ("mode_finding", "classes")}
+              "mode": ("mode_finding", "classes")}
+# the metric each task is judged on (the paper's: training accuracy; the mode task's at 2N)
+TASK_METRIC = {"case": "train_acc", "first_token": "train_acc", "mode": "val_acc"}
 
 
 def base_card_config() -> ml_collections.ConfigDict:
   """A card's fields (``configs/report_card.py``): the ``attention`` section of every run kind
   (the normalisation, "" until one is named, and its options), the ``scale`` (a key of
-  ``SCALES``), ``baselines_dir`` ("" for ``default_baselines_dir``) and ``show_progress`` (the
-  sweeps' progress bars)."""
+  ``SCALES``), ``baselines_dir`` ("" for ``default_baselines_dir``), ``cache_dir`` (where the
+  LM's corpus is kept; "" for ``~/.cache/normattn_jax``) and ``show_progress`` (the sweeps'
+  progress bars)."""
   return ml_collections.ConfigDict({"attention": attention_section(""), "scale": "smoke",
-                                    "baselines_dir": "", "show_progress": True})
+                                    "baselines_dir": "", "cache_dir": "",
+                                    "show_progress": True})
 
 
 def validate_config(c: ml_collections.ConfigDict) -> AttentionSpec:
@@ -157,36 +191,41 @@ def validate_config(c: ml_collections.ConfigDict) -> AttentionSpec:
   check_known_fields(c, base_card_config(), free=("attention.options",))
   if c.scale not in SCALES:
     fail_config("scale", c.scale, f"choose from {tuple(SCALES)}")
-  if not isinstance(c.baselines_dir, str):
-    fail_config("baselines_dir", c.baselines_dir, "must be a folder, or \"\" for the default")
+  for field in ("baselines_dir", "cache_dir"):
+    if not isinstance(c[field], str):
+      fail_config(field, c[field], "must be a folder, or \"\" for the default")
   return attention_spec(c.attention, "attention")
 
 
-def card_config(spec: AttentionSpec, scale: str) -> ml_collections.ConfigDict:
-  """What a card's workdir belongs to (its ``config.json``): the normalisation, its options and
-  the scale, which fix the card's results (where the baselines live and the progress bars do
-  not), in the form the cards have always stored.
+def card_config(spec: AttentionSpec, scale: str, machine: str) -> ml_collections.ConfigDict:
+  """What a card's workdir belongs to (its ``config.json``): the normalisation, its options, the
+  scale and the machine's fingerprint (``fingerprint_id``), which fix the card's results (where
+  the baselines live and the progress bars do not).
 
   Args:
     spec: the normalisation.
     scale: a key of ``SCALES``.
+    machine: ``fingerprint_id(machine_fingerprint())``.
 
   Returns:
-    ``{normalization, options, scale}``.
+    ``{normalization, options, scale, machine}``.
   """
   return ml_collections.ConfigDict({"normalization": spec.name, "options": dict(spec.options),
-                                    "scale": scale})
+                                    "scale": scale, "machine": machine})
 
 
-def sweep_config(task: str, scale: str, archs: tuple,
-                 spec: Optional[AttentionSpec] = None) -> ml_collections.ConfigDict:
-  """The sweep of one task of a card (``spec``) or of the baselines (``spec=None``).
+def sweep_config(task: str, scale: str, archs: tuple, spec: Optional[AttentionSpec] = None,
+                 learning_rate: Optional[float] = None) -> ml_collections.ConfigDict:
+  """The sweep of one task and stage of a card (``spec``) or of the baselines (``spec=None``).
 
   Args:
     task: a key of ``CARD_TASKS``.
     scale: a key of ``SCALES``.
     archs: the architectures trained.
     spec: the card's normalisation on those archs, or None for their own.
+    learning_rate: None for the selection (the scale's learning rates x its selection seeds,
+      base seed ``SELECTION_SEED``); a rate for the evaluation (that rate x the evaluation
+      seeds, base seed ``EVALUATION_SEED``).
 
   Returns:
     A sweep config (``train.config``).
@@ -196,8 +235,12 @@ def sweep_config(task: str, scale: str, archs: tuple,
   c.archs = tuple(archs)
   if spec is not None:
     c.attention = attention_section(spec.name, **dict(spec.options))
-  c.learning_rates = tuple(s.learning_rates)
-  c.num_seeds = s.num_seeds
+  if learning_rate is None:
+    c.learning_rates, c.num_seeds, c.seed = tuple(s.learning_rates), s.selection_seeds, \
+        SELECTION_SEED
+  else:
+    c.learning_rates, c.num_seeds, c.seed = (float(learning_rate),), s.evaluation_seeds, \
+        EVALUATION_SEED
   c.task.name, c.task.output = CARD_TASKS[task]
   c.task.seq_len = s.seq_len
   c.task.vocab_size = 2 * s.seq_len if task == "mode" else CASE_VOCAB
@@ -210,51 +253,106 @@ def sweep_config(task: str, scale: str, archs: tuple,
   return c
 
 
-def default_baselines_dir(workdir: str, scale: str) -> str:
-  """``<parent of workdir>/baselines/<scale>``: shared by the cards beside ``workdir``."""
+def default_baselines_dir(workdir: str, scale: str, machine: str) -> str:
+  """``<parent of workdir>/baselines/<scale>-<machine>``: shared by the cards beside
+  ``workdir`` that run on this machine (``machine``: its ``fingerprint_id``)."""
   parent = os.path.dirname(os.path.normpath(os.path.abspath(workdir)))
-  return os.path.join(parent, "baselines", scale)
+  return os.path.join(parent, "baselines", f"{scale}-{machine}")
+
+
+def default_cache_dir() -> str:
+  """``~/.cache/normattn_jax``: the LM's corpus, fetched once per user."""
+  return os.path.join(os.path.expanduser("~"), ".cache", "normattn_jax")
+
+
+def _describe(fingerprint: dict) -> str:
+  shown = [fingerprint.get("cpu_model") or fingerprint["device_kind"],
+           f"{fingerprint['device_count']} {fingerprint['backend']} device(s)"]
+  if "cpu_cores" in fingerprint:
+    shown += [f"{fingerprint['cpu_cores']} core(s)",
+              "features " + " ".join(fingerprint["cpu_features"])]
+  shown.append(f"jax {fingerprint['jax']}, jaxlib {fingerprint['jaxlib']}")
+  return f"{fingerprint_id(fingerprint)}: " + ", ".join(shown)
+
+
+def claim_baselines(baselines_dir: str, fingerprint: dict) -> None:
+  """Make ``baselines_dir`` this machine's, or check that it is: its ``machine.json`` holds the
+  fingerprint of the machine that trained it, and baselines of another are never mixed in.
+
+  Raises:
+    ValueError: ``config.baselines_dir=...`` naming both machines, if the folder's baselines
+      were trained on another one.
+  """
+  path = os.path.join(baselines_dir, MACHINE)
+  if os.path.exists(path):
+    with open(path) as f:
+      stored = json.load(f)
+    if stored != fingerprint:
+      fail_config("baselines_dir", baselines_dir,
+                  f"its baselines were trained on another machine ({_describe(stored)}), not "
+                  f"this one ({_describe(fingerprint)}); a card compares only with baselines of "
+                  f"its own machine: name another folder, or \"\" for this machine's own")
+    return
+  os.makedirs(baselines_dir, exist_ok=True)
+  write_json(path, fingerprint, indent=1)
 
 
 @dataclasses.dataclass(frozen=True)
 class Arm:
-  """One trained arm of a comparison: an arch in a finished sweep."""
+  """One arm of a comparison: an arch selected in one sweep, evaluated in another."""
   label: str
-  workdir: str
+  select_dir: str
+  evaluate_dir: str
   arch: str
 
+  def selection(self) -> seeds_lib.OurSweep:
+    return seeds_lib.OurSweep.read(self.select_dir)
+
   def sweep(self) -> seeds_lib.OurSweep:
-    return seeds_lib.OurSweep.read(self.workdir)
+    """The evaluation sweep (one learning rate, the evaluation seeds)."""
+    return seeds_lib.OurSweep.read(self.evaluate_dir)
 
 
 def arms(workdir: str, baselines_dir: str, task: str) -> dict:
   """The card's arm and the two baselines' of one task."""
-  return {"card": Arm("card", os.path.join(workdir, task), CARD_ARCH),
-          "softmax": Arm("softmax", os.path.join(baselines_dir, task), "mte"),
-          "nap": Arm("nap", os.path.join(baselines_dir, task), "nap")}
+  card, base = os.path.join(workdir, task), os.path.join(baselines_dir, task)
+  return {"card": Arm("card", os.path.join(card, "select"), os.path.join(card, "evaluate"),
+                      CARD_ARCH),
+          **{label: Arm(label, os.path.join(base, "select"),
+                        os.path.join(base, f"evaluate_{arch}"), arch)
+             for label, arch in zip(BASELINES, BASELINE_ARCHS)}}
+
+
+def selection_means(run: seeds_lib.OurSweep, arch: str) -> list:
+  """Each learning rate's mean training accuracy over the seeds (each at its best over
+  training); None where every seed failed."""
+  return [seeds_lib.pixel(run.seeds(arch, "train_acc", lr))["mean"] for lr in run.learning_rates]
 
 
 def best_learning_rate(run: seeds_lib.OurSweep, arch: str) -> float:
   """The paper's pick: the learning rate of the best mean training accuracy (seeds each at
   their best over training); the first where every one failed."""
-  means = [seeds_lib.pixel(run.seeds(arch, "train_acc", lr))["mean"] for lr in run.learning_rates]
-  means = [-1.0 if m is None else m for m in means]
+  means = [-1.0 if m is None else m for m in selection_means(run, arch)]
   return run.learning_rates[int(np.argmax(means))]
 
 
 def arm_seeds(arm: Arm, metrics: tuple) -> dict:
-  """An arm's per-seed best (over training) of each metric, at its best learning rate.
+  """An arm's selection and its evaluation seeds' best (over training) of each metric.
 
   Args:
-    arm: the arm.
-    metrics: metric names of its sweep.
+    arm: the arm, both stages trained.
+    metrics: metric names of its sweeps.
 
   Returns:
-    ``{"learning_rate": lr, metric: [per seed]}``.
+    ``{"learning_rate": the selected rate, "selection": {"learning_rates", "train_acc_means"},
+    metric: [per evaluation seed]}``.
   """
+  selection = arm.selection()
   run = arm.sweep()
-  lr = best_learning_rate(run, arm.arch)
-  out = {"learning_rate": lr}
+  lr = run.learning_rates[0]
+  out = {"learning_rate": lr,
+         "selection": {"learning_rates": list(selection.learning_rates),
+                       "train_acc_means": selection_means(selection, arm.arch)}}
   for metric in metrics:
     best = seeds_lib.best_per_seed(run.seeds(arm.arch, metric, lr))
     out[metric] = [float(x) for x in np.nan_to_num(best, nan=0.0)]
@@ -262,8 +360,8 @@ def arm_seeds(arm: Arm, metrics: tuple) -> dict:
 
 
 def task_scores(task: str, scale: str, task_arms: dict) -> dict:
-  """One task's numbers: each arm's seeds at its best learning rate, the learned-cases count
-  (case tasks) and the two-sided rank tests of the card against each baseline.
+  """One task's numbers: each arm's selection and evaluation seeds and, for the case tasks,
+  which seeds learn all three cases.
 
   Args:
     task: a key of ``CARD_TASKS``.
@@ -271,7 +369,7 @@ def task_scores(task: str, scale: str, task_arms: dict) -> dict:
     task_arms: ``arms(...)`` of the task.
 
   Returns:
-    ``{"arms": {label: {...}}, "tests": {baseline: {metric: p}}, "threshold"?}``.
+    ``{"arms": {label: {...}}, "threshold"?, "chance"?}``.
   """
   cased = CARD_TASKS[task][0] == "case_distinction"
   metrics = ("train_acc", "val_acc") + tuple(f"case_acc_{c}" for c in CASES) * cased
@@ -285,31 +383,27 @@ def task_scores(task: str, scale: str, task_arms: dict) -> dict:
     for entry in out["arms"].values():
       each = np.array([entry[f"case_acc_{c}"] for c in CASES]) > threshold  # [cases, seeds]
       entry["learned_all"] = [bool(x) for x in each.all(axis=0)]
-  card = out["arms"]["card"]
-  out["tests"] = {base: {m: seeds_lib.rank_test(card[m], out["arms"][base][m], "two-sided")
-                         for m in ("train_acc", "val_acc")} for base in ("softmax", "nap")}
   return out
 
 
 def final_states(arm: Arm) -> tuple:
-  """The arm's sweep config, its best learning rate's models' parameters (one per seed) and
+  """The arm's evaluation sweep config, its models' parameters (one per evaluation seed) and
   the ``Setup`` that builds its model.
 
   Args:
-    arm: an arm of a finished sweep with checkpoints.
+    arm: an arm whose evaluation sweep finished with checkpoints.
 
   Returns:
     ``(config, [params per seed], setup)``.
   """
   run = arm.sweep()
-  config, lr = run.config, best_learning_rate(run, arm.arch)
-  lr_index = int(np.argmin(np.abs(np.log(np.asarray(run.learning_rates) / lr))))
-  checkpoints = GridCheckpoints(os.path.join(arm.workdir, "checkpoints",
+  config = run.config
+  checkpoints = GridCheckpoints(os.path.join(arm.evaluate_dir, "checkpoints",
                                              run.plan.grid(arm.arch).name))
   try:
     step = checkpoints.latest()
     if step is None:
-      raise FileNotFoundError(f"{arm.workdir}: no checkpoint of {arm.arch!r} to analyse")
+      raise FileNotFoundError(f"{arm.evaluate_dir}: no checkpoint of {arm.arch!r} to analyse")
     handler = ocp.StandardCheckpointHandler()  # no target: the arrays as saved
     try:
       tree = handler.restore(epath.Path(checkpoints.directory) / str(step) / ITEM)
@@ -317,7 +411,7 @@ def final_states(arm: Arm) -> tuple:
       handler.close()
   finally:
     checkpoints.close()
-  rows = run.plan.axis.rows(lr_index, 0)
+  rows = run.plan.axis.rows(0, 0)
   params = [jax.tree.map(lambda a, r=r: np.asarray(a[r]), tree["state"]["params"]) for r in rows]
   return config, params, Setup(arm.arch, config)
 
@@ -401,8 +495,10 @@ def cost_scores(spec: AttentionSpec, lengths: tuple, repeats: int) -> list:
     repeats: timed calls per program.
 
   Returns:
-    Rows ``{n, path, mode, seconds, bytes, softmax_seconds, softmax_bytes}`` (None where a
-    program was not run; the fast path only where the normalisation has one).
+    Rows ``{n, path, mode, seconds, bytes, softmax_seconds, softmax_bytes,
+    softmax_quadratic_seconds, softmax_quadratic_bytes}``: softmax on the row's path, and on its
+    quadratic path, measured in the same run (None where a program was not run; the fast path
+    only where the normalisation has one).
   """
   rows = []
   for n in lengths:
@@ -410,8 +506,11 @@ def cost_scores(spec: AttentionSpec, lengths: tuple, repeats: int) -> list:
     for (name, path, mode), c in measured.items():
       if name == str(spec):
         ref = measured.get(("softmax", path, mode), {})
+        quadratic = measured.get(("softmax", "quadratic", mode), {})
         rows.append({"n": n, "path": path, "mode": mode, **c,
-                     "softmax_seconds": ref.get("seconds"), "softmax_bytes": ref.get("bytes")})
+                     "softmax_seconds": ref.get("seconds"), "softmax_bytes": ref.get("bytes"),
+                     "softmax_quadratic_seconds": quadratic.get("seconds"),
+                     "softmax_quadratic_bytes": quadratic.get("bytes")})
   return rows
 
 
@@ -425,40 +524,186 @@ def cached(path: str, compute: Callable[[], object]):
   return value
 
 
-def train_all(spec: AttentionSpec, scale: str, workdir: str, baselines_dir: str,
-              show_progress: bool) -> dict:
-  """Every task's baselines (shared, trained once) and card sweep, each sweep's figures drawn
-  when it finishes.
+def _provenance(baselines_dir: str) -> dict:
+  path = os.path.join(baselines_dir, PROVENANCE)
+  if not os.path.exists(path):
+    return {}
+  with open(path) as f:
+    return json.load(f)
+
+
+class Trainer:
+  """Trains a card's sweeps and LMs, each once: ``timing.json`` in the card's folder keeps the
+  seconds each took in the call that trained it (None: found finished), and the baselines'
+  ``provenance.json`` which card trained each of theirs."""
+
+  def __init__(self, spec: AttentionSpec, workdir: str, baselines_dir: str):
+    self.card, self.workdir, self.baselines_dir = str(spec), workdir, baselines_dir
+    self.timing_path = os.path.join(workdir, "timing.json")
+    self.seconds = cached(self.timing_path, dict)
+
+  def __call__(self, key: str, folder: str, train: Callable[[], object], done: str = SUMMARY):
+    """``train()`` (a run that resumes in ``folder`` or returns its finished result), timed
+    under ``key`` ("card/..." or "baselines/..."); ``done``: the file that a finished run has
+    written last."""
+    finished = os.path.exists(os.path.join(folder, done))
+    start = time.perf_counter()
+    result = train()
+    if not finished or key not in self.seconds:
+      self.seconds[key] = None if finished else time.perf_counter() - start
+      write_json(self.timing_path, self.seconds, indent=1)
+    if not finished and key.startswith("baselines/"):
+      provenance = _provenance(self.baselines_dir)
+      provenance[key.partition("/")[2]] = {"trained_by": self.card,
+                                           "seconds": self.seconds[key]}
+      write_json(os.path.join(self.baselines_dir, PROVENANCE), provenance, indent=1)
+    return result
+
+
+def train_all(spec: AttentionSpec, scale: str, trainer: Trainer, show_progress: bool) -> None:
+  """Every task's two stages for the baselines (shared, trained once per machine) and the card,
+  each sweep's figures drawn when it finishes.
 
   Args:
     spec: the card's normalisation.
     scale: a key of ``SCALES``.
-    workdir: the card's folder.
-    baselines_dir: the shared baselines' folder.
+    trainer: the card's ``Trainer``.
     show_progress: progress bars.
-
-  Returns:
-    ``{"<card|baselines>/<task>": seconds}`` of the sweeps trained by a call of this card
-    (``timing.json``, kept over resumes; None: found finished, e.g. baselines of another card).
   """
   from normattn_jax.reporting import figures  # matplotlib only when drawing
-  path = os.path.join(workdir, "timing.json")
-  seconds = cached(path, dict)
-  for task in CARD_TASKS:
-    for label, folder, archs, own in (("baselines", baselines_dir, BASELINE_ARCHS, None),
-                                      ("card", workdir, (CARD_ARCH,), spec)):
-      sweep_dir = os.path.join(folder, task)
-      finished = os.path.exists(os.path.join(sweep_dir, SUMMARY))
-      start = time.perf_counter()
-      run_sweep(sweep_config(task, scale, archs, own), sweep_dir, show_progress=show_progress,
-                tensorboard=False)
+
+  def sweep(key, folder, config):
+    def train():
+      finished = os.path.exists(os.path.join(folder, SUMMARY))
+      run_sweep(config, folder, show_progress=show_progress, tensorboard=False)
       if not finished:
-        figures.draw_finished_sweep(sweep_dir)
-      key = f"{label}/{task}"
-      if not finished or key not in seconds:
-        seconds[key] = None if finished else time.perf_counter() - start
-        write_json(path, seconds, indent=1)
-  return seconds
+        figures.draw_finished_sweep(folder)
+    trainer(key, folder, train)
+
+  for task in CARD_TASKS:
+    task_arms = arms(trainer.workdir, trainer.baselines_dir, task)
+    sweep(f"baselines/{task}/select", task_arms["softmax"].select_dir,
+          sweep_config(task, scale, BASELINE_ARCHS))
+    sweep(f"card/{task}/select", task_arms["card"].select_dir,
+          sweep_config(task, scale, (CARD_ARCH,), spec))
+    for label, arm in task_arms.items():
+      lr = best_learning_rate(arm.selection(), arm.arch)
+      own = spec if label == "card" else None
+      prefix = "card" if label == "card" else "baselines"
+      sweep(f"{prefix}/{task}/evaluate{'' if label == 'card' else '_' + arm.arch}",
+            arm.evaluate_dir, sweep_config(task, scale, (arm.arch,), own, lr))
+
+
+def lm_dirs(workdir: str, baselines_dir: str) -> dict:
+  """Each arm's LM folder: the card's in its own, the baselines' in theirs."""
+  return {"card": os.path.join(workdir, "lm"),
+          **{label: os.path.join(baselines_dir, f"lm_{label}") for label in BASELINES}}
+
+
+def train_lms(spec: AttentionSpec, scale: str, trainer: Trainer, cache_dir: str) -> dict:
+  """Each arm's causal LM (``card_lm.run_lm``) on the evaluation seeds: the card's
+  normalisation, softmax and NAP in the same decoder.
+
+  Returns:
+    ``{arm: run_lm's result}``; the card's is None for a normalisation that normalises over the
+    queries (no causal LM: ``diagnostics.lms``).
+  """
+  s = SCALES[scale]
+  specs = {"card": spec, "softmax": AttentionSpec.of("softmax"), "nap": AttentionSpec.of("nap")}
+  out = {"card": None}
+  for label, folder in lm_dirs(trainer.workdir, trainer.baselines_dir).items():
+    if label == "card" and spec.normalization.normalizes_over_queries:
+      continue
+    key = f"{'card' if label == 'card' else 'baselines'}/lm{'' if label == 'card' else '_' + label}"
+    out[label] = trainer(key, folder, lambda label=label, folder=folder: card_lm.run_lm(
+        specs[label], s.lm, seed=EVALUATION_SEED, num_seeds=s.evaluation_seeds, workdir=folder,
+        cache_dir=cache_dir, log=lambda *_: None), done=card_lm.RESULT)
+  return out
+
+
+def run_diagnostics(context: diagnostics_lib.CardContext) -> dict:
+  """Every registered diagnostic's values, or, for one that raised, its error and traceback
+  (the rest still run).
+
+  Returns:
+    ``{name: {"title", "claim", "quantities": [...], "values": {arm: {quantity: [...]}}}``, with
+    ``"not_applicable": why`` or ``"error": traceback`` in place of the values.
+  """
+  import traceback
+  out = {}
+  for name in diagnostics_lib.names():
+    d = diagnostics_lib.get(name)
+    entry = {"title": d.title, "claim": d.claim,
+             "quantities": [dataclasses.asdict(q) for q in d.quantities]}
+    try:
+      entry["values"] = diagnostics_lib.checked_values(d, d.measure(context))
+    except diagnostics_lib.NotApplicable as why:
+      entry["not_applicable"] = str(why)
+    except Exception:  # a plugin's failure is the card's finding, not its end
+      entry["error"] = traceback.format_exc()
+    out[name] = entry
+  return out
+
+
+def measures(report: dict) -> dict:
+  """Every per-seed number the card compares, by key: the tasks' judged metric and learned
+  cases, the trained models' explaining away and unselectable keys, the diagnostics'
+  quantities.
+
+  Returns:
+    ``{key: {"label", "percent", "values": {arm: [per evaluation seed, None if missing]}}}``.
+  """
+  out = {}
+
+  def add(key, label, percent, values):
+    out[key] = {"label": label, "percent": percent,
+                "values": {arm: [None if v is None else float(v) for v in values[arm]]
+                           for arm in ARMS}}
+
+  for task, scores in report["tasks"].items():
+    metric = TASK_METRIC[task]
+    name = task.replace("_", " ")
+    what = "validation accuracy at 2N" if task == "mode" else "training accuracy"
+    add(f"{task}.{metric}", f"{name}: {what}", True,
+        {arm: scores["arms"][arm][metric] for arm in ARMS})
+    if "threshold" in scores:
+      add(f"{task}.learned_all", f"{name}: seeds that learn all 3 cases", True,
+          {arm: [float(x) for x in scores["arms"][arm]["learned_all"]] for arm in ARMS})
+  att = report["attention"]
+  add("explaining_away.explained_away", "keys explained away", True,
+      {arm: att[arm]["explained_away"] for arm in ARMS})
+  add("unselectable.unselectable", "unselectable keys", True,
+      {arm: att[arm]["unselectable"] for arm in ARMS})
+  for name, entry in report["diagnostics"].items():
+    for q in entry.get("quantities", ()) if "values" in entry else ():
+      add(f"{name}.{q['key']}", q["label"], q["percent"],
+          {arm: entry["values"][arm][q["key"]] for arm in ARMS})
+  return out
+
+
+def _floats(values: list) -> list:
+  return [np.nan if v is None else v for v in values]
+
+
+def comparisons(measured: dict) -> dict:
+  """Each measure's card against each baseline (``card_stats.compare``), with q: the
+  Benjamini-Hochberg adjusted p over all of this card's comparisons.
+
+  Returns:
+    ``{key: {baseline: {difference, ci, effect, p, n, q} or {"error": why}}}``.
+  """
+  out = {key: {} for key in measured}
+  for key, m in measured.items():
+    for base in BASELINES:
+      try:
+        out[key][base] = card_stats.compare(_floats(m["values"]["card"]),
+                                            _floats(m["values"][base]))
+      except ValueError as err:  # too few seeds with a value
+        out[key][base] = {"error": str(err)}
+  tested = [c for per in out.values() for c in per.values() if "p" in c]
+  for c, q in zip(tested, card_stats.controlled([c["p"] for c in tested])):
+    c["q"] = q
+  return out
 
 
 @releases_workdir
@@ -467,7 +712,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, afresh: bool = False
 
   Args:
     config: the card's config (``base_card_config`` with overrides).
-    workdir: the card's folder; one of another normalisation, options or scale is refused.
+    workdir: the card's folder; one of another normalisation, options, scale or machine is
+      refused.
     afresh: move an existing workdir aside first.
 
   Returns:
@@ -475,7 +721,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, afresh: bool = False
 
   Raises:
     ValueError: for a bad config field (an unknown normalisation, a refused option, an unknown
-      scale), before anything is written; on several hosts (a card writes its files from one).
+      scale, baselines of another machine), before anything is written; on several hosts (a
+      card writes its files from one).
     WorkdirError: for a workdir of another card.
   """
   from normattn_jax.reporting import report_card_text as text  # matplotlib only when writing
@@ -484,16 +731,26 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, afresh: bool = False
                      "(its sweeps, analyses and files are one process's)")
   spec = validate_config(config)
   scale, show_progress = config.scale, config.show_progress
-  baselines_dir = config.baselines_dir or default_baselines_dir(workdir, scale)
-  if open_workdir(workdir, card_config(spec, scale), KIND, afresh=afresh) is not None:
+  fingerprint = machine_fingerprint()
+  machine = fingerprint_id(fingerprint)
+  baselines_dir = config.baselines_dir or default_baselines_dir(workdir, scale, machine)
+  if os.path.exists(os.path.join(baselines_dir, MACHINE)):
+    claim_baselines(baselines_dir, fingerprint)  # refused before the workdir is touched
+  if open_workdir(workdir, card_config(spec, scale, machine), KIND, afresh=afresh) is not None:
     with open(os.path.join(workdir, REPORT_JSON)) as f:
       return json.load(f)
+  claim_baselines(baselines_dir, fingerprint)
   started = time.perf_counter()
-  seconds = train_all(spec, scale, workdir, baselines_dir, show_progress)
+  trainer = Trainer(spec, workdir, baselines_dir)
+  train_all(spec, scale, trainer, show_progress)
+  lms = train_lms(spec, scale, trainer, config.cache_dir or default_cache_dir())
   s = SCALES[scale]
-  report = {"normalization": str(spec), "name": spec.name, "options": dict(spec.options),
-            "scale": scale, "sizes": dataclasses.asdict(s),
-            "baselines_dir": os.path.relpath(baselines_dir, workdir),  # the card's folder moves
+  report = {"protocol": PROTOCOL, "normalization": str(spec), "name": spec.name,
+            "options": dict(spec.options), "scale": scale, "sizes": dataclasses.asdict(s),
+            "machine": fingerprint,
+            "baselines": {"dir": os.path.relpath(baselines_dir, workdir),  # the card moves
+                          "trained_by": {key: entry["trained_by"] for key, entry in
+                                         sorted(_provenance(baselines_dir).items())}},
             "tasks": {task: task_scores(task, scale, arms(workdir, baselines_dir, task))
                       for task in CARD_TASKS}}
   case_arms = arms(workdir, baselines_dir, "case")
@@ -506,7 +763,10 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, afresh: bool = False
                                    lambda: mode_collapse_scores(spec, s.clusters))
   report["cost"] = cached(os.path.join(workdir, "cost.json"),
                           lambda: cost_scores(spec, s.cost_lengths, s.cost_repeats))
-  report["seconds"] = {"sweeps": seconds, "this_call": time.perf_counter() - started}
+  report["diagnostics"] = run_diagnostics(diagnostics_lib.CardContext(spec, scale, s, lms))
+  report["measures"] = measures(report)
+  report["comparisons"] = comparisons(report["measures"])
+  report["seconds"] = {"sweeps": trainer.seconds, "this_call": time.perf_counter() - started}
   report["verdicts"] = text.verdicts(report)
   text.accuracy_figure(report, os.path.join(workdir, "accuracy.png"))
   with open(os.path.join(workdir, REPORT_MD), "w") as f:

@@ -45,6 +45,8 @@ MAY_DIFFER = {
     "report_card": (),
     # Brody et al.'s majority run (analysis.majority): every field of its config
     "majority": (),
+    # a report card's language model (analysis.card_lm): every field of its config
+    "card_lm": (),
 }
 _SHOWN = 8  # differing fields named in an error, the rest counted
 ITEM = "default"  # the folder of a step that holds the tree (orbax's single item)

@@ -1,0 +1,113 @@
+"""The statistics a report card's comparisons carry: for two arms' per-seed values, the
+difference of the means with a 95% bootstrap confidence interval, an effect size and a rank
+test's p-value; over many comparisons, Benjamini-Hochberg's false-discovery control. All from
+scipy.stats, nothing written again: ``bootstrap`` (percentile intervals, each arm's seeds
+resampled on their own, as rliable's stratified bootstrap), ``mannwhitneyu`` and
+``false_discovery_control``.
+
+A verdict word follows from the controlled p-value (q): "above" or "below" where q < ``ALPHA``,
+otherwise "not distinguishable": with the seeds at hand, the difference is inside the noise,
+which says nothing of its absence.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from normattn_jax._extras import require
+
+ALPHA = 0.05          # the false-discovery rate a verdict controls
+CONFIDENCE = 0.95     # the confidence intervals' level
+RESAMPLES = 9999      # bootstrap resamples
+BOOTSTRAP_SEED = 0    # the resamples are drawn alike every time: a card's numbers repeat
+FDR_METHOD = "Benjamini-Hochberg"
+WORDS = ("above", "below", "not distinguishable")
+
+
+def _values(x: Sequence[float], what: str) -> np.ndarray:
+  v = np.asarray(x, np.float64)
+  v = v[np.isfinite(v)]
+  if v.size < 2:
+    raise ValueError(f"{what}: a comparison needs at least 2 finite per-seed values, got {x!r}")
+  return v
+
+
+def _mean_difference(a, b, axis=-1):
+  return np.mean(a, axis=axis) - np.mean(b, axis=axis)
+
+
+def compare(card: Sequence[float], base: Sequence[float]) -> dict:
+  """One comparison of the card's seeds with a baseline's (independent samples).
+
+  Args:
+    card: the card's per-seed values (non-finite ones, e.g. of diverged seeds, left out).
+    base: the baseline's.
+
+  Returns:
+    ``{"difference": mean(card) - mean(base), "ci": [low, high]`` (percentile bootstrap,
+    ``CONFIDENCE``), ``"effect"`` (the rank-biserial correlation 2U/(n m) - 1, Cliff's delta:
+    +1 when every card seed lies above every baseline seed), ``"p"`` (two-sided Mann-Whitney
+    U), ``"n": [card seeds, baseline seeds]}``.
+
+  Raises:
+    ValueError: for fewer than 2 finite values on either side.
+  """
+  a, b = _values(card, "card"), _values(base, "baseline")
+  difference = float(_mean_difference(a, b))
+  if np.ptp(a) == 0 and np.ptp(b) == 0:  # every resample alike: the interval is the point
+    ci = [difference, difference]
+  else:
+    stats = require("scipy.stats", "analysis")
+    boot = stats.bootstrap((a, b), _mean_difference, n_resamples=RESAMPLES,
+                           confidence_level=CONFIDENCE, method="percentile", vectorized=True,
+                           random_state=np.random.default_rng(BOOTSTRAP_SEED)).confidence_interval
+    ci = [float(boot.low), float(boot.high)]
+  effect = float(np.mean(np.sign(a[:, None] - b[None, :])))
+  return {"difference": difference, "ci": ci, "effect": effect, "p": p_value(a, b),
+          "n": [int(a.size), int(b.size)]}
+
+
+def p_value(card: Sequence[float], base: Sequence[float]) -> float:
+  """``compare``'s p alone (no bootstrap): for re-judging many comparisons quickly."""
+  stats = require("scipy.stats", "analysis")
+  a, b = _values(card, "card"), _values(base, "baseline")
+  if np.ptp(np.concatenate([a, b])) == 0:
+    return 1.0
+  return float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
+
+
+def controlled(p_values: Sequence[float]) -> list[float]:
+  """Benjamini-Hochberg adjusted p-values (q) of a family of comparisons, in their order."""
+  if not len(p_values):
+    return []
+  stats = require("scipy.stats", "analysis")
+  return [float(q) for q in stats.false_discovery_control(np.asarray(p_values, np.float64),
+                                                          method="bh")]
+
+
+def word(q: float, difference: float) -> str:
+  """"above" / "below" where the controlled p-value is below ``ALPHA``, else "not
+  distinguishable"."""
+  if q < ALPHA and difference != 0:
+    return "above" if difference > 0 else "below"
+  return "not distinguishable"
+
+
+def phrase(comparison: dict, baseline: str, unit: str = "", scale: float = 1.0) -> str:
+  """A comparison in words, judged on its q: ``above softmax's 85.0% (+2.5%, CI +0.8% to +4.1%;
+  q = 0.01)`` or ``not distinguishable from softmax's 85.0% with 20 seeds (...)``.
+
+  Args:
+    comparison: ``compare``'s result with its ``q``.
+    baseline: what the card is compared with, e.g. "softmax's 85.0%".
+    unit: the numbers' unit.
+    scale: the numbers' factor (100 for a share shown in percent).
+  """
+  d, (low, high), q = comparison["difference"], comparison["ci"], comparison["q"]
+  numbers = (f"{scale * d:+.3g}{unit}, CI {scale * low:+.3g}{unit} to {scale * high:+.3g}{unit}; "
+             f"q = {q:.2g}")
+  w = word(q, d)
+  if w == "not distinguishable":
+    return f"not distinguishable from {baseline} with {min(comparison['n'])} seeds ({numbers})"
+  return f"{w} {baseline} ({numbers})"
