@@ -366,10 +366,10 @@ def test_mode_collapse_outcomes(counts, outcome):
   assert text.collapse_outcome(counts) == outcome
 
 
-def _check_report(workdir):
+def _check_report(workdir, extra=()):
   with open(os.path.join(workdir, "report.json")) as f:
     report = json.load(f)
-  assert set(report["verdicts"]) == set(DIAGNOSTICS)
+  assert set(report["verdicts"]) == set(DIAGNOSTICS + extra)
   assert all(line.startswith("At the smoke scale") for line in report["verdicts"].values())
   for task in rc.CARD_TASKS:
     scores = report["tasks"][task]
@@ -388,7 +388,7 @@ def _check_report(workdir):
                   "Length generalisation", "Attention sinks", "Massive activations",
                   "Sparse weights", "Benjamini-Hochberg"):
     assert heading in text
-  assert text.count("**Verdict:**") == len(DIAGNOSTICS)
+  assert text.count("**Verdict:**") == len(DIAGNOSTICS + extra)
   assert os.path.exists(os.path.join(workdir, "accuracy.png"))
   return report
 
@@ -403,7 +403,7 @@ def test_smoke_card_in_process_resumes_without_training(tmp_path, baselines, mon
   assert os.path.exists(os.path.join(baselines, "case", "select", "summary.json"))
   assert os.path.exists(os.path.join(baselines, "lm_nap", "lm.json"))
   with open(os.path.join(baselines, rc.PROVENANCE)) as f:
-    assert set(json.load(f).values()) == {report["normalization"]}
+    assert {e["trained_by"] for e in json.load(f).values()} == {report["normalization"]}
   monkeypatch.setattr(rc, "run_sweep", lambda *a, **k: pytest.fail("trained again"))
   start = time.perf_counter()
   assert rc.run(config, workdir) == json.loads(json.dumps(report))
@@ -416,13 +416,16 @@ def test_smoke_card_from_the_command_line(tmp_path):
   env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, FIXTURES]), JAX_PLATFORMS="cpu")
   workdir = str(tmp_path / "cli")
   command = [sys.executable, os.path.join(ROOT, "experiments", "report_card.py"),
-             "--plugins=card_plugin", "--config.attention.name=tempered_softmax",
+             "--plugins=card_plugin,broken_diagnostic",
+             "--config.attention.name=tempered_softmax",
              "--config.attention.options.temperature=0.5", f"--workdir={workdir}",
              "--config.scale=smoke", "--config.show_progress=False"]
   done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1200)
   assert done.returncode == 0, done.stderr[-3000:]
   assert "At the smoke scale" in done.stdout
-  report = _check_report(workdir)
+  report = _check_report(workdir, extra=("broken_probe",))
+  assert "RuntimeError: this probe cannot read tempered_softmax(temperature=0.5)" in \
+      report["diagnostics"]["broken_probe"]["error"]
   machine = rc.fingerprint_id(report["machine"])
   assert os.path.exists(tmp_path / "baselines" / f"smoke-{machine}" / rc.MACHINE)
   other = [c.replace("tempered_softmax", "dnas") if c.startswith("--config.attention.name")

@@ -37,6 +37,7 @@ import dataclasses
 import json
 import os
 import time
+import traceback
 from typing import Callable, Optional
 
 import jax
@@ -560,6 +561,12 @@ class Trainer:
     return result
 
 
+def _run_key(label: str, what: str, suffix: str) -> str:
+  """A training's name in ``timing.json``: "card/<what>" for the card's, "baselines/<what>_
+  <suffix>" for a baseline's."""
+  return f"card/{what}" if label == "card" else f"baselines/{what}_{suffix}"
+
+
 def train_all(spec: AttentionSpec, scale: str, trainer: Trainer, show_progress: bool) -> None:
   """Every task's two stages for the baselines (shared, trained once per machine) and the card,
   each sweep's figures drawn when it finishes.
@@ -589,9 +596,8 @@ def train_all(spec: AttentionSpec, scale: str, trainer: Trainer, show_progress: 
     for label, arm in task_arms.items():
       lr = best_learning_rate(arm.selection(), arm.arch)
       own = spec if label == "card" else None
-      prefix = "card" if label == "card" else "baselines"
-      sweep(f"{prefix}/{task}/evaluate{'' if label == 'card' else '_' + arm.arch}",
-            arm.evaluate_dir, sweep_config(task, scale, (arm.arch,), own, lr))
+      sweep(_run_key(label, f"{task}/evaluate", arm.arch), arm.evaluate_dir,
+            sweep_config(task, scale, (arm.arch,), own, lr))
 
 
 def lm_dirs(workdir: str, baselines_dir: str) -> dict:
@@ -614,10 +620,10 @@ def train_lms(spec: AttentionSpec, scale: str, trainer: Trainer, cache_dir: str)
   for label, folder in lm_dirs(trainer.workdir, trainer.baselines_dir).items():
     if label == "card" and spec.normalization.normalizes_over_queries:
       continue
-    key = f"{'card' if label == 'card' else 'baselines'}/lm{'' if label == 'card' else '_' + label}"
-    out[label] = trainer(key, folder, lambda label=label, folder=folder: card_lm.run_lm(
+    train = lambda label=label, folder=folder: card_lm.run_lm(
         specs[label], s.lm, seed=EVALUATION_SEED, num_seeds=s.evaluation_seeds, workdir=folder,
-        cache_dir=cache_dir, log=lambda *_: None), done=card_lm.RESULT)
+        cache_dir=cache_dir, log=lambda *_: None)
+    out[label] = trainer(_run_key(label, "lm", label), folder, train, done=card_lm.RESULT)
   return out
 
 
@@ -629,7 +635,6 @@ def run_diagnostics(context: diagnostics_lib.CardContext) -> dict:
     ``{name: {"title", "claim", "quantities": [...], "values": {arm: {quantity: [...]}}}``, with
     ``"not_applicable": why`` or ``"error": traceback`` in place of the values.
   """
-  import traceback
   out = {}
   for name in diagnostics_lib.names():
     d = diagnostics_lib.get(name)
