@@ -1,23 +1,37 @@
 """The report cards side by side: python experiments/leaderboard.py [--cards results/report_cards]
-[--out REPORT_CARDS.md]
+[--out REPORT_CARDS.md] [--rewrite_cards]
 
 Reads every <cards>/<name>/report.json (what experiments/report_card.py writes) and writes the
-table of normalisations x diagnostics, with what each column means and how sure it is.
+board: the normalisations x the diagnostics, every card judged again over the whole board, the
+columns that separate and the verdicts' stability. --rewrite_cards first writes each card's
+verdicts, report.md and accuracy.png again from its report.json (after a change of wording; the
+numbers stay as they are).
 """
+import os
+
 from absl import app, flags
 
 from normattn_jax.reporting import leaderboard
+from normattn_jax.reporting.report_card import PROTOCOL
+from normattn_jax.reporting.report_card_text import write_report
 
 _CARDS = flags.DEFINE_string("cards", "results/report_cards", "Folder of the cards' folders.")
 _OUT = flags.DEFINE_string("out", "REPORT_CARDS.md", "The table's file.")
+_REWRITE = flags.DEFINE_bool("rewrite_cards", False, "Write each current card's words and figure "
+                             "again from its report.json first.")
 
 
 def main(argv):
   del argv
-  text = leaderboard.markdown(leaderboard.read_reports(_CARDS.value))
+  if _REWRITE.value:
+    for report in leaderboard.read_reports(_CARDS.value):
+      if report.get("protocol") == PROTOCOL:
+        write_report(report, os.path.join(_CARDS.value, report["name"]))
+  reports = leaderboard.read_reports(_CARDS.value)
   with open(_OUT.value, "w") as f:
-    f.write(text)
-  print(f"{_OUT.value}: {text.count(chr(10) + '| `')} normalisation(s)")
+    f.write(leaderboard.markdown(reports))
+  current = sum(r.get("protocol") == PROTOCOL for r in reports)
+  print(f"{_OUT.value}: {current} card(s) judged, {len(reports) - current} of an earlier protocol")
 
 
 if __name__ == "__main__":

@@ -108,7 +108,8 @@ def test_the_board_refuses_mixed_machines_and_scales_and_lists_older_cards():
   text = leaderboard.markdown([report("a", 0.0), report("b", 0.2), older])
   assert "## Not yet rerun" in text and "`sink`" in text.split("## Not yet rerun")[1]
   assert "`sink`" not in text.split("## Not yet rerun")[0]
-  assert "A card takes 10 minutes" in text
+  assert "A card, its baselines found finished, takes 10 minutes on it (median; 10 to 10 " \
+      "over 2 card(s))." in text
 
 
 def test_a_card_without_a_column_shows_n_a_and_is_not_judged_on_it():

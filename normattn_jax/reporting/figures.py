@@ -307,9 +307,9 @@ def draw_finished_sweep(workdir: str) -> None:
 
 
 def card_accuracy(report: dict, path: str) -> None:
-  """A report card's figure: per task, each arm's best accuracy per seed (dots) and their mean
-  (bar), at the arm's best learning rate; training accuracy, for the mode task validation
-  accuracy at 2N.
+  """A report card's figure: per task, each arm's best accuracy per evaluation seed (dots) and
+  their mean (bar), at the arm's selected learning rate; training accuracy, for the mode task
+  validation accuracy at 2N.
 
   Args:
     report: ``reporting.report_card.run``'s report.
@@ -324,8 +324,8 @@ def card_accuracy(report: dict, path: str) -> None:
       values = np.asarray(entry[metric])
       ax.bar(i, values.mean(), color=curve_colours(len(arms))[i], alpha=0.6)
       ax.plot(np.full(values.shape, i), values, "k.", markersize=5)
-    ax.set_xticks(range(len(arms)), [report["name"] if a == "card" else a for a in arms],
-                  fontsize=8)
+    ax.set_xticks(range(len(arms)), [report["name"] if a == "card" else f"{a} (baseline)"
+                                     for a in arms], fontsize=8)
     ax.set_ylim(0, 1)
     ax.set_title(f"{task}: {'val (2N)' if metric == 'val_acc' else 'train'} accuracy",
                  fontsize=9)

@@ -220,14 +220,14 @@ def _bound(report: dict) -> str:
 
 
 def _minutes(reports: list) -> str:
-  """The minutes of the cards whose call found every baseline finished."""
+  """A sentence on the minutes of the cards whose call found every baseline finished."""
   found = [r["seconds"]["this_call"] / 60 for r in reports
            if all(v is None for k, v in r["seconds"]["sweeps"].items()
                   if k.startswith("baselines/"))]
   if not found:
-    return "no card has run with its baselines found finished yet"
-  return (f"{np.median(found):.0f} minutes (median; {min(found):.0f} to {max(found):.0f} over "
-          f"the {len(found)} cards that found their baselines finished)")
+    return "No card has run on it with its baselines found finished yet."
+  return (f"A card, its baselines found finished, takes {np.median(found):.0f} minutes on it "
+          f"(median; {min(found):.0f} to {max(found):.0f} over {len(found)} card(s)).")
 
 
 def _table(columns: list, rows: list) -> list:
@@ -288,7 +288,7 @@ def _board(reports: list) -> list:
            f"rate of every arm selected on {s['selection_seeds']} seeds, every number of "
            f"{s['evaluation_seeds']} fresh evaluation seeds). Machine: {shown}, fingerprint "
            f"{fingerprint_id(machine)}: every card is compared with the same softmax (MTE) and "
-           f"NAP baselines, trained on it. A card takes {_minutes(reports)} on it.", "",
+           f"NAP baselines, trained on it. {_minutes(reports)}", "",
            f"Marks: ▲S / ▼S: above / below softmax, ▲N / ▼N: above / below NAP, where "
            f"{card_stats.FDR_METHOD}'s adjusted p over the board's {len(judged)} comparisons is "
            f"below {card_stats.ALPHA}; no mark: not distinguishable with the seeds at hand "
@@ -338,14 +338,15 @@ def _board(reports: list) -> list:
                     [[f"`{r['normalization']}`", _mean_of(r, key), entry(r, "softmax"),
                       entry(r, "nap")] for r in reports])
   stable = stability(reports, ranked)
+  found = (f"**{stable['agree']} of {stable['total']} words agree "
+           f"({100 * stable['share']:.0f}%; the goal is {100 * STABILITY_GOAL:.0f}%, "
+           f"{'met' if stable['share'] >= STABILITY_GOAL else 'not met'})**"
+           if stable["total"] else "no column ranks yet, so there is no word to judge")
   lines += ["", "## Stability of the verdicts", "",
             f"Every verdict word of the board (above / below / not distinguishable, per card, "
             f"ranked column and baseline) judged again on each half of the evaluation seeds "
             f"(the first and the last {s['evaluation_seeds'] // 2} of every arm, "
-            f"{card_stats.FDR_METHOD} over the board within each half): **{stable['agree']} of "
-            f"{stable['total']} words agree ({100 * stable['share']:.0f}%; the goal is "
-            f"{100 * STABILITY_GOAL:.0f}%, "
-            f"{'met' if stable['share'] >= STABILITY_GOAL else 'not met'})**.", ""]
+            f"{card_stats.FDR_METHOD} over the board within each half): {found}.", ""]
   lines += _table(["column", "words that agree"],
                   [[label(k), f"{a} of {t}"] for k, (a, t) in stable["by_column"].items()])
   lines += ["", "## How sure", "",

@@ -772,11 +772,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, afresh: bool = False
   report["measures"] = measures(report)
   report["comparisons"] = comparisons(report["measures"])
   report["seconds"] = {"sweeps": trainer.seconds, "this_call": time.perf_counter() - started}
-  report["verdicts"] = text.verdicts(report)
-  text.accuracy_figure(report, os.path.join(workdir, "accuracy.png"))
-  with open(os.path.join(workdir, REPORT_MD), "w") as f:
-    f.write(text.markdown(report))
-  write_json(os.path.join(workdir, REPORT_JSON), report, indent=1)
+  text.write_report(report, workdir)
   write_json(os.path.join(workdir, SUMMARY), {"report": REPORT_JSON,
                                               "verdicts": report["verdicts"]}, indent=1)
   return report

@@ -7,6 +7,8 @@ distinguishable with n seeds", with its confidence interval, which is no claim o
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from normattn_jax._extras import fingerprint_id
@@ -14,6 +16,7 @@ from normattn_jax.reporting import card_stats
 from normattn_jax.reporting.report_card import ARMS, BASELINES, BOUND_BY_CONSTRUCTION, \
     CARD_TASKS, CASES, EPSILON, TASK_METRIC
 from normattn_jax.reporting.seeds import LEARNED_SE
+from normattn_jax.train.checkpoint import write_json
 
 TASK_TITLES = {"case": "Case task (NAP paper Fig. 3: argmin / first / argmax, output per token)",
                "first_token": "First-token task (NAP paper Fig. 5: output from the first token)",
@@ -275,7 +278,7 @@ def _header(report: dict) -> list:
   lrs = ", ".join(f"{lr:.3g}" for lr in s["learning_rates"])
   return [f"# Report card: {card} ({report['scale']} scale)", "",
           f"MTE layout with {card} ('card') beside softmax in the MTE layout and NAP: N = "
-          f"{s['seq_len']}, d = {s['d_model']}, L = {s['num_layers']}, H = {s['num_heads']}, "
+          f"{s['seq_len']}, d = {s['d_model']}, {s['num_layers']} layers, {s['num_heads']} heads, "
           f"batch {s['batch_size']}, {s['num_steps']} steps ({s['mode_steps']} for the mode "
           f"task). Protocol: each arm's learning rate is selected from {lrs} on "
           f"{s['selection_seeds']} selection seeds (the best mean training accuracy), then the "
@@ -375,7 +378,13 @@ def markdown(report: dict) -> str:
   return "\n".join(lines) + "\n"
 
 
-def accuracy_figure(report: dict, path: str) -> None:
-  """The card's one figure (``figures.card_accuracy``)."""
+def write_report(report: dict, folder: str) -> None:
+  """A card's words and figure from its numbers: the verdicts (into ``report``),
+  ``accuracy.png`` (``figures.card_accuracy``), ``report.md`` and ``report.json``. A finished
+  card's words are written again this way after a change of wording, its numbers untouched."""
   from normattn_jax.reporting import figures
-  figures.card_accuracy(report, path)
+  report["verdicts"] = verdicts(report)
+  figures.card_accuracy(report, os.path.join(folder, "accuracy.png"))
+  with open(os.path.join(folder, "report.md"), "w") as f:
+    f.write(markdown(report))
+  write_json(os.path.join(folder, "report.json"), report, indent=1)
