@@ -52,12 +52,15 @@ def test_benjamini_hochberg_by_its_definition():
 
 
 def test_words_follow_q_and_the_sign():
-  assert card_stats.word(0.01, 0.2) == "above"
-  assert card_stats.word(0.01, -0.2) == "below"
-  assert card_stats.word(0.2, 0.2) == "not distinguishable"
+  word = lambda q, d, ci: card_stats.word({"q": q, "difference": d, "ci": ci})
+  assert word(0.01, 0.2, [0.1, 0.3]) == "above"
+  assert word(0.01, -0.2, [-0.3, -0.1]) == "below"
+  assert word(0.2, 0.2, [0.1, 0.3]) == "not distinguishable"
+  # a rank test that one far seed's mean contradicts: no direction is stated
+  assert word(0.001, -0.03, [-0.06, 0.002]) == "not distinguishable"
   c = dict(card_stats.compare([0.5, 0.6, 0.55], [0.5, 0.58, 0.52]), q=0.8)
   text = card_stats.phrase(c, "softmax's 53.3%", "%", 100)
   assert text.startswith("not distinguishable from softmax's 53.3% with 3 seeds (")
   assert "CI" in text and "q = 0.8" in text and "no different" not in text
-  c["q"] = 0.01
-  assert card_stats.phrase(c, "softmax's 53.3%", "%", 100).startswith("above softmax's 53.3% (+")
+  c = dict(card_stats.compare([0.6, 0.62, 0.61], [0.5, 0.51, 0.52]), q=0.01)
+  assert card_stats.phrase(c, "softmax's 51.0%", "%", 100).startswith("above softmax's 51.0% (+")

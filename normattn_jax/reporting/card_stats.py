@@ -5,9 +5,9 @@ scipy.stats, nothing written again: ``bootstrap`` (percentile intervals, each ar
 resampled on their own, as rliable's stratified bootstrap), ``mannwhitneyu`` and
 ``false_discovery_control``.
 
-A verdict word follows from the controlled p-value (q): "above" or "below" where q < ``ALPHA``,
-otherwise "not distinguishable": with the seeds at hand, the difference is inside the noise,
-which says nothing of its absence.
+A verdict word follows from the controlled p-value (q) and the interval: "above" or "below"
+where q < ``ALPHA`` and the interval excludes 0, otherwise "not distinguishable": with the seeds
+at hand, the difference is inside the noise, which says nothing of its absence.
 """
 from __future__ import annotations
 
@@ -64,16 +64,15 @@ def compare(card: Sequence[float], base: Sequence[float]) -> dict:
                            random_state=np.random.default_rng(BOOTSTRAP_SEED)).confidence_interval
     ci = [float(boot.low), float(boot.high)]
   effect = float(np.mean(np.sign(a[:, None] - b[None, :])))
-  return {"difference": difference, "ci": ci, "effect": effect, "p": p_value(a, b),
+  return {"difference": difference, "ci": ci, "effect": effect, "p": _p_value(a, b),
           "n": [int(a.size), int(b.size)]}
 
 
-def p_value(card: Sequence[float], base: Sequence[float]) -> float:
-  """``compare``'s p alone (no bootstrap): for re-judging many comparisons quickly."""
-  stats = require("scipy.stats", "analysis")
-  a, b = _values(card, "card"), _values(base, "baseline")
+def _p_value(a: np.ndarray, b: np.ndarray) -> float:
+  """The two-sided Mann-Whitney p; 1 where every value of both arms is the same."""
   if np.ptp(np.concatenate([a, b])) == 0:
     return 1.0
+  stats = require("scipy.stats", "analysis")
   return float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
 
 
@@ -86,11 +85,14 @@ def controlled(p_values: Sequence[float]) -> list[float]:
                                                           method="bh")]
 
 
-def word(q: float, difference: float) -> str:
-  """"above" / "below" where the controlled p-value is below ``ALPHA``, else "not
-  distinguishable"."""
-  if q < ALPHA and difference != 0:
-    return "above" if difference > 0 else "below"
+def word(comparison: dict) -> str:
+  """"above" / "below" where the controlled p-value (``comparison["q"]``) is below ``ALPHA``
+  and the confidence interval of the difference lies on that side of 0; otherwise "not
+  distinguishable". The rank test and the interval of the means can disagree (one far seed moves
+  a mean, not the ranks): a direction is stated only where both carry it."""
+  low, high = comparison["ci"]
+  if comparison["q"] < ALPHA and (low > 0 or high < 0):
+    return "above" if comparison["difference"] > 0 else "below"
   return "not distinguishable"
 
 
@@ -107,7 +109,7 @@ def phrase(comparison: dict, baseline: str, unit: str = "", scale: float = 1.0) 
   d, (low, high), q = comparison["difference"], comparison["ci"], comparison["q"]
   numbers = (f"{scale * d:+.3g}{unit}, CI {scale * low:+.3g}{unit} to {scale * high:+.3g}{unit}; "
              f"q = {q:.2g}")
-  w = word(q, d)
+  w = word(comparison)
   if w == "not distinguishable":
     return f"not distinguishable from {baseline} with {min(comparison['n'])} seeds ({numbers})"
   return f"{w} {baseline} ({numbers})"

@@ -9,7 +9,8 @@ The board re-judges every card from its per-seed values, as a referee would:
   the means of the two halves of their evaluation seeds: two runs of one arm); the rest are shown
   apart, as checks;
 - each card is compared with softmax and NAP on every ranked column (``card_stats.compare``), with
-  Benjamini-Hochberg's control over the whole board's comparisons;
+  Benjamini-Hochberg's control over the whole board's comparisons, a direction stated where the
+  controlled p is below 0.05 and the interval excludes 0;
 - the board's stability: every verdict word judged again on each half of the evaluation seeds
   (Benjamini-Hochberg over the board in each half), and the share of words that the two halves
   agree on.
@@ -120,16 +121,16 @@ def separation(reports: list, keys: list) -> dict:
 
 
 def judge(reports: list, keys: list, part=None) -> dict:
-  """Every card against every baseline on ``keys``, q by Benjamini-Hochberg over all of them.
+  """Every card against every baseline on ``keys`` (``card_stats.compare``), q by
+  Benjamini-Hochberg over all of them, and each verdict word (``card_stats.word``).
 
   Args:
     reports: the cards.
     keys: the ranked columns.
-    part: None for every evaluation seed; 0 or 1 for one half of them (p-values only).
+    part: None for every evaluation seed; 0 or 1 for one half of them.
 
   Returns:
-    ``{(card, key, baseline): comparison with "q" and "word"}`` (``compare``'s fields with every
-    seed; ``{"p", "difference"}`` with a half).
+    ``{(card, key, baseline): comparison with "q" and "word"}``.
   """
   out = {}
   for r in reports:
@@ -140,18 +141,13 @@ def judge(reports: list, keys: list, part=None) -> dict:
         if part is not None:
           card, other = halves(card)[part], halves(other)[part]
         try:
-          if part is None:
-            out[(r["normalization"], key, base)] = card_stats.compare(_values(card),
-                                                                      _values(other))
-          else:
-            a, b = _values(card), _values(other)
-            out[(r["normalization"], key, base)] = {
-                "p": card_stats.p_value(a, b),
-                "difference": float(np.nanmean(a) - np.nanmean(b))}
+          out[(r["normalization"], key, base)] = card_stats.compare(_values(card),
+                                                                    _values(other))
         except ValueError:  # too few seeds with a value: no verdict
           continue
   for c, q in zip(out.values(), card_stats.controlled([c["p"] for c in out.values()])):
-    c["q"], c["word"] = q, card_stats.word(q, c["difference"])
+    c["q"] = q
+    c["word"] = card_stats.word(c)
   return out
 
 
@@ -291,8 +287,9 @@ def _board(reports: list) -> list:
            f"NAP baselines, trained on it. {_minutes(reports)}", "",
            f"Marks: ▲S / ▼S: above / below softmax, ▲N / ▼N: above / below NAP, where "
            f"{card_stats.FDR_METHOD}'s adjusted p over the board's {len(judged)} comparisons is "
-           f"below {card_stats.ALPHA}; no mark: not distinguishable with the seeds at hand "
-           f"(the intervals below say how large a difference could hide).", ""]
+           f"below {card_stats.ALPHA} and the interval of the difference excludes 0; no mark: "
+           f"not distinguishable with the seeds at hand (the intervals below say how large a "
+           f"difference could hide).", ""]
   rows = [[f"`{r['normalization']}`"] + [_cell(r, k, judged) for k in ranked]
           + [_collapse(r), _time(r)] for r in reports]
   baseline_rows = [[f"*{base} (baseline)*"]

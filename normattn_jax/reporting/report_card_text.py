@@ -2,8 +2,9 @@
 report that ``report_card.run`` assembles. Verdicts say what the numbers show at the scale
 run, as REPRODUCTION.md's do, never more: a card at a small scale is evidence at that scale.
 A difference is called "above" or "below" only where its Benjamini-Hochberg adjusted p-value
-(over the card's comparisons) is below ``card_stats.ALPHA``; otherwise it is "not
-distinguishable with n seeds", with its confidence interval, which is no claim of equality.
+(over the card's comparisons) is below ``card_stats.ALPHA`` and its confidence interval
+excludes 0; otherwise it is "not distinguishable with n seeds", with its interval, which is no
+claim of equality.
 """
 from __future__ import annotations
 
@@ -216,7 +217,7 @@ def comparison_table(report: dict, keys: list) -> list:
       rows.append([m["label"], SHOWN[base],
                    f"{scale * c['difference']:+.3g}{unit} [{scale * c['ci'][0]:+.3g}, "
                    f"{scale * c['ci'][1]:+.3g}]", f"{c['effect']:+.2f}", f"{c['p']:.3g}",
-                   f"{c['q']:.3g}", card_stats.word(c["q"], c["difference"])])
+                   f"{c['q']:.3g}", card_stats.word(c)])
   count = sum("q" in c for per in report["comparisons"].values() for c in per.values())
   return (["", f"The card against each baseline on the evaluation seeds: the difference of the "
            f"means with its {card_stats.CONFIDENCE:.0%} bootstrap interval "
