@@ -45,8 +45,9 @@ def report(name, shift, machine=MACHINE, scale="cpu", seeds=20):
           "sizes": {"seq_len": 16, "d_model": 32, "selection_seeds": 5, "evaluation_seeds": seeds},
           "measures": measures, "diagnostics": {}, "cost": cost, "mode_collapse": collapse,
           "attention": {"card": {"below_bound": [0.0] * 3 + [0.1]}},
-          "seconds": {"sweeps": {"baselines/case/select": None, "card/case/select": 60.0},
-                      "this_call": 600.0}}
+          "seconds": {"sweeps": {"baselines/case/select": None, "card/case/select": 60.0,
+                                 "card/lm": 120.0},
+                      "this_call": 300.0, "analyses": 420.0}}
 
 
 def test_a_column_ranks_only_where_the_cards_spread_beyond_the_baselines_noise():

@@ -257,6 +257,7 @@ def synthetic_report(trained_by=("x(t=2)",)):
             "diagnostics": rc.run_diagnostics(rc.diagnostics_lib.CardContext(
                 SPEC, "smoke", sizes, lms)),
             "seconds": {"sweeps": {"card/case/select": 3.0, "baselines/case/select": None},
+                        "analyses": 2.0,
                         "this_call": 5.0}}
   report["measures"] = rc.measures(report)
   report["comparisons"] = rc.comparisons(report["measures"])

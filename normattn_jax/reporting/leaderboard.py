@@ -215,9 +215,17 @@ def _bound(report: dict) -> str:
   return f"{sum(x == 0 for x in bound)}/{len(bound)}"
 
 
+def card_minutes(report: dict) -> float:
+  """A card's own minutes: its trainings (each as long as the call that finished it took,
+  kept over resumes) and its analyses."""
+  s = report["seconds"]
+  return (sum(v for k, v in s["sweeps"].items() if k.startswith("card/") and v is not None)
+          + s["analyses"]) / 60
+
+
 def _minutes(reports: list) -> str:
-  """A sentence on the minutes of the cards whose call found every baseline finished."""
-  found = [r["seconds"]["this_call"] / 60 for r in reports
+  """A sentence on the minutes of the cards that found every baseline finished."""
+  found = [card_minutes(r) for r in reports
            if all(v is None for k, v in r["seconds"]["sweeps"].items()
                   if k.startswith("baselines/"))]
   if not found:

@@ -535,13 +535,15 @@ def _provenance(baselines_dir: str) -> dict:
 
 class Trainer:
   """Trains a card's sweeps and LMs, each once: ``timing.json`` in the card's folder keeps the
-  seconds each took in the call that trained it (None: found finished), and the baselines'
-  ``provenance.json`` which card trained each of theirs."""
+  seconds each took in the call that trained it (None: found finished), the baselines'
+  ``provenance.json`` which card trained each of theirs, and ``trained`` the seconds of this
+  call's trainings (the rest of a call is its analyses)."""
 
   def __init__(self, spec: AttentionSpec, workdir: str, baselines_dir: str):
     self.card, self.workdir, self.baselines_dir = str(spec), workdir, baselines_dir
     self.timing_path = os.path.join(workdir, "timing.json")
     self.seconds = cached(self.timing_path, dict)
+    self.trained = 0.0  # seconds of the trainings this call ran
 
   def __call__(self, key: str, folder: str, train: Callable[[], object], done: str = SUMMARY):
     """``train()`` (a run that resumes in ``folder`` or returns its finished result), timed
@@ -550,6 +552,7 @@ class Trainer:
     finished = os.path.exists(os.path.join(folder, done))
     start = time.perf_counter()
     result = train()
+    self.trained += 0.0 if finished else time.perf_counter() - start
     if not finished or key not in self.seconds:
       self.seconds[key] = None if finished else time.perf_counter() - start
       write_json(self.timing_path, self.seconds, indent=1)
@@ -771,7 +774,9 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, afresh: bool = False
   report["diagnostics"] = run_diagnostics(diagnostics_lib.CardContext(spec, scale, s, lms))
   report["measures"] = measures(report)
   report["comparisons"] = comparisons(report["measures"])
-  report["seconds"] = {"sweeps": trainer.seconds, "this_call": time.perf_counter() - started}
+  this_call = time.perf_counter() - started
+  report["seconds"] = {"sweeps": trainer.seconds, "this_call": this_call,
+                       "analyses": this_call - trainer.trained}
   text.write_report(report, workdir)
   write_json(os.path.join(workdir, SUMMARY), {"report": REPORT_JSON,
                                               "verdicts": report["verdicts"]}, indent=1)

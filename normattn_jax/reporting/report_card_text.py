@@ -373,7 +373,8 @@ def markdown(report: dict) -> str:
                     _ratio(r["seconds"], r["softmax_seconds"]),
                     _ratio(r["bytes"], r["softmax_quadratic_bytes"])] for r in report["cost"]])
   lines += ["", f"**Verdict:** {v['cost']}", "",
-            f"The last call took {report['seconds']['this_call']:.0f} s; the training: "
+            f"The last call took {report['seconds']['this_call']:.0f} s, its analyses "
+            f"{report['seconds']['analyses']:.0f} s; the training: "
             + ", ".join(f"{k} " + ("found finished" if x is None else f"{x:.0f} s")
                         for k, x in report["seconds"]["sweeps"].items()) + "."]
   return "\n".join(lines) + "\n"
