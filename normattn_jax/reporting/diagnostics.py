@@ -135,10 +135,10 @@ def _per_seed(lm: dict, read: Callable[[dict], float]) -> list:
 
 
 def _length(context: CardContext) -> dict:
-  multiples = context.sizes.lm.multiples
   # a window of mL tokens' newest positions: its last band (0..L, L..2L, 2L..4L, ...)
   return {arm: {f"loss_{m}x": _per_seed(lm, lambda s, m=m: float(
-      s["loss_by_band"][str(m)][-1])) for m in multiples} for arm, lm in lms(context).items()}
+      s["loss_by_band"][str(m)][-1])) for m in LENGTH_MULTIPLES}
+          for arm, lm in lms(context).items()}
 
 
 def _sinks(context: CardContext) -> dict:
