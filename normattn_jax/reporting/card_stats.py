@@ -22,7 +22,6 @@ CONFIDENCE = 0.95     # the confidence intervals' level
 RESAMPLES = 9999      # bootstrap resamples
 BOOTSTRAP_SEED = 0    # the resamples are drawn alike every time: a card's numbers repeat
 FDR_METHOD = "Benjamini-Hochberg"
-WORDS = ("above", "below", "not distinguishable")
 
 
 def _values(x: Sequence[float], what: str) -> np.ndarray:
