@@ -24,8 +24,20 @@ BOOTSTRAP_SEED = 0    # the resamples are drawn alike every time: a card's numbe
 FDR_METHOD = "Benjamini-Hochberg"
 
 
-def _values(x: Sequence[float], what: str) -> np.ndarray:
-  v = np.asarray(x, np.float64)
+def per_seed(values: Sequence) -> np.ndarray:
+  """Per-seed values as stored (None for a seed without one, e.g. a diverged model) as float64,
+  NaN for None."""
+  return np.asarray([np.nan if v is None else v for v in values], np.float64)
+
+
+def mean(values: Sequence) -> float:
+  """The mean over the seeds that have a finite value; NaN where none has."""
+  v = per_seed(values)
+  return float(np.mean(v[np.isfinite(v)])) if np.isfinite(v).any() else float("nan")
+
+
+def _values(x: Sequence, what: str) -> np.ndarray:
+  v = per_seed(x)
   v = v[np.isfinite(v)]
   if v.size < 2:
     raise ValueError(f"{what}: a comparison needs at least 2 finite per-seed values, got {x!r}")
@@ -40,7 +52,8 @@ def compare(card: Sequence[float], base: Sequence[float]) -> dict:
   """One comparison of the card's seeds with a baseline's (independent samples).
 
   Args:
-    card: the card's per-seed values (non-finite ones, e.g. of diverged seeds, left out).
+    card: the card's per-seed values (None and non-finite ones, e.g. of diverged seeds, left
+      out).
     base: the baseline's.
 
   Returns:

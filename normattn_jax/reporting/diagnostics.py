@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from normattn_jax.registry import Registry
+from normattn_jax.reporting import card_stats
 
 ARMS = ("card", "softmax", "nap")
 
@@ -111,7 +112,7 @@ def checked_values(diagnostic: Diagnostic, values: Mapping) -> dict:
     for q in diagnostic.quantities:
       if q.key not in values[arm]:
         raise ValueError(f"diagnostic {diagnostic.name!r} gave no {q.key!r} for {arm!r}")
-      seeds = np.asarray([np.nan if x is None else x for x in values[arm][q.key]], np.float64)
+      seeds = card_stats.per_seed(values[arm][q.key])
       out[arm][q.key] = [float(x) if np.isfinite(x) else None for x in seeds]
   return out
 

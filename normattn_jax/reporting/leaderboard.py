@@ -49,15 +49,6 @@ def read_reports(folder: str) -> list[dict]:
   return reports
 
 
-def _values(values: list) -> np.ndarray:
-  return np.asarray([np.nan if v is None else v for v in values], np.float64)
-
-
-def _mean(values: list) -> float:
-  v = _values(values)
-  return float(np.nanmean(v)) if np.isfinite(v).any() else float("nan")
-
-
 def halves(values: list) -> tuple:
   """The first and the second half of a list of per-seed values."""
   return values[:len(values) // 2], values[len(values) // 2:]
@@ -111,9 +102,10 @@ def separation(reports: list, keys: list) -> dict:
   first = _holder(reports, keys)
   out = {}
   for key in keys:
-    means = [_mean(r["measures"][key]["values"]["card"]) for r in reports if key in r["measures"]]
+    means = [card_stats.mean(r["measures"][key]["values"]["card"]) for r in reports
+             if key in r["measures"]]
     spread = float(np.nanmax(means) - np.nanmin(means))
-    noise = max(abs(_mean(a) - _mean(b))
+    noise = max(abs(card_stats.mean(a) - card_stats.mean(b))
                 for a, b in (halves(first[key]["measures"][key]["values"][base])
                              for base in BASELINES))
     out[key] = {"spread": spread, "noise": float(noise), "ranks": bool(spread > noise)}
@@ -141,8 +133,7 @@ def judge(reports: list, keys: list, part=None) -> dict:
         if part is not None:
           card, other = halves(card)[part], halves(other)[part]
         try:
-          out[(r["normalization"], key, base)] = card_stats.compare(_values(card),
-                                                                    _values(other))
+          out[(r["normalization"], key, base)] = card_stats.compare(card, other)
         except ValueError:  # too few seeds with a value: no verdict
           continue
   for c, q in zip(out.values(), card_stats.controlled([c["p"] for c in out.values()])):
@@ -180,19 +171,17 @@ def _mean_of(report: dict, key: str) -> str:
   if key not in report["measures"]:
     return "n/a"
   m = report["measures"][key]
-  return _fmt(_mean(m["values"]["card"]), m["percent"])
+  return _fmt(card_stats.mean(m["values"]["card"]), m["percent"])
 
 
 def _cell(report: dict, key: str, judged: dict) -> str:
-  if key not in report["measures"]:
-    return "n/a"
-  m = report["measures"][key]
+  """The card's mean of a ranked column and its marks against the baselines."""
   marks = ""
   for base in BASELINES:
     c = judged.get((report["normalization"], key, base))
     if c is not None and MARKS[c["word"]]:
       marks += f" {MARKS[c['word']]}{LETTERS[base]}"
-  return _fmt(_mean(m["values"]["card"]), m["percent"]) + marks
+  return _mean_of(report, key) + marks
 
 
 def _time(report: dict) -> str:
@@ -301,7 +290,7 @@ def _board(reports: list) -> list:
   rows = [[f"`{r['normalization']}`"] + [_cell(r, k, judged) for k in ranked]
           + [_collapse(r), _time(r)] for r in reports]
   baseline_rows = [[f"*{base} (baseline)*"]
-                   + [_fmt(_mean(holder[k]["measures"][k]["values"][base]), percent(k))
+                   + [_fmt(card_stats.mean(holder[k]["measures"][k]["values"][base]), percent(k))
                       for k in ranked] + ["", ""] for base in BASELINES]
   lines += _table(["normalisation"] + [label(k) for k in ranked]
                   + ["mode collapse: unbalanced / balanced",

@@ -689,10 +689,6 @@ def measures(report: dict) -> dict:
   return out
 
 
-def _floats(values: list) -> list:
-  return [np.nan if v is None else v for v in values]
-
-
 def comparisons(measured: dict) -> dict:
   """Each measure's card against each baseline (``card_stats.compare``), with q: the
   Benjamini-Hochberg adjusted p over all of this card's comparisons.
@@ -704,8 +700,7 @@ def comparisons(measured: dict) -> dict:
   for key, m in measured.items():
     for base in BASELINES:
       try:
-        out[key][base] = card_stats.compare(_floats(m["values"]["card"]),
-                                            _floats(m["values"][base]))
+        out[key][base] = card_stats.compare(m["values"]["card"], m["values"][base])
       except ValueError as err:  # too few seeds with a value
         out[key][base] = {"error": str(err)}
   tested = [c for per in out.values() for c in per.values() if "p" in c]

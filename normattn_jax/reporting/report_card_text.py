@@ -29,11 +29,6 @@ def _pct(x) -> str:
   return "-" if x is None else f"{100 * x:.1f}"
 
 
-def _mean(values) -> float:
-  v = np.asarray([np.nan if x is None else x for x in values], float)
-  return float(np.nanmean(v)) if np.isfinite(v).any() else float("nan")
-
-
 def _fmt(x, percent: bool) -> str:
   if x is None or not np.isfinite(x):
     return "-"
@@ -56,7 +51,7 @@ def against(report: dict, key: str) -> str:
   unit, scale = ("%", 100.0) if m["percent"] else ("", 1.0)
   parts = []
   for base in BASELINES:
-    shown = f"{SHOWN[base]}'s {_fmt(_mean(m['values'][base]), m['percent'])}"
+    shown = f"{SHOWN[base]}'s {_fmt(card_stats.mean(m['values'][base]), m['percent'])}"
     c = comps[base]
     parts.append(f"not compared with {shown} ({c['error']})" if "error" in c
                  else card_stats.phrase(c, shown, unit, scale))
@@ -65,7 +60,7 @@ def against(report: dict, key: str) -> str:
 
 def _measure_sentence(report: dict, key: str, subject: str) -> str:
   m = report["measures"][key]
-  return (f"{subject} averages {_fmt(_mean(m['values']['card']), m['percent'])}: "
+  return (f"{subject} averages {_fmt(card_stats.mean(m['values']['card']), m['percent'])}: "
           f"{against(report, key)}")
 
 
@@ -133,8 +128,8 @@ def _bound_check(report: dict) -> str:
   seeds = len(att["below_bound"])
   by_construction = report["name"] in BOUND_BY_CONSTRUCTION
   held = (f"holds in every one of {seeds} seeds" if not failed else
-          f"fails in {failed} of {seeds} seeds ({_pct(_mean(att['below_bound']))}% of keys "
-          f"below it)")
+          f"fails in {failed} of {seeds} seeds ({_pct(card_stats.mean(att['below_bound']))}% of "
+          f"keys below it)")
   why = ("a check of the code: it holds by construction" if by_construction else
          "not guaranteed by its construction")
   return f"Theorem 2's bound (every key's total weight >= 1/N) {held} for {name} ({why})."
@@ -300,7 +295,7 @@ def _diagnostic_section(name: str, entry: dict, report: dict) -> list:
   columns = ["arm"] + [f"{q['label']}: per seed" for q in entry["quantities"]]
   rows = [[label] + [_seeds(entry["values"][label][q["key"]], q["percent"])
                      for q in entry["quantities"]] for label in ARMS]
-  means = [[label] + [_fmt(_mean(entry["values"][label][q["key"]]), q["percent"])
+  means = [[label] + [_fmt(card_stats.mean(entry["values"][label][q["key"]]), q["percent"])
                       for q in entry["quantities"]] for label in ARMS]
   lines += _table(["arm"] + [f"{q['label']}: mean" for q in entry["quantities"]], means)
   lines += ["", "<details><summary>per seed</summary>", ""] + _table(columns, rows)
