@@ -62,7 +62,8 @@ def main(argv):
   if _OUT.value:
     write_json(_OUT.value, report, indent=1)
   if _FIGURE.value:
-    figures.pixels_beside_authors(seeds.pixel_grids(runs, _AUTHORS.value), _FIGURE.value)
+    figures.pixels_beside_authors(seeds.pixel_grids(runs, _AUTHORS.value), _FIGURE.value,
+                                  figures.lengths(runs[0].plan))
 
 
 if __name__ == "__main__":

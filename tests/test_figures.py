@@ -65,8 +65,8 @@ def test_the_case_figure_is_the_papers(tmp_path, monkeypatch):
   case = tasks.get("case_distinction")
   summary, drawn = draw(config, BASE + case.extra_metrics(), tmp_path, monkeypatch)
   assert set(drawn) == {"accuracy.png", "case_accuracy.png", "learning_curves.png"}
-  assert titles(drawn["case_accuracy.png"]) == ["nap cases N=8", "sum cases N=8",
-                                                "nap cases N=4", "sum cases N=4"]
+  assert [t.split(":")[0] for t in titles(drawn["case_accuracy.png"])] == [
+      "nap cases N=8", "sum cases N=8", "nap cases N=4", "sum cases N=4"]
   image = drawn["case_accuracy.png"].axes[2].images[0].get_array()  # nap at N/2
   for channel, case_name in enumerate(("argmin", "first", "argmax")):
     np.testing.assert_allclose(image[..., channel], figures.cell_grid(
@@ -93,7 +93,8 @@ def test_a_group_of_two_is_drawn_as_its_mean_in_grey(parity_task, tmp_path, monk
   summary, drawn = draw(config, BASE + parity_task.extra_metrics(), tmp_path, monkeypatch)
   assert titles(drawn["case_accuracy.png"]) == ["mte cases N=8", "mte cases N=16"]
   assert [t.get_text() for t in drawn["case_accuracy.png"].texts] == [
-      "grey = the mean of even, odd, each the mean over seeds"]
+      "grey = the mean of even, odd accuracy, each the mean over seeds at its best over "
+      "training."]
   image = drawn["case_accuracy.png"].axes[1].images[0].get_array()
   plan = SweepPlan.of(config)
   mean = np.mean([figures.cell_grid(plan, summary, "mte", f"val_first_acc_{group}", "mean")
@@ -141,11 +142,46 @@ def test_the_pixel_plots_carry_a_key_and_label_a_single_column(tmp_path, monkeyp
                   monkeypatch)
   accuracy, cases = drawn["accuracy.png"], drawn["case_accuracy.png"]
   assert [t.get_text() for t in accuracy.texts] == [figures.PIXEL_KEY]
-  assert figures.PIXEL_KEY == "R, G, B = min, mean, max over seeds"
-  assert [t.get_text() for t in cases.texts] == [
-      "R, G, B = argmin, first, argmax, each the mean over seeds"]
+  assert figures.PIXEL_KEY.startswith("R, G, B = min, mean, max over seeds")
+  (case_key,) = [t.get_text() for t in cases.texts]
+  assert case_key.startswith("R, G, B = argmin, first, argmax accuracy, each the mean over seeds")
   for fig in (accuracy, cases):
     assert {ax.get_xlabel() for ax in fig.axes} == {figures.ONE_COLUMN_LABEL}
+
+
+def test_the_rows_say_where_they_were_measured_and_the_titles_which_cell(tmp_path, monkeypatch):
+  """The rows name the length each accuracy was measured at; a title gives the best mean and
+  its cell, where the cross is; the case figure's title the weakest case at its best cell."""
+  config = tiny_config()
+  summary, drawn = draw(config, BASE + tasks.get("case_distinction").extra_metrics(), tmp_path,
+                        monkeypatch)
+  plan = SweepPlan.of(config)
+  n, half = config.task.seq_len, tasks.get("case_distinction").validation_length(
+      config.task.seq_len)
+  accuracy, cases = drawn["accuracy.png"], drawn["case_accuracy.png"]
+  columns = len(config.archs)
+  assert accuracy.axes[0].get_ylabel().startswith(f"training accuracy at N = {n}")
+  assert accuracy.axes[columns].get_ylabel().startswith(f"validation accuracy at N = {half}")
+  mean = figures.cell_grid(plan, summary, config.archs[0], "train_acc", "mean")
+  row = int(np.nanargmax(mean[:, 0]))
+  assert titles(accuracy)[0] == (f"{config.archs[0]} train: {mean[row, 0]:.1%}\n"
+                                 f"at lr {plan.axis.learning_rates[row]:.1e}")
+  image = figures.group_image(plan, summary, config.archs[0],
+                              tasks.get("case_distinction").metric_groups(n)[0])
+  weakest = image.min(-1)[:, 0]
+  row = int(np.argmax(weakest))
+  assert titles(cases)[0].endswith(f"weakest {weakest[row]:.1%}\n"
+                                   f"at lr {plan.axis.learning_rates[row]:.1e}")
+  (cross,) = [line for line in cases.axes[0].get_lines() if line.get_marker() == "x"]
+  assert cross.get_ydata()[0] == row
+
+
+def test_a_drawn_figure_carries_the_drawing_version(tmp_path, monkeypatch):
+  _, drawn = draw(tiny_config(), BASE + tasks.get("case_distinction").extra_metrics(), tmp_path,
+                  monkeypatch)
+  assert set(drawn) == {"accuracy.png", "case_accuracy.png", "learning_curves.png"}
+  for name in drawn:
+    assert figures.figure_version(str(tmp_path / name)) == figures.FIGURE_VERSION
 
 
 def test_a_swept_column_is_labelled_by_its_field(tmp_path, monkeypatch):

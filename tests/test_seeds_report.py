@@ -201,13 +201,15 @@ def test_the_authors_plots_are_drawn_beside_ours(tmp_path, monkeypatch):
   figures.pixels_beside_authors(grids, str(path))
   assert path.stat().st_size > 0
   (fig,) = drawn
-  assert [t.get_text() for t in fig.texts] == [figures.PIXEL_KEY]
-  titles = [ax.get_title() for ax in fig.axes]
-  best = grids.images[("nap", "authors", "train_acc")][..., 1].max()
+  assert [t.get_text() for t in fig.texts] == [figures.PIXEL_KEY + "\n" + figures.HATCH_KEY]
+  titles = [ax.get_title().split("\n") for ax in fig.axes]
+  image = grids.images[("nap", "authors", "train_acc")]
+  best = np.nanmax(image[..., 1])
   # bert's best mean: its models 5..9 at 0.2 + 0.01 * model
-  assert titles[:4] == ["bert train, theirs: not stored", "bert train, ours: 27.0%",
-                        "bert val, theirs: not stored", "bert val, ours: 27.0%"]
-  assert titles[4] == f"nap train, theirs: {best:.1%}"
+  assert [t[1] for t in titles[:4]] == ["not in the mirror used here", titles[1][1]] * 2
+  assert titles[1][1].startswith("27.0% at lr ")
+  assert titles[0][0] == "bert train (the training length), theirs:"
+  assert titles[4][1].startswith(f"{best:.1%} at lr ")
   alpha = fig.axes[5].get_images()[0].get_array()[..., 3]  # nap train, ours: d = 16 only
   np.testing.assert_array_equal(alpha, np.isfinite(grids.images[("nap", "ours", "train_acc")])
                                 .all(-1))

@@ -17,7 +17,17 @@ from normattn_jax.train import artifacts  # noqa: E402
 from normattn_jax.train.plan import SweepPlan  # noqa: E402
 
 # What a pixel's colour means, under every pixel plot (the NAP paper's key).
-PIXEL_KEY = "R, G, B = min, mean, max over seeds"
+PIXEL_KEY = ("R, G, B = min, mean, max over seeds of the accuracy at each evaluation, each at its "
+             "best over training: the brighter, the better.\n"
+             "x = the panel's best mean (G); its title gives that mean and its cell.")
+HATCH_KEY = ("Hatched: a cell this side did not run (ours), or whose file is not in the mirror "
+             "used here (theirs).")
+# The version of the figures' drawing, written into every PNG drawn here (``figure_version``
+# reads it back): raise it when a figure changes, and redraw the committed ones
+# (``experiments/redraw_figures.py``).
+FIGURE_VERSION = 2
+STAMP_FIELD = "Software"
+STAMP = f"normattn_jax.reporting.figures {FIGURE_VERSION}"
 # The x-axis of a sweep without a swept value: one column, the config's one setting.
 ONE_COLUMN_LABEL = "one setting (no sweep)"
 
@@ -93,21 +103,61 @@ def _pixel_axes(ax, plan, image, title, cross=None):
                name.split(".")[-1] if name else "", cross)
 
 
+def save(fig, path, dpi=120):
+  """Write ``fig`` stamped with ``STAMP`` (the drawing's version) and close it."""
+  fig.savefig(path, dpi=dpi, metadata={STAMP_FIELD: STAMP})
+  plt.close(fig)
+
+
+def figure_version(path: str):
+  """The ``FIGURE_VERSION`` a PNG was drawn with, or None for one drawn before the stamp or
+  elsewhere."""
+  from PIL import Image  # matplotlib's own dependency
+
+  with Image.open(path) as image:
+    stamp = image.info.get(STAMP_FIELD, "")
+  prefix = STAMP.rsplit(" ", 1)[0] + " "
+  return int(stamp[len(prefix):]) if stamp.startswith(prefix) else None
+
+
+def lengths(plan: SweepPlan) -> tuple[str, str]:
+  """Where the rows were measured: ``("N = 32", "N = 16")``, or, when the columns are the
+  sequence length, ``("the column's N", "N/2")``."""
+  task = plan.config.task
+  validation_length = tasks.get(task.name).validation_length
+  if plan.swept_field == "task.seq_len":
+    n = int(plan.swept_values[0])
+    ratio = validation_length(n) / n
+    return "the column's N", {1: "N", 0.5: "N/2", 2: "2N"}.get(ratio, f"{ratio:g}N")
+  return f"N = {task.seq_len}", f"N = {validation_length(int(task.seq_len))}"
+
+
+def cell_label(plan: SweepPlan, cell) -> str:
+  """``"lr 2.2e-04, d_model=128"``: a cell (row, column) of the pixel plots."""
+  name, xs = sweep_axis(plan)
+  text = f"lr {plan.axis.learning_rates[cell[0]]:.1e}"
+  return text + (f", {name.split('.')[-1]}={xs[cell[1]]:g}" if name else "")
+
+
 def case_key(groups) -> str:
   """The case figure's key, from its first row's metrics (``group_image``): e.g. "R, G, B =
-  argmin, first, argmax, each the mean over seeds"."""
+  argmin, first, argmax accuracy, each the mean over seeds at its best over training ..."."""
   names = [metric.rsplit("_", 1)[-1] for metric in groups[0].metrics]
   if len(names) == 3:
-    return f"R, G, B = {', '.join(names)}, each the mean over seeds"
-  return f"grey = the mean of {', '.join(names)}, each the mean over seeds"
+    return (f"R, G, B = {', '.join(names)} accuracy, each the mean over seeds at its best over "
+            "training: white = all three learned.\n"
+            "x = the cell whose weakest case is highest; its title gives that case's accuracy "
+            "and the cell.")
+  return (f"grey = the mean of {', '.join(names)} accuracy, each the mean over seeds at its "
+          "best over training.")
 
 
 def _save_with_key(fig, path, key):
   """Lay out ``fig`` with ``key`` in a strip along its bottom, and write it."""
-  fig.tight_layout(rect=(0, 0.06, 1, 1))
-  fig.text(0.5, 0.01, key, ha="center", va="bottom", fontsize=8)
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  strip = 0.05 + 0.035 * key.count("\n") * 5.2 / fig.get_figheight()
+  fig.tight_layout(rect=(0, strip, 1, 1))
+  fig.text(0.5, 0.01, key, ha="center", va="bottom", fontsize=7, wrap=True)
+  save(fig, path)
 
 
 def _best_mean(image):
@@ -129,16 +179,19 @@ def accuracy_figure(plan: SweepPlan, summary, path):
     path: the image file to write.
   """
   archs = list(plan.archs)
-  rows = [("train_acc", "train"), ("val_acc", "val")]
-  fig, axes = plt.subplots(len(rows), len(archs), figsize=(2.2 * len(archs) + 1, 2.6 * len(rows)),
+  train_at, val_at = lengths(plan)
+  rows = [("train_acc", "train", f"training accuracy at {train_at}"),
+          ("val_acc", "val", f"validation accuracy at {val_at}")]
+  fig, axes = plt.subplots(len(rows), len(archs), figsize=(2.4 * len(archs) + 1, 2.8 * len(rows)),
                            squeeze=False)
-  for r, (metric, label) in enumerate(rows):
+  for r, (metric, label, measured) in enumerate(rows):
     for a, arch in enumerate(archs):
       grids = [cell_grid(plan, summary, arch, metric, s) for s in ("min", "mean", "max")]
       cross, best = _best_mean(np.stack(grids, axis=-1))
-      title = f"{arch} {label}: " + ("n/a" if best is None else f"{best:.1%}")
+      title = f"{arch} {label}: " + ("n/a" if best is None else
+                                     f"{best:.1%}\nat {cell_label(plan, cross)}")
       _pixel_axes(axes[r, a], plan, pixel_image(grids), title, cross)
-    axes[r, 0].set_ylabel("learning rate")
+    axes[r, 0].set_ylabel(f"{measured}\nlearning rate", fontsize=8)
   _save_with_key(fig, path, PIXEL_KEY)
 
 
@@ -173,17 +226,34 @@ def case_figure(plan: SweepPlan, summary, path, groups):
     groups: the task's ``MetricGroup``s, one row each.
   """
   archs = list(plan.archs)
+  measured = dict(zip(("training", "validation"), lengths(plan)))
   fig, axes = plt.subplots(len(groups), len(archs),
-                           figsize=(2.2 * len(archs) + 1, 2.6 * len(groups)), squeeze=False)
+                           figsize=(2.4 * len(archs) + 1, 2.8 * len(groups)), squeeze=False)
   for r, group in enumerate(groups):
     for a, arch in enumerate(archs):
-      _pixel_axes(axes[r, a], plan, group_image(plan, summary, arch, group),
-                  f"{arch} cases {group.label}")
-    axes[r, 0].set_ylabel("learning rate")
+      image = group_image(plan, summary, arch, group)
+      cross, weakest = weakest_case(image) if len(group.metrics) == 3 else (None, None)
+      title = f"{arch} cases {group.label}" + (
+          "" if weakest is None else f": weakest {weakest:.1%}\nat {cell_label(plan, cross)}")
+      _pixel_axes(axes[r, a], plan, image, title, cross)
+    length = list(measured.items())[r] if r < len(measured) else ("", "")
+    axes[r, 0].set_ylabel(f"cases at the {length[0]} length ({length[1]})\nlearning rate"
+                          if length[0] else "learning rate", fontsize=8)
   _save_with_key(fig, path, case_key(groups))
 
 
-def pixels_beside_authors(grids, path):
+def weakest_case(image):
+  """(row, column) of the cell whose weakest channel (case) is highest, and that value; (None,
+  None) where no cell has a value. The NAP paper's "learns all three cases" reads a white pixel:
+  every channel bright."""
+  weakest = np.min(image, axis=-1)
+  if not np.isfinite(weakest).any() or not np.nanmax(weakest) > 0:
+    return None, None
+  cell = np.unravel_index(np.nanargmax(weakest), weakest.shape)
+  return cell, float(weakest[cell])
+
+
+def pixels_beside_authors(grids, path, measured=("the training length", "the validation length")):
   """The paper's pixel plots of the authors' sweep beside ours on one grid
   (``seeds.pixel_grids``): a row per arch, columns the authors' and our training accuracy, then
   the same for validation; cells one side did not run are hatched, a cross marks the best mean.
@@ -191,28 +261,34 @@ def pixels_beside_authors(grids, path):
   Args:
     grids: a ``seeds.PixelGrids``.
     path: the image file to write.
+    measured: where training and validation accuracy were measured, e.g. ``lengths(plan)`` of
+      our runs: ``("N = 128", "N = 64")``.
   """
   columns = [(metric, source) for metric in ("train_acc", "val_acc")
              for source in ("authors", "ours")]
+  at = dict(zip(("train_acc", "val_acc"), measured))
   archs = grids.archs
   fig, axes = plt.subplots(len(archs), len(columns),
-                           figsize=(2.4 * len(columns) + 1, 2.4 * len(archs)), squeeze=False)
+                           figsize=(2.6 * len(columns) + 1, 2.6 * len(archs)), squeeze=False)
   for r, arch in enumerate(archs):
     for c, (metric, source) in enumerate(columns):
       image = grids.images[(arch, source, metric)]
       cross, best = _best_mean(image)
-      label = f"{arch} {metric.split('_')[0]}, {'theirs' if source == 'authors' else 'ours'}"
+      label = (f"{arch} {metric.split('_')[0]} ({at[metric]}), "
+               f"{'theirs' if source == 'authors' else 'ours'}")
       ax = axes[r, c]
       ax.set_facecolor("white")
       ax.patch.set_hatch("////")
       ax.patch.set_edgecolor("0.75")
       rgba = np.concatenate([pixel_image(np.moveaxis(image, -1, 0)),
                              np.isfinite(image).all(-1, keepdims=True)], axis=-1)
-      missing = ": not stored" if source == "authors" else ": not run"
-      _draw_pixels(ax, rgba, label + (missing if best is None else f": {best:.1%}"),
+      missing = (":\nnot in the mirror used here" if source == "authors" else ":\nnot run")
+      where = ("" if best is None else f"lr {grids.learning_rates[cross[0]]:.1e}, "
+               f"{grids.field.split('.')[-1]}={grids.values[cross[1]]:g}")
+      _draw_pixels(ax, rgba, label + (missing if best is None else f":\n{best:.1%} at {where}"),
                    grids.learning_rates, grids.values, grids.field.split(".")[-1], cross)
     axes[r, 0].set_ylabel("learning rate")
-  _save_with_key(fig, path, PIXEL_KEY)
+  _save_with_key(fig, path, PIXEL_KEY + "\n" + HATCH_KEY)
 
 
 def curve_colours(count: int) -> tuple[str, ...]:
@@ -269,8 +345,7 @@ def learning_curves_figure(plan: SweepPlan, summary, metrics_path, path, groups=
     axes[r, 0].set_ylabel("accuracy")
     axes[r, 0].legend(fontsize=6)
   fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  save(fig, path)
 
 
 def draw_sweep(plan: SweepPlan, summary, metrics_path, workdir):
@@ -331,5 +406,4 @@ def card_accuracy(report: dict, path: str) -> None:
                  fontsize=9)
   fig.suptitle(f"{report['normalization']}, {report['scale']} scale", fontsize=10)
   fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  save(fig, path, dpi=110)
