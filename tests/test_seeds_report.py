@@ -415,3 +415,22 @@ def test_a_case_task_run_without_case_metrics_keeps_the_training_rule(tmp_path):
   assert report["case_rules"] == [] and all("case_rule" not in c for c in report["cells"])
   assert seeds.markdown(report).startswith(
       "Best accuracy over training per seed (%); learned: seeds with best training accuracy >= 80%")
+
+
+def test_the_best_case_pixel_is_the_cell_whose_weakest_case_is_highest():
+  """The document's "learned" reads the case figure's cross: the cell of an arch whose weakest
+  case mean is highest, at its static point only."""
+  def cell(arch, lr, d, argmin, first, argmax):
+    metrics = {f"case_acc_{case}": {"mean": value}
+               for case, value in zip(seeds.CASES, (argmin, first, argmax))}
+    return {"arch": arch, "learning_rate": lr, "params": {"model.d_model": d},
+            "metrics": metrics}
+  summary = {"cells": [cell("nap", 0.1, 64, 0.9, 1.0, 0.2),    # the best mean, not the weakest
+                       cell("nap", 0.01, 64, 0.6, 1.0, 0.55),
+                       cell("nap", 0.01, 128, 0.9, 1.0, 0.9),   # another point
+                       cell("max", 0.01, 64, 1.0, 1.0, 1.0)]}
+  lr, means = seeds.best_case_pixel(summary, "nap", {"model.d_model": 64})
+  assert (lr, means) == (0.01, [0.6, 1.0, 0.55])
+  assert min(means) >= seeds.CASES_LEARNED
+  with pytest.raises(KeyError, match="sum"):
+    seeds.best_case_pixel(summary, "sum", {"model.d_model": 64})

@@ -234,6 +234,45 @@ def fig5_gpu_rows(r: Results) -> list[Row]:
   return out
 
 
+def case_pixel(r: Results, workdir: str, arch: str, params: dict | None = None):
+  """An arch's cell whose weakest case is highest (``seeds.best_case_pixel``): ``(learning
+  rate, [argmin, first, argmax])``."""
+  return seeds_lib.best_case_pixel(r.json(f"{workdir}/summary.json"), arch, params)
+
+
+def learned_word(means) -> str:
+  """"yes" where the weakest case reaches ``seeds.CASES_LEARNED`` (the document's "learned")."""
+  return "yes" if min(means) >= seeds_lib.CASES_LEARNED else "no"
+
+
+def fig5_gpu_pixel_rows(r: Results) -> list[Row]:
+  """Fig. 5 on the paper's pixels: per d and arch the learning rate whose weakest case mean is
+  highest, its three case means, the weakest, and whether it learned."""
+  out = []
+  for d in (128, 64):
+    for arch in ARCHS:
+      lr, means = case_pixel(r, f"fig5_first_token_gpu/d{d}_{arch}", arch, {"model.d_model": d})
+      out.append(((str(d), ARCH_NAMES[arch]),
+                  [rate(lr), " / ".join(pct(m) for m in means), pct(min(means)),
+                   learned_word(means)]))
+  return out
+
+
+def weakest_case_rows(workdir: str, field: str, values: tuple, archs=ARCHS):
+  """Per arch, at each swept value, the weakest case mean of its best cell (its learning rate in
+  brackets): a case figure's crosses and titles as a table."""
+  def rows(r: Results) -> list[Row]:
+    out = []
+    for arch in archs:
+      cells = []
+      for value in values:
+        lr, means = case_pixel(r, workdir, arch, {field: value})
+        cells.append(f"{pct(min(means))} ({rate(lr)})")
+      out.append(((ARCH_NAMES[arch],), cells))
+    return out
+  return rows
+
+
 def one_sided_test(report: dict, better: str, worse: str, point: str, source: str = "ours"):
   """A one-sided test of a ``compare_seeds`` report, or None."""
   return next((t[source] for t in report["tests"] if (t["better"], t["worse"], t["point"])
@@ -539,6 +578,13 @@ TABLES = (
                                       {"ours, train (N = 32)": "train",
                                        "ours, validated at N/2": "val"})),
     Table("fig5-gpu-seeds", fig5_gpu_rows, key_columns=2),
+    Table("fig5-gpu-pixels", fig5_gpu_pixel_rows, key_columns=2),
+    Table("fig5-reduced-pixels", weakest_case_rows("fig5_first_token_reduced", "model.d_model",
+                                                   (16, 32))),
+    Table("fig4-pixels", weakest_case_rows("fig4_case_seq_len_reduced", "task.seq_len",
+                                           (16, 32, 64))),
+    Table("fig13-pixels", weakest_case_rows("fig13_case_batch_reduced", "train.batch_size",
+                                            (8, 32, 128))),
     Table("fig5-gpu-tests", tests_rows(
         [(f"fig5_first_token_gpu/seeds{suffix}.json", f"model.d_model={d}", source)
          for d in (128, 64) for suffix, source in (("", "ours"), ("_authors", "authors"))],
@@ -685,6 +731,23 @@ def fig5_gpu_same_cell(r: Results) -> str:
           f"at d = 128 {p('bert', 128)}; NAP at d = 64 {p('nap', 64)}")
 
 
+def fig5_gpu_learned(r: Results) -> tuple[str, str, str]:
+  """The Fig. 5 verdict's numbers: the cells that learned at d = 128, and at d = 64 NAP's and
+  max pooling's weakest cases against the highest of the others'; NAP's mean accuracies."""
+  def cases(arch):
+    lr, means = case_pixel(r, f"fig5_first_token_gpu/d128_{arch}", arch, {"model.d_model": 128})
+    return f"{' / '.join(pct(m) for m in means)}% at {rate(lr)}"
+  weakest = {arch: min(case_pixel(r, f"fig5_first_token_gpu/d64_{arch}", arch,
+                                  {"model.d_model": 64})[1]) for arch in ARCHS}
+  others = max(v for arch, v in weakest.items() if arch not in ("nap", "max"))
+  nap = best_cell(seed_cells(r, "fig5_first_token_gpu/seeds.json", "model.d_model=128")["nap"])
+  return (f"NAP (argmin / first / argmax {cases('nap')}) and max pooling ({cases('max')})",
+          f"(weakest case {pct(weakest['nap'])}% and {pct(weakest['max'])}% against at most "
+          f"{pct(others)}%)",
+          f"{pct(nap['ours']['train_acc']['pixel']['mean'])} / "
+          f"{pct(nap['ours']['val_acc']['pixel']['mean'])} against the paper's")
+
+
 def regularisation_counts(r: Results) -> str:
   """Of the regularised entries of Tables 2-4, how many beat their unregularised baseline, and
   in how many the better value is the smaller of the two tried."""
@@ -737,6 +800,9 @@ QUOTES = (
         for name, label in (("mixing", "paper protocol"), ("mixing_authors", "authors'")))),
     Quote("n128-d64-pixels", n128_d64_pixels),
     Quote("fig5-gpu-same-cell", fig5_gpu_same_cell),
+    Quote("fig5-gpu-learned-d128", lambda r: fig5_gpu_learned(r)[0]),
+    Quote("fig5-gpu-weakest-d64", lambda r: fig5_gpu_learned(r)[1]),
+    Quote("fig5-gpu-nap-means", lambda r: fig5_gpu_learned(r)[2]),
     Quote("regularisation-above", lambda r: regularisation_counts(r)[0]),
     Quote("regularisation-smallest", lambda r: regularisation_counts(r)[1]),
     Quote("fig13", best_pairs("fig13_case_batch_reduced", "train.batch_size", (8, 32, 128))),

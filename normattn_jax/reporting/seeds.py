@@ -89,6 +89,32 @@ def case_rule(config) -> Optional[dict]:
   return dict(_CASE_RULES[key])
 
 
+# The NAP paper reads "learns all three cases" (Fig. 4 and 5) from a pixel whose R, G and B are
+# the argmin, first and argmax accuracy, each the mean over seeds at its best over training: a
+# white pixel. A cell has learned the cases when its weakest channel is at least CASES_LEARNED,
+# every channel at least half bright (the paper gives no number).
+CASES_LEARNED = 0.5
+
+
+def best_case_pixel(summary: Mapping, arch: str, params: Optional[Mapping] = None):
+  """An arch's cell of a sweep's ``summary.json`` whose weakest case is highest (the case
+  figure's cross): ``(learning rate, [argmin, first, argmax] mean accuracies)``.
+
+  Args:
+    summary: the sweep's ``summary.json`` tree.
+    arch: the architecture.
+    params: the static point (``{"model.d_model": 128}``); None for a sweep without one.
+  """
+  want = {k: float(v) for k, v in (params or {}).items()}
+  cells = [c for c in summary["cells"] if c["arch"] == arch
+           and {k: float(v) for k, v in c["params"].items()} == want]
+  if not cells:
+    raise KeyError(f"the summary has no cell of {arch!r} at {want}")
+  means = lambda c: [c["metrics"][metric]["mean"] or 0.0 for metric in CASE_METRICS]
+  best = max(cells, key=lambda c: min(means(c)))
+  return best["learning_rate"], means(best)
+
+
 def learned_cases(cases: Mapping, threshold: float) -> list[bool]:
   """Per seed, whether it learned all three cases: ``cases`` ``{case: [seeds]}`` of best
   accuracies, each above ``threshold``."""
