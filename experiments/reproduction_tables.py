@@ -6,7 +6,8 @@
 Each table fenced by ``<!-- table: <id> -->`` ... ``<!-- /table -->`` has a spec in
 ``normattn_jax.reporting.reproduction.TABLES`` (its rows of our results, from which files);
 rewriting replaces those rows' cells and leaves every other row (the papers' numbers) as it is.
-The numbers quoted in prose (``reproduction.QUOTES``) are checked, never rewritten. Exit codes:
+The numbers quoted in prose (``reproduction.QUOTES``) and every number of a verdict paragraph
+that has a spec (``verdicts.VERDICTS``) are checked, never rewritten. Exit codes:
 0 the document agrees with the files (or was rewritten to agree), 1 --check found differences,
 2 a table or row could not be rendered (a missing fence, row or file).
 """
@@ -15,7 +16,7 @@ import sys
 
 from absl import app, flags
 
-from normattn_jax.reporting import reproduction
+from normattn_jax.reporting import reproduction, verdicts
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -33,6 +34,7 @@ def main(argv):
   results = reproduction.Results(_RESULTS.value)
   rendered, differences, errors = reproduction.render(document, results)
   quotes, unread = reproduction.quote_problems(document, results)
+  quotes += verdicts.problems(document, results)
   errors += unread
   for line in differences + quotes + errors:
     print(line)
@@ -44,14 +46,15 @@ def main(argv):
             f"{_RESULTS.value}", file=sys.stderr)
       return 1
     print(f"{_DOCUMENT.value} agrees with {_RESULTS.value}: {len(reproduction.TABLES)} tables, "
-          f"{len(reproduction.QUOTES)} quotes")
+          f"{len(reproduction.QUOTES)} quotes, {len(verdicts.VERDICTS)} verdicts")
     return 0
   if rendered != document:
     with open(_DOCUMENT.value, "w") as f:
       f.write(rendered)
     print(f"rewrote {len(differences)} cell(s) of {_DOCUMENT.value}")
   if quotes:
-    print(f"{len(quotes)} quote(s) differ from the files: edit the prose", file=sys.stderr)
+    print(f"{len(quotes)} quote(s) or verdict(s) differ from the files: edit the prose",
+          file=sys.stderr)
     return 1
   return 0
 

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from normattn_jax.reporting import reproduction as rep
+from normattn_jax.reporting import verdicts
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCUMENT = os.path.join(REPO, "REPRODUCTION.md")
@@ -26,6 +27,30 @@ def results():
 
 def test_every_fenced_table_and_quote_agrees_with_the_committed_files(document, results):
   assert rep.check(document, results) == []
+
+
+def test_every_verdict_spec_agrees_with_its_paragraph(document, results):
+  assert verdicts.problems(document, results) == []
+  assert len({v.id for v in verdicts.VERDICTS}) == len(verdicts.VERDICTS)
+
+
+def test_a_changed_verdict_number_is_found(document, results):
+  """A number of ours (NAP's argmax at d = 128), of the paper's and a literal, each changed in
+  its verdict paragraph, and a number added to one."""
+  for old, new in (("94.2 / 100.0 / 81.2% at 2.19e-4", "94.2 / 100.0 / 81.3% at 2.19e-4"),
+                   ("against the paper's 94.5 / 83.9, is", "against the paper's 94.5 / 84.9, is"),
+                   ("holds for two of the six\nmodels on this 3-rate grid",
+                    "holds for two of the six\nmodels on this 4-rate grid"),
+                   ("sum pooling to 43.0%, below learned.",
+                    "sum pooling to 43.0%, below learned at 50%.")):
+    problems = verdicts.check(_tampered(document, old, new), results)
+    assert len(problems) == 1 and problems[0].startswith("verdict "), (old, problems)
+
+
+def test_numbers_are_read_as_the_document_writes_them():
+  assert verdicts.numbers_in("NAP 94.3 / 85.1 at 2.19e-4 (3.4-8.2%), 1,000 examples, L1, "
+                             "d = 128, 0.3^7, N/2, `results/d128_nap/seeds.json` 5-against-5") \
+      == ["94.3", "85.1", "2.19e-4", "3.4", "8.2", "1,000", "128", "0.3", "5", "5"]
 
 
 def test_every_spec_has_its_fence_and_every_fence_its_spec(document):

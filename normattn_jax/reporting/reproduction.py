@@ -731,23 +731,6 @@ def fig5_gpu_same_cell(r: Results) -> str:
           f"at d = 128 {p('bert', 128)}; NAP at d = 64 {p('nap', 64)}")
 
 
-def fig5_gpu_learned(r: Results) -> tuple[str, str, str]:
-  """The Fig. 5 verdict's numbers: the cells that learned at d = 128, and at d = 64 NAP's and
-  max pooling's weakest cases against the highest of the others'; NAP's mean accuracies."""
-  def cases(arch):
-    lr, means = case_pixel(r, f"fig5_first_token_gpu/d128_{arch}", arch, {"model.d_model": 128})
-    return f"{' / '.join(pct(m) for m in means)}% at {rate(lr)}"
-  weakest = {arch: min(case_pixel(r, f"fig5_first_token_gpu/d64_{arch}", arch,
-                                  {"model.d_model": 64})[1]) for arch in ARCHS}
-  others = max(v for arch, v in weakest.items() if arch not in ("nap", "max"))
-  nap = best_cell(seed_cells(r, "fig5_first_token_gpu/seeds.json", "model.d_model=128")["nap"])
-  return (f"NAP (argmin / first / argmax {cases('nap')}) and max pooling ({cases('max')})",
-          f"(weakest case {pct(weakest['nap'])}% and {pct(weakest['max'])}% against at most "
-          f"{pct(others)}%)",
-          f"{pct(nap['ours']['train_acc']['pixel']['mean'])} / "
-          f"{pct(nap['ours']['val_acc']['pixel']['mean'])} against the paper's")
-
-
 def regularisation_counts(r: Results) -> str:
   """Of the regularised entries of Tables 2-4, how many beat their unregularised baseline, and
   in how many the better value is the smaller of the two tried."""
@@ -800,9 +783,6 @@ QUOTES = (
         for name, label in (("mixing", "paper protocol"), ("mixing_authors", "authors'")))),
     Quote("n128-d64-pixels", n128_d64_pixels),
     Quote("fig5-gpu-same-cell", fig5_gpu_same_cell),
-    Quote("fig5-gpu-learned-d128", lambda r: fig5_gpu_learned(r)[0]),
-    Quote("fig5-gpu-weakest-d64", lambda r: fig5_gpu_learned(r)[1]),
-    Quote("fig5-gpu-nap-means", lambda r: fig5_gpu_learned(r)[2]),
     Quote("regularisation-above", lambda r: regularisation_counts(r)[0]),
     Quote("regularisation-smallest", lambda r: regularisation_counts(r)[1]),
     Quote("fig13", best_pairs("fig13_case_batch_reduced", "train.batch_size", (8, 32, 128))),
