@@ -57,8 +57,9 @@ def main(argv):
     print(f"{here:3d} / {len(places):3d}  {title}")
     if _MISSED.value and missed:
       print(f"           missed: {' '.join(missed)}")
-  print(f"caught {caught} of {total} changed numbers in {len(verdicts.verdict_paragraphs(document))} "
-        f"verdict paragraphs: {caught / max(total, 1):.1%}")
+  count = len(verdicts.verdict_paragraphs(document))
+  print(f"caught {caught} of {total} changed numbers in {count} verdict paragraphs: "
+        f"{caught / max(total, 1):.1%}")
   return 0
 
 

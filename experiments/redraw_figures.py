@@ -1,6 +1,6 @@
 """Draw every committed figure of ``reporting.figures`` again from the files beside it, so that
-all of them carry the current key and ``figures.FIGURE_VERSION`` (``tests/test_committed_figures.py``
-checks the stamp).
+all of them carry the current key and ``figures.FIGURE_VERSION`` (which
+``tests/test_committed_figures.py`` checks).
 
   python experiments/redraw_figures.py
   python experiments/redraw_figures.py --authors=<clone of the NAP authors' repository>

@@ -34,6 +34,13 @@ def test_every_verdict_spec_agrees_with_its_paragraph(document, results):
   assert len({v.id for v in verdicts.VERDICTS}) == len(verdicts.VERDICTS)
 
 
+def test_every_verdict_paragraph_has_one_spec(document):
+  specs = [" ".join(v.opening.split()) for v in verdicts.VERDICTS]
+  for paragraph in verdicts.verdict_paragraphs(document):
+    flat = " ".join(paragraph.split())
+    assert sum(flat.startswith(opening) for opening in specs) == 1, paragraph[:80]
+
+
 def test_a_changed_verdict_number_is_found(document, results):
   """A number of ours (NAP's argmax at d = 128), of the paper's and a literal, each changed in
   its verdict paragraph, and a number added to one."""
@@ -129,3 +136,57 @@ def test_the_command_checks_and_rewrites(document, tmp_path):
   assert done.returncode == 1 and "table table4-mode" in done.stdout
   done = _command(f"--document={path}")
   assert done.returncode == 0 and path.read_text() == document
+
+
+def test_the_lm_table_is_computed_from_the_committed_counts(document, results):
+  """The unselectable-LM table's means come from the per-window counts, not the stored means:
+  a count raised (64 -> 164) in a copy of the summary is a difference."""
+  import copy
+
+  summary = copy.deepcopy(results.json("unselectable_lm/summary.json"))
+  stats = summary["variants"]["without_scaling"]["seeds"][0]["trained"]["attention_inputs"]
+  assert stats["unselectable_per_window"][0][0] == 64
+  stats["unselectable_per_window"][0][0] = 164
+  tampered = rep.Results(RESULTS)
+  tampered._cache["unselectable_lm/summary.json"] = summary
+  problems = rep.check(document, tampered)
+  assert any(p.startswith("table unselectable-lm, row '**w/o scaling (ours)**', column 'L1'")
+             for p in problems), problems
+
+
+def committed_seed_reports() -> list[str]:
+  """Every committed ``compare_seeds`` report of ours (those made with the authors' folder hold
+  their seeds too, which are not here to recompute)."""
+  import glob
+  import json
+
+  out = []
+  for path in sorted(glob.glob(os.path.join(RESULTS, "**", "*seeds*.json"), recursive=True)):
+    with open(path) as f:
+      report = json.load(f)
+    if {"cells", "tests", "runs"} <= set(report) and "authors" not in os.path.basename(path):
+      out.append(path)
+  return out
+
+
+@pytest.mark.parametrize("path", committed_seed_reports(),
+                         ids=lambda path: os.path.relpath(path, RESULTS))
+def test_a_committed_seed_report_is_recomputed_from_the_runs_metrics(path):
+  """Each per-seed report (``seeds.json``) is what ``seeds.compare`` computes again from its
+  runs' ``metrics.npz``: every cell and test of ours."""
+  import json
+
+  from normattn_jax.reporting import seeds
+
+  with open(path) as f:
+    stored = json.load(f)
+  runs = [seeds.OurSweep.read(os.path.join(REPO, w)) for w in stored["runs"]]
+  tests = tuple((t["better"], t["worse"]) for t in stored["tests"])
+  again = seeds.compare(runs, None, stored["threshold"], tuple(dict.fromkeys(tests)))
+  again = json.loads(json.dumps(again))
+  assert [c["ours"] for c in again["cells"]] == [c["ours"] for c in stored["cells"]]
+  assert [t["ours"] for t in again["tests"]] == [t["ours"] for t in stored["tests"]]
+
+
+def test_there_are_committed_seed_reports():
+  assert len(committed_seed_reports()) >= 6

@@ -20,6 +20,7 @@ from typing import Callable
 
 import numpy as np
 
+from normattn_jax.analysis.causal_lm_keys import layer_statistics
 from normattn_jax.reporting import seeds as seeds_lib
 from normattn_jax.reporting.tables import REGULARIZERS, regularization_scores
 
@@ -428,10 +429,18 @@ def unselectable_rows(r: Results) -> list[Row]:
   return [(("ours",), cells + [f"{np.max(result['with_layer_norm']):.2f}"])]
 
 
+def lm_counted(stats: dict) -> dict:
+  """A layer table's statistics computed again from the per-window counts the run committed,
+  not read from its stored means (``causal_lm_keys.layer_statistics``)."""
+  return layer_statistics(stats["unselectable_per_window"], stats["vectors_per_window"])
+
+
 def lm_cells(stats: dict) -> list[str]:
-  """Per layer mean ± std (%), a layer without unselectable keys as 0.0."""
+  """Per layer mean ± std (%) from the per-window counts, a layer without unselectable keys as
+  0.0."""
+  counted = lm_counted(stats)
   return [f"{m:.1f}" if m == s == 0 else f"{m:.1f} ± {s:.1f}"
-          for m, s in zip(stats["mean_percent"], stats["std_percent"])]
+          for m, s in zip(counted["mean_percent"], counted["std_percent"])]
 
 
 def unselectable_lm_rows(r: Results) -> list[Row]:
