@@ -188,5 +188,19 @@ def test_a_committed_seed_report_is_recomputed_from_the_runs_metrics(path):
   assert [t["ours"] for t in again["tests"]] == [t["ours"] for t in stored["tests"]]
 
 
+@pytest.mark.parametrize("path", committed_seed_reports(),
+                         ids=lambda path: os.path.relpath(path, RESULTS))
+def test_a_committed_seed_table_is_its_report_as_markdown(path):
+  """Each ``seeds.md`` beside a ``seeds.json`` is ``seeds.markdown`` of it, as drawn now."""
+  import json
+
+  from normattn_jax.reporting import seeds
+
+  with open(path) as f:
+    report = json.load(f)
+  with open(path[:-len(".json")] + ".md") as f:
+    assert f.read().strip() == seeds.markdown(report).strip()
+
+
 def test_there_are_committed_seed_reports():
   assert len(committed_seed_reports()) >= 6
