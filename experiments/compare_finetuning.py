@@ -22,10 +22,16 @@ flags.mark_flags_as_required(["workdirs", "output"])
 
 def main(argv):
   del argv
-  summaries = {}
+  summaries, named = {}, {}
   for workdir in _WORKDIRS.value:
+    name = os.path.basename(os.path.normpath(workdir))  # the run's label in the tables
+    if name in named:
+      raise app.UsageError(f"--workdirs: {named[name]} and {workdir} are both named {name!r}, "
+                           "which labels a run in the tables: give runs whose folders' names "
+                           "differ")
+    named[name] = workdir
     try:
-      summaries[os.path.basename(os.path.normpath(workdir))] = finished_summary(workdir)
+      summaries[name] = finished_summary(workdir)
     except (OSError, ValueError) as err:
       raise app.UsageError(str(err)) from None
   tables = finetuning_tables(summaries)

@@ -23,13 +23,19 @@ _REWRITE = flags.DEFINE_bool("rewrite_cards", False, "Write each current card's 
 
 def main(argv):
   del argv
+  try:  # a missing or empty folder, or a damaged card, before anything is written
+    reports = leaderboard.read_reports(_CARDS.value)
+  except (OSError, ValueError) as err:
+    raise app.UsageError(str(err)) from None
   if _REWRITE.value:
-    for report in leaderboard.read_reports(_CARDS.value):
+    for report in reports:
       if report.get("protocol") == PROTOCOL:
         write_report(report, os.path.join(_CARDS.value, report["name"]))
-  reports = leaderboard.read_reports(_CARDS.value)
-  with open(_OUT.value, "w") as f:
-    f.write(leaderboard.markdown(reports))
+  text = leaderboard.markdown(reports)
+  partial = _OUT.value + ".partial"  # the board replaces the old one only once it is whole
+  with open(partial, "w") as f:
+    f.write(text)
+  os.replace(partial, _OUT.value)
   current = sum(r.get("protocol") == PROTOCOL for r in reports)
   print(f"{_OUT.value}: {current} card(s) judged, {len(reports) - current} of an earlier protocol")
 

@@ -119,3 +119,55 @@ def test_a_card_without_a_column_shows_n_a_and_is_not_judged_on_it():
   judged = leaderboard.judge(reports, ["task.wide"])
   assert len(judged) == 4 and not any(card == "c" for card, _, _ in judged)
   assert "| `c` | n/a |" in leaderboard.markdown(reports)
+
+
+def run_leaderboard(*args):
+  import subprocess
+  import sys
+
+  return subprocess.run([sys.executable, os.path.join(REPO, "experiments", "leaderboard.py"),
+                         *args], capture_output=True, text=True, cwd=REPO, timeout=300,
+                        env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO))
+
+
+def test_a_missing_or_empty_cards_folder_is_an_error_and_the_board_stays(tmp_path):
+  board = tmp_path / "BOARD.md"
+  board.write_text("the board as it was\n")
+  (tmp_path / "empty").mkdir()
+  for cards, said in ((tmp_path / "nowhere", "does not exist"),
+                      (tmp_path / "empty", "holds no <name>/report.json")):
+    done = run_leaderboard(f"--cards={cards}", f"--out={board}")
+    assert done.returncode != 0 and said in done.stderr, done.stderr
+    assert board.read_text() == "the board as it was\n"
+
+
+@pytest.mark.parametrize("damage, said", [
+    ("{not json", "not valid JSON"),
+    ('{"name": "x", "protocol": %d}' % PROTOCOL, "measures is missing"),
+    ('{"name": "x", "protocol": %d, "measures": [], "cost": [{"mode": "fwd"}]}' % PROTOCOL,
+     "measures is a list, not a dict"),
+])
+def test_a_damaged_report_names_its_file_and_what_is_wrong(tmp_path, damage, said):
+  (tmp_path / "x").mkdir()
+  path = tmp_path / "x" / "report.json"
+  path.write_text(damage)
+  with pytest.raises(ValueError, match=said) as err:
+    leaderboard.read_reports(str(tmp_path))
+  assert str(path) in str(err.value)
+  done = run_leaderboard(f"--cards={tmp_path}", f"--out={tmp_path / 'BOARD.md'}")
+  assert done.returncode != 0 and str(path) in done.stderr
+  assert not os.path.exists(tmp_path / "BOARD.md")
+
+
+def test_a_cost_row_without_its_fields_is_named():
+  card = dict(report("a", 0.0), name="a")
+  card["cost"] = [{"mode": "fwd+bwd", "n": 4096}]
+  import json
+  import tempfile
+
+  with tempfile.TemporaryDirectory() as folder:
+    os.makedirs(os.path.join(folder, "a"))
+    with open(os.path.join(folder, "a", "report.json"), "w") as f:
+      json.dump(card, f)
+    with pytest.raises(ValueError, match=r"cost\[0\] lacks path, seconds"):
+      leaderboard.read_reports(folder)

@@ -57,3 +57,21 @@ def test_the_command_writes_a_task_column(tmp_path):
   assert done.returncode == 0, done.stderr
   table = (tmp_path / "out" / "comparison.md").read_text()
   assert "| genre | softmax |" in table and "| glue/mrpc | mrpc |" in table
+
+
+def test_two_runs_of_one_name_are_refused_with_both_paths(tmp_path):
+  """Runs are labelled by their folder's name: two folders of one name are refused, both paths
+  named, not merged into one."""
+  for folder in ("genre/dnas", "next/dnas"):
+    os.makedirs(tmp_path / folder)
+    (tmp_path / folder / "summary.json").write_text(json.dumps(summary("genre", ("accuracy",),
+                                                                       (0.5,))))
+  done = subprocess.run(
+      [sys.executable, os.path.join(REPO, "experiments", "compare_finetuning.py"),
+       f"--workdirs={tmp_path / 'genre/dnas'},{tmp_path / 'next/dnas'}",
+       f"--output={tmp_path / 'out'}"],
+      capture_output=True, text=True, cwd=REPO, timeout=300,
+      env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO))
+  assert done.returncode != 0
+  assert str(tmp_path / "genre/dnas") in done.stderr and str(tmp_path / "next/dnas") in done.stderr
+  assert not os.path.exists(tmp_path / "out")

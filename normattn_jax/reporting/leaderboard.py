@@ -33,6 +33,13 @@ MARKS = {"above": "▲", "below": "▼", "not distinguishable": ""}
 LETTERS = {"softmax": "S", "nap": "N"}
 
 
+# What the board reads of a card of the current protocol: each top-level field and its type.
+REPORT_FIELDS = {"name": str, "normalization": str, "scale": str, "machine": dict,
+                 "measures": dict, "cost": list, "mode_collapse": dict, "attention": dict,
+                 "seconds": dict}
+COST_FIELDS = ("mode", "n", "path", "seconds")
+
+
 def read_reports(folder: str) -> list[dict]:
   """Every ``<folder>/<name>/report.json``, by name.
 
@@ -41,12 +48,43 @@ def read_reports(folder: str) -> list[dict]:
 
   Returns:
     The reports, sorted by normalisation.
+
+  Raises:
+    FileNotFoundError: the folder does not exist, or holds no card.
+    ValueError: a report.json that is not JSON or lacks what the board reads, naming the file
+      and what is wrong.
   """
-  reports = []
-  for path in sorted(glob.glob(os.path.join(folder, "*", "report.json"))):
+  if not os.path.isdir(folder):
+    raise FileNotFoundError(f"cards folder {folder} does not exist")
+  paths = sorted(glob.glob(os.path.join(folder, "*", "report.json")))
+  if not paths:
+    raise FileNotFoundError(f"cards folder {folder} holds no <name>/report.json")
+  return [read_report(path) for path in paths]
+
+
+def read_report(path: str) -> dict:
+  """One card's report.json, checked for what the board reads (``REPORT_FIELDS``)."""
+  try:
     with open(path) as f:
-      reports.append(json.load(f))
-  return reports
+      report = json.load(f)
+  except json.JSONDecodeError as err:
+    raise ValueError(f"{path}: not valid JSON ({err})") from None
+  if not isinstance(report, dict) or not isinstance(report.get("name"), str):
+    raise ValueError(f"{path}: not a report card (no \"name\")")
+  if report.get("protocol") != PROTOCOL:
+    return report  # listed as not yet rerun, by name only
+  problems = [f"{key} is missing" if key not in report else
+              f"{key} is a {type(report[key]).__name__}, not a {kind.__name__}"
+              for key, kind in REPORT_FIELDS.items() if not isinstance(report.get(key), kind)]
+  problems += [f"measures.{key} has no per-arm values" for key, m in
+               (report["measures"].items() if isinstance(report.get("measures"), dict) else ())
+               if not isinstance(m, dict) or not isinstance(m.get("values"), dict)]
+  problems += [f"cost[{i}] lacks {', '.join(f for f in COST_FIELDS if f not in row)}"
+               for i, row in enumerate(report.get("cost") or ())
+               if not isinstance(row, dict) or any(f not in row for f in COST_FIELDS)]
+  if problems:
+    raise ValueError(f"{path}: {'; '.join(problems)}")
+  return report
 
 
 def halves(values: list) -> tuple:
