@@ -1,5 +1,6 @@
-"""DNAS, HNAS and Sinkhorn at huge logits: exact for any finite float32 logits, quadratic and
-fast paths alike, against their definitions evaluated in 100-digit decimal arithmetic.
+"""DNAS, HNAS, Sinkhorn, the sink softmax and Scalable-Softmax at huge logits: exact for any
+finite float32 logits, quadratic and fast paths alike, against their definitions evaluated in
+100-digit decimal arithmetic.
 
 A float64 evaluation of the definitions is not enough here: at |l| ~ 1e30 its rounding
 (~1e14) is itself larger than the log-weights that decide a tie.
@@ -61,6 +62,25 @@ def exact_softmax(l, mask):
                                 np.asarray(l)], mask, 1), mask)
 
 
+def exact_sink(l, mask, sink):
+  """exp(l_j) / (exp(sink) + sum over the valid keys of exp(l_k))."""
+  with decimal.localcontext(DIGITS):
+    logp = [[decimal.Decimal(float(v)) for v in row] for row in np.asarray(l)]
+    out = []
+    for i, row in enumerate(logp):
+      lse = _logsumexp([v for j, v in enumerate(row) if mask[i, j]] + [decimal.Decimal(sink)])
+      out.append([v - lse for v in row])
+    return _weights(out, mask)
+
+
+def exact_ssmax(l, mask, scale):
+  """softmax(scale * ln(n) * l) over each row's n valid keys (n at least 1)."""
+  with decimal.localcontext(DIGITS):
+    scaled = [[decimal.Decimal(scale) * DIGITS.ln(max(int(mask[i].sum()), 1))
+               * decimal.Decimal(float(v)) for v in row] for i, row in enumerate(np.asarray(l))]
+    return _weights(_normalize(scaled, mask, 1), mask)
+
+
 # ----- huge logits, ties among them likely -----
 
 finite32 = st.floats(width=32, allow_nan=False, allow_infinity=False)
@@ -93,7 +113,29 @@ QUADRATIC = {
                   lambda l, m: exact_sinkhorn(l, m, 5)),
     "hnas": (jax.jit(lambda l, m: W.hnas_weights(l, 0.3, m)),
              lambda l, m: 0.3 * exact_sinkhorn(l, m, 1) + 0.7 * exact_softmax(l, m)),
+    "sink": (jax.jit(lambda l, m: W.sink_weights(l, 0.0, m)), lambda l, m: exact_sink(l, m, 0)),
+    "sink-high": (jax.jit(lambda l, m: W.sink_weights(l, 1e30, m)),
+                  lambda l, m: exact_sink(l, m, 1e30)),
+    "ssmax": (jax.jit(lambda l, m: W.ssmax_weights(l, 1.0, m)),
+              lambda l, m: exact_ssmax(l, m, 1.0)),
+    "ssmax-small": (jax.jit(lambda l, m: W.ssmax_weights(l, 0.3, m)),
+                    lambda l, m: exact_ssmax(l, m, 0.3)),
+    "ssmax-negative": (jax.jit(lambda l, m: W.ssmax_weights(l, -0.5, m)),
+                       lambda l, m: exact_ssmax(l, m, -0.5)),
 }
+
+
+def test_the_sink_softmax_keeps_huge_ties_apart_from_its_sink():
+  """[1e8, 1e8] with sink 0: each 1/2 (a log-sum-exp subtracted gave 1 each, a row of 2)."""
+  for huge in (1e8, 1e30, float(np.finfo(np.float32).max)):
+    np.testing.assert_allclose(W.sink_weights(jnp.array([[huge, huge]])), [[0.5, 0.5]],
+                               rtol=1e-6)
+
+
+def test_scalable_softmax_keeps_the_order_of_logits_near_the_float_maximum():
+  """Scaled by log(3) > 1, 3.3e38 and 3.2e38 would both pass the float maximum: not a tie."""
+  np.testing.assert_array_equal(W.ssmax_weights(jnp.array([[3.3e38, 3.2e38, 0.0]])),
+                                [[1.0, 0.0, 0.0]])
 
 
 def test_the_tie_at_1e8_is_split_one_third_two_thirds():

@@ -312,7 +312,9 @@ def sink_weights(logits: Array, sink=0.0, mask: Optional[Array] = None) -> Array
 
   One extra logit ``sink`` that no value belongs to absorbs weight, so a row may sum to less
   than 1; ``sink = 0`` is softmax_1 ("off-by-one" softmax), ``sink -> -inf`` is softmax. The
-  normaliser is one log-sum-exp over the valid logits and the sink, so no exponential overflows.
+  weights are a softmax over the valid logits and the sink, the sink's share dropped: each
+  exponential is taken of its distance below the row's largest, so none overflows and huge
+  logits keep their ratios (a log-sum-exp subtracted from each would round them away).
 
   Args:
     logits: floating-point attention logits, shape ``[..., q, k]``.
@@ -329,10 +331,9 @@ def sink_weights(logits: Array, sink=0.0, mask: Optional[Array] = None) -> Array
   sink = _check_broadcast_param("sink", sink, logits).astype(dtype)
   sink = jnp.broadcast_to(sink, x.shape[:-1] + (1,))
   keep = jnp.ones(x.shape[:-1] + (1,), bool)
-  lse = masked_logsumexp(jnp.concatenate([x, sink], axis=-1),
-                         None if mask is None else jnp.concatenate([mask, keep], axis=-1),
-                         keepdims=True)
-  return _zero_masked(jnp.exp(x - lse), mask).astype(logits.dtype)
+  with_sink = masked_softmax(jnp.concatenate([x, sink], axis=-1),
+                             None if mask is None else jnp.concatenate([mask, keep], axis=-1))
+  return with_sink[..., :-1].astype(logits.dtype)
 
 
 def check_softpick_eps(eps) -> None:
@@ -380,7 +381,11 @@ def softpick_weights(logits: Array, mask: Optional[Array] = None, eps: float = 1
 def ssmax_weights(logits: Array, scale=1.0, mask: Optional[Array] = None) -> Array:
   """Scalable-Softmax (Nakanishi 2025): ``softmax(scale * log(n) * l)`` for n valid keys.
 
-  The ``log(n)`` factor keeps the largest weight from fading as the context grows.
+  The ``log(n)`` factor keeps the largest weight from fading as the context grows. The product
+  is taken of each logit's distance from the row's top (by ``scale``'s sign) rather than of the
+  logit, so logits near the float maximum keep their order instead of clipping into a tie;
+  distances past the float range, whose weights are 0 at any ``|scale| * log(n)`` above 1e-36,
+  are clipped to it.
 
   Args:
     logits: floating-point attention logits, shape ``[..., q, k]``.
@@ -395,9 +400,13 @@ def ssmax_weights(logits: Array, scale=1.0, mask: Optional[Array] = None) -> Arr
   x, mask, logits = _prepare(logits, mask)
   dtype = x.dtype
   scale = _check_broadcast_param("scale", scale, logits).astype(dtype)
-  z = scale * jnp.log(_row_count(logits, mask, dtype)) * x
+  c = scale * jnp.log(_row_count(logits, mask, dtype))
+  valid = lambda fill: x if mask is None else jnp.where(mask, x, fill)
+  top = jnp.where(c >= 0, jnp.max(valid(-jnp.inf), axis=-1, keepdims=True),
+                  jnp.min(valid(jnp.inf), axis=-1, keepdims=True))
+  top = jax.lax.stop_gradient(jnp.where(jnp.isfinite(top), top, 0.0))  # softmax is shift-free
   big = jnp.finfo(dtype).max
-  z = jnp.clip(z, -big, big)  # a product past the float range would give inf - inf
+  z = c * jnp.clip(x - top, -big, big)  # <= 0: the row's top entry is 0
   return masked_softmax(z, mask).astype(logits.dtype)
 
 
