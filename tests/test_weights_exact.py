@@ -132,6 +132,14 @@ def test_the_sink_softmax_keeps_huge_ties_apart_from_its_sink():
                                rtol=1e-6)
 
 
+def test_the_fast_sink_path_keeps_the_log_sum_next_to_a_huge_sink():
+  """[1e8, 1e8] against the sink 1e8: each 1/3 (a log-sum-exp of 1e8 + log 2 rounds to 1e8,
+  which gave 1/4)."""
+  q = jnp.array([[[[1e8, 1e8]]]])
+  out = fast.sink_attention(q, jnp.eye(2)[None, None], jnp.eye(2)[None, None], 1e8)
+  np.testing.assert_allclose(out[0, 0], [[1 / 3, 1 / 3]], rtol=1e-6)
+
+
 def test_scalable_softmax_keeps_the_order_of_logits_near_the_float_maximum():
   """Scaled by log(3) > 1, 3.3e38 and 3.2e38 would both pass the float maximum: not a tie."""
   np.testing.assert_array_equal(W.ssmax_weights(jnp.array([[3.3e38, 3.2e38, 0.0]])),
@@ -188,7 +196,12 @@ def _fast_sinkhorn(q, k, v, **masks):
   return fast.sinkhorn_attention(q, k, v, 3, block_size=3, **masks)
 
 
+def _fast_sink(q, k, v, **masks):
+  return fast.sink_attention(q, k, v, 1e8, block_size=2, **masks)
+
+
 FAST = {
+    "sink": (jax.jit(_fast_sink, static_argnames="causal"), lambda l, m: exact_sink(l, m, 1e8)),
     "dnas": (jax.jit(_fast_dnas, static_argnames="causal"), lambda l, m: exact_sinkhorn(l, m, 1)),
     "sinkhorn3": (jax.jit(_fast_sinkhorn, static_argnames="causal"),
                   lambda l, m: exact_sinkhorn(l, m, 3)),

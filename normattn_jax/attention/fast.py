@@ -221,16 +221,19 @@ def _row_offsets(blocks: _Blocks, k: Array, top: Array, column_offsets: Array) -
   return _unsplit(blocks.map(rows, k), -1)[..., :blocks.n_q]
 
 
-def _softmax_rows(l: Array, v: Array) -> tuple[Array, Array]:
-  """``(softmax(l) V, logsumexp(l))`` of a block of rows from one exp per logit (masked logits
-  are -inf); the sum is divided out after ``V``. A row without a valid key gives 0 and -inf."""
+def _softmax_rows(l: Array, v: Array) -> tuple[Array, tuple[Array, Array]]:
+  """``(softmax(l) V, (shift, log_sum))`` of a block of rows from one exp per logit (masked
+  logits are -inf); the sum is divided out after ``V``. The rows' log-sum-exp is ``shift +
+  log_sum``, kept apart so that a caller can subtract another huge number from ``shift`` first
+  (``shift + log_sum`` would round ``log_sum`` away at ``|shift| ~ 1e8``). A row without a valid
+  key gives 0 and shift -inf."""
   shift = jax.lax.stop_gradient(jnp.max(l, axis=-1, keepdims=True))
   shift = jnp.where(jnp.isfinite(shift), shift, 0.0)
   e = jnp.exp(l - shift)
   total = jnp.sum(e, axis=-1, keepdims=True)
   safe = jnp.where(total > 0, total, 1.0)
   out = jnp.einsum("...qk,...ke->...qe", e, v) / safe
-  return out, jnp.where(total > 0, jnp.log(safe) + shift, -jnp.inf)
+  return out, (jnp.where(total > 0, shift, -jnp.inf), jnp.log(safe))
 
 
 def _biased_softmax_attention(blocks: _Blocks, k, v, column_shift=None, with_lse: bool = False):
@@ -238,17 +241,18 @@ def _biased_softmax_attention(blocks: _Blocks, k, v, column_shift=None, with_lse
   c_j) V for the shifted logits y (``shift_columns_then_rows``); rows without a valid key
   give 0.
 
-  With ``with_lse`` also the rows' log-sum-exp ``[..., h, n_q, 1]`` (-inf without a valid key),
-  differentiable like the output (what the sink path scales by).
+  With ``with_lse`` also the rows' log-sum-exp as ``(shift, log_sum)``, each ``[..., h, n_q,
+  1]`` (``_softmax_rows``; shift -inf without a valid key), differentiable like the output (what
+  the sink path scales by).
   """
   def attend(qb, mask):
     if column_shift is None:
       return _softmax_rows(_logits(qb, k, mask), v)
     top, c = column_shift
     return _softmax_rows(_shifted_logits(qb, k, mask, top) - c, v)
-  out, lse = blocks.map(attend, k)
-  out = _unsplit(out, -2)[..., :blocks.n_q, :]
-  return (out, _unsplit(lse, -2)[..., :blocks.n_q, :]) if with_lse else out
+  out, (shift, log_sum) = blocks.map(attend, k)
+  rows = lambda x: _unsplit(x, -2)[..., :blocks.n_q, :]
+  return (rows(out), (rows(shift), rows(log_sum))) if with_lse else rows(out)
 
 
 def _prepare(q, k, v, query_mask, key_mask, causal):
@@ -423,9 +427,10 @@ def sink_attention(q, k, v, sink, *, query_mask=None, key_mask=None, causal=Fals
   """
   q, k, v, out_dtype = _prepare(q, k, v, query_mask, key_mask, causal)
   blocks = _Blocks(q, query_mask, key_mask, causal, block_size)
-  out, lse = _biased_softmax_attention(blocks, k, v, with_lse=True)
+  out, (shift, log_sum) = _biased_softmax_attention(blocks, k, v, with_lse=True)
   sink = jnp.asarray(sink, q.dtype)
-  return (out * jax.nn.sigmoid(lse - sink)).astype(out_dtype)  # lse = -inf: out is 0 too
+  gate = jax.nn.sigmoid((shift - sink) + log_sum)  # shift = -inf: 0, and out is 0 too
+  return (out * gate).astype(out_dtype)
 
 
 def sigmoid_attention(q, k, v, bias=0.0, *, query_mask=None, key_mask=None, causal=False,
