@@ -100,6 +100,12 @@ def test_registration_is_checked():
                            options=(Option("temperature", 0, positive),)))
   with pytest.raises(TypeError):
     register(sparsemax_weights)
+  with pytest.raises(ValueError, match="fused must be None or a function .* got 'oops'"):
+    register(Normalization("with_alpha", sparsemax_weights, fused="oops"))
+  for kernels in (("gpu",), "xla", ("xla",)):  # an unknown kernel, a string, no fused path
+    with pytest.raises(ValueError, match=r"fused_auto_kernels must be a tuple of the kernels "
+                                         r"\('xla', 'cudnn'\)"):
+      register(Normalization("with_alpha", sparsemax_weights, fused_auto_kernels=kernels))
   assert "with_alpha" not in NORMALIZATIONS
   temporary = register(Normalization("temporary", sparsemax_weights))
   assert register(Normalization("temporary", sparsemax_weights), replace=True) is not temporary

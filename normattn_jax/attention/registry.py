@@ -325,6 +325,12 @@ def _field_problem(normalization: Normalization) -> Optional[tuple[str, str]]:
       ("params", isinstance(n.params, (tuple, list))
        and all(isinstance(p, HeadParam) for p in n.params), "a tuple of HeadParam"),
       ("options", isinstance(n.options, (tuple, list)), "a tuple of Option"),
+      ("fused", n.fused is None or callable(n.fused), "None or a function (q, k, v, ...) -> "
+                                                     "outputs"),
+      ("fused_auto_kernels", isinstance(n.fused_auto_kernels, (tuple, list))
+       and all(k in fused_lib.KERNELS for k in n.fused_auto_kernels)
+       and (n.fused is not None or not n.fused_auto_kernels),
+       f"a tuple of the kernels {fused_lib.KERNELS} (empty without a fused path)"),
   )
   for field, ok, must in rules:
     if not ok:
