@@ -97,3 +97,25 @@ def test_a_run_resumed_on_another_device_count_says_so(tmp_path, monkeypatch):
   with pytest.warns(checkpoint.DeviceCountWarning,
                     match=rf"on {cores[0]} core\(s\) and resumes on .* on {cores[1]} core"):
     checkpoint.write_versions(str(tmp_path))
+
+
+def test_a_value_given_to_a_config_section_says_which_field_to_set():
+  """--config.model.attention=dnas (the flag before attention became a section) names the
+  section's fields and the flag to write, not ml_collections' "malformed node or string"."""
+  done = subprocess.run(
+      [sys.executable, os.path.join(REPO, "experiments", "pretrain.py"),
+       "--config=configs/albert_tiny.py", "--config.model.attention=dnas", "--workdir=/nowhere"],
+      capture_output=True, text=True, cwd=REPO, timeout=300,
+      env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO))
+  assert done.returncode == 1
+  assert ("--config.model.attention=dnas: config.model.attention is a section, not a value "
+          "(its fields: name, options): set one of its fields, e.g. "
+          "--config.model.attention.name=dnas") in done.stderr, done.stderr
+  assert "malformed node" not in done.stderr
+
+
+def test_other_flag_errors_are_absls_own():
+  message = "flag --cpu_devices=x: invalid literal for int() with base 10: 'x'"
+  from normattn_jax.train import cli
+
+  assert cli.section_hint(message) == message

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import sys
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
@@ -116,6 +117,47 @@ def define_config_flag(default: Optional[str], help_string: str,
   if default is None:
     flags.mark_flag_as_required("config", flag_values)
   return holder
+
+
+# absl's words when a value is given to a config section (``--config.model.attention=dnas``).
+_SECTION_GIVEN_A_VALUE = re.compile(
+    r"flag --config\.(?P<path>[\w.]+)=(?P<value>.*?): Failed to parse .* as a ConfigDict")
+
+
+def section_hint(message: str, config=None) -> str:
+  """``message`` with, where it is absl's error for a value given to a config section, what to
+  write instead: ``--config.model.attention.name=dnas`` (the section's fields from ``config``)."""
+  match = _SECTION_GIVEN_A_VALUE.search(message)
+  if match is None:
+    return message
+  path, value = match.group("path"), match.group("value")
+  section = config
+  for key in path.split("."):
+    section = section.get(key) if hasattr(section, "get") else None
+  fields = sorted(section.keys()) if hasattr(section, "keys") else []
+  field = "name" if "name" in fields or not fields else fields[0]
+  listed = f" (its fields: {', '.join(fields)})" if fields else ""
+  return (f"--config.{path}={value}: config.{path} is a section, not a value{listed}: set one of "
+          f"its fields, e.g. --config.{path}.{field}={value}")
+
+
+def parse_flags(argv: list) -> list:
+  """``app.run``'s flags parser for the run scripts: absl's, with ``section_hint`` added to a
+  value given to a config section.
+
+  Args:
+    argv: the command line.
+
+  Returns:
+    The arguments that are not flags.
+  """
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as err:
+    config = flags.FLAGS["config"].value if "config" in flags.FLAGS else None
+    print(f"FATAL Flags parsing error: {section_hint(str(err), config)}", file=sys.stderr)
+    print("Pass --helpshort or --helpfull to see help on flags.", file=sys.stderr)
+    sys.exit(1)
 
 
 def define_cpu_devices_flag() -> flags.FlagHolder:
