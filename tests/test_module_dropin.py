@@ -138,8 +138,16 @@ def test_inputs_kv_is_flax_s_deprecated_alias():
     want = theirs.apply(params, X, inputs_kv=Y)
   chex.assert_trees_all_close(got, want, atol=1e-5)
   chex.assert_trees_all_close(got, ours.apply(params, X, Y, Y), atol=1e-6)
-  with pytest.raises(ValueError, match="inputs_kv .*cannot be given with inputs_k or inputs_v"):
+  with pytest.raises(ValueError) as err:
     ours.apply(params, X, Y, inputs_kv=Y)
+  with pytest.raises(ValueError) as flax_err:
+    theirs.apply(params, X, Y, inputs_kv=Y)
+  assert str(err.value) == str(flax_err.value)
+  with pytest.warns(DeprecationWarning) as ours_warned:
+    ours.apply(params, X, inputs_kv=Y)
+  with pytest.warns(DeprecationWarning) as flax_warned:
+    theirs.apply(params, X, inputs_kv=Y)
+  assert [str(w.message) for w in ours_warned] == [str(w.message) for w in flax_warned]
   with pytest.raises(ValueError, match="inputs_k cannot be None if inputs_v is given"):
     ours.apply(params, X, inputs_v=Y)
 
@@ -286,3 +294,37 @@ def test_a_custom_attention_fn_is_refused_and_flax_s_default_accepted():
 def test_flags_that_are_not_bools_are_refused_naming_the_field(field):
   with pytest.raises(ValueError, match=f"{field} must be True or False, got 'yes'"):
     MultiHeadAttention(num_heads=H, **{field: "yes"})
+
+
+def test_flax_s_float_masks_are_taken_as_flax_takes_them():
+  """nn.make_causal_mask and nn.make_attention_mask give float32 0/1 masks: the same outputs as
+  the boolean masks and as flax's module; a mask of other values is refused, naming them."""
+  ours, theirs = MultiHeadAttention(num_heads=H), nn.MultiHeadDotProductAttention(num_heads=H)
+  params = perturbed(theirs.init(KEY, X))
+  tokens = jnp.array([[1, 2, 3, 0, 0], [4, 5, 6, 7, 0]])
+  for mask in (nn.make_causal_mask(tokens),
+               nn.make_attention_mask(tokens > 0, tokens > 0),
+               nn.combine_masks(nn.make_causal_mask(tokens),
+                                nn.make_attention_mask(tokens > 0, tokens > 0))):
+    assert mask.dtype == jnp.float32
+    got = ours.apply(params, X, mask=mask)
+    chex.assert_trees_all_close(got, ours.apply(params, X, mask=mask.astype(bool)), atol=0)
+    seen = np.asarray(mask.any(axis=(-3, -1)))  # a row without a key is 0 here, flax's uniform
+    np.testing.assert_allclose(got[seen], theirs.apply(params, X, mask=mask)[seen], atol=1e-5)
+    jitted = jax.jit(lambda m: ours.apply(params, X, mask=m))(mask)  # traced: nonzero attends
+    chex.assert_trees_all_close(jitted, got, atol=1e-6)
+  with pytest.raises(ValueError, match=r"mask must be boolean or flax's 0/1 mask .* float32 "
+                                       r"mask with the values \[0.0, 0.5, 1.0\]"):
+    ours.apply(params, X, mask=jnp.array([0.0, 0.5, 1.0, 1.0, 1.0]))
+
+
+def test_flax_s_autoregressive_receptive_field_with_its_float_causal_mask():
+  """flax's check of a causal layer: the output at position i depends on the inputs at j <= i
+  only, with the mask nn.make_causal_mask gives."""
+  layer = MultiHeadAttention(num_heads=H)
+  x = jax.random.normal(KEY, (1, N, F))
+  params = layer.init(KEY, x)
+  mask = nn.make_causal_mask(jnp.ones((1, N)))
+  jacobian = jax.jacrev(lambda x: layer.apply(params, x, mask=mask))(x)[0, :, :, 0, :, :]
+  depends = np.abs(np.asarray(jacobian)).sum(axis=(1, 3)) > 0  # [out position, in position]
+  np.testing.assert_array_equal(depends, np.tril(np.ones((N, N), bool)))

@@ -201,6 +201,45 @@ def check_decodable(normalization: Union[str, AttentionSpec]) -> None:
                      f"instead")
 
 
+# flax's own words for its deprecated ``inputs_kv`` (flax.linen.MultiHeadDotProductAttention),
+# so that code and tests written against flax's see the same.
+INPUTS_KV_WITH_K_OR_V = (
+    "If either `inputs_k` or `inputs_v` is not None, `inputs_kv` must be None. If `inputs_kv` is "
+    "not None, both `inputs_k` and `inputs_v` must be None. We recommend using `inputs_k` and "
+    "`inputs_v` args, since `inputs_kv` will be deprecated soon. See "
+    "https://github.com/google/flax/discussions/3389 for more information.")
+INPUTS_KV_DEPRECATED = (
+    "The inputs_kv arg will be deprecated soon. Use inputs_k and inputs_v instead. See "
+    "https://github.com/google/flax/discussions/3389 for more information.")
+
+
+def flax_mask(mask) -> Optional[Array]:
+  """A dense mask as flax's modules take it: boolean, or numbers whose nonzero entries attend
+  (``nn.make_attention_mask`` and ``nn.make_causal_mask`` give float32 0/1 masks).
+
+  Args:
+    mask: the mask, or None.
+
+  Returns:
+    The boolean mask, or None.
+
+  Raises:
+    ValueError: for a concrete numeric mask with values other than 0 and 1 (a traced one is
+      taken as flax takes it, nonzero = attend).
+  """
+  if mask is None:
+    return None
+  mask = jnp.asarray(mask)
+  if mask.dtype == jnp.bool_:
+    return mask
+  if not isinstance(mask, jax.core.Tracer):
+    values = np.unique(np.asarray(mask))
+    if not np.isin(values, (0, 1)).all():
+      raise ValueError(f"mask must be boolean or flax's 0/1 mask (1 = attend), got a "
+                       f"{mask.dtype} mask with the values {values[:6].tolist()}")
+  return mask != 0
+
+
 def keys_and_values(inputs_q: Array, inputs_k: Optional[Array], inputs_v: Optional[Array],
                     inputs_kv: Optional[Array]) -> tuple:
   """flax's defaults of the keys' and values' inputs: ``inputs_kv`` (deprecated) for both,
@@ -221,10 +260,8 @@ def keys_and_values(inputs_q: Array, inputs_k: Optional[Array], inputs_v: Option
   """
   if inputs_kv is not None:
     if inputs_k is not None or inputs_v is not None:
-      raise ValueError("inputs_kv is the keys' and values' inputs both; it cannot be given with "
-                       "inputs_k or inputs_v (pass inputs_k and inputs_v instead)")
-    warnings.warn("inputs_kv is deprecated, as in flax: pass inputs_k and inputs_v",
-                  DeprecationWarning)
+      raise ValueError(INPUTS_KV_WITH_K_OR_V)
+    warnings.warn(INPUTS_KV_DEPRECATED, DeprecationWarning)
     return inputs_kv, inputs_kv
   if inputs_k is None:
     if inputs_v is not None:
@@ -499,7 +536,8 @@ class MultiHeadAttention(nn.Module):
                head_params: Optional[dict] = None) -> Array:
     """Attend from ``inputs_q [..., q, features]`` to ``inputs_k``/``inputs_v`` (default: self).
 
-    ``mask`` is boolean, broadcastable to ``[..., num_heads, q, k]``, True = attend. The
+    ``mask`` is boolean, broadcastable to ``[..., num_heads, q, k]``, True = attend (or flax's
+    0/1 mask, as ``nn.make_attention_mask`` gives it: ``flax_mask``). The
     structured masks ``query_mask [..., q]``, ``key_mask [..., k]`` (True = valid) and ``causal``
     (aligned at the ends: query i sees the keys j <= i + k - q) combine with it and also work on
     the fast path. ``padding_mask [..., n]`` (True = real
@@ -516,6 +554,7 @@ class MultiHeadAttention(nn.Module):
     """
     norm = self.spec.normalization
     inputs_k, inputs_v = keys_and_values(inputs_q, inputs_k, inputs_v, inputs_kv)
+    mask = flax_mask(mask)
     decoding = self.decode and self.has_variable("cache", "cached_key")
     if hybrid_weight is not None:
       if "hybrid_weight" not in norm.param_names:
