@@ -23,8 +23,8 @@ from flax.nnx.nn.attention import dot_product_attention
 
 from normattn_jax.attention import fast as fast_lib
 from normattn_jax.attention import fused as fused_lib
-from normattn_jax.attention.module import (check_attention_fields, check_decodable,
-                                            takes_fast_path)
+from normattn_jax.attention.module import (check_attention_fields, check_cache_room,
+                                          check_decodable, takes_fast_path)
 from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.validation import check_int
 
@@ -168,15 +168,19 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
       ValueError: flax's errors, and ``decode`` with a normalisation that normalises over the
         queries or with implementation="fast".
     """
+    room = None
     if decode or (decode is None and self.decode):
       check_decodable(self.normalization)
       if self.implementation == "fast":
         raise ValueError("implementation='fast' cannot decode: the cache adds a dense mask of "
                          "the keys seen so far; use implementation='auto' or 'quadratic'")
-    return super().__call__(inputs_q, inputs_k, inputs_v, mask=mask, deterministic=deterministic,
-                            rngs=rngs, sow_weights=sow_weights, decode=decode,
-                            is_causal=is_causal, out_sharding=out_sharding,
-                            qkv_sharding=qkv_sharding)
+      if self.cache_index is not None and self.cached_key is not None:
+        room = check_cache_room(self.cache_index[...], self.cached_key.shape[-3])
+    out = super().__call__(inputs_q, inputs_k, inputs_v, mask=mask, deterministic=deterministic,
+                           rngs=rngs, sow_weights=sow_weights, decode=decode,
+                           is_causal=is_causal, out_sharding=out_sharding,
+                           qkv_sharding=qkv_sharding)
+    return out if room is None else out * room.astype(out.dtype)
 
   def init_cache(self, input_shape, dtype=jnp.float32) -> None:
     """flax's ``init_cache``, refused for a normalisation that cannot decode.

@@ -328,3 +328,36 @@ def test_flax_s_autoregressive_receptive_field_with_its_float_causal_mask():
   jacobian = jax.jacrev(lambda x: layer.apply(params, x, mask=mask))(x)[0, :, :, 0, :, :]
   depends = np.abs(np.asarray(jacobian)).sum(axis=(1, 3)) > 0  # [out position, in position]
   np.testing.assert_array_equal(depends, np.tril(np.ones((N, N), bool)))
+
+
+def test_a_decode_step_past_the_cache_is_refused_or_poisoned_under_jit():
+  """flax's modules write the last slot again; ours refuse the step (eagerly, with the numbers)
+  and, where the index is traced, return NaN outputs rather than a wrong sequence's."""
+  layer = MultiHeadAttention(num_heads=H, decode=True)
+  x = X[:, :4]
+  variables = layer.init(KEY, x)
+  _, cache = decode_steps(layer, variables, x)
+  with pytest.raises(ValueError, match="decode step 5 does not fit the cache of max_length 4"):
+    layer.apply({"params": variables["params"], "cache": cache}, x[:, :1], mutable=["cache"])
+  step = jax.jit(lambda c, x: layer.apply({"params": variables["params"], "cache": c}, x,
+                                          mutable=["cache"]))
+  out, _ = step(cache, x[:, :1])
+  assert jnp.isnan(out).all()
+  fitting, _ = step(variables["cache"], x[:, :1])
+  assert jnp.isfinite(fitting).all()
+
+
+def test_an_nnx_decode_step_past_the_cache_is_refused_or_poisoned_under_jit():
+  from flax import nnx
+
+  from normattn_jax import nnx as ours_nnx
+
+  layer = ours_nnx.MultiHeadAttention(num_heads=H, in_features=F, decode=True,
+                                      rngs=nnx.Rngs(0))
+  layer.init_cache((B, 4, F))
+  step = nnx.jit(lambda layer, x: layer(x))
+  for i in range(4):
+    assert jnp.isfinite(step(layer, X[:, i:i + 1])).all()
+  assert jnp.isnan(step(layer, X[:, :1])).all()
+  with pytest.raises(ValueError, match="decode step 6 does not fit the cache of max_length 4"):
+    layer(X[:, :1])

@@ -240,6 +240,29 @@ def flax_mask(mask) -> Optional[Array]:
   return mask != 0
 
 
+def check_cache_room(index, max_length: int) -> Array:
+  """Refuse a decode step past the cache: flax's modules would write the last slot again and
+  return outputs of a sequence that is not the one decoded.
+
+  Args:
+    index: the cache's index before the step (the number of positions written).
+    max_length: the cache's length.
+
+  Returns:
+    1.0 where the step fits, NaN where it does not: a traced index (inside ``jit``) cannot be
+    refused, so the step's outputs are multiplied by this and turn NaN.
+
+  Raises:
+    ValueError: for a concrete index at ``max_length`` or past it, with both numbers.
+  """
+  if not isinstance(index, jax.core.Tracer):
+    if int(index) >= max_length:
+      raise ValueError(f"decode step {int(index) + 1} does not fit the cache of max_length "
+                       f"{max_length}: its {max_length} positions are written (init_cache with "
+                       f"a longer input, or start a new cache)")
+  return jnp.where(index < max_length, 1.0, jnp.nan)
+
+
 def keys_and_values(inputs_q: Array, inputs_k: Optional[Array], inputs_v: Optional[Array],
                     inputs_kv: Optional[Array]) -> tuple:
   """flax's defaults of the keys' and values' inputs: ``inputs_kv`` (deprecated) for both,
@@ -705,6 +728,8 @@ class MultiHeadAttention(nn.Module):
   def _decode(self, query: Array, key: Array, value: Array, key_mask: Optional[Array]) -> tuple:
     """flax's autoregressive cache: made by the first (full-length) call; each later call
     writes its one position's key and value at ``cache_index`` and sees the positions written.
+    A step past ``max_length`` is refused (``check_cache_room``: an error, or inside ``jit`` NaN
+    values, so NaN outputs).
 
     Args:
       query: ``[..., 1, h, head_dim]`` once the cache is made.
@@ -731,6 +756,7 @@ class MultiHeadAttention(nn.Module):
       raise ValueError(f"Autoregressive cache shape error, expected query shape {expected} "
                        f"instead got {query.shape}")
     index = cache_index.value
+    room = check_cache_room(index, max_length)
     zero = jnp.zeros((), index.dtype)
     at = (zero,) * len(batch) + (index, zero, zero)
     cached_key.value = jax.lax.dynamic_update_slice(cached_key.value, key, at)
@@ -738,7 +764,7 @@ class MultiHeadAttention(nn.Module):
     cache_index.value = index + 1
     written = jnp.broadcast_to(jnp.arange(max_length) <= index, tuple(batch) + (max_length,))
     key_mask = written if key_mask is None else written & key_mask
-    return cached_key.value, cached_value.value, key_mask
+    return cached_key.value, cached_value.value * room.astype(value.dtype), key_mask
 
   def _einsums(self) -> tuple:
     """The einsums of the logits and of the weighted sum: the einsum classes' (flax's
