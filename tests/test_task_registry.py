@@ -111,6 +111,39 @@ def test_config_validation_asks_the_task():
     validate(c)
 
 
+@pytest.mark.parametrize("sample, said", [
+    (lambda key, b, n, s: (jnp.full((b, n), s.vocab_size, jnp.int32), jnp.zeros(b, jnp.int32)),
+     r"holds tokens 8, outside \[0, 8\) \(config.task.vocab_size=8\)"),
+    (lambda key, b, n, s: (jnp.zeros((b, n), jnp.int32), jnp.full(b, 9, jnp.int32)),
+     r"holds labels 9, outside \[0, 8\) \(the 8 classes\)"),
+    (lambda key, b, n, s: (jnp.zeros((b, n), jnp.int32), jnp.full(b, -1, jnp.int32)),
+     r"holds labels -1, outside"),
+    (lambda key, b, n, s: (jnp.zeros((b, n), jnp.float32), jnp.zeros(b, jnp.int32)),
+     "must have integer tokens"),
+])
+def test_a_task_whose_batches_the_model_cannot_take_is_refused_before_training(sample, said):
+  """Out-of-range tokens or labels would train to the end as "every learning rate diverged":
+  one batch per length is drawn and checked by the config's validation, naming the task."""
+  task = tasks.register(tasks.Task("broken", sample, outputs=("classes",)))
+  try:
+    with pytest.raises(ValueError, match=r"task 'broken': .*" + said):
+      validate(copy_config(**{"task.name": "broken"}))
+  finally:
+    tasks.unregister(task.name)
+
+
+def test_a_position_label_past_the_sequence_is_refused():
+  sample = lambda key, b, n, s: (jnp.zeros((b, n), jnp.int32), jnp.full(b, n, jnp.int32))
+  task = tasks.register(tasks.Task("broken", sample, outputs=("first",)))
+  try:
+    with pytest.raises(ValueError, match=r"holds labels 16, outside \[0, 16\) \(the N = 16 "
+                                         r"positions\)"):
+      validate(copy_config(**{"task.name": "broken", "task.output": "first",
+                              "task.seq_len": 16}))
+  finally:
+    tasks.unregister(task.name)
+
+
 @pytest.mark.parametrize("task,output,positional,expected", [
     ("case_distinction", "tokens", None, True),
     ("case_distinction", "tokens", False, False),

@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any, Callable, Optional
 
 import jax
+import numpy as np
 
 from normattn_jax.models.sequence import OUTPUTS
 from normattn_jax.registry import Registry
@@ -152,6 +153,39 @@ def _check(task: Task) -> None:
   if not task.outputs or any(output not in OUTPUTS for output in task.outputs):
     raise ValueError(f"task {task.name!r}: outputs must be a non-empty tuple from {OUTPUTS}, "
                      f"got {task.outputs!r}")
+
+
+def check_batches(task: Task, settings, output: str, classes: int, lengths) -> None:
+  """Refuse a task whose batches the model cannot take: inside the compiled step a token past
+  the embeddings or a label past the output's logits gives NaN or a clipped lookup, and every
+  learning rate would count as diverged instead of the run failing. One small batch per length,
+  drawn eagerly before anything compiles.
+
+  Args:
+    task: the task.
+    settings: the config's ``task`` section.
+    output: the output head (``config.task.output``).
+    classes: the logits of a class output (``num_classes``, or the vocabulary).
+    lengths: the sequence lengths the run samples at (training and validation).
+
+  Raises:
+    ValueError: naming the task, the field (tokens or labels), the value and the range.
+  """
+  vocab = int(settings.vocab_size)
+  for n in dict.fromkeys(int(length) for length in lengths):
+    inputs, labels = task.sample(jax.random.key(0), 4, n, settings)
+    inputs, labels = np.asarray(inputs), np.asarray(labels)
+    if inputs.shape != (4, n) or inputs.dtype.kind not in "iu":
+      raise ValueError(f"task {task.name!r}: a batch of 4 at N = {n} must have integer tokens of "
+                       f"shape (4, {n}), got {inputs.dtype} {inputs.shape}")
+    limit, what = (n, f"the N = {n} positions") if output in ("tokens", "first") else \
+        (classes, f"the {classes} classes")
+    for field, values, top, of in (("tokens", inputs, vocab, f"config.task.vocab_size={vocab}"),
+                                   ("labels", labels, limit, what)):
+      bad = (values < 0) | (values >= top)
+      if bad.any():
+        raise ValueError(f"task {task.name!r}: a batch at N = {n} holds {field} "
+                         f"{values[bad][0].item()!r}, outside [0, {top}) ({of})")
 
 
 # register(task, *, replace=False) also raises ValueError for outputs that are empty or not in

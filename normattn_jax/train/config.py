@@ -191,6 +191,10 @@ def _validate_fields(config) -> None:
   for field in SWITCHES:
     _switch(config, field)
   check_config_float("train.l2", config.train.l2, 0)
+  seq_len = int(config.task.seq_len)
+  classes = config.task.vocab_size if task.num_classes is None else task.num_classes(config.task)
+  tasks.check_batches(task, config.task, config.task.output, int(classes),
+                      (seq_len, task.validation_length(seq_len)))
 
 
 def validate_attention_options(model, section: str) -> None:
