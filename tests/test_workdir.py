@@ -363,3 +363,26 @@ def test_only_the_chief_locks_the_workdir(tmp_path, monkeypatch):
   monkeypatch.setattr(multihost, "is_chief", lambda: False)
   assert open_workdir(str(tmp_path / "run"), sweep_config(), "sweep") is None
   assert not (tmp_path / "run" / LOCK).exists()
+
+
+def test_a_finished_run_reads_back_without_its_lock_on_a_read_only_mount(tmp_path, monkeypatch):
+  """A finished run is recognised before the lock is taken: on a read-only mount, where the
+  lock cannot be written, rerunning it returns its summary."""
+  from normattn_jax.train import checkpoint
+
+  workdir = tmp_path / "run"
+  assert open_workdir(str(workdir), sweep_config(), "sweep") is None
+  unlock_workdir(str(workdir))
+  (workdir / "summary.json").write_text(json.dumps({"best": {}}))
+
+  def read_only(path):
+    raise OSError(30, "Read-only file system", os.path.join(path, LOCK))
+  monkeypatch.setattr(checkpoint, "lock_workdir", read_only)
+  assert open_workdir(str(workdir), sweep_config(), "sweep") == {"best": {}}
+  other = sweep_config()
+  other.seed = 99
+  with pytest.raises(WorkdirError):  # another config's finished run is still refused
+    open_workdir(str(workdir), other, "sweep")
+  with pytest.raises(OSError, match="Read-only"):  # an unfinished one needs its lock
+    (workdir / "summary.json").unlink()
+    open_workdir(str(workdir), sweep_config(), "sweep")

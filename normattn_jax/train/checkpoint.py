@@ -336,7 +336,12 @@ def open_workdir(workdir: str, config: ml_collections.ConfigDict, kind: str, *,
   or, with ``afresh``, move it aside; then store ``config.json`` if it has none, and the
   package versions of an unfinished run (``write_versions``). Returns the
   stored summary when the workdir holds this config's finished run (``summary.json`` is written
-  last), so that a rerun leaves it as it is, its lock released; else None."""
+  last), so that a rerun leaves it as it is; that is recognised before the lock, reading only,
+  so a finished run on a read-only mount reads back; else None."""
+  if not afresh:
+    finished = _finished_run(workdir, config, kind)
+    if finished is not None:
+      return finished
   chief = multihost.is_chief()  # on several hosts, one locks, moves and writes
   _lock_on_chief(workdir, chief)
   try:
@@ -369,8 +374,19 @@ def _open_locked(workdir: str, config: ml_collections.ConfigDict, kind: str, afr
   if chief and not os.path.exists(summary):
     write_versions(workdir)
   multihost.sync("normattn_jax open_workdir")
+  return _finished_run(workdir, config, kind)
+
+
+def _finished_run(workdir: str, config: ml_collections.ConfigDict, kind: str) -> Optional[dict]:
+  """The summary of this config's finished run in ``workdir``, or None; reads, never writes.
+
+  Raises:
+    WorkdirError: for a workdir of another config (``check_workdir``), or a damaged summary.
+  """
+  summary = os.path.join(workdir, "summary.json")
   if not os.path.exists(summary):
     return None
+  check_workdir(workdir, config, kind)
   try:
     finished = read_json(summary)
   except ValueError as err:
