@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from normattn_jax.attention import fast
+from normattn_jax.attention import fast, fused
 from normattn_jax.attention import weights as W
 from normattn_jax.attention.numerics import shift_columns_then_rows, two_difference
 
@@ -232,6 +232,47 @@ def test_fast_paths_equal_the_definition_at_any_finite_logits(name, case, causal
   grad = jax.grad(lambda x: jnp.sum(fn(x, k, v, query_mask=jnp.asarray(query_mask)[None],
                                        key_mask=jnp.asarray(key_mask)[None], causal=causal)))(q)
   assert jnp.isfinite(grad).all()
+
+
+FUSED = {
+    "dnas": (jax.jit(lambda q, k, v, **m: fused.dnas_attention(q, k, v, block_size=2, **m),
+                     static_argnames="causal"), lambda l, m: exact_sinkhorn(l, m, 1)),
+    "sinkhorn3": (jax.jit(lambda q, k, v, **m: fused.sinkhorn_attention(q, k, v, 3, block_size=3,
+                                                                         **m),
+                          static_argnames="causal"), lambda l, m: exact_sinkhorn(l, m, 3)),
+    "hnas": (jax.jit(lambda q, k, v, **m: fused.hnas_attention(q, k, v, 0.3, block_size=2, **m),
+                     static_argnames="causal"),
+             lambda l, m: 0.3 * exact_sinkhorn(l, m, 1) + 0.7 * exact_softmax(l, m)),
+    "sink": (jax.jit(lambda q, k, v, **m: fused.sink_attention(q, k, v, 1e8, **m),
+                     static_argnames="causal"), lambda l, m: exact_sink(l, m, 1e8)),
+}
+
+
+def test_fused_dnas_splits_the_tie_at_1e8_as_the_definition():
+  """[[1e8, -1e8], [1e8, 1e8]]: the second row 1/3, 2/3 (one rounding of l - a gave 1/2, 1/2)."""
+  q = jnp.array([[1e8, -1e8], [1e8, 1e8]])[None, :, None, :]
+  out = fused.dnas_attention(q, jnp.eye(2)[None, :, None, :], jnp.eye(2)[None, :, None, :])
+  np.testing.assert_allclose(out[0, :, 0], [[1.0, 0.0], [1 / 3, 2 / 3]], rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(FUSED))
+@settings(max_examples=30, deadline=None)
+@given(case=huge_logits(), causal=st.booleans(), seed=st.integers(0, 2**16))
+def test_fused_paths_equal_the_definition_at_any_finite_logits(name, case, causal, seed):
+  """As the fast paths' test, in the fused layout ``[..., n, h, d]``."""
+  fn, ref = FUSED[name]
+  l, full = case
+  query_mask, key_mask = full.any(1), full.any(0)
+  mask = query_mask[:, None] & key_mask[None, :]
+  if causal:
+    mask &= np.tril(np.ones((Q, K), bool), K - Q)
+  q = jnp.asarray(l)[None, :, None, :]
+  k = jnp.eye(K)[None, :, None, :]
+  v = jax.random.normal(jax.random.key(seed), (1, K, 1, 3))
+  masks = dict(query_mask=jnp.asarray(query_mask)[None], key_mask=jnp.asarray(key_mask)[None])
+  got = fn(q, k, v, causal=causal, **masks)
+  np.testing.assert_allclose(got[0, :, 0], ref(l, mask) @ np.asarray(v[0, :, 0], np.float64),
+                             atol=1e-5, rtol=1e-5)
 
 
 def test_two_difference_keeps_what_the_rounded_difference_loses():

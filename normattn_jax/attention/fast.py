@@ -519,8 +519,8 @@ def ssmax_attention(q, k, v, scale=1.0, *, query_mask=None, key_mask=None, causa
   """Scalable-Softmax ``softmax(scale * log(n) * l) V`` as softmax attention with query i scaled
   by ``scale * log(n_i)`` (n_i the keys it sees): ``(c q_i) . k_j = c (q_i . k_j)``.
 
-  ``ssmax_weights`` clips a product past the float range; here it would overflow the softmax,
-  which only logits near that range reach.
+  ``ssmax_weights`` scales each logit's distance from its row's top; here the queries are
+  scaled, so logits within a factor ``scale * log(n)`` of the float range overflow the softmax.
 
   Args:
     q: floating-point queries, shape ``[..., h, n_q, d]`` (already scaled).

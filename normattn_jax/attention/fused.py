@@ -16,6 +16,9 @@ and XLA's kernel elsewhere.
   (jax's cuDNN wrapper has computed it only for some bias shapes), and autodiff carries the
   offsets' gradient through k's column. In bf16/fp16 the column is split in two (the value
   rounded, then its remainder), so the offset keeps about 16 bits instead of 8.
+  Where cuDNN does not take the call (float32, or no NVIDIA GPU), XLA's kernel would add the
+  logit and the huge offset in one rounding, so DNAS and Sinkhorn run the exact blockwise path
+  of ``fast.py`` there: the same numbers as the quadratic path at any finite logits.
 * **HNAS** is ``u * DNAS + (1 - u) * softmax``: two fused calls.
 * **Sink** is one more key with no features, a zero value and the column value ``sink``: then
   ``exp(l_j) / (exp(sink) + sum_k exp(l_k))`` exactly, with its gradient. (The kernels' log-sum-exp
@@ -520,6 +523,26 @@ def column_logsumexp(q, k, *, query_mask=None, causal: bool = False) -> Array:
   return jnp.where(seen, lse + moved - jax.lax.stop_gradient(moved), 0.0)
 
 
+def _offsets_kernel(q, k, v, causal: bool) -> str:
+  """The kernel of the call that adds key offsets (DNAS, HNAS, Sinkhorn) in k's column."""
+  dtype = jnp.result_type(q, k, v)
+  return kernel_for(dtype, max(q.shape[-1] + _column_count(dtype), v.shape[-1]),
+                    causal_unequal=causal and q.shape[-3] != k.shape[-3])
+
+
+def _by_fast_path(fast_fn, q, k, v, *args, **kwargs) -> Array:
+  """``fast_fn`` (a ``fast.py`` function, heads first) on the fused layout ``[..., n, h, d]``.
+
+  Where cuDNN does not take a call with key offsets, XLA's kernel would add the logit and the
+  huge offset in one rounding (``l - a`` at ``|l| ~ 1e8`` loses the offset's log-sum, which
+  decides ties); it forms the logits anyway, so the exact blockwise path of ``fast.py``, which
+  keeps the offsets' parts apart, serves those calls instead.
+  """
+  heads_first = lambda x: jnp.swapaxes(x, -2, -3)  # [..., n, h, d] <-> [..., h, n, d]
+  out = fast_fn(heads_first(q), heads_first(k), heads_first(v), *args, **kwargs)
+  return heads_first(out)
+
+
 def _refuse_dense_mask(name: str, mask) -> None:
   if mask is not None:
     raise ValueError(f"normalization {name!r} also normalises over the queries: its fused path "
@@ -552,6 +575,10 @@ def sinkhorn_attention(q, k, v, num_iters: int, *, mask=None, query_mask=None, k
   """
   _refuse_dense_mask("sinkhorn", mask)
   _check(q, k, v, mask, query_mask, key_mask)
+  if _offsets_kernel(q, k, v, causal) == "xla":  # exact where XLA's kernel would round
+    return _by_fast_path(fast_lib.sinkhorn_attention, q, k, v, num_iters,
+                         query_mask=query_mask, key_mask=key_mask, causal=causal,
+                         block_size=block_size)
   if num_iters == 1 and _key_statistics_kernel(q, k, causal) == "cudnn":
     lead, dtype = q.shape[:-3], jnp.result_type(q, k)
     flat = [_batch_flat(x.astype(dtype), lead, x.shape[-3:]) for x in (q, k)]
