@@ -116,3 +116,93 @@ def test_a_run_killed_while_writing_a_checkpoint_resumes_bit_for_bit(kind, tmp_p
   assert not glob.glob(os.path.join(killed, "checkpoints", "**", "*orbax-checkpoint-tmp*"),
                        recursive=True), f"{caught} was left behind"
   assert outputs(killed) == outputs(whole)
+
+
+SWEEP_FLAGS = ["--config=configs/case_distinction.py", "--config.archs=('nap',)",
+               "--config.learning_rates=(0.001,)", "--config.num_seeds=2",
+               "--config.task.seq_len=8", "--config.model.d_model=8", "--config.model.num_heads=2",
+               "--config.model.num_layers=1", "--config.train.num_steps=400",
+               "--config.train.eval_every=20", "--config.train.batch_size=4",
+               "--config.train.checkpoint_every=1", "--config.eval.val_batches=2",
+               "--config.eval.case_set_size=4"]
+
+
+def sweep_command(workdir: str, *prefix: str) -> list:
+  return [*prefix, sys.executable, os.path.join(REPO, "experiments", "sweep.py"),
+          f"--workdir={workdir}", *SWEEP_FLAGS]
+
+
+def run_command(command: list) -> subprocess.CompletedProcess:
+  return subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=900,
+                        env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO))
+
+
+def curves(workdir: str) -> dict:
+  with np.load(os.path.join(workdir, "metrics.npz")) as data:
+    return {name: data[name] for name in data.files}
+
+
+@pytest.mark.slow
+def test_a_run_resumed_on_one_core_under_taskset_restores_the_two_core_checkpoints(tmp_path):
+  """Checkpoints of a run split over the 2 cores' devices restore on the 1 device that taskset
+  leaves: the resumed run says so, lists both machines in versions.json and finishes; its curves
+  are the uninterrupted run's up to the checkpoint and differ by float rounding at the first
+  evaluation after it (rounding that training then amplifies, as the warning says)."""
+  if len(os.sched_getaffinity(0)) < 2 or not os.path.exists("/usr/bin/taskset"):
+    pytest.skip("needs taskset and two cores")
+  whole, resumed = str(tmp_path / "whole"), str(tmp_path / "resumed")
+  done = run_command(sweep_command(whole))
+  assert done.returncode == 0, done.stderr
+  process = subprocess.Popen(sweep_command(resumed), cwd=REPO, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL,
+                             env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO))
+  try:  # killed once a checkpoint is complete
+    while process.poll() is None and not glob.glob(os.path.join(resumed, "checkpoints", "*",
+                                                                "2*")):
+      time.sleep(0.01)
+  finally:
+    process.kill()
+    process.wait()
+  done = run_command(sweep_command(resumed, "taskset", "-c", "0"))
+  assert done.returncode == 0, done.stderr
+  assert "resumes on 1 device(s) on 1 core(s)" in done.stderr
+  with open(os.path.join(resumed, "versions.json")) as f:
+    stored = json.load(f)
+  assert [stored["device_count"]] + [r["device_count"] for r in stored["resumed_with"]] == [2, 1]
+  got, want = curves(resumed), curves(whole)
+  loss_got, loss_want = got["nap/train_loss"], want["nap/train_loss"]
+  differ = np.flatnonzero((loss_got != loss_want).any(axis=(1, 2, 3)))
+  first = differ[0] if differ.size else len(loss_want)
+  assert first >= 1  # the evaluations before the checkpoint are the two-core run's
+  for name in want:
+    np.testing.assert_array_equal(got[name][:first], want[name][:first], err_msg=name)
+  if differ.size:
+    np.testing.assert_allclose(loss_got[first], loss_want[first], rtol=1e-5)
+  assert np.isfinite(loss_got).all()
+
+
+@pytest.mark.slow
+def test_a_disk_that_fills_leaves_no_run_that_looks_finished(tmp_path):
+  """On a tmpfs too small for the run's checkpoints the run fails; it leaves no summary.json, no
+  metrics.npz and no checkpoint that does not restore, and once there is room it resumes and
+  ends as the uninterrupted run."""
+  whole, mount = str(tmp_path / "whole"), str(tmp_path / "small")
+  os.makedirs(mount)
+  if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", mount],
+                    capture_output=True).returncode != 0:
+    pytest.skip("needs to mount a small tmpfs (root)")
+  try:
+    workdir = os.path.join(mount, "run")
+    done = run_command(sweep_command(workdir))
+    assert done.returncode != 0 and "No space left on device" in done.stderr
+    assert not os.path.exists(os.path.join(workdir, "summary.json"))
+    assert not os.path.exists(os.path.join(workdir, "metrics.npz"))
+    subprocess.run(["mount", "-o", "remount,size=64m", mount], check=True)
+    done = run_command(sweep_command(workdir))
+    assert done.returncode == 0, done.stderr
+    assert run_command(sweep_command(whole)).returncode == 0
+    got, want = curves(workdir), curves(whole)
+    for name in want:
+      np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+  finally:
+    subprocess.run(["umount", mount], capture_output=True)

@@ -42,7 +42,10 @@ def save_metrics(path: str, plan: SweepPlan, results) -> None:
     name = plan.grid(*grid_key).name
     for key, curve in history.items():
       arrays[f"{name}/{key}"] = plan.axis.unflatten(curve)
-  np.savez_compressed(path, **arrays)
+  partial = path + ".partial"  # whole or not at all: a failed write leaves the old file (or none)
+  with open(partial, "wb") as f:
+    np.savez_compressed(f, **arrays)
+  os.replace(partial, path)
 
 
 def replace_arch(path: str, plan: SweepPlan, arch: str, results) -> None:

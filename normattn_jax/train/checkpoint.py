@@ -423,8 +423,9 @@ def write_versions(workdir: str) -> dict:
              and stored.get("cpu_cores", current["cpu_cores"]) != current["cpu_cores"])
     if devices or cores:
       warnings.warn(f"{workdir} was started on {_devices(stored, cores)} and resumes on "
-                    f"{_devices(current, cores)}: its numbers will agree with an uninterrupted "
-                    f"run's to float rounding, not bit for bit (versions.json lists both)",
+                    f"{_devices(current, cores)}: from here on its numbers differ from an "
+                    f"uninterrupted run's by float rounding, which training can amplify, not "
+                    f"bit for bit (versions.json lists both)",
                     DeviceCountWarning, stacklevel=2)
     started = {k: v for k, v in stored.items() if k != "resumed_with"}
     if started == current or current in stored.get("resumed_with", []):
