@@ -155,6 +155,33 @@ def test_refuses_a_workdir_of_another_card_before_training(tmp_path, monkeypatch
   assert not os.path.exists(tmp_path / "never")
 
 
+def test_a_finished_card_reads_back_read_only_and_a_damaged_report_is_named(tmp_path,
+                                                                          monkeypatch):
+  """A finished card (its summary.json written) returns its report without training or
+  locking (a read-only folder); a damaged or missing report.json is named with the way out."""
+  from normattn_jax.train import checkpoint
+
+  workdir = tmp_path / "card"
+  machine = rc.fingerprint_id(rc.machine_fingerprint())
+  open_workdir(str(workdir), rc.card_config(SPEC, "smoke", machine), rc.KIND)
+  unlock_workdir(str(workdir))
+  (workdir / "summary.json").write_text(json.dumps({"report": "report.json"}))
+  (workdir / "report.json").write_text(json.dumps({"protocol": rc.PROTOCOL, "name": "x"}))
+  monkeypatch.setattr(rc, "run_sweep", lambda *a, **k: pytest.fail("trained"))
+  def read_only(path):
+    raise OSError(30, "Read-only file system", path)
+  monkeypatch.setattr(checkpoint, "lock_workdir", read_only)
+  config = card(options={"temperature": 2.0}, baselines_dir=str(tmp_path / "baselines"))
+  assert rc.run(config, str(workdir))["name"] == "x"
+  (workdir / "report.json").write_text('{"protocol": 2, "na')
+  with pytest.raises(WorkdirError, match=re.escape(str(workdir / "report.json")) +
+                     ": the finished card's report cannot be read .* remove .*summary.json"):
+    rc.run(config, str(workdir))
+  (workdir / "report.json").unlink()
+  with pytest.raises(WorkdirError, match="report cannot be read"):
+    rc.run(config, str(workdir))
+
+
 class Trains(Exception):
   """Raised in place of a card's first sweep: the workdir was accepted."""
 

@@ -55,8 +55,8 @@ from normattn_jax.reporting import diagnostics as diagnostics_lib
 from normattn_jax.reporting import seeds as seeds_lib
 from normattn_jax.tasks.synthetic import case_guess_rate
 from normattn_jax.train import artifacts
-from normattn_jax.train.checkpoint import ITEM, GridCheckpoints, open_workdir, releases_workdir, \
-    write_json
+from normattn_jax.train.checkpoint import (ITEM, GridCheckpoints, WorkdirError, open_workdir,
+                                          releases_workdir, write_json)
 from normattn_jax.train.config import PAPER_LEARNING_RATES, base_config
 from normattn_jax.train.grid import Setup
 from normattn_jax.train.sections import attention_section, attention_spec, \
@@ -709,6 +709,26 @@ def comparisons(measured: dict) -> dict:
   return out
 
 
+def finished_report(workdir: str) -> dict:
+  """A finished card's ``report.json``.
+
+  Raises:
+    WorkdirError: naming the file, for one that is missing or damaged, and how to write it again.
+  """
+  path = os.path.join(workdir, REPORT_JSON)
+  again = (f"remove {os.path.join(workdir, SUMMARY)} to write the report again from the card's "
+           f"finished sweeps and analyses, or start afresh (--afresh) to make the card anew")
+  try:
+    with open(path) as f:
+      report = json.load(f)
+  except (OSError, ValueError) as err:
+    raise WorkdirError(f"{path}: the finished card's report cannot be read ({err}): "
+                       f"{again}") from None
+  if not isinstance(report, dict) or report.get("protocol") != PROTOCOL:
+    raise WorkdirError(f"{path}: not a report of this protocol ({PROTOCOL}): {again}")
+  return report
+
+
 @releases_workdir
 def run(config: ml_collections.ConfigDict, workdir: str, *, afresh: bool = False) -> dict:
   """Make (or resume, or read back) the report card of one normalisation.
@@ -740,8 +760,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, afresh: bool = False
   if os.path.exists(os.path.join(baselines_dir, MACHINE)):
     claim_baselines(baselines_dir, fingerprint)  # refused before the workdir is touched
   if open_workdir(workdir, card_config(spec, scale, machine), KIND, afresh=afresh) is not None:
-    with open(os.path.join(workdir, REPORT_JSON)) as f:
-      return json.load(f)
+    return finished_report(workdir)
   claim_baselines(baselines_dir, fingerprint)
   started = time.perf_counter()
   trainer = Trainer(spec, workdir, baselines_dir)
