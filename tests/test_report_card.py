@@ -182,6 +182,22 @@ def test_a_finished_card_reads_back_read_only_and_a_damaged_report_is_named(tmp_
     rc.run(config, str(workdir))
 
 
+def test_a_plugin_whose_weights_fail_is_refused_before_anything_is_written(tmp_path):
+  from normattn_jax.attention import registry
+
+  def broken(logits, mask=None):
+    raise RuntimeError("my weights are broken")
+  norm = registry.register(registry.Normalization("broken_plugin", broken))
+  try:
+    with pytest.raises(ValueError, match="config.attention.name='broken_plugin': its weights fail "
+                                         "on a .* probe of random logits: RuntimeError: my "
+                                         "weights are broken"):
+      rc.run(card("broken_plugin", baselines_dir=str(tmp_path / "b")), str(tmp_path / "card"))
+  finally:
+    registry.unregister(norm.name)
+  assert not os.path.exists(tmp_path / "card") and not os.path.exists(tmp_path / "b")
+
+
 class Trains(Exception):
   """Raised in place of a card's first sweep: the workdir was accepted."""
 

@@ -41,6 +41,7 @@ import traceback
 from typing import Callable, Optional
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from normattn_jax._extras import fingerprint_id, machine_fingerprint, require
@@ -195,7 +196,30 @@ def validate_config(c: ml_collections.ConfigDict) -> AttentionSpec:
   for field in ("baselines_dir", "cache_dir"):
     if not isinstance(c[field], str):
       fail_config(field, c[field], "must be a folder, or \"\" for the default")
-  return attention_spec(c.attention, "attention")
+  spec = attention_spec(c.attention, "attention")
+  probe_weights(spec)
+  return spec
+
+
+def probe_weights(spec: AttentionSpec, heads: int = 2, length: int = 4) -> None:
+  """Refuse a normalisation whose weights fail on a small probe (random logits, every key
+  valid), before the card trains its baselines and then fails in its own first sweep.
+
+  Raises:
+    ValueError: ``config.attention.name=...`` with the weights' error, or their wrong shape or
+      non-finite values.
+  """
+  norm, options = spec.normalization, spec.resolved()
+  logits = jax.random.normal(jax.random.key(0), (1, heads, length, length))
+  try:
+    weights = norm.attention_weights(logits, None, norm.initial_params(heads, options), options)
+  except Exception as err:  # a plugin's function may raise anything
+    fail_config("attention.name", spec.name, f"its weights fail on a [1, {heads}, {length}, "
+                f"{length}] probe of random logits: {type(err).__name__}: {err}")
+  if jnp.shape(weights) != logits.shape or not bool(jnp.isfinite(weights).all()):
+    fail_config("attention.name", spec.name, f"its weights on a [1, {heads}, {length}, {length}] "
+                f"probe of random logits are not finite weights of the logits' shape (shape "
+                f"{jnp.shape(weights)})")
 
 
 def card_config(spec: AttentionSpec, scale: str, machine: str) -> ml_collections.ConfigDict:
