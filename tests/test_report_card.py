@@ -4,6 +4,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -456,7 +457,8 @@ def test_smoke_card_in_process_resumes_without_training(tmp_path, baselines, mon
 
 @pytest.mark.slow
 def test_smoke_card_from_the_command_line(tmp_path):
-  """One command makes a plugin's card, its baselines trained beside it for this machine."""
+  """One command makes a plugin's card, its baselines trained beside it for this machine; killed
+  outright once its first sweep has finished, the same command resumes it to the end."""
   env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, FIXTURES]), JAX_PLATFORMS="cpu")
   workdir = str(tmp_path / "cli")
   command = [sys.executable, os.path.join(ROOT, "experiments", "report_card.py"),
@@ -464,9 +466,22 @@ def test_smoke_card_from_the_command_line(tmp_path):
              "--config.attention.name=tempered_softmax",
              "--config.attention.options.temperature=0.5", f"--workdir={workdir}",
              "--config.scale=smoke", "--config.show_progress=False"]
+  killed = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+  first = os.path.join(workdir, "case", "select", "summary.json")
+  try:
+    deadline = time.monotonic() + 1200
+    while killed.poll() is None and not os.path.exists(first) and time.monotonic() < deadline:
+      time.sleep(0.05)
+  finally:
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+  assert os.path.exists(first) and not os.path.exists(os.path.join(workdir, "report.json"))
   done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1200)
   assert done.returncode == 0, done.stderr[-3000:]
   assert "At the smoke scale" in done.stdout
+  assert f"{os.path.join(workdir, 'case', 'select')} holds this config's finished run" in \
+      done.stdout
   report = _check_report(workdir, extra=("broken_probe",))
   assert "RuntimeError: this probe cannot read tempered_softmax(temperature=0.5)" in \
       report["diagnostics"]["broken_probe"]["error"]
