@@ -148,7 +148,7 @@ def test_inputs_kv_is_flax_s_deprecated_alias():
   with pytest.warns(DeprecationWarning) as flax_warned:
     theirs.apply(params, X, inputs_kv=Y)
   assert [str(w.message) for w in ours_warned] == [str(w.message) for w in flax_warned]
-  with pytest.raises(ValueError, match="inputs_k cannot be None if inputs_v is given"):
+  with pytest.raises(ValueError, match="`inputs_k` cannot be None if `inputs_v` is not None"):
     ours.apply(params, X, inputs_v=Y)
 
 

@@ -201,13 +201,24 @@ def check_decodable(normalization: Union[str, AttentionSpec]) -> None:
                      f"instead")
 
 
-# flax's own words for its deprecated ``inputs_kv`` (flax.linen.MultiHeadDotProductAttention),
-# so that code and tests written against flax's see the same.
+# flax's own words for its call's pitfalls (flax.linen.MultiHeadDotProductAttention): the
+# deprecated ``inputs_kv``, ``inputs_v`` without ``inputs_k``, a mask passed as ``inputs_v``; so
+# that code and tests written against flax's see the same.
 INPUTS_KV_WITH_K_OR_V = (
     "If either `inputs_k` or `inputs_v` is not None, `inputs_kv` must be None. If `inputs_kv` is "
     "not None, both `inputs_k` and `inputs_v` must be None. We recommend using `inputs_k` and "
     "`inputs_v` args, since `inputs_kv` will be deprecated soon. See "
     "https://github.com/google/flax/discussions/3389 for more information.")
+INPUTS_V_WITHOUT_K = (
+    "`inputs_k` cannot be None if `inputs_v` is not None. To have both `inputs_k` and `inputs_v` "
+    "be the same value, pass in the value to `inputs_k` and leave `inputs_v` as None.")
+MASK_AS_INPUTS_V = (
+    "You are passing an array of shape {shape} to the `inputs_v` arg, when you may have intended "
+    "to pass it to the `mask` arg. As of Flax version 0.7.4, the function signature of "
+    "MultiHeadDotProductAttention's `__call__` method has changed to `__call__(inputs_q, "
+    "inputs_k=None, inputs_v=None, *, inputs_kv=None, mask=None, deterministic=None)`. Use the "
+    "kwarg `mask` instead. See https://github.com/google/flax/discussions/3389 and read the "
+    "docstring for more information.")
 INPUTS_KV_DEPRECATED = (
     "The inputs_kv arg will be deprecated soon. Use inputs_k and inputs_v instead. See "
     "https://github.com/google/flax/discussions/3389 for more information.")
@@ -288,9 +299,13 @@ def keys_and_values(inputs_q: Array, inputs_k: Optional[Array], inputs_v: Option
     return inputs_kv, inputs_kv
   if inputs_k is None:
     if inputs_v is not None:
-      raise ValueError("inputs_k cannot be None if inputs_v is given")
+      raise ValueError(INPUTS_V_WITHOUT_K)
     inputs_k = inputs_q
-  return inputs_k, inputs_k if inputs_v is None else inputs_v
+  if inputs_v is None:
+    return inputs_k, inputs_k
+  if inputs_v.shape[-1] == inputs_v.shape[-2]:  # flax's guess: a mask passed where it once went
+    warnings.warn(MASK_AS_INPUTS_V.format(shape=inputs_v.shape), DeprecationWarning)
+  return inputs_k, inputs_v
 
 
 def check_flax_fields(*, attention_fn: Callable, decode: bool, normalize_qk: bool,
