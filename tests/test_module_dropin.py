@@ -361,3 +361,19 @@ def test_an_nnx_decode_step_past_the_cache_is_refused_or_poisoned_under_jit():
   assert jnp.isnan(step(layer, X[:, :1])).all()
   with pytest.raises(ValueError, match="decode step 6 does not fit the cache of max_length 4"):
     layer(X[:, :1])
+
+
+def test_a_mask_passed_as_inputs_v_warns_in_flax_s_words():
+  ours, theirs = MultiHeadAttention(num_heads=1), nn.MultiHeadDotProductAttention(num_heads=1)
+  x = jax.random.normal(KEY, (1, 4, 1))
+  params = theirs.init(KEY, x, x)
+  mask = nn.make_causal_mask(jnp.ones((1, 4)))
+  with pytest.warns(DeprecationWarning) as ours_warned:
+    with pytest.raises(Exception):
+      ours.apply(params, x, x, mask)
+  with pytest.warns(DeprecationWarning) as flax_warned:
+    with pytest.raises(Exception):
+      theirs.apply(params, x, x, mask)
+  said = [str(w.message) for w in ours_warned if "function signature" in str(w.message)]
+  assert said and said == [str(w.message) for w in flax_warned
+                           if "function signature" in str(w.message)]
