@@ -255,6 +255,20 @@ def test_fused_dnas_splits_the_tie_at_1e8_as_the_definition():
   np.testing.assert_allclose(out[0, :, 0], [[1.0, 0.0], [1 / 3, 2 / 3]], rtol=1e-6)
 
 
+def test_fused_hnas_keeps_a_lone_key_at_the_float_minimum():
+  """One valid key at -3.4e38: XLA's kernel masks with the float minimum, a tie with that key;
+  HNAS where cuDNN does not take the call is fast.py's, both halves exact: the key's value."""
+  mask = np.zeros((Q, K), bool)
+  mask[0, 0] = True
+  q = jnp.full((1, Q, 1, K), -3.4e38, jnp.float32)
+  v = jax.random.normal(jax.random.key(0), (1, K, 1, 3))
+  out = FUSED["hnas"][0](q, jnp.eye(K)[None, :, None, :], v, causal=False,
+                         query_mask=jnp.asarray(mask.any(1))[None],
+                         key_mask=jnp.asarray(mask.any(0))[None])
+  np.testing.assert_allclose(out[0, 0, 0], v[0, 0, 0], rtol=1e-6)
+  assert (out[0, 1:] == 0).all()
+
+
 @pytest.mark.parametrize("name", sorted(FUSED))
 @settings(max_examples=30, deadline=None)
 @given(case=huge_logits(), causal=st.booleans(), seed=st.integers(0, 2**16))

@@ -19,7 +19,8 @@ and XLA's kernel elsewhere.
   Where cuDNN does not take the call (float32, or no NVIDIA GPU), XLA's kernel would add the
   logit and the huge offset in one rounding, so DNAS and Sinkhorn run the exact blockwise path
   of ``fast.py`` there: the same numbers as the quadratic path at any finite logits.
-* **HNAS** is ``u * DNAS + (1 - u) * softmax``: two fused calls.
+* **HNAS** is ``u * DNAS + (1 - u) * softmax``: two fused calls (where cuDNN does not take the
+  call, ``fast.py``'s HNAS, both halves exact).
 * **Sink** is one more key with no features, a zero value and the column value ``sink``: then
   ``exp(l_j) / (exp(sink) + sum_k exp(l_k))`` exactly, with its gradient. (The kernels' log-sum-exp
   residual would give ``out * sigmoid(lse - sink)`` too, but it is returned without a gradient and
@@ -641,6 +642,9 @@ def hnas_attention(q, k, v, u, *, mask=None, query_mask=None, key_mask=None, cau
   """
   _refuse_dense_mask("hnas", mask)
   kwargs = dict(query_mask=query_mask, key_mask=key_mask, causal=causal)
+  if _offsets_kernel(q, k, v, causal) == "xla":  # both halves exact, as DNAS's alone
+    return _by_fast_path(fast_lib.hnas_attention, q, k, v,
+                         jnp.asarray(u)[..., None, None], block_size=block_size, **kwargs)
   u = jnp.asarray(u, jnp.promote_types(q.dtype, jnp.float32))[..., None]  # [h, 1]
   out = (u * dnas_attention(q, k, v, block_size=block_size, **kwargs)
          + (1 - u) * softmax_attention(q, k, v, **kwargs))
