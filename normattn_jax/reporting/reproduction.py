@@ -199,6 +199,12 @@ def seed_cells(r: Results, path: str, point: str = "") -> dict:
   return out
 
 
+def cell_at(cells: list, learning_rate: float) -> dict | None:
+  """The cell of ``cells`` (a report's or a summary's) at a learning rate (to 1%), or None."""
+  return next((c for c in cells
+               if math.isclose(c["learning_rate"], learning_rate, rel_tol=1e-2)), None)
+
+
 def best_cell(cells: list, source: str = "ours", split: str = "train_acc") -> dict:
   """The cell of the best mean (pixel) accuracy."""
   return max(cells, key=lambda c: c[source][split]["pixel"]["mean"])
@@ -220,13 +226,12 @@ def fig5_gpu_rows(r: Results) -> list[Row]:
     for arch in ARCHS:
       cell = best_cell(ours[arch])
       s = cell["ours"]
-      theirs = [c for c in authors.get(arch, []) if "authors" in c
-                and math.isclose(c["learning_rate"], cell["learning_rate"], rel_tol=1e-2)]
+      theirs = cell_at(authors.get(arch, []), cell["learning_rate"])
       mine = [pcts(s["train_acc"]["seeds"]), pcts(s["cases"]["argmin"]),
               pcts(s["cases"]["argmax"]), f"{sum(s['learned_all'])}/{len(s['learned_all'])}",
               f"{pct(s['train_acc']['pixel']['mean'])} / {pct(s['val_acc']['pixel']['mean'])}"]
-      if theirs:  # the authors' seeds in the same cell
-        a = theirs[0]["authors"]
+      if theirs and "authors" in theirs:  # the authors' seeds in the same cell
+        a = theirs["authors"]
         other = [pcts(a["train_acc"]["seeds"]), f"{pct(a['train_acc']['pixel']['mean'])} / "
                                                  f"{pct(a['val_acc']['pixel']['mean'])}"]
       else:
@@ -726,16 +731,26 @@ def n128_d64_pixels(r: Results) -> str:
           f"({pix('authors', 'val_acc')})")
 
 
+def fig5_authors_cell(r: Results, d: int, arch: str) -> dict:
+  """The cell of the Fig. 5 GPU report with the authors' seeds at our best learning rate (on
+  mean training accuracy) of ``arch`` at d."""
+  point = f"model.d_model={d}"
+  lr = best_cell(seed_cells(r, "fig5_first_token_gpu/seeds.json", point)[arch])["learning_rate"]
+  cell = cell_at(seed_cells(r, "fig5_first_token_gpu/seeds_authors.json", point)[arch], lr)
+  if cell is None:
+    raise KeyError(f"the authors' report has no cell of {arch!r} at d = {d}, lr {lr:g}")
+  return cell
+
+
+def same_cell_ps(cell: dict) -> list[str]:
+  """A cell's two-sided tests of our seeds against the authors', train and validation p."""
+  return [f"{cell['ours_vs_authors'][split]:.2f}".replace("1.00", "1.0")
+          for split in ("train_acc", "val_acc")]
+
+
 def fig5_gpu_same_cell(r: Results) -> str:
   """Two-sided tests of our seeds against the authors' at our best learning rate."""
-  def p(arch: str, d: int) -> str:
-    ours = seed_cells(r, "fig5_first_token_gpu/seeds.json", f"model.d_model={d}")[arch]
-    lr = best_cell(ours)["learning_rate"]
-    cell = next(c for c in seed_cells(r, "fig5_first_token_gpu/seeds_authors.json",
-                                      f"model.d_model={d}")[arch]
-                if math.isclose(c["learning_rate"], lr, rel_tol=1e-2))
-    return " / ".join(f"{cell['ours_vs_authors'][split]:.2f}".replace("1.00", "1.0")
-                      for split in ("train_acc", "val_acc"))
+  p = lambda arch, d: " / ".join(same_cell_ps(fig5_authors_cell(r, d, arch)))
   return (f"NAP at d = 128 p = {p('nap', 128)}, max {p('max', 128)}, sum {p('sum', 128)}; BERT "
           f"at d = 128 {p('bert', 128)}; NAP at d = 64 {p('nap', 64)}")
 

@@ -96,6 +96,14 @@ def case_rule(config) -> Optional[dict]:
 CASES_LEARNED = 0.5
 
 
+def point_cells(summary: Mapping, arch: str, params: Optional[Mapping] = None) -> list:
+  """An arch's cells (one per learning rate) of a sweep's ``summary.json`` at one static point
+  (``{"model.d_model": 128}``; None for a sweep without one)."""
+  want = {k: float(v) for k, v in (params or {}).items()}
+  return [c for c in summary["cells"] if c["arch"] == arch
+          and {k: float(v) for k, v in c["params"].items()} == want]
+
+
 def best_case_pixel(summary: Mapping, arch: str, params: Optional[Mapping] = None):
   """An arch's cell of a sweep's ``summary.json`` whose weakest case is highest (the case
   figure's cross): ``(learning rate, [argmin, first, argmax] mean accuracies)``.
@@ -105,11 +113,9 @@ def best_case_pixel(summary: Mapping, arch: str, params: Optional[Mapping] = Non
     arch: the architecture.
     params: the static point (``{"model.d_model": 128}``); None for a sweep without one.
   """
-  want = {k: float(v) for k, v in (params or {}).items()}
-  cells = [c for c in summary["cells"] if c["arch"] == arch
-           and {k: float(v) for k, v in c["params"].items()} == want]
+  cells = point_cells(summary, arch, params)
   if not cells:
-    raise KeyError(f"the summary has no cell of {arch!r} at {want}")
+    raise KeyError(f"the summary has no cell of {arch!r} at {params or {}}")
   means = lambda c: [c["metrics"][metric]["mean"] or 0.0 for metric in CASE_METRICS]
   best = max(cells, key=lambda c: min(means(c)))
   return best["learning_rate"], means(best)

@@ -129,10 +129,11 @@ def check(document: str, results: Results) -> list[str]:
 
 def summary_cell(r: Results, workdir: str, arch: str, lr: float, params: dict | None = None):
   """One cell of a sweep's ``summary.json``: an arch at a learning rate (to 1%) and point."""
-  want = {k: float(v) for k, v in (params or {}).items()}
-  return next(c for c in r.json(f"{workdir}/summary.json")["cells"]
-              if c["arch"] == arch and abs(c["learning_rate"] / lr - 1) < 1e-2
-              and {k: float(v) for k, v in c["params"].items()} == want)
+  cell = rep.cell_at(rep.seeds_lib.point_cells(r.json(f"{workdir}/summary.json"), arch, params),
+                     lr)
+  if cell is None:
+    raise KeyError(f"{workdir}: no cell of {arch!r} at lr {lr:g} and {params or {}}")
+  return cell
 
 
 def cell_mean(r: Results, workdir: str, arch: str, lr: float, params: dict | None = None,
@@ -184,26 +185,20 @@ def fig5_gpu(r: Results) -> list[str]:
   nap128 = seed_report(r, seeds_json, at(128), "nap")["ours"]
   tests = [p_test(r, seeds_json, "nap", worse, at(128), split)
            for worse in ("bert", "mte", "non", "sum") for split in ("train_acc", "val_acc")]
-  same_cell = lambda arch, d: [
-      f"{c['ours_vs_authors'][s]:.2f}".replace("1.00", "1.0")
-      for c in [next(c for c in rep.seed_cells(r, f"{FIG5_GPU}/seeds_authors.json", at(d))[arch]
-                     if abs(c["learning_rate"] / seed_report(r, seeds_json, at(d), arch)[
-                         "learning_rate"] - 1) < 1e-2)]
-      for s in ("train_acc", "val_acc")]
   pixels = lambda d, arch: rep.case_pixel(r, f"{FIG5_GPU}/d{d}_{arch}", arch, {"model.d_model": d})
   weak64 = {a: min(pixels(64, a)[1]) for a in ARCH_NAMES}
   weak128_others = max(min(pixels(128, a)[1]) for a in ARCH_NAMES if a not in ("nap", "max"))
   mte64 = seed_report(r, seeds_json, at(64), "mte")
   nap64 = seed_report(r, seeds_json, at(64), "nap")
   mte64_cases = pixels(64, "mte")[1]
-  authors_nap64 = next(c for c in rep.seed_cells(r, f"{FIG5_GPU}/seeds_authors.json", at(64))["nap"]
-                       if abs(c["learning_rate"] / nap64["learning_rate"] - 1) < 1e-2)
+  authors_nap64 = rep.fig5_authors_cell(r, 64, "nap")
   return ([*case_means(r, f"{FIG5_GPU}/d128_nap", "nap", {"model.d_model": 128}),
            *case_means(r, f"{FIG5_GPU}/d128_max", "max", {"model.d_model": 128}),
            pct(weak128_others),
            pct(nap128["train_acc"]["pixel"]["mean"]), pct(nap128["val_acc"]["pixel"]["mean"]),
            paper(r, "table3-reduced", "paper, train (N = 128)", "NAP"),
-           paper(r, "table3-reduced", "paper, validated at N/2", "NAP"), *same_cell("nap", 128),
+           paper(r, "table3-reduced", "paper, validated at N/2", "NAP"),
+           *rep.same_cell_ps(rep.fig5_authors_cell(r, 128, "nap")),
            max(tests, key=float),
            pct(weak64["nap"]), pct(weak64["max"]),
            pct(max(v for a, v in weak64.items() if a not in ("nap", "max"))),
@@ -213,7 +208,7 @@ def fig5_gpu(r: Results) -> list[str]:
            pct(mte64_cases[0]), pct(mte64_cases[2]),
            pct(nap64["ours"]["train_acc"]["pixel"]["mean"]),
            pct(authors_nap64["authors"]["train_acc"]["pixel"]["mean"]),
-           f"{authors_nap64['ours_vs_authors']['train_acc']:.2f}", *fig5_gpu_seeds(r)])
+           rep.same_cell_ps(authors_nap64)[0], *fig5_gpu_seeds(r)])
 
 
 def fig5_gpu_seeds(r: Results) -> list[str]:
@@ -224,9 +219,7 @@ def fig5_gpu_seeds(r: Results) -> list[str]:
   above = lambda d, arch: [i for i, ok in enumerate(cell(d, arch)["ours"]["learned_all"]) if ok]
   bert = cell(128, "bert")
   bert_seeds = sorted(bert["ours"]["train_acc"]["seeds"])
-  theirs = next(c for c in rep.seed_cells(r, f"{FIG5_GPU}/seeds_authors.json",
-                                          "model.d_model=128")["bert"]
-                if abs(c["learning_rate"] / bert["learning_rate"] - 1) < 1e-2)
+  theirs = rep.fig5_authors_cell(r, 128, "bert")
   non128 = above(128, "non")
   assert len(non128) == 1, non128
   non64 = above(64, "non")
@@ -236,7 +229,7 @@ def fig5_gpu_seeds(r: Results) -> list[str]:
           pct(bert["ours"]["val_acc"]["pixel"]["mean"]),
           pct(theirs["authors"]["train_acc"]["pixel"]["mean"]),
           pct(theirs["authors"]["val_acc"]["pixel"]["mean"]),
-          *(f"{theirs['ours_vs_authors'][s]:.2f}" for s in ("train_acc", "val_acc")),
+          *rep.same_cell_ps(theirs),
           f"{100 * min(theirs['authors']['train_acc']['seeds']):.0f}",
           f"{100 * sum(bert_seeds[-4:]) / 4:.0f}",
           pct(max(cases(128, "mte", "argmax"))),
@@ -457,8 +450,7 @@ def table3_reduced(r: Results) -> list[str]:
 
 def n128_d64_superseded(r: Results) -> list[str]:
   nap64 = seed_report(r, f"{FIG5_GPU}/seeds.json", "model.d_model=64", "nap")
-  cpu = next(c for c in rep.seed_cells(r, "table3_first_token_n128_d64_seeds.json")["nap"]
-             if abs(c["learning_rate"] / 2.19e-4 - 1) < 1e-2)
+  cpu = rep.cell_at(rep.seed_cells(r, "table3_first_token_n128_d64_seeds.json")["nap"], 2.19e-4)
   return [pct(nap64["ours"]["train_acc"]["pixel"]["mean"]),
           pct(cpu["ours"]["train_acc"]["pixel"]["mean"]),
           *seed_range(cpu["ours"]["cases"]["argmax"])]
