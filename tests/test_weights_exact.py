@@ -184,6 +184,16 @@ def test_gradients_stay_finite_at_any_finite_logits(name, case, seed):
   assert (grad[~mask] == 0).all()
 
 
+def structured_masks(full, causal: bool):
+  """The fast and fused paths' masks of a drawn mask: ``(query_mask, key_mask, mask)``, the
+  valid queries and keys and the dense mask they (and ``causal``) make."""
+  query_mask, key_mask = full.any(1), full.any(0)
+  mask = query_mask[:, None] & key_mask[None, :]
+  if causal:
+    mask &= np.tril(np.ones((Q, K), bool), K - Q)
+  return query_mask, key_mask, mask
+
+
 def _fast_dnas(q, k, v, **masks):
   return fast.dnas_attention(q, k, v, block_size=2, **masks)
 
@@ -218,10 +228,7 @@ def test_fast_paths_equal_the_definition_at_any_finite_logits(name, case, causal
   the masks are the fast path's structured ones (valid queries, valid keys, causal)."""
   fn, ref = FAST[name]
   l, full = case
-  query_mask, key_mask = full.any(1), full.any(0)
-  mask = query_mask[:, None] & key_mask[None, :]
-  if causal:
-    mask &= np.tril(np.ones((Q, K), bool), K - Q)
+  query_mask, key_mask, mask = structured_masks(full, causal)
   q = jnp.asarray(l)[None, None]
   k = jnp.eye(K)[None, None]
   v = jax.random.normal(jax.random.key(seed), (1, 1, K, 3))
@@ -276,10 +283,7 @@ def test_fused_paths_equal_the_definition_at_any_finite_logits(name, case, causa
   """As the fast paths' test, in the fused layout ``[..., n, h, d]``."""
   fn, ref = FUSED[name]
   l, full = case
-  query_mask, key_mask = full.any(1), full.any(0)
-  mask = query_mask[:, None] & key_mask[None, :]
-  if causal:
-    mask &= np.tril(np.ones((Q, K), bool), K - Q)
+  query_mask, key_mask, mask = structured_masks(full, causal)
   q = jnp.asarray(l)[None, :, None, :]
   k = jnp.eye(K)[None, :, None, :]
   v = jax.random.normal(jax.random.key(seed), (1, K, 1, 3))

@@ -539,9 +539,13 @@ def _by_fast_path(fast_fn, q, k, v, *args, **kwargs) -> Array:
   decides ties); it forms the logits anyway, so the exact blockwise path of ``fast.py``, which
   keeps the offsets' parts apart, serves those calls instead.
   """
-  heads_first = lambda x: jnp.swapaxes(x, -2, -3)  # [..., n, h, d] <-> [..., h, n, d]
-  out = fast_fn(heads_first(q), heads_first(k), heads_first(v), *args, **kwargs)
-  return heads_first(out)
+  out = fast_fn(_heads_first(q), _heads_first(k), _heads_first(v), *args, **kwargs)
+  return _heads_first(out)
+
+
+def _heads_first(x: Array) -> Array:
+  """``[..., n, h, d] <-> [..., h, n, d]``: the fused layout and ``fast.py``'s."""
+  return jnp.swapaxes(x, -2, -3)
 
 
 def _refuse_dense_mask(name: str, mask) -> None:
@@ -586,9 +590,8 @@ def sinkhorn_attention(q, k, v, num_iters: int, *, mask=None, query_mask=None, k
     offsets = column_logsumexp(*flat, query_mask=_batch_flat(query_mask, lead, q.shape[-3:-2]),
                                causal=causal).reshape(lead + k.shape[-3:-1])
   else:
-    heads_first = lambda x: jnp.swapaxes(x, -2, -3)  # [..., n, h, d] -> [..., h, n, d]
     offsets = jnp.swapaxes(fast_lib.sinkhorn_key_offsets(
-        heads_first(q), heads_first(k), num_iters, query_mask=query_mask, key_mask=key_mask,
+        _heads_first(q), _heads_first(k), num_iters, query_mask=query_mask, key_mask=key_mask,
         causal=causal, block_size=block_size), -1, -2)
   return attention(q, k, v, key_offsets=offsets, query_mask=query_mask, key_mask=key_mask,
                    causal=causal)

@@ -133,10 +133,16 @@ def lengths(plan: SweepPlan) -> tuple[str, str]:
 
 
 def cell_label(plan: SweepPlan, cell) -> str:
-  """``"lr 2.2e-04, d_model=128"``: a cell (row, column) of the pixel plots."""
+  """``"lr 2.2e-04, d_model=128"``: a cell (row, column) of a sweep's pixel plots."""
   name, xs = sweep_axis(plan)
-  text = f"lr {plan.axis.learning_rates[cell[0]]:.1e}"
-  return text + (f", {name.split('.')[-1]}={xs[cell[1]]:g}" if name else "")
+  return _cell_text(plan.axis.learning_rates, name, xs, cell)
+
+
+def _cell_text(learning_rates, field: str, values, cell) -> str:
+  """A cell (row, column) of pixel plots whose rows are ``learning_rates`` and columns the
+  ``values`` of ``field`` (none without a field)."""
+  text = f"lr {learning_rates[cell[0]]:.1e}"
+  return text + (f", {field.split('.')[-1]}={values[cell[1]]:g}" if field else "")
 
 
 def case_key(groups) -> str:
@@ -283,8 +289,8 @@ def pixels_beside_authors(grids, path, measured=("the training length", "the val
       rgba = np.concatenate([pixel_image(np.moveaxis(image, -1, 0)),
                              np.isfinite(image).all(-1, keepdims=True)], axis=-1)
       missing = (":\nnot in the mirror used here" if source == "authors" else ":\nnot run")
-      where = ("" if best is None else f"lr {grids.learning_rates[cross[0]]:.1e}, "
-               f"{grids.field.split('.')[-1]}={grids.values[cross[1]]:g}")
+      where = ("" if best is None else
+               _cell_text(grids.learning_rates, grids.field, grids.values, cross))
       _draw_pixels(ax, rgba, label + (missing if best is None else f":\n{best:.1%} at {where}"),
                    grids.learning_rates, grids.values, grids.field.split(".")[-1], cross)
     axes[r, 0].set_ylabel("learning rate")
