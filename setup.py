@@ -1,3 +1,5 @@
+import re
+
 from setuptools import find_packages, setup
 
 # The core install runs the attention modules, blocks and models; the extras add what the
@@ -26,10 +28,17 @@ ANALYSIS = EXPERIMENTS + BERT + [
     "wordfreq>=3.0",
 ]
 
+with open("normattn_jax/__init__.py") as f:
+  VERSION = re.search(r'^__version__ = "(.+)"$', f.read(), flags=re.M).group(1)
+with open("README.md") as f:
+  README = f.read()
+
 setup(
     name="normattn_jax",
-    version="0.1.0",
+    version=VERSION,
     description="Attention normalisations (softmax, DNAS, HNAS, Sinkhorn, NAP, NON) in JAX/Flax",
+    long_description=README,
+    long_description_content_type="text/markdown",
     # configs/ ships as a package: a config builds on another (``from configs import ...``)
     # whether it is imported or given by path to --config, from any working directory.
     packages=find_packages(include=["normattn_jax", "normattn_jax.*", "configs"]),
@@ -47,7 +56,10 @@ setup(
         "bert": BERT,
         "analysis": ANALYSIS,
         "all": sorted(set(PRETRAIN + ANALYSIS)),
-        "test": ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100", "ruff>=0.6"],
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100", "ruff>=0.6", "build>=1.2",
+                 "twine>=5"],
+        # make docs: Sphinx with MyST notebooks, as flax's and optax's docs are built
+        "docs": ["sphinx>=8", "myst-nb>=1.1", "sphinx-book-theme>=1.1", "ipykernel>=6"],
         # normattn_jax.pytorch_peer and benchmarks/pytorch_peer.py; not part of "all"
         "peer": EXPERIMENTS + ["torch"],
     },

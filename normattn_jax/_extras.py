@@ -3,9 +3,9 @@
 The core install (jax, flax, optax, chex, numpy) is enough for the attention modules, blocks and
 models. The rest comes with extras (setup.py), so that a Flax user does not pull TensorFlow
 Datasets or a plotting library: ``NEEDED`` says which extra each part of the library needs, and
-``require`` turns a missing package into an error that names the extra to install. The README's
-table of extras says the same (tests/test_extras.py checks the three against each other and
-against every module's imports).
+``require`` turns a missing package into an error that names the extra to install. The
+installing guide's table of extras (docs/guides/installing.md) says the same
+(tests/test_extras.py checks the three against each other and against every module's imports).
 """
 from __future__ import annotations
 

@@ -52,6 +52,7 @@ class Architecture:
   attention_gelu: bool          # GELU after the hidden LayerNorm of the attention sub-module
 
 
+#: The paper's architectures by name (``TransformerBlock``'s ``arch``).
 ARCHITECTURES = {
     "bert": Architecture("attention", "softmax", normalize=False, attention_gelu=False),
     "mte": Architecture("attention", "softmax", normalize=True, attention_gelu=True),

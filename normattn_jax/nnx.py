@@ -40,12 +40,13 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
   ``qkv_features``, ``out_features``, ``num_kv_heads``, ``dropout_rate``, ``decode``,
   ``normalize_qk``, ``rngs``, ...), except ``attention_fn``, which this module replaces (a
   custom one is refused). The extra keyword arguments:
-    normalization: a name in ``registry.names()`` at its default options, or an
+
+    - normalization: a name in ``registry.names()`` at its default options, or an
       ``AttentionSpec`` that sets them (e.g. ``AttentionSpec("hnas", {"hybrid_init": 0.0})``).
       Its per-head parameters are ``nnx.Param`` attributes of shape ``[num_heads]`` named as in
       the Linen module's params tree (NAP: ``nap_gain``, ``nap_bias``; HNAS:
       ``hybrid_weight``), initialised from the resolved options.
-    implementation: "auto" | "quadratic" | "fast" | "fused", as in the Linen module: "fast"
+    - implementation: "auto" | "quadratic" | "fast" | "fused", as in the Linen module: "fast"
       never forms the weights, so it takes ``is_causal`` (queries and keys of one length) but no
       dense ``mask``, no attention dropout, no ``sow_weights`` and no ``decode``; "fused"
       (``jax.nn.dot_product_attention``, for ``registry.fusable()``) has the same limits, but
@@ -53,10 +54,10 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
       ``decode``; "auto" takes the fused path where its kernel would be cuDNN's (from
       ``fused.AUTO_MIN_KEYS`` keys on), else the fast one where nothing blocks it and
       ``fast_is_faster`` says it pays.
-    scale_logits: divide the logits by sqrt(head_dim); None: the normalisation's own choice
+    - scale_logits: divide the logits by sqrt(head_dim); None: the normalisation's own choice
       (yes except for NAP).
-    block_size: queries per block of the blockwise fast paths.
-    output_gate / qk_norm / differential: the Linen module's options, not supported here: any
+    - block_size: queries per block of the blockwise fast paths.
+    - output_gate / qk_norm / differential: the Linen module's options, not supported here: any
       value but the default is refused (flax's own ``normalize_qk`` works).
 
   ``decode=True`` (with ``init_cache``) works for the normalisations whose weights of a query

@@ -169,7 +169,7 @@ def test_a_resumed_run_keeps_the_versions_it_started_with(tmp_path, monkeypatch)
   assert recorded["resumed_with"] == [later]
 
 
-# ----- the extras as declared: setup.py, _extras.NEEDED, the README's table, the imports -----
+# ----- the extras as declared: setup.py, _extras.NEEDED, the installing guide's table, imports ----
 
 PACKAGE = os.path.join(REPO, "normattn_jax")
 
@@ -341,16 +341,16 @@ def test_every_require_names_an_extra_that_installs_the_package():
 
 
 def readme_extras():
-  """The README's table of extras: ``{extra: (adds, for)}``."""
-  with open(os.path.join(REPO, "README.md")) as f:
+  """The installing guide's table of extras: ``{extra: (adds, for)}``."""
+  with open(os.path.join(REPO, "docs", "guides", "installing.md")) as f:
     rows = re.findall(r"^\| `(\w+)` \| (.*?) \| (.*?) \|$", f.read(), flags=re.M)
   return {extra: (adds, used_for) for extra, adds, used_for in rows}
 
 
-def test_the_readmes_table_adds_what_setup_py_declares():
+def test_the_installing_guides_table_adds_what_setup_py_declares():
   _, extras = declared()
   table = readme_extras()
-  assert set(table) == set(extras) == set(_extras.EXTRAS) | {"test"}
+  assert set(table) == set(extras) == set(_extras.EXTRAS) | {"test", "docs"}
   for extra, (adds, _) in table.items():
     if extra == "all":
       continue
@@ -367,7 +367,7 @@ def test_the_readmes_table_adds_what_setup_py_declares():
   assert requirement_names(extras["all"]) == everything
 
 
-def test_the_readmes_table_names_each_part_under_the_extra_it_needs():
+def test_the_installing_guides_table_names_each_part_under_the_extra_it_needs():
   table = readme_extras()
   for prefix, extra in _extras.NEEDED.items():
     short = prefix.removeprefix("normattn_jax.")

@@ -6,12 +6,12 @@ each with its own random assignment of types to parts; the label of every positi
 majority type; a stratified 80 / 20 train / test split. Model: one pre-LN encoder layer (d = 8,
 one head, ReLU FFN of width 8, no dropout, no attention in-projection bias, logits tied to the
 embedding, 584 parameters), initialised as ``torch.nn.TransformerEncoderLayer``. The LayerNorm
-before attention has no gain and bias and is one of three ``VARIANTS``:
+before attention has no gain and bias and is one of three ``VARIANTS``::
 
-``with_projection``          (x - mean) / std             centred, norm sqrt(d)
-``without_projection``       x / ||x|| * sqrt(d)          the paper's scaling only, norm sqrt(d)
-``without_projection_code``  x / ||x|| / sqrt(d)          as the authors' released code computes
-                                                          it, norm 1 / sqrt(d)
+    with_projection          (x - mean) / std        centred, norm sqrt(d)
+    without_projection       x / ||x|| * sqrt(d)     the paper's scaling only, norm sqrt(d)
+    without_projection_code  x / ||x|| / sqrt(d)     as the authors' released code computes
+                                                     it, norm 1 / sqrt(d)
 
 The model has no positional embedding, so a sequence acts only through its type counts: every
 position of one type gets the same output, and attention over 50 keys equals attention over the
@@ -246,6 +246,7 @@ class MajorityEncoder(nn.Module):
   ffn_features: int = 8
 
   def setup(self):
+    """Build the layers, initialised as ``torch.nn.TransformerEncoderLayer`` initialises them."""
     d, f = self.d_model, self.ffn_features
     in_projection = _symmetric_uniform(math.sqrt(6 / (d + 3 * d)))  # xavier on the [3d, d] W
     self.embedding = nn.Embed(self.num_types, d, embedding_init=nn.initializers.normal(1.0))
@@ -388,6 +389,7 @@ def validate_config(c: ml_collections.ConfigDict) -> None:
 
 
 def num_models(c: ml_collections.ConfigDict) -> int:
+  """The grid's size: one model per variant and seed (``len(variants) * num_seeds``)."""
   return len(c.variants) * c.num_seeds
 
 
@@ -492,6 +494,7 @@ class MajorityPrograms(NamedTuple):
 
 
 def steps_per_epoch(config: ml_collections.ConfigDict, train_size: int) -> int:
+  """Batches per epoch of ``train_size`` examples, the last one possibly smaller (ceil)."""
   return -(-train_size // config.batch_size)
 
 

@@ -1,18 +1,18 @@
 """Norm-based analysis of the whole attention block (Kobayashi et al., EMNLP 2021).
 
-A post-LN attention block computes ``x~_i = LN(y_i)`` with ``y_i = x_i + ATTN(x_i, X)`` and
+A post-LN attention block computes ``x~_i = LN(y_i)`` with ``y_i = x_i + ATTN(x_i, X)`` and::
 
     ATTN(x_i, X) = sum_j sum_h alpha^h_ij f^h(x_j) + b_O,   f^h(x) = (x W_V^h + b_V^h) W_O^h.
 
 LN is distributed exactly over a sum: ``LN(y) = sum_k g_y(z_k) + beta`` for ``y = sum_k z_k``, with
 ``g_y(z) = c(z) / s(y) * gamma``, ``c`` the centring and ``s(y) = sqrt(var(y) + eps)`` of the real
-LN input. So the output splits exactly into
+LN input. So the output splits exactly into::
 
     mixing      sum_{j != i} g_y(sum_h alpha^h_ij f^h(x_j))      (context)
     preserving  g_y(sum_h alpha^h_ii f^h(x_i)) + g_y(x_i)         (the token itself, and RES)
     bias        g_y(b_O) + beta                                  (belongs to neither effect)
 
-and the five methods of the paper give one mixing ratio per token:
+and the five methods of the paper give one mixing ratio per token::
 
     ATTN-W       head mean of sum_{j != i} alpha_ij / sum_j alpha_ij   (= 1 - mean alpha_ii)
     ATTN-N       |A_mix| / (|A_mix| + |A_self|),  A = sum_h alpha f^h without RES and LN
@@ -20,7 +20,7 @@ and the five methods of the paper give one mixing ratio per token:
     ATTNRES-N    |A_mix| / (|A_mix| + |A_self + x_i|)
     ATTNRESLN-N  |mixing| / (|mixing| + |preserving|)
 
-For weights that do not sum to one or may be negative (NAP, NON) the W methods use |alpha|.
+For weights that do not sum to one or may be negative (NAP, NON) the W methods use ``|alpha|``.
 
 The instrument reads any flax model whose attention blocks are ``MultiHeadAttention`` followed by
 a LayerNorm named ``attention_norm`` on ``x + ATTN(x)``: the pretrained ``BertModel`` and the
@@ -796,7 +796,7 @@ def read_texts(path: str) -> list:
 
 
 def token_contribution_shares(model: nn.Module, params: Mapping, tokenizer, text) -> tuple:
-  """Fig. 1: per layer, |sum_h alpha f(x_j)| (ATTN) and |F_i(x_j)| (ATTN + RES + LN) of one
+  """Fig. 1: per layer, ``|sum_h alpha f(x_j)|`` (ATTN) and ``|F_i(x_j)|`` (ATTN + RES + LN) of one
   sequence (``token_contributions``), each row divided by its sum.
 
   Args:

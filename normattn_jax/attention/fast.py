@@ -616,7 +616,7 @@ def nap_attention(q, k, v, gain=1.0, bias=0.0, *, query_mask=None, key_mask=None
   and std_i^2 = q_i^T Cov(k) q_i over the keys query i sees; eps > 0.
 
   As in ``nap_weights``, the logits are first divided by a power of two: q_i by 2**a_i just above
-  its largest |entry|, the keys of each head by one 2**c, eps by 2**(a_i + c). The ratio is the
+  its largest ``|entry|``, the keys of each head by one 2**c, eps by 2**(a_i + c). The ratio is the
   same number (the scaling is exact), and the moments cannot overflow for any finite q, k.
 
   Args:

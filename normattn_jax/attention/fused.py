@@ -39,8 +39,8 @@ as on the quadratic path (the kernels alone would spread it evenly over the keys
 
 The kernel is cuDNN's where it takes the call (``kernel_for``), else XLA's, whose masks are masks:
 exact at any logit. cuDNN would take a mask only as a dense bias, so there a key mask goes into
-k's column too, as ``masked_logit(dtype)`` (cuDNN's own mask values): exact while |logits| < 2^40
-in bf16, 2^14 in fp16.
+k's column too, as ``masked_logit(dtype)`` (cuDNN's own mask values): exact while
+``|logits| < 2^40`` in bf16, 2^14 in fp16.
 """
 from __future__ import annotations
 

@@ -481,6 +481,7 @@ class MultiHeadAttention(nn.Module):
       ``lambda_q2``, ``lambda_k2`` ([head_dim / 2], normal(0.1) init, shared by the heads as
       in the paper's code) and ``diff_norm``. The outputs are linear in the weights, so the
       fast paths compute it as two fast attentions.
+
   All three default off, adding no parameter: the params tree is then flax's.
   The normalisation's per-head parameters join the params tree by name: NAP adds a scalar
   ``nap_gain`` (init 1) and ``nap_bias`` (init 0) per head; HNAS adds ``hybrid_weight``.

@@ -29,6 +29,7 @@ RESERVED = frozenset({"logits", "mask", "q", "k", "v", "query_mask", "key_mask",
 
 
 def _identity(x: Array) -> Array:
+  """The default ``HeadParam.constrain``: the stored value is the one used."""
   return x
 
 
@@ -76,8 +77,8 @@ def unit_interval(value) -> Optional[str]:
 class Option:
   """A setting of one normalisation, owned by it: its name, default and rule.
 
-  problem(value): why ``value`` is refused ("must be ..."), or None when it is accepted.
-  init_only: only the per-head parameters' initialisers read it (HNAS's ``hybrid_init``); the
+  - ``problem(value)``: why ``value`` is refused ("must be ..."), or None when it is accepted.
+  - init_only: only the per-head parameters' initialisers read it (HNAS's ``hybrid_init``); the
     weight and fast functions are not passed it.
   """
   name: str
@@ -113,23 +114,23 @@ def never(q_len: int, k_len: int, head_dim: int, causal: bool, num_logits: int) 
 class Normalization:
   """Everything that makes one attention normalisation differ from another.
 
-  weights(logits, mask, **params, **options): ``logits [..., heads, q, k] -> weights``; the
+  - ``weights(logits, mask, **params, **options)``: ``logits [..., heads, q, k] -> weights``; the
     per-head params arrive shaped ``[heads, 1, 1]``.
-  fast(q, k, v, *, query_mask, key_mask, causal, block_size, **params, **options): the exact
-    path that never forms the weights (``[..., h, n, d]`` arrays), or None.
-  params: the per-head parameters (``HeadParam``), in the module's params tree by name.
-  options: its settings (``Option``), passed by name to ``weights`` and ``fast`` (unless
+  - ``fast(q, k, v, *, query_mask, key_mask, causal, block_size, **params, **options)``: the
+    exact path that never forms the weights (``[..., h, n, d]`` arrays), or None.
+  - params: the per-head parameters (``HeadParam``), in the module's params tree by name.
+  - options: its settings (``Option``), passed by name to ``weights`` and ``fast`` (unless
     ``init_only``) and to every ``HeadParam.init``; an ``AttentionSpec`` sets them.
-  scale_logits: divide the logits by sqrt(head_dim) unless the module says otherwise.
-  head_norm: whether the MTE layout's LayerNorm over the concatenated heads applies.
-  fast_pays_off(q_len, k_len, head_dim, causal, num_logits): ``implementation="auto"``'s rule.
-  fused(q, k, v, *, mask, query_mask, key_mask, causal, block_size, **params, **options): the
-    path through ``jax.nn.dot_product_attention`` (``fused.py``; ``[..., n, h, d]`` arrays, the
+  - scale_logits: divide the logits by sqrt(head_dim) unless the module says otherwise.
+  - head_norm: whether the MTE layout's LayerNorm over the concatenated heads applies.
+  - ``fast_pays_off(q_len, k_len, head_dim, causal, num_logits)``: ``implementation="auto"``'s rule.
+  - ``fused(q, k, v, *, mask, query_mask, key_mask, causal, block_size, **params, **options)``:
+    the path through ``jax.nn.dot_product_attention`` (``fused.py``; ``[..., n, h, d]`` arrays, the
     per-head params shaped ``[heads]``), for the normalisations that are softmax attention with
     per-key offsets; None where the weights are no such thing.
-  fused_auto_kernels: the kernels (``fused.KERNELS``) on which ``implementation="auto"`` takes
+  - fused_auto_kernels: the kernels (``fused.KERNELS``) on which ``implementation="auto"`` takes
     the fused path; () never.
-  normalizes_over_queries: each key's weights are also normalised over the queries (DNAS, HNAS,
+  - normalizes_over_queries: each key's weights are also normalised over the queries (DNAS, HNAS,
     Sinkhorn), so a query's row depends on the other queries: no step-by-step decoding with a
     key/value cache, and padded queries must be masked.
   """
@@ -376,7 +377,7 @@ register = REGISTRY.register
 unregister = REGISTRY.unregister
 get = REGISTRY.get
 names = REGISTRY.names
-NORMALIZATIONS = REGISTRY.view  # the live, tuple-like view of the names
+NORMALIZATIONS = REGISTRY.view  #: the live, tuple-like view of the names
 
 
 def fusable() -> tuple:
@@ -591,5 +592,5 @@ STICKBREAKING = register(Normalization(
     "stickbreaking", weights_lib.stickbreaking_weights,
     fast=fast_lib.stickbreaking_attention, fast_pays_off=_blockwise_pays_off))
 
-# The names above, fixed: what the library ships, whatever a user registers later.
+#: The names above, fixed -- what the library ships, whatever a user registers later.
 BUILTIN_NORMALIZATIONS = names()

@@ -188,7 +188,7 @@ def nap_weights(logits: Array, gain=1.0, bias=0.0, mask: Optional[Array] = None,
 
   Mean and population standard deviation are taken over the valid keys of each query, so the
   weights are independent of the sequence length and can be negative (no probability cage).
-  Each row is first divided by a power of two s just above its largest |l|, and
+  Each row is first divided by a power of two s just above its largest ``|l|``, and
   ``(l/s - mean/s) / (std/s + eps/s)`` is computed instead: the same number, since scaling by a
   power of two is exact, but the mean and the squares cannot overflow for any finite logits.
   The row's largest logit is subtracted before the mean is taken, so equal logits centre to

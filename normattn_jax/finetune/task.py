@@ -69,6 +69,7 @@ class FinetuneTask:
 
   @property
   def seq_len(self) -> int:
+    """The examples' length in tokens (the last axis of the train split's ``input_ids``)."""
     return int(self.train["input_ids"].shape[-1])
 
   def arrays(self, split: str) -> dict:

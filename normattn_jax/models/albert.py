@@ -1,5 +1,5 @@
 """ALBERT (Lan et al. 2020) in flax.linen with any attention normalisation: the DNAS paper's
-pre-training platform.
+pre-training platform::
 
     e = LN(word + position + token type)      width E (factorised embedding)
     x = e W + b                               E -> H
@@ -117,6 +117,8 @@ class AlbertModel(nn.Module):
   attention_implementation: str = "auto"
 
   def setup(self):
+    """Build the submodules: embeddings, projection, shared layer groups, per-layer head
+    parameters and pooler."""
     c = self.config
     self.embeddings = BertEmbeddings(c, self.dropout_rate, self.dtype, self.param_dtype,
                                      features=c.embedding_size, embedding_init=INIT)
@@ -178,6 +180,7 @@ class AlbertForPretraining(nn.Module):
   attention_implementation: str = "auto"
 
   def setup(self):
+    """Build the encoder and the two pre-training heads (MLM transform and bias, SOP)."""
     c = self.config
     self.albert = AlbertModel(c, self.dropout_rate, self.dtype,
                               attention_implementation=self.attention_implementation)

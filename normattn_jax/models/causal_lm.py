@@ -83,17 +83,17 @@ class CausalLM(nn.Module):
   """Tokens ``[..., n]`` (int) -> next-token logits ``[..., n, vocab_size]``.
 
   Fields:
-    vocab_size, max_len: token ids in ``[0, vocab_size)``; ``max_len`` learned positions, the
+    - vocab_size, max_len: token ids in ``[0, vocab_size)``; ``max_len`` learned positions, the
       longest sequence (no limit with ``positional="none"``).
-    d_model, num_layers, num_heads, mlp_ratio: the sizes (Brody et al.: 8, 4, 4, 4).
-    pre_attention_norm_kind: the kind of the LayerNorm before each attention (the modules
+    - d_model, num_layers, num_heads, mlp_ratio: the sizes (Brody et al.: 8, 4, 4, 4).
+    - pre_attention_norm_kind: the kind of the LayerNorm before each attention (the modules
       ``pre_attention_norm``; ``norms.LAYER_NORM_KINDS``; "no_scaling" is Brody et al.'s model
       without scaling). The other LayerNorms are standard.
-    dropout_rate: GPT-2's embedding, attention and residual dropout (active when not
+    - dropout_rate: GPT-2's embedding, attention and residual dropout (active when not
       ``deterministic``; needs a "dropout" rng).
-    normalization: every attention's normalisation (a registered name or an
+    - normalization: every attention's normalisation (a registered name or an
       ``AttentionSpec``).
-    positional: "learned" (GPT-2's position embeddings) or "none" (NoPE: no position
+    - positional: "learned" (GPT-2's position embeddings) or "none" (NoPE: no position
       embedding, the causal mask alone tells positions apart); ``POSITIONALS``.
   """
   vocab_size: int

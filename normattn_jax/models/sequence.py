@@ -26,10 +26,11 @@ class SequenceModel(nn.Module):
   """Tokens ``[batch, N]`` (int) -> logits.
 
   Output heads (``output``):
-    "tokens":  one logit per token, ``[batch, N]`` (softmax over the sequence picks a position);
-    "first":   the first token projected to ``max_len`` logits, sliced to ``[batch, N]``;
-    "classes": the first token projected to ``num_classes`` logits, ``[batch, num_classes]``;
-    "token_classes": every token projected to ``num_classes`` logits, ``[batch, N, num_classes]``.
+    - "tokens":  one logit per token, ``[batch, N]`` (softmax over the sequence picks a position);
+    - "first":   the first token projected to ``max_len`` logits, sliced to ``[batch, N]``;
+    - "classes": the first token projected to ``num_classes`` logits, ``[batch, num_classes]``;
+    - "token_classes": every token projected to ``num_classes`` logits, ``[batch, N, num_classes]``.
+
   Padding positions (``mask`` False) get the logit -1e9 in the two position heads.
   ``output_gate``, ``qk_norm`` and ``differential`` are ``MultiHeadAttention``'s, in every block
   (attention archs only; block l, counted from 1, is differential attention's layer l).

@@ -229,7 +229,7 @@ def case_figure(plan: SweepPlan, summary, path, groups):
     plan: the sweep's plan.
     summary: its ``summary.json`` tree (``scoring.summarise``).
     path: the image file to write.
-    groups: the task's ``MetricGroup``s, one row each.
+    groups: the task's ``MetricGroup`` objects, one row each.
   """
   archs = list(plan.archs)
   measured = dict(zip(("training", "validation"), lengths(plan)))
@@ -320,7 +320,7 @@ def learning_curves_figure(plan: SweepPlan, summary, metrics_path, path, groups=
     summary: its ``summary.json`` tree (``scoring.summarise``).
     metrics_path: the sweep's ``metrics.npz``.
     path: the image file to write.
-    groups: the task's ``MetricGroup``s; only the first is drawn.
+    groups: the task's ``MetricGroup`` objects; only the first is drawn.
   """
   data = np.load(metrics_path)
   first = plan.points[0]

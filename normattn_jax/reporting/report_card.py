@@ -331,6 +331,7 @@ class Arm:
   arch: str
 
   def selection(self) -> seeds_lib.OurSweep:
+    """The selection sweep (the learning-rate grid, the selection seeds), which picks the rate."""
     return seeds_lib.OurSweep.read(self.select_dir)
 
   def sweep(self) -> seeds_lib.OurSweep:

@@ -195,4 +195,4 @@ register = REGISTRY.register
 unregister = REGISTRY.unregister
 get = REGISTRY.get
 names = REGISTRY.names
-TASKS = REGISTRY.view  # the live, tuple-like view of the names
+TASKS = REGISTRY.view  #: the live, tuple-like view of the names

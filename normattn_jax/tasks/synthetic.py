@@ -14,10 +14,13 @@ from normattn_jax.tasks import registry
 
 ARGMIN_TOKEN = 64  # if it occurs, the label is the position of the smallest token
 FIRST_TOKEN = 50   # else, if it occurs, the label is the first position
+#: The case task's three cases, in the order of ``CaseBatch.cases`` (0 argmin, 1 first, 2 argmax).
 CASES = ("argmin", "first", "argmax")
 
 
 class CaseBatch(NamedTuple):
+  """A batch of the case task with each sequence's case, from which the per-case accuracies
+  are read."""
   inputs: jax.Array  # [batch, seq_len] int32 tokens
   labels: jax.Array  # [batch] int32 positions
   cases: jax.Array   # [batch] int32: 0 argmin, 1 first, 2 argmax
@@ -249,5 +252,5 @@ MAJORITY = registry.register(registry.Task(
         key, batch_size, seq_len, settings.vocab_size, settings.min_margin),
     outputs=("token_classes",), positional=False))
 
-# The names above, fixed: what the library ships, whatever a user registers later.
+#: The names above, fixed -- what the library ships, whatever a user registers later.
 BUILTIN_TASKS = registry.names()

@@ -319,7 +319,7 @@ def model_bytes(init: Callable, chunk: Callable, per_model, shared: tuple = ()
   Args:
     init: ``(key data, per_model, *shared) -> state``.
     chunk: ``(state, per_model, *shared) -> (state, outputs)``.
-    per_model: one model's per-model inputs, as ``jax.ShapeDtypeStruct``s.
+    per_model: one model's per-model inputs, as ``jax.ShapeDtypeStruct`` objects.
     shared: the arrays every model reads.
 
   Returns:

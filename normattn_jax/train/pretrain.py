@@ -151,6 +151,8 @@ def _check_enough_documents(d: ml_collections.ConfigDict) -> None:
 
 
 def file_sha256(path: str) -> str:
+  """The hex sha256 of a file's bytes: identifies the vocabulary a run trained with
+  (``vocab_record``), so that fine-tuning can refuse one that changed since."""
   with open(path, "rb") as f:
     return hashlib.sha256(f.read()).hexdigest()
 
@@ -163,6 +165,13 @@ def vocab_record(vocab_path: str, workdir: str) -> dict:
 
 
 def model_config(c: ml_collections.ConfigDict, vocab_size: int) -> AlbertConfig:
+  """The ``AlbertConfig`` of a run's ``model`` section, shared by pre-training and the
+  fine-tuning encoders that load its checkpoint.
+
+  Args:
+    c: the run's config.
+    vocab_size: the number of token ids (the loaded vocabulary's size).
+  """
   m = c.model
   return AlbertConfig(
       vocab_size=vocab_size, embedding_size=m.embedding_size, hidden_size=m.hidden_size,
@@ -175,6 +184,13 @@ def model_config(c: ml_collections.ConfigDict, vocab_size: int) -> AlbertConfig:
 
 
 def build_model(c: ml_collections.ConfigDict, vocab_size: int) -> AlbertForPretraining:
+  """The pre-training model of a run's config: ``model_config`` with its dropout, dtype and
+  attention implementation.
+
+  Args:
+    c: the run's config.
+    vocab_size: the number of token ids (the loaded vocabulary's size).
+  """
   return AlbertForPretraining(model_config(c, vocab_size), dropout_rate=c.model.dropout,
                               dtype=DTYPES[c.model.dtype],
                               attention_implementation=c.model.attention_implementation)

@@ -99,6 +99,7 @@ class RunLog:
     return [row for row in self.history if all(row.get(k) == v for k, v in labels.items())]
 
   def close(self) -> None:
+    """Close the progress bar and the TensorBoard writer (also on leaving a ``with`` block)."""
     if self._bar is not None:
       self._bar.close()
     if self._writer is not None:
