@@ -2,6 +2,9 @@
 import glob
 import os
 import re
+import shlex
+import subprocess
+import sys
 
 import pytest
 
@@ -47,3 +50,40 @@ def test_example_runs(page, index, block):
     for registry, names in zip(registries, before):
       for name in set(registry.names()) - names:
         registry.unregister(name)
+
+
+def readme_commands() -> list:
+  """The README's ``python experiments/<script>.py ...`` command lines, continuations joined."""
+  with open(os.path.join(ROOT, "README.md")) as f:
+    blocks = re.findall(r"^```(\w*)\n(.*?)^```$", f.read(), flags=re.S | re.M)
+  shell = "\n".join(text for language, text in blocks if not language)
+  return re.findall(r"^python (experiments/\w+\.py .*?)$", shell.replace("\\\n", " "),
+                    flags=re.M)
+
+
+@pytest.mark.parametrize("command", readme_commands())
+def test_the_readmes_commands_parse_into_valid_configs(command, tmp_path):
+  """Each command runs as written, its plugin the README's example, up to the opening of its
+  workdir, which is a file here: every flag parsed and the whole config validated first (a bad
+  field would be named instead), and nothing written (the runs themselves are the scripts' own
+  tests')."""
+  register_block = next(block for block in python_blocks("README.md") if "register(" in block)
+  (tmp_path / "my_norms.py").write_text(register_block)
+  script, *arguments = shlex.split(command)
+  workdir = tmp_path / "a_file"
+  workdir.write_text("")
+  arguments = [f"--workdir={workdir}" if a.startswith("--workdir") else a for a in arguments]
+  if "--workdir" in arguments:
+    arguments[arguments.index("--workdir") + 1] = str(workdir)
+  environment = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, str(tmp_path)]),
+                     JAX_PLATFORMS="cpu")
+  done = subprocess.run([sys.executable, script, *arguments], cwd=ROOT, env=environment,
+                        capture_output=True, text=True, timeout=300)
+  assert done.returncode != 0
+  assert str(workdir) in done.stderr.strip().splitlines()[-1], done.stderr[-2000:]
+  assert sorted(set(os.listdir(tmp_path)) - {"__pycache__"}) == ["a_file", "my_norms.py"]
+
+
+def test_the_readme_has_its_two_commands():
+  assert sorted(shlex.split(c)[0] for c in readme_commands()) == [
+      "experiments/report_card.py", "experiments/sweep.py"]
