@@ -9,18 +9,13 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
                       os.path.join(tempfile.gettempdir(), "normattn_jax_test_cache"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
-# Compiling dominates the suite's time: `make test` compiles without LLVM's optimisation passes
-# (which change how fast a program runs and, in the last bits, the order of some sums; a quarter
-# less time), with XLA's elemental emitter in place of its MLIR fusion emitters (which
-# compile more slowly: a third less again; see `fusion_emitters` for what they keep) and with
-# each program's machine code generated in one piece rather than split over threads (which the
-# two busy cores of the suite cannot run in parallel anyway: a fifth less again), `make test-all`
+# Compiling dominates the suite's time: `make test` compiles for a short compile
+# (normattn_jax.train.cli.QUICK_COMPILE_FLAGS: the elemental emitter, no LLVM passes; see
+# `fusion_emitters` for what the fusion emitters keep), `make test-all`
 # (NORMATTN_JAX_TEST_OPTIMIZED=1) as the runs do. Processes that tests start inherit it.
 if os.environ.get("NORMATTN_JAX_TEST_OPTIMIZED", "0") != "1":
-  os.environ["XLA_FLAGS"] = " ".join(
-      [os.environ.get("XLA_FLAGS", ""), "--xla_backend_optimization_level=0",
-       "--xla_cpu_use_fusion_emitters=false",
-       "--xla_cpu_parallel_codegen_split_count=1"]).strip()
+  from normattn_jax.train.cli import quick_compile  # noqa: E402
+  quick_compile()
 
 import jax  # noqa: E402
 

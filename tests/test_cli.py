@@ -4,6 +4,11 @@ import subprocess
 import sys
 import textwrap
 
+import jax
+import pytest
+
+from normattn_jax.train import cli
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SCRIPT = textwrap.dedent("""
@@ -119,3 +124,13 @@ def test_other_flag_errors_are_absls_own():
   from normattn_jax.train import cli
 
   assert cli.section_hint(message) == message
+
+
+def test_quick_compile_comes_before_the_first_computation():
+  """The suite itself compiles quickly (conftest); once JAX has computed, asking is an error,
+  not a silent no-op."""
+  jax.numpy.zeros(1).block_until_ready()
+  with pytest.raises(RuntimeError, match="before JAX's first computation"):
+    cli.quick_compile({})
+  if os.environ.get("NORMATTN_JAX_TEST_OPTIMIZED", "0") != "1":
+    assert set(cli.QUICK_COMPILE_FLAGS) <= set(os.environ["XLA_FLAGS"].split())
