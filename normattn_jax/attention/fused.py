@@ -44,7 +44,9 @@ in bf16, 2^14 in fp16.
 """
 from __future__ import annotations
 
-from typing import Optional
+import contextlib
+import contextvars
+from typing import Iterator, Optional
 
 import jax
 import jax.numpy as jnp
@@ -64,8 +66,30 @@ AUTO_MIN_KEYS = 512                # "auto" fuses from here on: below, the quadr
 
 # ----- the kernel and the path -----
 
+# Set only inside ``tracing_for_cudnn``: the kernel choice below is made while a program is
+# traced, so a program exported for CUDA from a machine without a GPU must be told which device
+# it is for.
+_TRACING_FOR_CUDNN = contextvars.ContextVar("normattn_jax_tracing_for_cudnn", default=False)
+
+
+@contextlib.contextmanager
+def tracing_for_cudnn() -> Iterator[None]:
+  """Programs traced inside take cuDNN's kernel wherever it would take the call on an Ampere or
+  later NVIDIA GPU, whatever this machine's devices are: what ``jax.export`` of a program for
+  platform "cuda" needs on a CPU-only machine (``train.export_check``). Never needed to run on a
+  GPU, where ``cudnn_device`` sees the device itself."""
+  token = _TRACING_FOR_CUDNN.set(True)
+  try:
+    yield
+  finally:
+    _TRACING_FOR_CUDNN.reset(token)
+
+
 def cudnn_device() -> bool:
-  """Whether the default device is an NVIDIA GPU on which cuDNN's flash attention runs."""
+  """Whether the default device is an NVIDIA GPU on which cuDNN's flash attention runs (or
+  programs are being traced for one, ``tracing_for_cudnn``)."""
+  if _TRACING_FOR_CUDNN.get():
+    return True
   device = jax.devices()[0]
   if device.platform != "gpu":
     return False

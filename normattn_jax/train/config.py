@@ -10,9 +10,11 @@ import ml_collections
 from ml_collections import config_dict
 
 from normattn_jax import tasks
-from normattn_jax.attention.module import OUTPUT_GATES, QK_NORMS
+from normattn_jax.attention.module import IMPLEMENTATIONS, OUTPUT_GATES, QK_NORMS, \
+    check_fusable
 from normattn_jax.blocks import ARCHITECTURES, ATTENTION_OPTIONS
 from normattn_jax.models.sequence import OUTPUTS
+from normattn_jax.precision import DTYPES
 from normattn_jax.train.sections import attention_section, attention_spec, check_known_fields
 from normattn_jax.validation import check_config_float, check_config_int, check_fields
 from normattn_jax.validation import fail_config as _fail
@@ -77,6 +79,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.output_gate = config_dict.placeholder(str)
   c.model.qk_norm = config_dict.placeholder(str)
   c.model.differential = False
+  # the compute dtype ("float32" | "bfloat16": normattn_jax.precision's policy, parameters float32)
+  # and the attention's path ("auto" | "quadratic" | "fast" | "fused", attention.module)
+  c.model.dtype = "float32"
+  c.model.attention_implementation = "auto"
 
   c.train = ml_collections.ConfigDict()
   c.train.num_steps = 3200
@@ -174,6 +180,7 @@ def _validate_fields(config) -> None:
       and any(ARCHITECTURES[a].mixer != "attention" for a in archs):
     _fail("attention.name", config.attention.name, "applies to attention archs only")
   _validate_attention_options(config.model, "model", archs)
+  _validate_compute(config, archs)
   check_fields(config, ("learning_rates", "num_seeds", "seed"))
   for field in ("eval.val_batches", "eval.case_set_size"):
     _positive_int(config, field)
@@ -222,6 +229,23 @@ def _validate_attention_options(model, section: str, archs: tuple) -> None:
     if model[field] not in (None, False) and pooling:
       _fail(f"{section}.{field}", model[field],
             f"applies to attention archs only, not {tuple(pooling)}")
+
+
+def _validate_compute(config, archs: tuple) -> None:
+  """``model.dtype`` and ``model.attention_implementation``: known values, and "fused" only
+  for archs whose normalisation has a fused path."""
+  if config.model.dtype not in DTYPES:
+    _fail("model.dtype", config.model.dtype, f"must be one of {tuple(DTYPES)}")
+  implementation = config.model.attention_implementation
+  if implementation not in IMPLEMENTATIONS:
+    _fail("model.attention_implementation", implementation,
+          f"must be one of {IMPLEMENTATIONS}")
+  chosen = attention_spec(config.attention, "attention", keep=True)
+  for arch in archs:
+    own = ARCHITECTURES[arch]
+    if own.mixer == "attention":
+      check_fusable(chosen or own.normalization, implementation,
+                    f"config.model.attention_implementation (arch {arch!r})")
 
 
 def _validate_sweep(config):

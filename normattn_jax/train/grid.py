@@ -25,6 +25,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from normattn_jax import tasks
 from normattn_jax.models.sequence import SequenceModel
+from normattn_jax.precision import DTYPES
 from normattn_jax.train import config as config_lib
 from normattn_jax.train.optim import make_optimizer, with_learning_rate
 from normattn_jax.train.sections import attention_spec
@@ -97,7 +98,8 @@ class Setup:
         num_classes=None if task.num_classes is None else task.num_classes(self.settings),
         positional=self.positional, dropout_rate=c.train.dropout,
         output_gate=c.model.output_gate, qk_norm=c.model.qk_norm,
-        differential=c.model.differential)
+        differential=c.model.differential, dtype=DTYPES[c.model.dtype],
+        attention_implementation=c.model.attention_implementation)
 
   def sample(self, key: Array, batch_size: int, seq_len: int):
     """(inputs, labels) for one batch of the task.
