@@ -14,7 +14,7 @@ from normattn_jax.attention.module import IMPLEMENTATIONS, OUTPUT_GATES, QK_NORM
     check_fusable
 from normattn_jax.blocks import ARCHITECTURES, ATTENTION_OPTIONS
 from normattn_jax.models.sequence import OUTPUTS
-from normattn_jax.precision import DTYPES
+from normattn_jax.precision import DTYPES, check_compute_dtype
 from normattn_jax.train.sections import attention_section, attention_spec, check_known_fields
 from normattn_jax.validation import check_config_float, check_config_int, check_fields
 from normattn_jax.validation import fail_config as _fail
@@ -232,8 +232,9 @@ def _validate_attention_options(model, section: str, archs: tuple) -> None:
 
 
 def _validate_compute(config, archs: tuple) -> None:
-  """``model.dtype`` and ``model.attention_implementation``: known values, and "fused" only
-  for archs whose normalisation has a fused path."""
+  """``model.dtype`` and ``model.attention_implementation``: known values, "fused" only for
+  archs whose normalisation has a fused path, bfloat16 only for those that keep their
+  tolerances in it (``normattn_jax.precision``)."""
   if config.model.dtype not in DTYPES:
     _fail("model.dtype", config.model.dtype, f"must be one of {tuple(DTYPES)}")
   implementation = config.model.attention_implementation
@@ -246,6 +247,7 @@ def _validate_compute(config, archs: tuple) -> None:
     if own.mixer == "attention":
       check_fusable(chosen or own.normalization, implementation,
                     f"config.model.attention_implementation (arch {arch!r})")
+      check_compute_dtype(chosen or own.normalization, config.model.dtype, "model.dtype")
 
 
 def _validate_sweep(config):

@@ -285,6 +285,14 @@ def implementations(name: str) -> tuple:
                                                          norm.fused is not None)) if offered)
 
 
+def config_dtypes(name: Optional[str], dtypes: Sequence[str]) -> tuple:
+  """The dtypes a config may ask for with normalisation ``name``: float32 alone for one that
+  needs it (``Normalization.needs_float32``; its configs refuse bfloat16)."""
+  if name and attention_registry.get(name).needs_float32:
+    return tuple(d for d in dtypes if d == "float32")
+  return tuple(dtypes)
+
+
 def grid_config(arch: str, normalization: Optional[str], implementation: str, dtype: str):
   """A small sweep config of one arch (a sweep's programs have the same ops at any size)."""
   from normattn_jax.train import config as config_lib
@@ -341,7 +349,7 @@ def grid_programs(normalizations: Sequence[str], dtypes: Sequence[str] = COMPUTE
     used = name or (own if isinstance(own, str) else None)
     label = used or ARCHITECTURES[arch].mixer
     for implementation in (implementations(used) if used else ("quadratic",)):
-      for dtype in dtypes:
+      for dtype in config_dtypes(used, dtypes):
         out.append(Program(f"grid/{arch}/{label}/{implementation}/{dtype}", "grid",
                            used or "softmax", implementation, dtype,
                            _grid_build(arch, name, implementation, dtype)))
@@ -390,7 +398,7 @@ def pretraining_programs(normalizations: Sequence[str], dtypes=("bfloat16",)) ->
   out = []
   for name in normalizations:
     for implementation in implementations(name):
-      for dtype in dtypes:
+      for dtype in config_dtypes(name, dtypes):
         for step in ("train", "eval"):
           out.append(Program(f"pretrain/{name}/{implementation}/{dtype}/{step}", "pretrain",
                              name, implementation, dtype,

@@ -31,6 +31,7 @@ from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.models.albert import DTYPES, AlbertConfig, AlbertForPretraining, \
     pretraining_loss
 from normattn_jax.models.bert import ACTIVATIONS
+from normattn_jax.precision import check_compute_dtype
 from normattn_jax.train import multihost
 from normattn_jax.train.checkpoint import GridCheckpoints, check_workdir, open_workdir, \
     releases_workdir, write_json
@@ -96,6 +97,7 @@ def validate_pretrain_config(c: ml_collections.ConfigDict) -> None:
     if value not in allowed:
       _fail(field, value, f"must be one of {allowed}")
   check_fusable(spec, c.model.attention_implementation, "config.model.attention_implementation")
+  check_compute_dtype(spec, c.model.dtype, "model.dtype")
   validate_attention_options(c.model, "model")
   if c.model.differential and (c.model.hidden_size // c.model.num_attention_heads) % 2:
     _fail("model.differential", c.model.differential,
