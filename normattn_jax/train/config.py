@@ -6,6 +6,7 @@ anything compiles and names the offending field.
 from __future__ import annotations
 
 
+import jax
 import ml_collections
 from ml_collections import config_dict
 
@@ -97,6 +98,9 @@ def base_config() -> ml_collections.ConfigDict:
   # device's whole share on an accelerator. At a fixed width a model's numbers do not depend
   # on the rest of the grid.
   c.train.models_per_vmap = 0
+  # devices that split each model's batch (the "data" axis of a models x data mesh; the models
+  # lie over the rest): must divide the devices and train.batch_size; 1 = each model on one
+  c.train.data_shards = 1
 
   c.eval = ml_collections.ConfigDict()
   c.eval.val_batches = 32
@@ -186,6 +190,8 @@ def _validate_fields(config) -> None:
     _positive_int(config, field)
   _validate_shapes(config)
   check_fields(config, ("train.models_per_vmap", "train.checkpoint_every"))
+  _positive_int(config, "train.data_shards")
+  check_mesh(config)
   task = _task(config)
   if config.task.output not in OUTPUTS:
     _fail("task.output", config.task.output, f"choose from {OUTPUTS}")
@@ -229,6 +235,22 @@ def _validate_attention_options(model, section: str, archs: tuple) -> None:
     if model[field] not in (None, False) and pooling:
       _fail(f"{section}.{field}", model[field],
             f"applies to attention archs only, not {tuple(pooling)}")
+
+
+def check_mesh(config: ml_collections.ConfigDict) -> None:
+  """Refuse a (models x data) mesh this machine cannot lay out, before anything compiles:
+  ``train.data_shards`` must divide the devices and each model's batch.
+
+  Raises:
+    ValueError: ``config.train.data_shards=<n>: must divide ...`` with the numbers.
+  """
+  shards, devices = config.train.data_shards, jax.device_count()
+  if devices % shards:
+    raise ValueError(f"config.train.data_shards={shards}: must divide the {devices} devices "
+                     f"(a mesh of {devices} // data_shards models x data_shards)")
+  if config.train.batch_size % shards:
+    raise ValueError(f"config.train.data_shards={shards}: must divide config.train.batch_size "
+                     f"({config.train.batch_size}), each shard training on an equal slice")
 
 
 def _validate_compute(config, archs: tuple) -> None:

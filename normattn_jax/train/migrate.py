@@ -31,9 +31,10 @@ _OLD_SWITCHES = {"": None, "auto": None, "true": True, "false": False}
 # a stored tree whose section lacks one ran without it.
 ADDED = {
     "sweep": {"model.output_gate": None, "model.qk_norm": None, "model.differential": False,
-              "model.dtype": "float32", "model.attention_implementation": "auto"},
+              "model.dtype": "float32", "model.attention_implementation": "auto",
+              "train.data_shards": 1},
     "pretraining": {"model.output_gate": None, "model.qk_norm": None,
-                    "model.differential": False},
+                    "model.differential": False, "train.shard_parameters": False},
     # the causal-LM analysis on the grid engine: the seeds per vmap, 0 the engine's auto width
     "causal_lm": {"train.models_per_vmap": 0},
 }
