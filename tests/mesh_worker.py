@@ -31,10 +31,14 @@ def main(out: str) -> None:
 
   run = train_grid(grid_config(GRID_SHARDS), "mte", on_chunk=record)
   np.savez(os.path.join(out, "grid.npz"), params=flat(run.state.params), **run.metrics)
+  layout["asked"] = layout["grid"]
   losses, state = pretraining_steps(shard_parameters=True)
   layout["pretraining"] = sorted({str(x.sharding.spec) for x in jax.tree.leaves(state.params)})
   layout["pretraining_losses"] = losses
   np.save(os.path.join(out, "pretraining.npy"), flat(state.params))
+  auto = train_grid(grid_config(0, num_steps=3), "mte", on_chunk=record)
+  layout["auto"] = layout["grid"]
+  del auto
   refusals = []
   for shards, batch in ((3, 8), (8, 4)):
     try:

@@ -14,19 +14,19 @@ import numpy as np
 import pytest
 
 from normattn_jax.train import base_config, pretrain, validate
-from normattn_jax.train.grid import train_grid
+from normattn_jax.train.grid import data_shards_for, train_grid
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRID_SHARDS = 4  # of 8 devices: 2 lay out the models, 4 split each model's batch
 LEARNING_RATE = 0.003
 
 
-def grid_config(data_shards: int, batch_size: int = 8):
+def grid_config(data_shards: int, batch_size: int = 8, num_steps: int = 6):
   c = base_config()
   c.archs, c.learning_rates, c.num_seeds = ("mte",), (LEARNING_RATE,), 3
   c.task.seq_len = 8
   c.model.update(d_model=8, num_heads=2, num_layers=1)
-  c.train.update(num_steps=6, eval_every=3, batch_size=batch_size, checkpoint_every=0,
+  c.train.update(num_steps=num_steps, eval_every=3, batch_size=batch_size, checkpoint_every=0,
                  data_shards=data_shards)
   c.eval.update(val_batches=2, case_set_size=4)
   return c
@@ -62,7 +62,8 @@ def test_eight_devices_give_the_one_device_numbers_laid_out_as_asked(tmp_path):
   assert done.returncode == 0, done.stderr[-3000:]
   with open(tmp_path / "layout.json") as f:
     layout = json.load(f)
-  assert layout["grid"] == {"spec": "P('models',)", "mesh": {"models": 2, "data": 4}}
+  assert layout["asked"] == {"spec": "P('models',)", "mesh": {"models": 2, "data": 4}}
+  assert layout["auto"] == layout["asked"]  # 3 models on 8 devices: 2 x 4
   one = train_grid(grid_config(1), "mte")
   eight = np.load(tmp_path / "grid.npz")
   np.testing.assert_allclose(eight["train_loss"], one.metrics["train_loss"], rtol=1e-4)
@@ -91,8 +92,17 @@ def test_a_mesh_this_machine_cannot_lay_out_is_refused_before_compiling():
   with pytest.raises(ValueError, match=rf"config.train.data_shards={devices + 1}: must divide "
                                        rf"the {devices} devices"):
     validate(grid_config(devices + 1))
-  with pytest.raises(ValueError, match=r"config.train.data_shards=0: must be a positive"):
-    validate(grid_config(0))
+  with pytest.raises(ValueError, match=r"config.train.data_shards=-1: must be a"):
+    validate(grid_config(-1))
+
+
+def test_auto_data_shards_give_every_device_a_model_before_splitting_batches():
+  assert data_shards_for(0, 3, 8, 8) == 4      # 2 devices on the models, 4 on each batch
+  assert data_shards_for(0, 300, 32, 8) == 1   # more models than devices: no data axis
+  assert data_shards_for(0, 3, 2, 8) == 2      # a batch of 2: 4 x 2, one device padded
+  assert data_shards_for(0, 1, 3, 8) == 1      # no split divides the batch: models alone
+  assert data_shards_for(2, 300, 32, 8) == 2   # asked for
+  validate(grid_config(0))
 
 
 def test_fsdp_splits_each_array_on_its_longest_axis_the_devices_divide():

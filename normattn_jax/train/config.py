@@ -99,7 +99,8 @@ def base_config() -> ml_collections.ConfigDict:
   # on the rest of the grid.
   c.train.models_per_vmap = 0
   # devices that split each model's batch (the "data" axis of a models x data mesh; the models
-  # lie over the rest): must divide the devices and train.batch_size; 1 = each model on one
+  # lie over the rest): must divide the devices and train.batch_size; 1 = each model on one,
+  # 0 = auto (grid.data_shards_for: data shards only where there are more devices than models)
   c.train.data_shards = 1
 
   c.eval = ml_collections.ConfigDict()
@@ -190,7 +191,7 @@ def _validate_fields(config) -> None:
     _positive_int(config, field)
   _validate_shapes(config)
   check_fields(config, ("train.models_per_vmap", "train.checkpoint_every"))
-  _positive_int(config, "train.data_shards")
+  _non_negative_int(config, "train.data_shards")
   check_mesh(config)
   task = _task(config)
   if config.task.output not in OUTPUTS:
@@ -239,12 +240,14 @@ def _validate_attention_options(model, section: str, archs: tuple) -> None:
 
 def check_mesh(config: ml_collections.ConfigDict) -> None:
   """Refuse a (models x data) mesh this machine cannot lay out, before anything compiles:
-  ``train.data_shards`` must divide the devices and each model's batch.
+  ``train.data_shards`` (unless 0, auto) must divide the devices and each model's batch.
 
   Raises:
     ValueError: ``config.train.data_shards=<n>: must divide ...`` with the numbers.
   """
   shards, devices = config.train.data_shards, jax.device_count()
+  if not shards:  # auto: grid.data_shards_for picks a divisor of both
+    return
   if devices % shards:
     raise ValueError(f"config.train.data_shards={shards}: must divide the {devices} devices "
                      f"(a mesh of {devices} // data_shards models x data_shards)")

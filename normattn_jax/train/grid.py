@@ -136,7 +136,7 @@ class Programs(NamedTuple):
   chunk: Callable       # (state, hp, eval_sets) -> (state, metrics): eval_every steps + evaluation
 
 
-def make_programs(setup: Setup) -> Programs:
+def make_programs(setup: Setup, data_shards: Optional[int] = None) -> Programs:
   """The training and evaluation functions of one model of ``setup``. With
   ``train.data_shards`` > 1 they run inside ``over_models``' mesh, whose "data" axis splits each
   model's batch: every shard draws the whole batch from the model's key, trains on its slice and
@@ -145,12 +145,13 @@ def make_programs(setup: Setup) -> Programs:
 
   Args:
     setup: the arch and config of the grid.
+    data_shards: the mesh's "data" axis (``data_shards_for``); None: the config's, 0 as 1.
 
   Returns:
     ``Programs(init, train_step, chunk)``, each for one model.
   """
   c = setup.config
-  shards = c.train.data_shards
+  shards = data_shards or c.train.data_shards or 1
   model = setup.model()
   batch_size = c.train.batch_size
   n = setup.settings.seq_len
@@ -281,6 +282,29 @@ def grid_mesh(data_shards: int = 1) -> Mesh:
                      f"devices (a mesh of models x data)")
   return Mesh(np.asarray(jax.devices()).reshape(devices // data_shards, data_shards),
               (MODELS_AXIS, DATA_AXIS))
+
+
+def data_shards_for(requested: int, num_models: int, batch_size: int, devices: int) -> int:
+  """The "data" axis of a grid's mesh: ``requested``, or for 0 (auto) the fewest shards that
+  leave no device without a model of its own: of the models axes (divisors of the devices)
+  whose data axis divides ``batch_size``, the largest that is at most ``num_models``, else the
+  smallest above it (3 models on 8 devices: 2 x 4; 300 models: 8 x 1; 3 models of batch 2:
+  4 x 2).
+
+  Args:
+    requested: the config's ``train.data_shards`` (0: auto).
+    num_models: the models of the grid.
+    batch_size: each model's batch.
+    devices: the devices to lay out.
+
+  Returns:
+    A divisor of ``devices``.
+  """
+  if requested:
+    return requested
+  axes = [m for m in range(1, devices + 1) if devices % m == 0 and batch_size % (devices // m) == 0]
+  within = [m for m in axes if m <= num_models]
+  return devices // (max(within) if within else min(axes))
 
 
 def models_sharding(mesh: Optional[Mesh] = None) -> NamedSharding:
@@ -531,8 +555,11 @@ class Grid:
       The ``Grid``.
     """
     config_lib.check_mesh(setup.config)
-    mesh = grid_mesh(setup.config.train.data_shards)
-    programs = make_programs(setup)
+    c = setup.config
+    shards = data_shards_for(c.train.data_shards, num_models, c.train.batch_size,
+                             jax.device_count())
+    mesh = grid_mesh(shards)
+    programs = make_programs(setup, shards)
     shared = (eval_sets_for(setup, setup.config.seed),)
 
     def init(key, hp, *_):  # a sweep's model starts from its key and hyper-parameters alone
@@ -540,7 +567,7 @@ class Grid:
 
     hp = {name: jax.ShapeDtypeStruct((), jnp.float32) for name in HYPERPARAMETERS}
     # one model's memory, measured on one device: a data-parallel program is only built on its mesh
-    measure = None if setup.config.train.data_shards > 1 else model_bytes(
+    measure = None if shards > 1 else model_bytes(
         init, programs.chunk, hp, shared)
     return cls.of(init, programs.chunk, num_models,
                   models_per_vmap(setup.config.train.models_per_vmap, num_models, measure,
