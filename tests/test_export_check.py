@@ -65,8 +65,10 @@ def test_program_exports_for_tpu_and_cuda(name):
 
 
 def test_without_tracing_for_cudnn_the_fused_export_is_caught(monkeypatch):
-  """The check reads the export: traced as on this CPU, "fused" is XLA's fallback, named."""
-  monkeypatch.setattr(fused_lib, "tracing_for_cudnn", contextlib.nullcontext)
+  """The check reads the export: traced as on a machine without cuDNN, "fused" is XLA's
+  fallback, named."""
+  monkeypatch.setattr(fused_lib, "tracing_for_cudnn", lambda cudnn=True: contextlib.nullcontext())
+  monkeypatch.setattr(fused_lib, "cudnn_device", lambda: False)
   [result] = export_check.check([PROGRAMS["linen/dnas/fused/bfloat16"]], ("cuda",))
   assert result.problems and "__cudnn$fmhaSoftmax" in result.problems[0]
   assert "XLA's fallback" in result.problems[0]
@@ -143,3 +145,16 @@ def test_the_command_checks_a_plugin_and_names_what_fails(tmp_path):
   assert bad.returncode == 1
   assert ("FAILED nnx/my_noisy/quadratic/float32 on cuda: host callback in a training step: "
           "['debug_print']") in bad.stderr
+
+
+def test_tracing_for_a_platform_decides_the_kernel_whatever_the_machine():
+  """Exported for CUDA from a CPU, or for a TPU from a GPU: the platform's kernel, restored
+  after."""
+  machine = fused_lib.kernel_for(jnp.bfloat16, 64)
+  with fused_lib.tracing_for_cudnn():
+    assert fused_lib.kernel_for(jnp.bfloat16, 64) == "cudnn"
+    assert fused_lib.kernel_for(jnp.float32, 64) == "xla"  # cuDNN's flash attention: bf16/fp16
+    with fused_lib.tracing_for_cudnn(False):
+      assert fused_lib.kernel_for(jnp.bfloat16, 64) == "xla"
+    assert fused_lib.kernel_for(jnp.bfloat16, 64) == "cudnn"
+  assert fused_lib.kernel_for(jnp.bfloat16, 64) == machine

@@ -67,18 +67,19 @@ AUTO_MIN_KEYS = 512                # "auto" fuses from here on: below, the quadr
 # ----- the kernel and the path -----
 
 # Set only inside ``tracing_for_cudnn``: the kernel choice below is made while a program is
-# traced, so a program exported for CUDA from a machine without a GPU must be told which device
-# it is for.
-_TRACING_FOR_CUDNN = contextvars.ContextVar("normattn_jax_tracing_for_cudnn", default=False)
+# traced, so a program exported for another platform than this machine's must be told which
+# device it is for. None: this machine's default device decides.
+_TRACING_FOR_CUDNN = contextvars.ContextVar("normattn_jax_tracing_for_cudnn", default=None)
 
 
 @contextlib.contextmanager
-def tracing_for_cudnn() -> Iterator[None]:
-  """Programs traced inside take cuDNN's kernel wherever it would take the call on an Ampere or
-  later NVIDIA GPU, whatever this machine's devices are: what ``jax.export`` of a program for
-  platform "cuda" needs on a CPU-only machine (``train.export_check``). Never needed to run on a
-  GPU, where ``cudnn_device`` sees the device itself."""
-  token = _TRACING_FOR_CUDNN.set(True)
+def tracing_for_cudnn(cudnn: bool = True) -> Iterator[None]:
+  """Programs traced inside take cuDNN's kernel (``cudnn``) wherever it would take the call on
+  an Ampere or later NVIDIA GPU, or never (``cudnn=False``), whatever this machine's devices
+  are: what ``jax.export`` of a program for platform "cuda" needs on a machine without one, and
+  for "tpu" on a machine with one (``train.export_check``). Never needed to run a program, where
+  ``cudnn_device`` sees the device itself."""
+  token = _TRACING_FOR_CUDNN.set(bool(cudnn))
   try:
     yield
   finally:
@@ -88,8 +89,9 @@ def tracing_for_cudnn() -> Iterator[None]:
 def cudnn_device() -> bool:
   """Whether the default device is an NVIDIA GPU on which cuDNN's flash attention runs (or
   programs are being traced for one, ``tracing_for_cudnn``)."""
-  if _TRACING_FOR_CUDNN.get():
-    return True
+  forced = _TRACING_FOR_CUDNN.get()
+  if forced is not None:
+    return forced
   device = jax.devices()[0]
   if device.platform != "gpu":
     return False

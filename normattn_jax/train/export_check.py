@@ -183,12 +183,14 @@ def _cudnn_version_assumed() -> Iterator[None]:
 
 @contextlib.contextmanager
 def tracing_for(platform: str) -> Iterator[None]:
-  """The trace-time choices of ``platform``: cuDNN's kernel for "cuda" (``fused.py``)."""
-  if platform == "cuda":
-    with fused_lib.tracing_for_cudnn(), _cudnn_version_assumed():
+  """The trace-time choices of ``platform``, whatever this machine is: cuDNN's kernel for
+  "cuda", never for "tpu" (``fused.tracing_for_cudnn``)."""
+  with fused_lib.tracing_for_cudnn(platform == "cuda"):
+    if platform == "cuda":
+      with _cudnn_version_assumed():
+        yield
+    else:
       yield
-  else:
-    yield
 
 
 def check_platforms(platforms: Sequence[str]) -> tuple:
