@@ -170,10 +170,12 @@ def _cudnn_version_assumed() -> Iterator[None]:
   original = cudnn_attention.check_cudnn_version
   try:
     original()
+    installed = True
+  except RuntimeError:  # "cuDNN is not detected."
+    installed = False
+  if installed:
     yield
     return
-  except RuntimeError:
-    pass
   cudnn_attention.check_cudnn_version = lambda: ASSUMED_CUDNN_VERSION
   try:
     yield
