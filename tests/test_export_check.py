@@ -158,3 +158,11 @@ def test_tracing_for_a_platform_decides_the_kernel_whatever_the_machine():
       assert fused_lib.kernel_for(jnp.bfloat16, 64) == "xla"
     assert fused_lib.kernel_for(jnp.bfloat16, 64) == "cudnn"
   assert fused_lib.kernel_for(jnp.bfloat16, 64) == machine
+
+
+def test_the_cudnn_version_stand_in_lives_only_inside_an_export():
+  from jax._src.cudnn import fused_attention_stablehlo as cudnn_attention
+  before = cudnn_attention.check_cudnn_version
+  [result] = export_check.check([PROGRAMS["linen/softmax/fused/bfloat16"]], ("cuda",))
+  assert not result.problems and export_check.CUDNN_BACKWARD in result.targets
+  assert cudnn_attention.check_cudnn_version is before
