@@ -2,7 +2,7 @@
 # The checks that need an NVIDIA GPU, as ONE queue that fits one short loan: at most 9 minutes
 # (QUEUE_SECONDS) in all, the steps in the order of their value (BENCHMARKS.md, "The GPU queue"):
 #
-#   a_tests        120 s  the fused tests on cuDNN's own kernel, and the export tests
+#   a_tests        120 s  the fused tests on cuDNN's own kernel, the export and bf16 tests
 #   b_grid         120 s  the grid's MFU at d = 128, and 50 small models in one program against
 #                         one after another (goal >= 30x)
 #   c_pretrain      90 s  UNAS / DNAS / HNAS time ratios, each round starting with the next scheme
@@ -105,7 +105,8 @@ export PY
 
 if [[ $dry == 1 ]]; then
   step a_tests 120 $PY -m pytest -q -p no:cacheprovider -m "not slow" tests/test_export_check.py \
-    -k "fused_export_is_caught or host_callback or dtype_problems"
+    tests/test_precision.py -k "fused_export_is_caught or host_callback or dtype_problems or \
+    refuse_bf16"
   step b_grid 120 $PY benchmarks/grid_throughput.py --sizes small --models 1,2 --steps 1 \
     --repeats 1 --cpu_devices 1 --peak_sizes 256
   step c_pretrain 90 $PY benchmarks/pretrain_throughput.py --config configs/albert_tiny.py \
@@ -120,7 +121,7 @@ if [[ $dry == 1 ]]; then
 else
   step a_tests 120 bash -c "$PY -m pytest -q -p no:cacheprovider -n 8 tests/test_fused.py \
     tests/test_nnx.py && $PY -m pytest -q -p no:cacheprovider -n 8 -m 'not slow' \
-    tests/test_export_check.py"
+    tests/test_export_check.py tests/test_precision.py"
   step b_grid 120 $PY benchmarks/grid_throughput.py --sizes small --sizes defaults \
     --models 1,50 --steps 10 --repeats 3
   step c_pretrain 90 $PY benchmarks/pretrain_throughput.py --config configs/albert_base.py \
