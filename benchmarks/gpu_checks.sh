@@ -19,6 +19,7 @@
 #
 # --dry-run (or GPU_CHECKS_DRY_RUN=1) runs every step at tiny scale on the CPU, into
 # gpu_checks_dry/ by default: the queue's commands checked where no GPU is lent.
+# GPU_CHECKS_CACHE=<folder> keeps jax's compilation cache there, for the next loan.
 # Needs jax with CUDA and the project's dependencies importable (PYTHONPATH may hold them).
 set -o pipefail
 dry=${GPU_CHECKS_DRY_RUN:-0}
@@ -29,6 +30,7 @@ shift || true
 steps=${*:-a_tests b_grid c_pretrain d_fused_dnas e_paper_scale}
 QUEUE_SECONDS=${QUEUE_SECONDS:-540}
 MIN_STEP_SECONDS=${MIN_STEP_SECONDS:-30}
+KILL_GRACE=15  # seconds a step that overran gets between TERM and KILL
 PY=${PYTHON:-python3}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false TF_CPP_MIN_LOG_LEVEL=2 \
@@ -37,6 +39,11 @@ if [[ $dry == 1 ]]; then
   export JAX_PLATFORMS=cpu
 else
   export JAX_PLATFORMS=cuda,cpu NORMATTN_JAX_TEST_OPTIMIZED=1
+fi
+# GPU_CHECKS_CACHE=<folder>: jax's compiled programs kept there, to bring to the next loan (a
+# paper-scale sweep compiles a minute per grid; a fresh machine has no cache of its own)
+if [[ -n ${GPU_CHECKS_CACHE:-} ]]; then
+  export JAX_COMPILATION_CACHE_DIR=$GPU_CHECKS_CACHE
 fi
 
 step() {  # step <name> <budget seconds> <command ...>
@@ -47,7 +54,7 @@ step() {  # step <name> <budget seconds> <command ...>
     echo "== $name: done in an earlier loan ($out/$name.done; remove it to run again)"
     return 0
   fi
-  local left=$((QUEUE_SECONDS - SECONDS))
+  local left=$((QUEUE_SECONDS - SECONDS - KILL_GRACE))  # a killed step's grace stays inside
   local limit=$((budget < left ? budget : left))
   if ((limit < MIN_STEP_SECONDS)); then
     echo "== $name: left for the next loan (${left}s of the queue's ${QUEUE_SECONDS}s left)"
@@ -56,7 +63,7 @@ step() {  # step <name> <budget seconds> <command ...>
   echo "== $name: budget ${budget}s, runs at most ${limit}s (${left}s of ${QUEUE_SECONDS}s left)"
   mkdir -p "$out/$name"
   local began=$SECONDS
-  timeout -k 15 "$limit" "$@" > "$out/$name/log.txt" 2>&1
+  timeout -k "$KILL_GRACE" "$limit" "$@" > "$out/$name/log.txt" 2>&1
   local code=$?
   grep -v '^[IW][0-9]' "$out/$name/log.txt" | tail -25
   if ((code == 0)); then
@@ -117,7 +124,7 @@ if [[ $dry == 1 ]]; then
   step d_fused_dnas 70 $PY benchmarks/attention_scaling.py --normalizations softmax,dnas \
     --max_n 256 --min_n 256 --repeats 1
   step e_paper_scale $QUEUE_SECONDS bash -c 'paper_scale "$1" 1 "$2"' _ "$out/e_paper_scale" \
-    "$((QUEUE_SECONDS - SECONDS))"
+    "$((QUEUE_SECONDS - SECONDS - KILL_GRACE))"
 else
   step a_tests 120 bash -c "$PY -m pytest -q -p no:cacheprovider -n 8 tests/test_fused.py \
     tests/test_nnx.py && $PY -m pytest -q -p no:cacheprovider -n 8 -m 'not slow' \
@@ -129,7 +136,7 @@ else
   step d_fused_dnas 70 $PY benchmarks/attention_scaling.py --dtype bfloat16 --batch 8 \
     --normalizations softmax,dnas --min_n 512 --max_n 2048 --repeats 10
   step e_paper_scale $QUEUE_SECONDS bash -c 'paper_scale "$1" 0 "$2"' _ "$out/e_paper_scale" \
-    "$((QUEUE_SECONDS - SECONDS))"
+    "$((QUEUE_SECONDS - SECONDS - KILL_GRACE))"
 fi
 echo "== queue: ${SECONDS}s of ${QUEUE_SECONDS}s; done: $(cd "$out" && ls ./*.done 2>/dev/null \
   | xargs -r -n1 basename | tr '\n' ' ')"
