@@ -166,3 +166,13 @@ def test_the_cudnn_version_stand_in_lives_only_inside_an_export():
   [result] = export_check.check([PROGRAMS["linen/softmax/fused/bfloat16"]], ("cuda",))
   assert not result.problems and export_check.CUDNN_BACKWARD in result.targets
   assert cudnn_attention.check_cudnn_version is before
+
+
+def test_a_callback_custom_call_is_named_even_past_the_jaxpr():
+  """The module's custom calls are read too (a callback a lowering rule adds, not a primitive)."""
+  program = PROGRAMS["linen/softmax/quadratic/float32"]
+  for target in ("xla_ffi_python_gpu_callback", "xla_ffi_partial_python_cpu_callback",
+                 "xla_python_cpu_callback"):
+    assert export_check.module_problems(program, "cuda", "", (target,)) == [
+        f"custom_call ['{target}']: a host callback in a training step"]
+  assert export_check.module_problems(program, "cuda", "", ("__cudnn$fmhaSoftmax",)) == []

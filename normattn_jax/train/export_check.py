@@ -196,11 +196,28 @@ def tracing_for(platform: str) -> Iterator[None]:
 
 
 def check_platforms(platforms: Sequence[str]) -> tuple:
+  """``platforms`` as a tuple, refused (naming the value) unless each is one of ``PLATFORMS``."""
   platforms = tuple(platforms)
   unknown = [p for p in platforms if p not in PLATFORMS]
   if not platforms or unknown:
     raise ValueError(f"platforms={platforms!r}: each must be one of {PLATFORMS}")
   return platforms
+
+
+def module_problems(program: Program, platform: str, text: str, targets: tuple) -> list:
+  """What the exported module of ``program`` breaks: a callback's custom call in a training
+  step, cuDNN's calls missing where the fused path claims them, dtypes other than configured."""
+  problems = []
+  callbacks = [t for t in targets if CALLBACK_TARGET.search(t)]
+  if callbacks and program.training:
+    problems.append(f"custom_call {callbacks}: a host callback in a training step")
+  if program.expects_cudnn(platform):
+    wanted = CUDNN_TARGETS if program.differentiated else (CUDNN_FORWARD,)
+    missing = [t for t in wanted if t not in targets]
+    if missing:
+      problems.append(f"custom_call {missing} missing: XLA's fallback in place of cuDNN's "
+                      f"fused attention")
+  return problems + dtype_problems(text, program.dtype)
 
 
 def export_one(program: Program, platform: str) -> Result:
@@ -225,16 +242,7 @@ def export_one(program: Program, platform: str) -> Result:
         exported = jax.export.export(fn, platforms=(platform,), disabled_checks=disabled)(*args)
         text = exported.mlir_module()
         targets = tuple(sorted(set(custom_call_targets(text))))
-        callbacks = [t for t in targets if CALLBACK_TARGET.search(t)]
-        if callbacks and program.training:
-          problems.append(f"custom_call {callbacks}: a host callback in a training step")
-        if program.expects_cudnn(platform):
-          wanted = CUDNN_TARGETS if program.differentiated else (CUDNN_FORWARD,)
-          missing = [t for t in wanted if t not in targets]
-          if missing:
-            problems.append(f"custom_call {missing} missing: XLA's fallback in place of "
-                            f"cuDNN's fused attention")
-        problems.extend(dtype_problems(text, program.dtype))
+        problems.extend(module_problems(program, platform, text, targets))
   except Exception as err:  # the report names the program; the caller decides to raise
     problems.append(f"export: {type(err).__name__}: {str(err).splitlines()[0][:300]}")
   return Result(program.name, program.kind, platform, tuple(problems),
