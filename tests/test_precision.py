@@ -18,8 +18,7 @@ from normattn_jax.train.pretrain import base_pretrain_config, validate_pretrain_
 
 CASES = [(name, implementation) for name in registry.names()
          for implementation in implementations(name)]
-FAST = {("softmax", "fused"), ("dnas", "fast"), ("nap", "quadratic"), ("ssmax", "fused"),
-        ("sparsemax", "quadratic")}
+FAST = {("softmax", "fused"), ("dnas", "fast"), ("ssmax", "fused"), ("sparsemax", "quadratic")}
 INPUTS = jax.random.normal(jax.random.key(1), (2, 64, 32))
 COTANGENT = jax.random.normal(jax.random.key(2), (2, 64, 32))
 
