@@ -33,7 +33,8 @@ def main(out: str) -> None:
   np.savez(os.path.join(out, "grid.npz"), params=flat(run.state.params), **run.metrics)
   layout["asked"] = layout["grid"]
   losses, state = pretraining_steps(shard_parameters=True)
-  layout["pretraining"] = sorted({str(x.sharding.spec) for x in jax.tree.leaves(state.params)})
+  layout["pretraining"] = [[list(x.shape), str(x.sharding.spec)]
+                           for x in jax.tree.leaves((state.params, state.opt_state))]
   layout["pretraining_losses"] = losses
   np.save(os.path.join(out, "pretraining.npy"), flat(state.params))
   auto = train_grid(grid_config(0, num_steps=3), "mte", on_chunk=record)
