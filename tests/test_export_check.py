@@ -23,7 +23,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROGRAMS = {p.name: p for p in export_check.programs()}
 # One of each kind, and the cuDNN check on DNAS's two-call offsets, HNAS's two halves and the
 # sink's extra key; float32 (fine-tuning, the card) and bf16.
-FAST = {"grid/mte/dnas/fused/bfloat16", "pretrain/hnas/fused/bfloat16/train", "pretrain/dnas/fused/bfloat16/eval",
+FAST = {"grid/mte/dnas/fused/bfloat16", "pretrain/hnas/fused/bfloat16/train",
+        "pretrain/dnas/fused/bfloat16/eval",
         "finetune/softmax/quadratic/float32", "linen/sink/fused/bfloat16",
         "nnx/softmax/fused/bfloat16", "decode/softmax/fused/bfloat16", "card/softmax/probe"}
 
