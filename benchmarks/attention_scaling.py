@@ -29,6 +29,9 @@ from normattn_jax.attention import registry
 
 _MAX_N = flags.DEFINE_integer("max_n", 8192, "Longest sequence length N (of 128 .. 8192).",
                               lower_bound=128)
+_MIN_N = flags.DEFINE_integer("min_n", 128, "Shortest sequence length N (the GPU queue's "
+                              "fused-DNAS step starts at 512, where the goal applies).",
+                              lower_bound=128)
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed calls per variant.", lower_bound=1)
 _MAX_GIB = flags.DEFINE_float("max_gib", 6.0, "Scratch memory limit (GiB) of a variant that runs.")
 _TIME_MAX_N = flags.DEFINE_integer("time_max_n", 8192, "longer sequences get their memory "
@@ -64,7 +67,11 @@ def main(argv):
       raise app.UsageError(f"--normalizations: {name!r} is none of {registry.names()}")
     if registry.get(name).fast is None:
       raise app.UsageError(f"--normalizations: {name!r} has no fast path")
-  lengths = [n for n in (128, 256, 512, 1024, 2048, 4096, 8192) if n <= _MAX_N.value]
+  lengths = [n for n in (128, 256, 512, 1024, 2048, 4096, 8192)
+             if _MIN_N.value <= n <= _MAX_N.value]
+  if not lengths:
+    raise app.UsageError(f"--min_n={_MIN_N.value} --max_n={_MAX_N.value}: no length of 128 .. "
+                         f"8192 lies between them")
   print(f"devices: {jax.devices()}; batch {_BATCH.value}, {cost.NUM_HEADS} heads, "
         f"d_h = {cost.HEAD_DIM}, {_DTYPE.value}")
   width = max(8, *map(len, names))

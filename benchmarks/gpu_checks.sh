@@ -1,43 +1,142 @@
 #!/usr/bin/env bash
-# The checks that need an NVIDIA GPU, in the order they are owed (BENCHMARKS.md), for one short
-# lease: the fused tests on cuDNN's own kernel, then the benchmarks of the GPU goals. Each step
-# has its own time limit and keeps its log in the folder given (default gpu_logs/).
+# The checks that need an NVIDIA GPU, as ONE queue that fits one short loan: at most 9 minutes
+# (QUEUE_SECONDS) in all, the steps in the order of their value (BENCHMARKS.md, "The GPU queue"):
 #
-#   benchmarks/gpu_checks.sh [log folder] [step ...]   # steps: tests scaling grid pretrain
+#   a_tests        120 s  the fused tests on cuDNN's own kernel, the export and bf16 tests
+#   b_grid         120 s  the grid's MFU at d = 128, and 50 small models in one program against
+#                         one after another (goal >= 30x)
+#   c_pretrain      90 s  UNAS / DNAS / HNAS time ratios, each round starting with the next scheme
+#   d_fused_dnas    70 s  fused DNAS against fused softmax at N = 512 .. 2048 (goal <= 1.1x)
+#   e_paper_scale  rest   the paper-scale sweeps: Table 5 at N = 128, Fig. 5's remaining d, Fig. 3
 #
-# (and, named only: "compile", a grid program built with shard_map against a vmap over devices;
-# "pretrain_auto", the pre-training step on the paths "auto" takes, cuDNN's fused ones at 512;
-# "fig3_grid", the whole default Fig. 3 grid, 300 models at d = 128, timed from the command line,
-# its results copied to the log folder)
+# Each step prints its budget, writes everything under <out>/<step>/ (log.txt; the sweeps'
+# workdirs) and, when it ends well, <out>/<step>.done: the next loan, given the same folder,
+# starts with the first step not done (a killed sweep resumes from its checkpoints). A step gets
+# its budget or what is left of the queue, whichever is less; under MIN_STEP_SECONDS left, it
+# waits for the next loan.
 #
+#   benchmarks/gpu_checks.sh [--dry-run] [out folder] [step ...]
+#
+# --dry-run (or GPU_CHECKS_DRY_RUN=1) runs every step at tiny scale on the CPU, into
+# gpu_checks_dry/ by default: the queue's commands checked where no GPU is lent.
+# GPU_CHECKS_CACHE=<folder> keeps jax's compilation cache there, for the next loan.
 # Needs jax with CUDA and the project's dependencies importable (PYTHONPATH may hold them).
 set -o pipefail
-out=${1:-gpu_logs}
+dry=${GPU_CHECKS_DRY_RUN:-0}
+if [[ ${1:-} == --dry-run ]]; then dry=1; shift; fi
+if [[ $dry == 1 ]]; then default_out=gpu_checks_dry; else default_out=gpu_logs; fi
+out=${1:-$default_out}
 shift || true
-steps=${*:-tests scaling grid pretrain}
+steps=${*:-a_tests b_grid c_pretrain d_fused_dnas e_paper_scale}
+QUEUE_SECONDS=${QUEUE_SECONDS:-540}
+MIN_STEP_SECONDS=${MIN_STEP_SECONDS:-30}
+KILL_GRACE=15  # seconds a step that overran gets between TERM and KILL
+PY=${PYTHON:-python3}
 mkdir -p "$out"
-export PYTHONUNBUFFERED=1 JAX_PLATFORMS=cuda,cpu NORMATTN_JAX_TEST_OPTIMIZED=1 \
-  XLA_PYTHON_CLIENT_PREALLOCATE=false TF_CPP_MIN_LOG_LEVEL=2 PYTHONPATH="$PWD:$PYTHONPATH"
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false TF_CPP_MIN_LOG_LEVEL=2 \
+  PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+if [[ $dry == 1 ]]; then
+  export JAX_PLATFORMS=cpu
+else
+  export JAX_PLATFORMS=cuda,cpu NORMATTN_JAX_TEST_OPTIMIZED=1
+fi
+# GPU_CHECKS_CACHE=<folder>: jax's compiled programs kept there, to bring to the next loan (a
+# paper-scale sweep compiles a minute per grid; a fresh machine has no cache of its own)
+if [[ -n ${GPU_CHECKS_CACHE:-} ]]; then
+  export JAX_COMPILATION_CACHE_DIR=$GPU_CHECKS_CACHE
+fi
 
-step() {  # step <seconds> <name> <command ...>
-  local limit=$1 name=$2
+step() {  # step <name> <budget seconds> <command ...>
+  local name=$1 budget=$2
   shift 2
   [[ " $steps " == *" $name "* ]] || return 0
-  echo "== $name (at most ${limit}s)"
-  timeout "$limit" "$@" 2>&1 | grep -v '^[IW][0-9]' | tee "$out/$name.log" | tail -40
+  if [[ -e "$out/$name.done" ]]; then
+    echo "== $name: done in an earlier loan ($out/$name.done; remove it to run again)"
+    return 0
+  fi
+  local left=$((QUEUE_SECONDS - SECONDS - KILL_GRACE))  # a killed step's grace stays inside
+  local limit=$((budget < left ? budget : left))
+  if ((limit < MIN_STEP_SECONDS)); then
+    echo "== $name: left for the next loan (${left}s of the queue's ${QUEUE_SECONDS}s left)"
+    return 0
+  fi
+  echo "== $name: budget ${budget}s, runs at most ${limit}s (${left}s of ${QUEUE_SECONDS}s left)"
+  mkdir -p "$out/$name"
+  local began=$SECONDS
+  timeout -k "$KILL_GRACE" "$limit" "$@" > "$out/$name/log.txt" 2>&1
+  local code=$?
+  grep -v '^[IW][0-9]' "$out/$name/log.txt" | tail -25
+  if ((code == 0)); then
+    touch "$out/$name.done"
+    echo "== $name: done in $((SECONDS - began))s"
+  else
+    echo "== $name: exit $code after $((SECONDS - began))s (124: out of time; runs again next loan)"
+  fi
 }
 
-step 150 tests python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_fused.py tests/test_nnx.py
-step 100 scaling python3 benchmarks/attention_scaling.py --dtype bfloat16 --batch 8 \
-  --normalizations softmax,dnas,hnas --max_n 4096 --repeats 10
-step 150 grid python3 benchmarks/grid_throughput.py --sizes defaults --steps 10 --repeats 3 \
-  --models 1,50
-step 100 pretrain python3 benchmarks/pretrain_throughput.py --config configs/albert_base.py \
-  --config.model.dtype=bfloat16 --config.train.batch_size=64 \
-  --config.model.attention_implementation=quadratic --rounds 3 --steps 3
-step 100 pretrain_auto python3 benchmarks/pretrain_throughput.py --config configs/albert_base.py \
-  --config.model.dtype=bfloat16 --config.train.batch_size=64 --rounds 3 --steps 3
-step 240 compile python3 benchmarks/engine_compile.py --rounds 2 --chunks 3
-step 540 fig3_grid bash -c "python3 experiments/sweep.py --config configs/case_distinction.py \
-  --workdir /tmp/fig3_grid && mkdir -p '$out/fig3_grid' && cp /tmp/fig3_grid/*.json \
-  /tmp/fig3_grid/history.jsonl /tmp/fig3_grid/metrics.npz /tmp/fig3_grid/*.png '$out/fig3_grid/'"
+paper_scale() {  # paper_scale <folder> <dry 0|1> <seconds>: the sweeps one after another, each
+  # stopped by --max_minutes after an evaluation (its checkpoint written) a minute before the
+  # step's limit, which kills it only if that fails; the next loan resumes them
+  local folder=$1 tiny=() code=0 deadline=$((SECONDS + $3 - 60))
+  if [[ $2 == 1 ]]; then
+    tiny=(--config.archs='("mte",)' --config.learning_rates='(0.1,)' --config.num_seeds=1
+          --config.train.num_steps=16 --config.train.eval_every=4 --config.eval.val_batches=1
+          --config.eval.case_set_size=4 --config.model.d_model=8 --config.task.seq_len=16)
+  fi
+  local -a names=(table5_n128 fig5_remaining_d fig3_full)
+  local -a configs=(configs/fig16_mode_lr_x_vocab.py configs/fig5_first_token_lr_x_d.py
+                    configs/fig3_case_lr_x_d.py)
+  local -a extra=("--config.task.seq_len=128" "--config.sweep.grid=(8,16,32,256,512,1024)" "")
+  if [[ $2 == 1 ]]; then
+    extra=("--config.sweep.grid=(2,4)" "--config.sweep.grid=(8,16)" "--config.sweep.grid=(8,)")
+  fi
+  for i in 0 1 2; do
+    local workdir="$folder/${names[$i]}"
+    [[ -e "$workdir/summary.json" ]] && { echo "-- ${names[$i]}: finished earlier"; continue; }
+    local minutes
+    minutes=$(awk "BEGIN { print ($deadline - $SECONDS) / 60 }")
+    if awk "BEGIN { exit !($minutes < 0.5) }"; then
+      echo "-- ${names[$i]}: left for the next loan"
+      return 124
+    fi
+    echo "-- ${names[$i]}: $PY experiments/sweep.py --config ${configs[$i]} ${extra[$i]}" \
+      "--max_minutes $minutes"
+    # the dry run's own settings come last, so that they win over the queue's
+    $PY experiments/sweep.py --config "${configs[$i]}" --workdir "$workdir" \
+      --max_minutes "$minutes" ${extra[$i]:+"${extra[$i]}"} "${tiny[@]}" || code=$?
+    ((code == 0)) || return $code
+  done
+}
+export -f paper_scale
+export PY
+
+if [[ $dry == 1 ]]; then
+  step a_tests 120 $PY -m pytest -q -p no:cacheprovider -m "not slow" tests/test_export_check.py \
+    tests/test_precision.py -k "fused_export_is_caught or host_callback or dtype_problems or \
+    refuse_bf16"
+  step b_grid 120 $PY benchmarks/grid_throughput.py --sizes small --models 1,2 --steps 1 \
+    --repeats 1 --cpu_devices 1 --peak_sizes 256
+  step c_pretrain 90 $PY benchmarks/pretrain_throughput.py --config configs/albert_tiny.py \
+    --config.model.num_hidden_layers=1 --config.model.hidden_size=32 \
+    --config.model.intermediate_size=64 --config.model.embedding_size=16 \
+    --config.train.batch_size=2 --config.data.max_seq_length=32 \
+    --config.model.max_position_embeddings=32 --rounds 2 --steps 1
+  step d_fused_dnas 70 $PY benchmarks/attention_scaling.py --normalizations softmax,dnas \
+    --max_n 256 --min_n 256 --repeats 1
+  step e_paper_scale $QUEUE_SECONDS bash -c 'paper_scale "$1" 1 "$2"' _ "$out/e_paper_scale" \
+    "$((QUEUE_SECONDS - SECONDS - KILL_GRACE))"
+else
+  step a_tests 120 bash -c "$PY -m pytest -q -p no:cacheprovider -n 8 tests/test_fused.py \
+    tests/test_nnx.py && $PY -m pytest -q -p no:cacheprovider -n 8 -m 'not slow' \
+    tests/test_export_check.py tests/test_precision.py"
+  step b_grid 120 $PY benchmarks/grid_throughput.py --sizes small --sizes defaults \
+    --models 1,50 --steps 10 --repeats 3
+  step c_pretrain 90 $PY benchmarks/pretrain_throughput.py --config configs/albert_base.py \
+    --config.model.dtype=bfloat16 --config.train.batch_size=64 --rounds 3 --steps 3
+  step d_fused_dnas 70 $PY benchmarks/attention_scaling.py --dtype bfloat16 --batch 8 \
+    --normalizations softmax,dnas --min_n 512 --max_n 2048 --repeats 10
+  step e_paper_scale $QUEUE_SECONDS bash -c 'paper_scale "$1" 0 "$2"' _ "$out/e_paper_scale" \
+    "$((QUEUE_SECONDS - SECONDS - KILL_GRACE))"
+fi
+echo "== queue: ${SECONDS}s of ${QUEUE_SECONDS}s; done: $(cd "$out" && ls ./*.done 2>/dev/null \
+  | xargs -r -n1 basename | tr '\n' ' ')"

@@ -38,6 +38,9 @@ _CPU_DEVICES = flags.DEFINE_integer(
     "default); the variants 'N devices' shard the models over them.", lower_bound=1)
 _SIZES = flags.DEFINE_multi_enum("sizes", ["small", "defaults"], ["small", "defaults"],
                                  "Which model sizes: small (d = N = 32), defaults (d = N = 128).")
+_PEAK_SIZES = flags.DEFINE_list("peak_sizes", ["1024", "2048", "4096"],
+                                "Square matmul sizes whose best rate is the peak (smaller in "
+                                "the GPU queue's dry run on a CPU).")
 _MODELS = flags.DEFINE_list("models", ["1", "10", "50"], "Model counts M; the largest gives "
                             "the speedup line.")
 
@@ -173,7 +176,12 @@ def main(argv):
                          f"got {','.join(_MODELS.value)}")
   use_cpu_devices(_CPU_DEVICES.value)
   print(f"devices: {jax.devices()}")
-  peak = matmul_peak_gflops()
+  try:
+    peak_sizes = tuple(int(size) for size in _PEAK_SIZES.value)
+  except ValueError:
+    raise app.UsageError(f"--peak_sizes takes comma-separated integers, "
+                         f"got {','.join(_PEAK_SIZES.value)}") from None
+  peak = matmul_peak_gflops(peak_sizes)
   largest = max(counts)
   if "small" in _SIZES.value:
     small, _ = measure(32, 32, counts, _STEPS.value, _REPEATS.value, peak)

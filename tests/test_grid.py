@@ -182,6 +182,18 @@ def test_rows_past_the_last_checkpoint_are_logged_once(reference, tmp_path):
   assert history_bytes(tmp_path) == history_bytes(reference)
 
 
+def test_a_sweep_stopped_by_time_keeps_its_last_chunk_and_resumes(reference, tmp_path):
+  """--max_minutes (the GPU queue's way to end a loan's sweep): the chunk that passed the time
+  is checkpointed though it is no checkpoint_every multiple, and the rerun ends as one run."""
+  config = tiny_config(**{"train.checkpoint_every": 2})
+  with pytest.raises(Interrupted, match="out of time after 1 of"):
+    run(config, tmp_path, max_minutes=1e-9)
+  [grid] = os.listdir(tmp_path / "checkpoints")
+  assert sorted(os.listdir(tmp_path / "checkpoints" / grid)) == ["1"]
+  run(config, tmp_path)
+  assert history_bytes(tmp_path) == history_bytes(reference)
+
+
 def test_the_budget_stops_before_a_chunk_it_cannot_pay():
   budget = Budget(2)
   budget.check("nap", 0, 3)

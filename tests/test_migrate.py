@@ -56,6 +56,8 @@ def test_a_committed_fine_tuning_that_keeps_its_encoder_is_todays_config():
 
 # The attention module's options, absent from a config.json written before them: off.
 OPTIONS_OFF = {"output_gate": None, "qk_norm": None, "differential": False}
+# A sweep's compute dtype and attention path, absent before them: float32, "auto".
+SWEEP_COMPUTE = {"dtype": "float32", "attention_implementation": "auto"}
 
 
 def test_flat_options_become_the_section_keeping_only_what_differs_from_the_defaults():
@@ -66,8 +68,8 @@ def test_flat_options_become_the_section_keeping_only_what_differs_from_the_defa
   assert old["model"]["attention"] == "sinkhorn"  # the stored tree is not changed
   sweep = {"normalization": "", "sweep": {"values": [1]}, "model": {}, "train": {}}
   assert with_current_names(sweep, "sweep") == {
-      "attention": {"name": "", "options": {}}, "sweep": {"grid": [1]}, "model": OPTIONS_OFF,
-      "train": {}}
+      "attention": {"name": "", "options": {}}, "sweep": {"grid": [1]},
+      "model": dict(OPTIONS_OFF, **SWEEP_COMPUTE), "train": {"data_shards": 1}}
   today = with_current_names(sweep, "sweep")
   assert with_current_names(today, "sweep") == today
 
@@ -95,6 +97,12 @@ def test_a_committed_sweep_reads_with_the_module_options_off(run):
 
 
 def test_a_tree_that_has_the_module_options_keeps_them():
-  tree = {"model": {"output_gate": "elementwise", "qk_norm": "rms", "differential": True}}
+  tree = {"model": {"output_gate": "elementwise", "qk_norm": "rms", "differential": True,
+                    "dtype": "bfloat16", "attention_implementation": "fused"}}
   for kind in ("sweep", "pretraining"):
     assert with_current_names(tree, kind)["model"] == tree["model"]
+
+
+def test_a_committed_sweep_reads_as_float32_on_the_auto_path():
+  assert with_current_names(stored("fig3_reduced"), "sweep")["model"].items() >= \
+      SWEEP_COMPUTE.items()

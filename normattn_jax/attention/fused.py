@@ -44,7 +44,9 @@ k's column too, as ``masked_logit(dtype)`` (cuDNN's own mask values): exact whil
 """
 from __future__ import annotations
 
-from typing import Optional
+import contextlib
+import contextvars
+from typing import Iterator, Optional
 
 import jax
 import jax.numpy as jnp
@@ -64,8 +66,32 @@ AUTO_MIN_KEYS = 512                # "auto" fuses from here on: below, the quadr
 
 # ----- the kernel and the path -----
 
+# Set only inside ``tracing_for_cudnn``: the kernel choice below is made while a program is
+# traced, so a program exported for another platform than this machine's must be told which
+# device it is for. None: this machine's default device decides.
+_TRACING_FOR_CUDNN = contextvars.ContextVar("normattn_jax_tracing_for_cudnn", default=None)
+
+
+@contextlib.contextmanager
+def tracing_for_cudnn(cudnn: bool = True) -> Iterator[None]:
+  """Programs traced inside take cuDNN's kernel (``cudnn``) wherever it would take the call on
+  an Ampere or later NVIDIA GPU, or never (``cudnn=False``), whatever this machine's devices
+  are: what ``jax.export`` of a program for platform "cuda" needs on a machine without one, and
+  for "tpu" on a machine with one (``train.export_check``). Never needed to run a program, where
+  ``cudnn_device`` sees the device itself."""
+  token = _TRACING_FOR_CUDNN.set(bool(cudnn))
+  try:
+    yield
+  finally:
+    _TRACING_FOR_CUDNN.reset(token)
+
+
 def cudnn_device() -> bool:
-  """Whether the default device is an NVIDIA GPU on which cuDNN's flash attention runs."""
+  """Whether the default device is an NVIDIA GPU on which cuDNN's flash attention runs (or
+  programs are being traced for one, ``tracing_for_cudnn``)."""
+  forced = _TRACING_FOR_CUDNN.get()
+  if forced is not None:
+    return forced
   device = jax.devices()[0]
   if device.platform != "gpu":
     return False

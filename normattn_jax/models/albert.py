@@ -31,12 +31,13 @@ import jax.numpy as jnp
 from normattn_jax.attention.module import check_module_options
 from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.models.bert import ACTIVATIONS, BertConfig, BertEmbeddings, BertLayer
+from normattn_jax import precision
 from normattn_jax.norms import LayerNorm
 from normattn_jax.validation import check_int
 
 Array = jax.Array
 INIT = nn.initializers.truncated_normal(0.02)  # TF1's truncated_normal_initializer(0.02)
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+DTYPES = precision.DTYPES  # model.dtype's values: normattn_jax.precision's policy
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,6 +22,7 @@ from normattn_jax.train.checkpoint import WorkdirError
 
 T = TypeVar("T")
 WORKDIR_ERROR_EXIT = 2
+INTERRUPTED_EXIT = 3  # a run stopped by its time budget (--max_minutes): rerun to resume
 CACHE_ENV = "NORMATTN_JAX_COMPILATION_CACHE"  # "0" turns the persistent cache off
 
 

@@ -6,13 +6,16 @@ anything compiles and names the offending field.
 from __future__ import annotations
 
 
+import jax
 import ml_collections
 from ml_collections import config_dict
 
 from normattn_jax import tasks
-from normattn_jax.attention.module import OUTPUT_GATES, QK_NORMS
+from normattn_jax.attention.module import IMPLEMENTATIONS, OUTPUT_GATES, QK_NORMS, \
+    check_fusable
 from normattn_jax.blocks import ARCHITECTURES, ATTENTION_OPTIONS
 from normattn_jax.models.sequence import OUTPUTS
+from normattn_jax.precision import DTYPES, check_compute_dtype
 from normattn_jax.train.sections import attention_section, attention_spec, check_known_fields
 from normattn_jax.validation import check_config_float, check_config_int, check_fields
 from normattn_jax.validation import fail_config as _fail
@@ -77,6 +80,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.output_gate = config_dict.placeholder(str)
   c.model.qk_norm = config_dict.placeholder(str)
   c.model.differential = False
+  # the compute dtype ("float32" | "bfloat16": normattn_jax.precision's policy, parameters float32)
+  # and the attention's path ("auto" | "quadratic" | "fast" | "fused", attention.module)
+  c.model.dtype = "float32"
+  c.model.attention_implementation = "auto"
 
   c.train = ml_collections.ConfigDict()
   c.train.num_steps = 3200
@@ -91,6 +98,10 @@ def base_config() -> ml_collections.ConfigDict:
   # device's whole share on an accelerator. At a fixed width a model's numbers do not depend
   # on the rest of the grid.
   c.train.models_per_vmap = 0
+  # devices that split each model's batch (the "data" axis of a models x data mesh; the models
+  # lie over the rest): must divide the devices and train.batch_size; 1 = each model on one,
+  # 0 = auto (grid.data_shards_for: data shards only where there are more devices than models)
+  c.train.data_shards = 1
 
   c.eval = ml_collections.ConfigDict()
   c.eval.val_batches = 32
@@ -174,11 +185,14 @@ def _validate_fields(config) -> None:
       and any(ARCHITECTURES[a].mixer != "attention" for a in archs):
     _fail("attention.name", config.attention.name, "applies to attention archs only")
   _validate_attention_options(config.model, "model", archs)
+  _validate_compute(config, archs)
   check_fields(config, ("learning_rates", "num_seeds", "seed"))
   for field in ("eval.val_batches", "eval.case_set_size"):
     _positive_int(config, field)
   _validate_shapes(config)
   check_fields(config, ("train.models_per_vmap", "train.checkpoint_every"))
+  _non_negative_int(config, "train.data_shards")
+  check_mesh(config)
   task = _task(config)
   if config.task.output not in OUTPUTS:
     _fail("task.output", config.task.output, f"choose from {OUTPUTS}")
@@ -222,6 +236,43 @@ def _validate_attention_options(model, section: str, archs: tuple) -> None:
     if model[field] not in (None, False) and pooling:
       _fail(f"{section}.{field}", model[field],
             f"applies to attention archs only, not {tuple(pooling)}")
+
+
+def check_mesh(config: ml_collections.ConfigDict) -> None:
+  """Refuse a (models x data) mesh this machine cannot lay out, before anything compiles:
+  ``train.data_shards`` (unless 0, auto) must divide the devices and each model's batch.
+
+  Raises:
+    ValueError: ``config.train.data_shards=<n>: must divide ...`` with the numbers.
+  """
+  shards, devices = config.train.data_shards, jax.device_count()
+  if not shards:  # auto: grid.data_shards_for picks a divisor of both
+    return
+  if devices % shards:
+    raise ValueError(f"config.train.data_shards={shards}: must divide the {devices} devices "
+                     f"(a mesh of {devices} // data_shards models x data_shards)")
+  if config.train.batch_size % shards:
+    raise ValueError(f"config.train.data_shards={shards}: must divide config.train.batch_size "
+                     f"({config.train.batch_size}), each shard training on an equal slice")
+
+
+def _validate_compute(config, archs: tuple) -> None:
+  """``model.dtype`` and ``model.attention_implementation``: known values, "fused" only for
+  archs whose normalisation has a fused path, bfloat16 only for those that keep their
+  tolerances in it (``normattn_jax.precision``)."""
+  if config.model.dtype not in DTYPES:
+    _fail("model.dtype", config.model.dtype, f"must be one of {tuple(DTYPES)}")
+  implementation = config.model.attention_implementation
+  if implementation not in IMPLEMENTATIONS:
+    _fail("model.attention_implementation", implementation,
+          f"must be one of {IMPLEMENTATIONS}")
+  chosen = attention_spec(config.attention, "attention", keep=True)
+  for arch in archs:
+    own = ARCHITECTURES[arch]
+    if own.mixer == "attention":
+      check_fusable(chosen or own.normalization, implementation,
+                    f"config.model.attention_implementation (arch {arch!r})")
+      check_compute_dtype(chosen or own.normalization, config.model.dtype, "model.dtype")
 
 
 def _validate_sweep(config):

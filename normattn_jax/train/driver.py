@@ -53,8 +53,12 @@ class Budget:
       return
     if self.left is not None and self.left <= 0:
       raise Interrupted(f"{name}: stopped after {done} of {num_chunks}")
-    if self.deadline is not None and self.ran and self.clock() >= self.deadline:
+    if self.out_of_time():
       raise Interrupted(f"{name}: out of time after {done} of {num_chunks}")
+
+  def out_of_time(self) -> bool:
+    """Whether the minutes are spent, once a chunk has run."""
+    return self.deadline is not None and bool(self.ran) and self.clock() >= self.deadline
 
 
 class RunHooks:
@@ -100,9 +104,13 @@ class RunHooks:
   def on_chunk(self, done: int, state, metrics: dict) -> None:
     """Record the chunk's evaluation, checkpoint, then pay the chunk from the budget."""
     self.record([done - 1], metrics)
-    if self.checkpoints is not None and (done % self.every == 0 or done == self.num_chunks):
+    saved = self.checkpoints is not None and (done % self.every == 0 or done == self.num_chunks)
+    if saved:
       self.checkpoints.save(done, {"state": state, "metrics": metrics})
     self.budget.spend()
+    if self.checkpoints is not None and not saved and self.budget.out_of_time():
+      # a run stopped by time keeps every chunk it ran: the next call resumes from here
+      self.checkpoints.save(done, {"state": state, "metrics": metrics})
     self.budget.check(self.name, done, self.num_chunks)
 
   def close(self) -> None:

@@ -25,6 +25,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from normattn_jax import tasks
 from normattn_jax.models.sequence import SequenceModel
+from normattn_jax.precision import DTYPES
 from normattn_jax.train import config as config_lib
 from normattn_jax.train.optim import make_optimizer, with_learning_rate
 from normattn_jax.train.sections import attention_spec
@@ -97,7 +98,8 @@ class Setup:
         num_classes=None if task.num_classes is None else task.num_classes(self.settings),
         positional=self.positional, dropout_rate=c.train.dropout,
         output_gate=c.model.output_gate, qk_norm=c.model.qk_norm,
-        differential=c.model.differential)
+        differential=c.model.differential, dtype=DTYPES[c.model.dtype],
+        attention_implementation=c.model.attention_implementation)
 
   def sample(self, key: Array, batch_size: int, seq_len: int):
     """(inputs, labels) for one batch of the task.
@@ -134,16 +136,22 @@ class Programs(NamedTuple):
   chunk: Callable       # (state, hp, eval_sets) -> (state, metrics): eval_every steps + evaluation
 
 
-def make_programs(setup: Setup) -> Programs:
-  """The training and evaluation functions of one model of ``setup``.
+def make_programs(setup: Setup, data_shards: Optional[int] = None) -> Programs:
+  """The training and evaluation functions of one model of ``setup``. With
+  ``train.data_shards`` > 1 they run inside ``over_models``' mesh, whose "data" axis splits each
+  model's batch: every shard draws the whole batch from the model's key, trains on its slice and
+  the shards average their gradients and metrics (``lax.pmean``), so a model's numbers are its
+  one-device numbers up to the order of a sum (dropout masks are drawn per slice).
 
   Args:
     setup: the arch and config of the grid.
+    data_shards: the mesh's "data" axis (``data_shards_for``); None: the config's, 0 as 1.
 
   Returns:
     ``Programs(init, train_step, chunk)``, each for one model.
   """
   c = setup.config
+  shards = data_shards or c.train.data_shards or 1
   model = setup.model()
   batch_size = c.train.batch_size
   n = setup.settings.seq_len
@@ -168,9 +176,11 @@ def make_programs(setup: Setup) -> Programs:
 
   def train_step(state: TrainState, hp: dict):
     data_key, dropout_key = jax.random.split(state.step_key(TRAIN_STREAM))
-    inputs, labels = setup.sample(data_key, batch_size, n)
+    inputs, labels = own_slice(setup.sample(data_key, batch_size, n), shards)
     grads, (loss, acc) = jax.grad(loss_fn, has_aux=True)(state.params, inputs, labels, hp,
                                                           dropout_key)
+    if shards > 1:
+      grads, loss, acc = jax.lax.pmean((grads, loss, acc), DATA_AXIS)
     return state.apply_gradients(grads=grads, loss=loss), (loss, acc)
 
   def accuracy(params, inputs, labels):
@@ -207,6 +217,19 @@ def make_programs(setup: Setup) -> Programs:
   return Programs(init, train_step, chunk)
 
 
+def own_slice(batch, shards: int):
+  """This data shard's rows of a batch (every array split on its leading axis), inside a mesh
+  with a ``DATA_AXIS`` of ``shards`` devices; the batch itself for 1."""
+  if shards == 1:
+    return batch
+  index = jax.lax.axis_index(DATA_AXIS)
+
+  def rows(x):
+    size = x.shape[0] // shards
+    return jax.lax.dynamic_slice_in_dim(x, index * size, size)
+  return jax.tree.map(rows, batch)
+
+
 def eval_sets_for(setup: Setup, seed: int, chunk_size: int = 250):
   """The task's grouped evaluation sets (``Task.grouped_eval``) at N and at the validation
   length, shared by every model, each shaped ``[groups, chunks, chunk_size, ...]`` for a
@@ -237,14 +260,61 @@ def eval_sets_for(setup: Setup, seed: int, chunk_size: int = 250):
   return tuple(sets)
 
 
-def models_sharding() -> NamedSharding:
-  """The sharding of a leading models axis over all devices (a 1-D mesh named "models").
+MODELS_AXIS, DATA_AXIS = "models", "data"
+
+
+def grid_mesh(data_shards: int = 1) -> Mesh:
+  """Every device as a (models x data) mesh: ``data_shards`` devices split each model's batch,
+  the rest of the factor lays out the models.
+
+  Args:
+    data_shards: the "data" axis' size; must divide the device count.
+
+  Returns:
+    A ``Mesh`` of axes ("models", "data").
+
+  Raises:
+    ValueError: naming the numbers, if ``data_shards`` does not divide the devices.
+  """
+  devices = jax.device_count()
+  if data_shards < 1 or devices % data_shards:
+    raise ValueError(f"config.train.data_shards={data_shards}: must divide the {devices} "
+                     f"devices (a mesh of models x data)")
+  return Mesh(np.asarray(jax.devices()).reshape(devices // data_shards, data_shards),
+              (MODELS_AXIS, DATA_AXIS))
+
+
+def data_shards_for(requested: int, num_models: int, batch_size: int, devices: int) -> int:
+  """The "data" axis of a grid's mesh: ``requested``, or for 0 (auto) the fewest shards that
+  leave no device without a model of its own: of the models axes (divisors of the devices)
+  whose data axis divides ``batch_size``, the largest that is at most ``num_models``, else the
+  smallest above it (3 models on 8 devices: 2 x 4; 300 models: 8 x 1; 3 models of batch 2:
+  4 x 2).
+
+  Args:
+    requested: the config's ``train.data_shards`` (0: auto).
+    num_models: the models of the grid.
+    batch_size: each model's batch.
+    devices: the devices to lay out.
+
+  Returns:
+    A divisor of ``devices``.
+  """
+  if requested:
+    return requested
+  axes = [m for m in range(1, devices + 1) if devices % m == 0 and batch_size % (devices // m) == 0]
+  within = [m for m in axes if m <= num_models]
+  return devices // (max(within) if within else min(axes))
+
+
+def models_sharding(mesh: Optional[Mesh] = None) -> NamedSharding:
+  """The sharding of a leading models axis over the "models" axis of ``mesh`` (default: every
+  device on it), replicated over its "data" axis.
 
   Returns:
     A ``NamedSharding`` of ``PartitionSpec("models")``.
   """
-  mesh = Mesh(np.asarray(jax.devices()), ("models",))
-  return NamedSharding(mesh, P("models"))
+  return NamedSharding(mesh or grid_mesh(), P(MODELS_AXIS))
 
 
 # The share of an accelerator's memory that one program's vmap of models may fill (the rest:
@@ -253,7 +323,8 @@ MEMORY_FRACTION = 0.5
 
 
 def models_per_vmap(requested: int, num_models: int,
-                    bytes_per_model: Optional[Callable[[], int]] = None) -> int:
+                    bytes_per_model: Optional[Callable[[], int]] = None,
+                    model_devices: Optional[int] = None) -> int:
   """How many models one vmap holds: ``requested``, or when it is 0 (auto) one on a CPU (the
   fastest there at the NAP paper's defaults, BENCHMARKS.md) and on an accelerator as many of
   each device's share as fit ``MEMORY_FRACTION`` of its memory (all of them when the device does
@@ -266,6 +337,8 @@ def models_per_vmap(requested: int, num_models: int,
     num_models: the number of models of the grid.
     bytes_per_model: ``() -> bytes`` one model's program needs (``program_bytes``), called only
       on an accelerator with ``requested`` 0.
+    model_devices: the devices the models are laid over (the mesh's "models" axis; default
+      all).
 
   Returns:
     A positive integer.
@@ -274,7 +347,7 @@ def models_per_vmap(requested: int, num_models: int,
     return requested
   if jax.default_backend() == "cpu":
     return 1
-  share = -(-num_models // jax.device_count())
+  share = -(-num_models // (model_devices or jax.device_count()))
   stats = jax.devices()[0].memory_stats() or {}
   if bytes_per_model is None or "bytes_limit" not in stats:
     return share
@@ -333,17 +406,19 @@ def model_bytes(init: Callable, chunk: Callable, per_model, shared: tuple = ()
   return measure
 
 
-def padded_count(num_models: int, per_vmap: int) -> int:
+def padded_count(num_models: int, per_vmap: int, model_devices: Optional[int] = None) -> int:
   """The models axis rounded up so that every device holds whole vmaps.
 
   Args:
     num_models: the number of models.
     per_vmap: the models per vmap.
+    model_devices: the devices the models are laid over (default: all).
 
   Returns:
-    The smallest multiple of ``per_vmap * jax.device_count()`` that is >= ``num_models``.
+    The smallest multiple of ``per_vmap * model_devices`` that is >= ``num_models``.
   """
-  return -(-num_models // (per_vmap * jax.device_count())) * per_vmap * jax.device_count()
+  width = per_vmap * (model_devices or jax.device_count())
+  return -(-num_models // width) * width
 
 
 def pad_models(x: np.ndarray, count: int) -> np.ndarray:
@@ -373,34 +448,37 @@ def over_models(fn: Callable, per_vmap: int, mesh: Optional[Mesh] = None) -> Cal
     fn: a function of one model's ``x`` (a state or a key), its ``per_model`` inputs
       (hyper-parameters or settings) and the arrays every model reads.
     per_vmap: the models per vmap.
-    mesh: the 1-D "models" mesh the models axis is split over (default: all devices).
+    mesh: the mesh the models axis is split over, on its "models" axis (``grid_mesh``; default:
+      all devices on it); a "data" axis of it gets every model whole, for ``fn`` to split its
+      batch over (``make_programs``).
 
   Returns:
     ``run(xs, per_models, *shared)``, ``xs`` and ``per_models`` with a leading models axis
     (``padded_count`` long), returning ``fn``'s outputs with that axis.
   """
-  mesh = mesh or models_sharding().mesh
+  mesh = mesh or grid_mesh()
 
   def on_device(x, per_model, *shared):
     return jax.lax.map(lambda b: fn(*b, *shared), (x, per_model), batch_size=per_vmap)
 
   def run(x, per_model, *shared):
-    specs = (P("models"), P("models")) + (P(),) * len(shared)
+    specs = (P(MODELS_AXIS), P(MODELS_AXIS)) + (P(),) * len(shared)
     return jax.shard_map(on_device, mesh=mesh, in_specs=specs,
-                         out_specs=P("models"))(x, per_model, *shared)
+                         out_specs=P(MODELS_AXIS))(x, per_model, *shared)
   return run
 
 
-def replicated() -> NamedSharding:
+def replicated(mesh: Optional[Mesh] = None) -> NamedSharding:
   """The sharding of data every device holds whole (shared by all models).
 
   Returns:
-    A ``NamedSharding`` of ``PartitionSpec()`` over the "models" mesh.
+    A ``NamedSharding`` of ``PartitionSpec()`` over ``mesh`` (default: ``grid_mesh()``).
   """
-  return NamedSharding(models_sharding().mesh, P())
+  return NamedSharding(mesh or grid_mesh(), P())
 
 
-def models_program(fn: Callable, per_vmap: int, *, donate: bool = False) -> Callable:
+def models_program(fn: Callable, per_vmap: int, *, donate: bool = False,
+                   mesh: Optional[Mesh] = None) -> Callable:
   """A jitted program over the models axis from ``fn(x, per_model, *shared)`` of one model:
   ``x`` (a state or a key) and ``per_model`` (its hyper-parameters or settings) are mapped with
   ``over_models``; ``shared`` (data every model reads) are arguments, not constants baked into
@@ -410,11 +488,13 @@ def models_program(fn: Callable, per_vmap: int, *, donate: bool = False) -> Call
     fn: a function of one model.
     per_vmap: the models per vmap.
     donate: donate ``x``'s buffers (a state replaced by the result).
+    mesh: the grid's mesh (``grid_mesh``; default: every device on the models axis).
 
   Returns:
     ``program(xs, per_models, *shared)``, its outputs sharded over the models axis.
   """
-  return jax.jit(over_models(fn, per_vmap), out_shardings=models_sharding(),
+  mesh = mesh or grid_mesh()
+  return jax.jit(over_models(fn, per_vmap, mesh), out_shardings=models_sharding(mesh),
                  donate_argnums=(0,) if donate else ())
 
 
@@ -430,10 +510,16 @@ class Grid:
   init: Callable           # jitted (key data [padded], per_model [padded]) -> states
   chunk_program: Callable  # jitted (states, per_model, *shared) -> (states, metrics)
   shared: tuple            # the data every model reads, on the devices
+  mesh: Optional[Mesh] = None  # (models x data), grid_mesh; None: every device on models
+
+  @property
+  def sharding(self) -> NamedSharding:
+    """The models axis' sharding: over the mesh's "models" axis, whole on its "data" axis."""
+    return models_sharding(self.mesh)
 
   @classmethod
   def of(cls, init: Callable, chunk: Callable, num_models: int, per_vmap: int,
-         shared: tuple = ()) -> "Grid":
+         shared: tuple = (), mesh: Optional[Mesh] = None) -> "Grid":
     """The grid of the programs of one model.
 
     Args:
@@ -444,13 +530,17 @@ class Grid:
       num_models: the number of models before padding.
       per_vmap: the models per vmap (``models_per_vmap``).
       shared: arrays every model reads (e.g. a data set), replicated on every device.
+      mesh: the (models x data) mesh (``grid_mesh``); None: every device on the models axis.
 
     Returns:
       The ``Grid``.
     """
-    return cls(num_models, per_vmap, padded_count(num_models, per_vmap),
-               models_program(init, per_vmap), models_program(chunk, per_vmap, donate=True),
-               jax.device_put(tuple(shared), replicated()))
+    mesh = mesh or grid_mesh()
+    return cls(num_models, per_vmap,
+               padded_count(num_models, per_vmap, mesh.shape[MODELS_AXIS]),
+               models_program(init, per_vmap, mesh=mesh),
+               models_program(chunk, per_vmap, donate=True, mesh=mesh),
+               jax.device_put(tuple(shared), replicated(mesh)), mesh)
 
   @classmethod
   def build(cls, setup: Setup, num_models: int) -> "Grid":
@@ -464,16 +554,24 @@ class Grid:
     Returns:
       The ``Grid``.
     """
-    programs = make_programs(setup)
+    config_lib.check_mesh(setup.config)
+    c = setup.config
+    shards = data_shards_for(c.train.data_shards, num_models, c.train.batch_size,
+                             jax.device_count())
+    mesh = grid_mesh(shards)
+    programs = make_programs(setup, shards)
     shared = (eval_sets_for(setup, setup.config.seed),)
 
     def init(key, hp, *_):  # a sweep's model starts from its key and hyper-parameters alone
       return programs.init(key, hp)
 
     hp = {name: jax.ShapeDtypeStruct((), jnp.float32) for name in HYPERPARAMETERS}
+    # one model's memory, measured on one device: a data-parallel program is only built on its mesh
+    measure = None if shards > 1 else model_bytes(
+        init, programs.chunk, hp, shared)
     return cls.of(init, programs.chunk, num_models,
-                  models_per_vmap(setup.config.train.models_per_vmap, num_models,
-                                  model_bytes(init, programs.chunk, hp, shared)), shared)
+                  models_per_vmap(setup.config.train.models_per_vmap, num_models, measure,
+                                  mesh.shape[MODELS_AXIS]), shared, mesh)
 
   def chunk(self, state: TrainState, per_model) -> tuple[TrainState, dict]:
     """One chunk of every model (``state`` is donated).
@@ -496,7 +594,7 @@ class Grid:
     Returns:
       ``(states, per_model) -> outputs`` over the models axis.
     """
-    compiled = models_program(fn, self.per_vmap)
+    compiled = models_program(fn, self.per_vmap, mesh=self.mesh)
     return lambda state, m: compiled(state, m, *self.shared)
 
   def shard(self, tree):
@@ -509,7 +607,7 @@ class Grid:
       The tree with each leading axis padded to ``padded``, sharded over the devices.
     """
     return jax.device_put(jax.tree.map(lambda x: pad_models(x, self.padded), tree),
-                          models_sharding())
+                          self.sharding)
 
   def metric_shapes(self, state: TrainState, per_model) -> dict:
     """The shapes and dtypes of one chunk's metrics (``{name: [padded models]}``), traced

@@ -30,9 +30,11 @@ _OLD_SWITCHES = {"": None, "auto": None, "true": True, "false": False}
 # Per kind of run: fields added later, as {dotted field: the value that keeps the old behaviour};
 # a stored tree whose section lacks one ran without it.
 ADDED = {
-    "sweep": {"model.output_gate": None, "model.qk_norm": None, "model.differential": False},
+    "sweep": {"model.output_gate": None, "model.qk_norm": None, "model.differential": False,
+              "model.dtype": "float32", "model.attention_implementation": "auto",
+              "train.data_shards": 1},
     "pretraining": {"model.output_gate": None, "model.qk_norm": None,
-                    "model.differential": False},
+                    "model.differential": False, "train.shard_parameters": False},
     # the causal-LM analysis on the grid engine: the seeds per vmap, 0 the engine's auto width
     "causal_lm": {"train.models_per_vmap": 0},
 }

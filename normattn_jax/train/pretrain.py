@@ -31,6 +31,7 @@ from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.models.albert import DTYPES, AlbertConfig, AlbertForPretraining, \
     pretraining_loss
 from normattn_jax.models.bert import ACTIVATIONS
+from normattn_jax.precision import check_compute_dtype
 from normattn_jax.train import multihost
 from normattn_jax.train.checkpoint import GridCheckpoints, check_workdir, open_workdir, \
     releases_workdir, write_json
@@ -69,7 +70,7 @@ def base_pretrain_config() -> ml_collections.ConfigDict:
   c.train = ml_collections.ConfigDict(dict(
       batch_size=4096, num_steps=125000, learning_rate=0.00176, warmup_steps=3125,
       weight_decay=0.01, clip_norm=1.0, seed=0, log_every=100, eval_every=5000,
-      eval_batches=16, eval_batch_size=0, checkpoint_every=5000))
+      eval_batches=16, eval_batch_size=0, checkpoint_every=5000, shard_parameters=False))
   return c
 
 
@@ -96,6 +97,7 @@ def validate_pretrain_config(c: ml_collections.ConfigDict) -> None:
     if value not in allowed:
       _fail(field, value, f"must be one of {allowed}")
   check_fusable(spec, c.model.attention_implementation, "config.model.attention_implementation")
+  check_compute_dtype(spec, c.model.dtype, "model.dtype")
   validate_attention_options(c.model, "model")
   if c.model.differential and (c.model.hidden_size // c.model.num_attention_heads) % 2:
     _fail("model.differential", c.model.differential,
@@ -215,9 +217,45 @@ def init_state(model: AlbertForPretraining, optimizer: optax.GradientTransformat
                            key=jax.random.fold_in(key, 1))
 
 
+def parameter_spec(shape: tuple, devices: int) -> P:
+  """FSDP's layout of one array of the state: its longest axis that the devices divide split
+  over "data" (each device holds a slice, gathered where a step needs it whole), else whole.
+
+  Args:
+    shape: the array's shape.
+    devices: the "data" axis' size.
+
+  Returns:
+    A ``PartitionSpec``.
+  """
+  axes = [i for i, n in enumerate(shape) if n >= devices and n % devices == 0]
+  if devices == 1 or not axes:
+    return P()
+  axis = max(axes, key=lambda i: (shape[i], -i))
+  return P(*[("data" if i == axis else None) for i in range(len(shape))])
+
+
+def state_sharding(shapes, mesh: Mesh, shard_parameters: bool):
+  """The state's shardings: each parameter and optimiser moment by ``parameter_spec`` with
+  ``train.shard_parameters``, else every array whole on every device (plain data parallelism).
+
+  Args:
+    shapes: the state's shapes (``jax.eval_shape`` of the init).
+    mesh: the 1-D "data" mesh.
+    shard_parameters: the config's ``train.shard_parameters``.
+
+  Returns:
+    A tree of ``NamedSharding`` shaped as ``shapes``.
+  """
+  devices = mesh.shape["data"] if shard_parameters else 1
+  return jax.tree.map(lambda x: NamedSharding(mesh, parameter_spec(x.shape, devices)), shapes)
+
+
 class Trainer:
   """The compiled pieces of a run: ``init``, ``train_step``, ``eval_step`` (all jitted, the
-  batch sharded over the "data" axis of a mesh of every device, the state replicated)."""
+  batch sharded over the "data" axis of a mesh of every device; the state whole on every
+  device, or with ``train.shard_parameters`` each array split over "data", FSDP-style:
+  ``state_sharding``, known once ``init`` has run)."""
 
   def __init__(self, c: ml_collections.ConfigDict, vocab_size: int):
     self.config = c
@@ -227,9 +265,20 @@ class Trainer:
     self.mesh = Mesh(np.array(jax.devices()), ("data",))
     self.replicated = NamedSharding(self.mesh, P())
     self.batch_sharding = NamedSharding(self.mesh, P("data"))
-    self.init = jax.jit(self._init, out_shardings=self.replicated)
+    self.state_sharding = None
     self.train_step = jax.jit(self._train_step, donate_argnums=0)
     self.eval_step = jax.jit(self._eval_step)
+
+  def init(self, key, batch) -> TrainState:
+    """The state at step 0, laid out by ``state_sharding`` (which the training step then keeps).
+    """
+    if self.state_sharding is None:
+      self.state_sharding = state_sharding(jax.eval_shape(self._init, key, batch), self.mesh,
+                                           self.config.train.shard_parameters)
+      self._init_program = jax.jit(self._init, out_shardings=self.state_sharding)
+      self.train_step = jax.jit(self._train_step, donate_argnums=0,
+                                out_shardings=(self.state_sharding, self.replicated))
+    return self._init_program(key, batch)
 
   def _init(self, key, batch):
     return init_state(self.model, self.optimizer, key, batch)
@@ -358,7 +407,7 @@ def run_pretraining(c: ml_collections.ConfigDict, workdir: str, *,
   start = 0
   if checkpoints is not None and checkpoints.latest() is not None:
     start, restored = checkpoints.restore_newest({"state": state})
-    state = jax.device_put(restored["state"], trainer.replicated)
+    state = jax.device_put(restored["state"], trainer.state_sharding)
   log = RunLog(workdir, total=t.num_steps, resume_from=start, unit="step",
                tensorboard=tensorboard, progress=show_progress)
   lr_at = albert_schedule(t.learning_rate, t.num_steps, t.warmup_steps)

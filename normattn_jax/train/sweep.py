@@ -159,7 +159,8 @@ def _index_of(choices, value, field: str) -> int:
 
 @releases_workdir
 def run_sweep(config: ml_collections.ConfigDict, workdir: str, *, max_chunks: Optional[int] = None,
-              show_progress: bool = True, tensorboard: bool = True, afresh: bool = False) -> dict:
+              show_progress: bool = True, tensorboard: bool = True, afresh: bool = False,
+              max_minutes: float = 0.0) -> dict:
   """Validate, train every (point, arch) grid, write the results; returns the summary. The
   workdir resumes a run of this config, or returns a finished one's summary untouched; another
   config's is refused (``WorkdirError``) unless ``afresh`` moves it aside (``open_workdir``).
@@ -173,6 +174,9 @@ def run_sweep(config: ml_collections.ConfigDict, workdir: str, *, max_chunks: Op
     show_progress: show a progress bar (in model-steps).
     tensorboard: write TensorBoard scalars besides history.jsonl.
     afresh: move a workdir of another config aside instead of refusing it.
+    max_minutes: stop (``Interrupted``) after the evaluation that passes this wall time, its
+      checkpoint written, 0: no limit; the next call resumes (a loan's queue ends a sweep so
+      rather than killing it mid-checkpoint).
 
   Returns:
     The summary (``scoring.summarise``).
@@ -183,7 +187,7 @@ def run_sweep(config: ml_collections.ConfigDict, workdir: str, *, max_chunks: Op
     return finished
   chief = multihost.is_chief()  # on several hosts, one writes the files
   plan = SweepPlan.of(config)
-  budget = Budget(max_chunks)
+  budget = Budget(max_chunks, minutes=max_minutes)
   results = {}
   started = time.perf_counter()
   with RunLog(workdir, total=plan.total_model_steps, unit="model-step", tensorboard=tensorboard,
