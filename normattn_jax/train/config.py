@@ -11,8 +11,8 @@ import ml_collections
 from ml_collections import config_dict
 
 from normattn_jax import tasks
-from normattn_jax.attention.module import IMPLEMENTATIONS, OUTPUT_GATES, QK_NORMS, \
-    check_fusable
+from normattn_jax.attention.module import (IMPLEMENTATIONS, OUTPUT_GATES, QK_NORMS,
+                                           check_fusable)
 from normattn_jax.blocks import ARCHITECTURES, ATTENTION_OPTIONS
 from normattn_jax.models.sequence import OUTPUTS
 from normattn_jax.precision import DTYPES, check_compute_dtype
@@ -75,7 +75,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.positional = config_dict.placeholder(bool)      # None: the task's own
   c.model.normalize = config_dict.placeholder(bool)       # None: the arch's own
   c.model.attention_gelu = config_dict.placeholder(bool)  # None: the arch's own
-  # MultiHeadAttention's options, attention archs only (README, "The modules"): None | "headwise"
+  # MultiHeadAttention's options, attention archs only (docs/guides/modules.md): None | "headwise"
   # | "elementwise"; None | "rms" | "layer"; differential attention (head width even)
   c.model.output_gate = config_dict.placeholder(str)
   c.model.qk_norm = config_dict.placeholder(str)
