@@ -133,7 +133,7 @@ class Normalization:
   - normalizes_over_queries: each key's weights are also normalised over the queries (DNAS, HNAS,
     Sinkhorn), so a query's row depends on the other queries: no step-by-step decoding with a
     key/value cache, and padded queries must be masked.
-  needs_float32: why a model with this normalisation must compute in float32 (a config asking
+  - needs_float32: why a model with this normalisation must compute in float32 (a config asking
     for bfloat16 is refused with it, ``normattn_jax.precision``); None: bf16 keeps it within
     ``precision.BF16_TOLERANCES``.
   """

@@ -19,7 +19,7 @@ backward; a decode step with the key/value cache; the report card's measurement 
   "cudnn")`` to: without it, XLA's composite fallback would run, several times slower and, for
   DNAS, with the offsets rounded into the logits;
 * the dtypes are the configured ones: a float32 program has no bf16 ``dot_general``, a bf16 one
-  has bf16 ``dot_general``s (the projections), and every ``exponential`` and ``log`` (the
+  has bf16 ``dot_general`` ops (the projections), and every ``exponential`` and ``log`` (the
   weight functions' and the losses') is float32 (``normattn_jax.precision``'s policy).
 
 Which kernel ``attention/fused.py`` takes is decided while tracing, from the default device;
@@ -71,10 +71,10 @@ PRETRAINING_SCHEMES = {"unas": "softmax", "dnas": "dnas", "hnas": "hnas"}
 class Program:
   """One compiled program of the library.
 
-  build: ``() -> (jitted function, abstract arguments)``, called afresh for each platform (the
+  - build: ``() -> (jitted function, abstract arguments)``, called afresh for each platform (the
     fused kernel is chosen while tracing, so no trace may be shared between platforms).
-  training: a training step, in which no host callback may run.
-  differentiated: its attention is differentiated (cuDNN's backward call is expected too).
+  - training: a training step, in which no host callback may run.
+  - differentiated: its attention is differentiated (cuDNN's backward call is expected too).
   """
   name: str
   kind: str
@@ -259,7 +259,7 @@ def check(programs: Iterable[Program], platforms: Sequence[str] = PLATFORMS,
     on_result: called with each ``Result`` as it comes (for printing).
 
   Returns:
-    The ``Result``s, program by program, platform by platform.
+    The ``Result`` objects, program by program, platform by platform.
   """
   platforms = check_platforms(platforms)
   results = []
@@ -570,7 +570,7 @@ def programs(normalizations: Optional[Sequence[str]] = None,
     kinds: a subset of ``KINDS``.
 
   Returns:
-    The ``Program``s, not yet built.
+    The ``Program`` objects, not yet built.
 
   Raises:
     ValueError: for an unknown normalisation or kind, before anything is traced.
