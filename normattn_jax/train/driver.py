@@ -104,12 +104,10 @@ class RunHooks:
   def on_chunk(self, done: int, state, metrics: dict) -> None:
     """Record the chunk's evaluation, checkpoint, then pay the chunk from the budget."""
     self.record([done - 1], metrics)
-    saved = self.checkpoints is not None and (done % self.every == 0 or done == self.num_chunks)
-    if saved:
-      self.checkpoints.save(done, {"state": state, "metrics": metrics})
     self.budget.spend()
-    if self.checkpoints is not None and not saved and self.budget.out_of_time():
-      # a run stopped by time keeps every chunk it ran: the next call resumes from here
+    # a run stopped by time keeps every chunk it ran: the next call resumes from there
+    if self.checkpoints is not None and (done % self.every == 0 or done == self.num_chunks
+                                         or self.budget.out_of_time()):
       self.checkpoints.save(done, {"state": state, "metrics": metrics})
     self.budget.check(self.name, done, self.num_chunks)
 

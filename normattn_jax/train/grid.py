@@ -554,8 +554,7 @@ class Grid:
     Returns:
       The ``Grid``.
     """
-    config_lib.check_mesh(setup.config)
-    c = setup.config
+    c = setup.config  # validated: its mesh divides the devices and the batch
     shards = data_shards_for(c.train.data_shards, num_models, c.train.batch_size,
                              jax.device_count())
     mesh = grid_mesh(shards)
@@ -567,8 +566,7 @@ class Grid:
 
     hp = {name: jax.ShapeDtypeStruct((), jnp.float32) for name in HYPERPARAMETERS}
     # one model's memory, measured on one device: a data-parallel program is only built on its mesh
-    measure = None if shards > 1 else model_bytes(
-        init, programs.chunk, hp, shared)
+    measure = None if shards > 1 else model_bytes(init, programs.chunk, hp, shared)
     return cls.of(init, programs.chunk, num_models,
                   models_per_vmap(setup.config.train.models_per_vmap, num_models, measure,
                                   mesh.shape[MODELS_AXIS]), shared, mesh)
