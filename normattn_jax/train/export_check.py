@@ -52,17 +52,16 @@ PLATFORMS = ("tpu", "cuda")
 CUDNN_FORWARD = "__cudnn$fmhaSoftmax"
 CUDNN_BACKWARD = "__cudnn$fmhaSoftmaxBackward"
 CUDNN_TARGETS = (CUDNN_FORWARD, CUDNN_BACKWARD)
-# The custom-call targets of host callbacks (jax/_src/callback.py names them
-# xla_ffi{_partial}_python_{cpu,gpu}_callback; older ones xla_python_*_callback and
+# The custom-call targets of host callbacks: every target naming a callback (jax/_src/callback.py
+# names them xla_ffi{_partial}_python_{cpu,gpu}_callback; older ones xla_python_*_callback and
 # xla_buffer_python_*_callback).
-CALLBACK_TARGET = re.compile(r"python_\w*callback|callback")
+CALLBACK_TARGET = re.compile(r"callback")
 CALLBACK_PRIMITIVES = ("pure_callback", "io_callback", "debug_callback", "debug_print",
                        "callback")
 # What jax's cuDNN wrapper is told the installed cuDNN is, where none is: 9.8, the oldest
 # version whose flash attention jax 0.10 lowers every call of fused.py to.
 ASSUMED_CUDNN_VERSION = 90800
-IMPLEMENTATIONS = ("quadratic", "fast", "fused")
-COMPUTE_DTYPES = ("float32", "bfloat16")
+COMPUTE_DTYPES = tuple(DTYPES)
 GRID_ARCHS = ("bert", "mte", "nap", "non", "sum", "max")
 PRETRAINING_SCHEMES = {"unas": "softmax", "dnas": "dnas", "hnas": "hnas"}
 
@@ -293,8 +292,8 @@ def implementations(name: str) -> tuple:
   """The implementations normalisation ``name`` offers: quadratic always, fast and fused where
   it has those paths."""
   norm = attention_registry.get(name)
-  return tuple(i for i, offered in zip(IMPLEMENTATIONS, (True, norm.fast is not None,
-                                                         norm.fused is not None)) if offered)
+  offered = {"quadratic": True, "fast": norm.fast is not None, "fused": norm.fused is not None}
+  return tuple(implementation for implementation, has in offered.items() if has)
 
 
 def config_dtypes(name: Optional[str], dtypes: Sequence[str]) -> tuple:
