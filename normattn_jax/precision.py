@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from normattn_jax.attention.registry import AttentionSpec
+
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # How far a bf16 model's attention may lie from the same parameters' float32 attention, per
 # normalisation and implementation (tests/test_precision.py: MultiHeadAttention, 4 heads of 8,
@@ -41,7 +43,6 @@ def check_compute_dtype(normalization, dtype: str, field: str) -> None:
   Raises:
     ValueError: ``config.<field>='bfloat16': normalization '<name>' needs float32: <why>``.
   """
-  from normattn_jax.attention.registry import AttentionSpec
   spec = AttentionSpec.of(normalization)
   reason = spec.normalization.needs_float32
   if dtype != "float32" and reason:
