@@ -135,7 +135,8 @@ def test_the_command_checks_a_plugin_and_names_what_fails(tmp_path):
       "  return softmax_weights(logits, mask)\n"
       "register(Normalization('my_softmax', softmax_weights))\n"
       "register(Normalization('my_noisy', noisy))\n")
-  env = dict(os.environ, PYTHONPATH=f"{REPO}:{tmp_path}", JAX_PLATFORMS="cpu")
+  path = os.pathsep.join([REPO, str(tmp_path), os.environ.get("PYTHONPATH", "")])
+  env = dict(os.environ, PYTHONPATH=path, JAX_PLATFORMS="cpu")
   command = [sys.executable, os.path.join(REPO, "experiments", "export_check.py"),
              "--plugins=my_norms", "--kinds=nnx", "--platforms=cuda"]
   good = subprocess.run(command + ["--normalization=my_softmax"], env=env, capture_output=True,
