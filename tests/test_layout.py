@@ -11,7 +11,7 @@ import pytest
 from normattn_jax.train import artifacts
 from normattn_jax.train.checkpoint import WorkdirError, check_workdir
 from normattn_jax.train.config import base_config
-from normattn_jax.train.layout import ModelsAxis, grid_name
+from normattn_jax.train.layout import GroupSeedAxis, ModelsAxis, grid_name
 from normattn_jax.train.plan import SweepPlan
 from normattn_jax.train.scoring import summarise
 
@@ -175,3 +175,15 @@ def test_a_sweep_plan_refuses_a_grid_it_does_not_train():
     plan.grid("nap", (("model.d_model", 8),))
   with pytest.raises(ValueError, match="arch 'gpt' is not one of the run's archs"):
     plan.grids_of("gpt")
+
+
+def test_a_group_seed_axis_keeps_the_seed_innermost_as_a_sweeps_axis_does():
+  axis = GroupSeedAxis(num_groups=3, num_seeds=2)
+  np.testing.assert_array_equal(axis.group_indices(), [0, 0, 1, 1, 2, 2])
+  np.testing.assert_array_equal(axis.seed_indices(), [0, 1, 0, 1, 0, 1])
+  sweep = ModelsAxis((1e-3, 3e-4, 1e-4), "", (None,), 2)
+  np.testing.assert_array_equal(axis.group_indices(), sweep.lr_indices())
+  np.testing.assert_array_equal(axis.seed_indices(), sweep.seed_indices())
+  curves = np.arange(12.0).reshape(2, 6)
+  np.testing.assert_array_equal(axis.unflatten(curves)[:, 1], curves[:, axis.rows(1)])
+  assert axis.num_models == 6 and axis.rows(2) == slice(4, 6)

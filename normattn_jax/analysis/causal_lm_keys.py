@@ -37,7 +37,7 @@ from normattn_jax.train.checkpoint import open_workdir, releases_workdir, write_
 from normattn_jax.train.driver import Budget, RunHooks
 from normattn_jax.train.run_log import RunLog
 from normattn_jax.train.sections import check_known_fields, flat_fields
-from normattn_jax.train.state import TrainState
+from normattn_jax.train.state import DROPOUT_STREAM, TRAIN_STREAM, TrainState
 from normattn_jax.validation import check_config_float, check_config_int, check_fields, \
     check_float
 from normattn_jax.validation import fail_config as _fail
@@ -294,11 +294,11 @@ def make_programs(c: ml_collections.ConfigDict, model: CausalLM) -> LMPrograms:
                              key=jax.random.fold_in(key, 1))
 
   def step(state: TrainState, stream):
-    tokens = sample_windows(state.step_key(0), stream, t.batch_size, m.max_len)
+    tokens = sample_windows(state.step_key(TRAIN_STREAM), stream, t.batch_size, m.max_len)
 
     def loss_fn(params):
       logits = model.apply({"params": params}, tokens, deterministic=deterministic,
-                           rngs={"dropout": state.step_key(1)})
+                           rngs={"dropout": state.step_key(DROPOUT_STREAM)})
       return next_token_loss(logits, tokens)
 
     loss, grads = jax.value_and_grad(loss_fn)(state.params)
@@ -330,10 +330,8 @@ def build_grid(c: ml_collections.ConfigDict, model: CausalLM,
   shared = (jnp.asarray(stream, jnp.int32),)
 
   settings = {"seed": jax.ShapeDtypeStruct((), jnp.int32)}
-  per_vmap = grid_lib.models_per_vmap(
-      c.train.models_per_vmap, c.train.seeds,
-      grid_lib.model_bytes(programs.init, programs.chunk, settings, shared))
-  return grid_lib.Grid.of(programs.init, programs.chunk, c.train.seeds, per_vmap, shared)
+  return grid_lib.Grid.of(programs.init, programs.chunk, c.train.seeds, c.train.models_per_vmap,
+                          shared, per_model=settings)
 
 
 def chunk_metrics(out: dict) -> dict:

@@ -50,8 +50,9 @@ from normattn_jax.train import grid as grid_lib
 from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, releases_workdir, \
     write_json
 from normattn_jax.train.driver import Budget, Interrupted
+from normattn_jax.train.layout import GroupSeedAxis
 from normattn_jax.train.run_log import RunLog
-from normattn_jax.train.state import TrainState
+from normattn_jax.train.state import TRAIN_STREAM, TrainState
 from normattn_jax.train.sections import check_known_fields
 from normattn_jax.validation import RULES, check_config_float, check_config_int, check_fields, \
     check_float, check_int, fail_config
@@ -393,14 +394,20 @@ def num_models(c: ml_collections.ConfigDict) -> int:
   return len(c.variants) * c.num_seeds
 
 
+def models_axis(c: ml_collections.ConfigDict) -> GroupSeedAxis:
+  """The models axis: variant x seed, seed innermost (``train.layout``)."""
+  return GroupSeedAxis(len(c.variants), c.num_seeds)
+
+
 def model_variants(c: ml_collections.ConfigDict) -> np.ndarray:
-  """[models] index into ``VARIANTS`` of each model: variant-major, seed-minor."""
-  return np.repeat([VARIANTS.index(v) for v in c.variants], c.num_seeds).astype(np.int32)
+  """[models] index into ``VARIANTS`` of each model."""
+  return np.asarray([VARIANTS.index(v) for v in c.variants], np.int32)[
+      models_axis(c).group_indices()]
 
 
 def model_seeds(c: ml_collections.ConfigDict) -> np.ndarray:
   """[models] the seed (data set and initialisation) of each model: variants share them."""
-  return np.tile(np.arange(c.num_seeds), len(c.variants)).astype(np.int32)
+  return models_axis(c).seed_indices()
 
 
 class MajorityData(NamedTuple):
@@ -564,7 +571,7 @@ def make_programs(config: ml_collections.ConfigDict, data: MajorityData) -> Majo
     return state.apply_gradients(grads=grads, loss=loss), (loss * real.sum(), overflow)
 
   def epoch(settings, data, state, _):
-    order = jax.random.permutation(state.step_key(0), train_size)
+    order = jax.random.permutation(state.step_key(TRAIN_STREAM), train_size)
     indices = jnp.zeros(padded, jnp.int32).at[:train_size].set(order)
     real = (jnp.arange(padded) < train_size).astype(jnp.float32)
     batches = (indices.reshape(per_epoch, -1), real.reshape(per_epoch, -1))
@@ -615,11 +622,8 @@ def build_grid(config: ml_collections.ConfigDict,
 
   settings = {"variant": jax.ShapeDtypeStruct((), jnp.int32),
               "seed": jax.ShapeDtypeStruct((), jnp.int32)}
-  per_vmap = grid_lib.models_per_vmap(
-      config.models_per_vmap, num_models(config),
-      grid_lib.model_bytes(programs.init, programs.chunk, settings, (data,)))
-  grid = grid_lib.Grid.of(programs.init, programs.chunk, num_models(config), per_vmap,
-                          shared=(data,))
+  grid = grid_lib.Grid.of(programs.init, programs.chunk, num_models(config),
+                          config.models_per_vmap, (data,), per_model=settings)
   return grid, programs
 
 
@@ -653,7 +657,7 @@ def curves(history: list[dict], config: ml_collections.ConfigDict) -> dict:
   steps = np.array([r["step"] for r in rows])
   out = {}
   for v, name in enumerate(config.variants):
-    columns = slice(v * config.num_seeds, (v + 1) * config.num_seeds)
+    columns = models_axis(config).rows(v)
     out[name] = {m: np.array([r[m][columns] if m in r else [np.nan] * config.num_seeds
                               for r in rows], np.float64) for m in METRICS}
   return {"steps": steps, "variants": out}

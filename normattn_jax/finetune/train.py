@@ -18,7 +18,6 @@ the best learning rate (its figure: ``reporting.training_figures.finetuning_curv
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import os
 import re
@@ -41,16 +40,15 @@ from normattn_jax.train.checkpoint import WorkdirError, open_workdir, releases_w
 from normattn_jax.train.optim import lamb_adapted, scale_by_adam_without_bias_correction, \
     schedule_shape
 from normattn_jax.train.driver import Budget, RunHooks
+from normattn_jax.train.layout import GroupSeedAxis
 from normattn_jax.train.run_log import RunLog
 from normattn_jax.train.sections import attention_section, attention_spec, check_known_fields
-from normattn_jax.train.state import TrainState
+from normattn_jax.train.state import TRAIN_STREAM, TrainState
 from normattn_jax.validation import check_config_float, check_config_int, check_fields
 from normattn_jax.validation import fail_config as _fail
 
 # An optional package: without it, the error names the extra that installs it.
 ml_collections = require("ml_collections", "all")
-
-TRAIN_STREAM = 0  # the stream of a model's dropout keys (TrainState.step_key)
 
 
 def base_finetune_config() -> ml_collections.ConfigDict:
@@ -223,12 +221,17 @@ def adamw(learning_rate, num_steps: int, warmup_steps: int, weight_decay: float,
   )
 
 
+def models_axis(c: ml_collections.ConfigDict) -> GroupSeedAxis:
+  """The models axis: learning rate x seed, seed innermost (``train.layout``)."""
+  return GroupSeedAxis(len(c.learning_rates), c.num_seeds)
+
+
 def hyperparameter_grid(c: ml_collections.ConfigDict) -> tuple[dict, np.ndarray]:
-  """The models axis: learning rate x seed, seed innermost. Returns ``({"learning_rate": [M]},
-  seed index per model [M])``."""
-  rows = list(itertools.product(range(len(c.learning_rates)), range(c.num_seeds)))
-  hp = {"learning_rate": np.array([c.learning_rates[i] for i, _ in rows], np.float32)}
-  return hp, np.array([s for _, s in rows], np.int32)
+  """The models axis' per-model inputs. Returns ``({"learning_rate": [M]}, seed index per
+  model [M])``."""
+  axis = models_axis(c)
+  hp = {"learning_rate": np.asarray(c.learning_rates, np.float32)[axis.group_indices()]}
+  return hp, axis.seed_indices()
 
 
 def batch_rows(seed: int, seed_index: int, first_step: int, num_steps: int, batch_size: int,
@@ -331,7 +334,7 @@ def build_grid(c: ml_collections.ConfigDict, task: task_lib.FinetuneTask,
                num_models: int) -> tuple[grid_lib.Grid, FinetunePrograms]:
   """The fine-tuning grid on the engine (``grid.Grid.of``): the task's arrays, the dev batches
   and the pre-trained parameters shared by every model, the vmap width memory-aware as a
-  sweep's (``grid.models_per_vmap``).
+  sweep's (``Grid.of``).
 
   Args:
     c: the fine-tuning config.
@@ -348,10 +351,9 @@ def build_grid(c: ml_collections.ConfigDict, task: task_lib.FinetuneTask,
 
   per_model = {"learning_rate": jax.ShapeDtypeStruct((), jnp.float32),
                "rows": jax.ShapeDtypeStruct((c.train.eval_every, c.train.batch_size), jnp.int32)}
-  per_vmap = grid_lib.models_per_vmap(
-      c.train.models_per_vmap, num_models,
-      grid_lib.model_bytes(programs.init, programs.chunk, per_model, shared))
-  return grid_lib.Grid.of(programs.init, programs.chunk, num_models, per_vmap, shared), programs
+  grid = grid_lib.Grid.of(programs.init, programs.chunk, num_models, c.train.models_per_vmap,
+                          shared, per_model=per_model)
+  return grid, programs
 
 
 def _stats(values: np.ndarray) -> dict:
@@ -374,7 +376,7 @@ def summarise(c, task: task_lib.FinetuneTask, history: dict) -> dict:
   n_seeds = c.num_seeds
   cells = []
   for i, lr in enumerate(c.learning_rates):
-    rows = slice(i * n_seeds, (i + 1) * n_seeds)
+    rows = models_axis(c).rows(i)
     diverged = history["diverged"][-1, rows].astype(bool)
     cell = {"learning_rate": float(lr), "diverged": int(diverged.sum()),
             "train_loss": _stats(np.where(diverged, np.nan, history["train_loss"][-1, rows]))}
@@ -420,7 +422,7 @@ def with_hybrid_weights(summary: dict, c, u: Optional[np.ndarray]) -> dict:
   if u is None:
     return summary
   for i, cell in enumerate(summary["cells"]):
-    cell["hybrid_weights"] = u[i * c.num_seeds:(i + 1) * c.num_seeds].tolist()
+    cell["hybrid_weights"] = u[models_axis(c).rows(i)].tolist()
   return summary
 
 
@@ -435,7 +437,7 @@ def _score(task: task_lib.FinetuneTask, predictions: np.ndarray, diverged: bool)
 def _record(log: RunLog, c, task, step: int, metrics: dict) -> None:
   """One history row per learning rate: the means over its seeds."""
   for i, lr in enumerate(c.learning_rates):
-    rows = slice(i * c.num_seeds, (i + 1) * c.num_seeds)
+    rows = models_axis(c).rows(i)
     scalars = {"diverged": int(metrics["diverged"][rows].sum())}
     for name in ("train_loss",) + tuple(task.metrics):
       values = metrics[name][rows]
@@ -544,8 +546,7 @@ def run_finetuning(c: ml_collections.ConfigDict, workdir: str, *,
 
 def save_metrics(path: str, c, history: dict) -> None:
   """``metrics.npz``: every metric's curve as ``[evaluations, learning rates, seeds]``."""
-  shape = (len(c.learning_rates), c.num_seeds)
-  arrays = {name: curve.reshape((len(curve),) + shape) for name, curve in history.items()}
+  arrays = {name: models_axis(c).unflatten(curve) for name, curve in history.items()}
   arrays["learning_rates"] = np.asarray(c.learning_rates, np.float64)
   arrays["eval_steps"] = np.arange(1, len(history["diverged"]) + 1) * c.train.eval_every
   np.savez_compressed(path, **arrays)

@@ -29,12 +29,9 @@ from normattn_jax.precision import DTYPES
 from normattn_jax.train import config as config_lib
 from normattn_jax.train.optim import make_optimizer, with_learning_rate
 from normattn_jax.train.sections import attention_spec
-from normattn_jax.train.state import TrainState
+from normattn_jax.train.state import EVAL_STREAM, TRAIN_STREAM, TrainState
 
 Array = jax.Array
-# A model's independent key streams (TrainState.step_key): training batches and dropout, and
-# evaluation batches.
-TRAIN_STREAM, EVAL_STREAM = 0, 1
 # The per-model hyper-parameters of a sweep's grid.
 HYPERPARAMETERS = ("learning_rate", "l2")
 
@@ -406,6 +403,27 @@ def model_bytes(init: Callable, chunk: Callable, per_model, shared: tuple = ()
   return measure
 
 
+def measured_bytes(init: Callable, chunk: Callable, per_model, shared: tuple,
+                   mesh: Mesh) -> Optional[Callable[[], int]]:
+  """``models_per_vmap``'s ``bytes_per_model`` for a grid's programs, or None where one model
+  cannot be measured alone: no ``per_model`` shapes, or a data-parallel mesh (a model split over
+  its "data" axis is only built on that mesh).
+
+  Args:
+    init: ``(key data, per_model, *shared) -> state`` of one model.
+    chunk: ``(state, per_model, *shared) -> (state, outputs)`` of one model.
+    per_model: one model's per-model inputs, or None.
+    shared: the arrays every model reads.
+    mesh: the grid's mesh.
+
+  Returns:
+    ``model_bytes``' function, or None.
+  """
+  if per_model is None or mesh.shape[DATA_AXIS] > 1:
+    return None
+  return model_bytes(init, chunk, per_model, shared)
+
+
 def padded_count(num_models: int, per_vmap: int, model_devices: Optional[int] = None) -> int:
   """The models axis rounded up so that every device holds whole vmaps.
 
@@ -518,9 +536,10 @@ class Grid:
     return models_sharding(self.mesh)
 
   @classmethod
-  def of(cls, init: Callable, chunk: Callable, num_models: int, per_vmap: int,
-         shared: tuple = (), mesh: Optional[Mesh] = None) -> "Grid":
-    """The grid of the programs of one model.
+  def of(cls, init: Callable, chunk: Callable, num_models: int, per_vmap: int = 0,
+         shared: tuple = (), mesh: Optional[Mesh] = None, *, per_model=None) -> "Grid":
+    """The grid of the programs of one model, its vmap width the engine's own choice unless
+    asked for: every caller's ``models_per_vmap`` field goes here as it is.
 
     Args:
       init: ``(key data, per_model, *shared) -> TrainState`` of one model (the shared arrays,
@@ -528,18 +547,24 @@ class Grid:
       chunk: ``(state, per_model, *shared) -> (state, metrics)`` of one model: some training
         steps and an evaluation.
       num_models: the number of models before padding.
-      per_vmap: the models per vmap (``models_per_vmap``).
+      per_vmap: the models per vmap asked for; 0 the auto width (``models_per_vmap``), from one
+        model's memory when ``per_model`` is given.
       shared: arrays every model reads (e.g. a data set), replicated on every device.
       mesh: the (models x data) mesh (``grid_mesh``); None: every device on the models axis.
+      per_model: one model's per-model inputs (``jax.ShapeDtypeStruct`` objects or arrays),
+        to measure its memory (``model_bytes``) on an accelerator; None takes each device's
+        share.
 
     Returns:
       The ``Grid``.
     """
     mesh = mesh or grid_mesh()
-    return cls(num_models, per_vmap,
-               padded_count(num_models, per_vmap, mesh.shape[MODELS_AXIS]),
-               models_program(init, per_vmap, mesh=mesh),
-               models_program(chunk, per_vmap, donate=True, mesh=mesh),
+    model_devices = mesh.shape[MODELS_AXIS]
+    width = models_per_vmap(per_vmap, num_models,
+                            measured_bytes(init, chunk, per_model, shared, mesh), model_devices)
+    return cls(num_models, width, padded_count(num_models, width, model_devices),
+               models_program(init, width, mesh=mesh),
+               models_program(chunk, width, donate=True, mesh=mesh),
                jax.device_put(tuple(shared), replicated(mesh)), mesh)
 
   @classmethod
@@ -565,11 +590,8 @@ class Grid:
       return programs.init(key, hp)
 
     hp = {name: jax.ShapeDtypeStruct((), jnp.float32) for name in HYPERPARAMETERS}
-    # one model's memory, measured on one device: a data-parallel program is only built on its mesh
-    measure = None if shards > 1 else model_bytes(init, programs.chunk, hp, shared)
-    return cls.of(init, programs.chunk, num_models,
-                  models_per_vmap(setup.config.train.models_per_vmap, num_models, measure,
-                                  mesh.shape[MODELS_AXIS]), shared, mesh)
+    return cls.of(init, programs.chunk, num_models, c.train.models_per_vmap, shared, mesh,
+                  per_model=hp)
 
   def chunk(self, state: TrainState, per_model) -> tuple[TrainState, dict]:
     """One chunk of every model (``state`` is donated).

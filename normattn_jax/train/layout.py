@@ -1,10 +1,11 @@
 """The models axis of a grid: which learning rate, swept value and seed each model has; and the
 name of each grid of a sweep.
 
-A grid trains its models along one flattened leading axis. Its order, learning rate x vmapped
-swept value x seed with the seed innermost, is held here and nowhere else: the grid engine's
-hyper-parameters, the scoring of cells, ``metrics.npz`` and the figures all go through
-``ModelsAxis``.
+A grid trains its models along one flattened leading axis, always with the seed innermost
+(``seed_innermost``). A sweep's order, learning rate x vmapped swept value x seed, is held in
+``ModelsAxis``: the grid engine's hyper-parameters, the scoring of cells, ``metrics.npz`` and
+the figures all go through it. The other grids (a fine-tuning's learning rates x seeds, the
+majority run's variants x seeds) are a ``GroupSeedAxis``. Both live here and nowhere else.
 """
 from __future__ import annotations
 
@@ -18,6 +19,19 @@ from normattn_jax.train.config import VMAPPED_SWEEPS, point_label
 
 # The grid engine's per-model hyper-parameter that each vmapped sweep sets.
 HYPERPARAMETER_OF = {"train.l2": "l2"}
+
+
+def seed_innermost(*sizes: int) -> tuple[np.ndarray, ...]:
+  """Each model's index along every axis of ``sizes``, flattened with the last axis (the seeds)
+  innermost: the one order of every grid's models axis.
+
+  Args:
+    *sizes: the length of each axis, the seeds last.
+
+  Returns:
+    One ``[prod(sizes)]`` int32 array per axis, in flat order.
+  """
+  return tuple(np.indices(sizes).reshape(len(sizes), -1).astype(np.int32))
 
 
 def grid_name(arch: str, point: dict) -> str:
@@ -91,7 +105,7 @@ class ModelsAxis:
 
   def _indices(self, axis: int) -> np.ndarray:
     """Each model's index along one of the unflattened axes, in flat order."""
-    return np.indices(self.shape).reshape(3, -1)[axis].astype(np.int32)
+    return seed_innermost(*self.shape)[axis]
 
   def lr_indices(self) -> np.ndarray:
     """Each model's learning-rate index, ``[models]`` int32 in flat order."""
@@ -177,3 +191,51 @@ class ModelsAxis:
     if curves.shape[1:] != self.shape:
       raise ValueError(f"curves of shape {curves.shape}: expected [evals, *{self.shape}]")
     return curves.reshape(curves.shape[0], self.num_models)
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupSeedAxis:
+  """Groups x seeds, flattened with the seed innermost: a grid whose models differ by one
+  group each (a fine-tuning's learning rate, a majority run's variant) besides their seed.
+
+  Attributes:
+    num_groups: the groups, e.g. ``len(config.learning_rates)``.
+    num_seeds: seeds per group; seed s has the same initialisation and data in every group.
+  """
+  num_groups: int
+  num_seeds: int
+
+  @property
+  def num_models(self) -> int:
+    """The number of models: groups x seeds."""
+    return self.num_groups * self.num_seeds
+
+  def group_indices(self) -> np.ndarray:
+    """Each model's group index, ``[models]`` int32 in flat order."""
+    return seed_innermost(self.num_groups, self.num_seeds)[0]
+
+  def seed_indices(self) -> np.ndarray:
+    """Each model's seed index, ``[models]`` int32 in flat order."""
+    return seed_innermost(self.num_groups, self.num_seeds)[1]
+
+  def rows(self, group: int) -> slice:
+    """The flat indices of one group's models, seed 0 first.
+
+    Args:
+      group: the group's index.
+
+    Returns:
+      A slice of ``num_seeds`` models.
+    """
+    return slice(group * self.num_seeds, (group + 1) * self.num_seeds)
+
+  def unflatten(self, curves: np.ndarray) -> np.ndarray:
+    """``[evals, models]`` -> ``[evals, groups, seeds]``.
+
+    Args:
+      curves: ``[evals, num_models]``, in flat order.
+
+    Returns:
+      A reshaped view of ``curves``.
+    """
+    return curves.reshape((len(curves), self.num_groups, self.num_seeds))

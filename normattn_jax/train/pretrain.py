@@ -40,13 +40,12 @@ from normattn_jax.train.driver import Budget
 from normattn_jax.train.optim import albert_lamb, albert_schedule
 from normattn_jax.train.run_log import RunLog, read_history
 from normattn_jax.train.sections import attention_section, attention_spec, check_known_fields
-from normattn_jax.train.state import TrainState
+from normattn_jax.train.state import TRAIN_STREAM, TrainState
 from normattn_jax.validation import check_config_float, check_config_int, check_fields
 from normattn_jax.validation import fail_config as _fail
 
 CORPORA = ("shakespeare", "files", "wikipedia")
 EVAL_SUMS = ("mlm_correct", "mlm_weight", "mlm_nll", "sop_correct", "sop_nll", "examples")
-TRAIN_STREAM = 0  # the stream of the dropout keys (TrainState.step_key)
 
 
 def base_pretrain_config() -> ml_collections.ConfigDict:

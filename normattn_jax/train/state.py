@@ -10,6 +10,13 @@ from flax.training import train_state
 
 Array = jax.Array
 
+# A model's independent key streams (``TrainState.step_key``), the one numbering of every loop:
+# training batches (and, where they are drawn together, dropout), and evaluation batches.
+TRAIN_STREAM, EVAL_STREAM = 0, 1
+# Dropout's own stream, where a loop draws it apart from its training batches and evaluates on
+# fixed data (the causal-LM analysis): it never meets ``EVAL_STREAM`` in one program.
+DROPOUT_STREAM = 1
+
 
 class TrainState(train_state.TrainState):
   """``step``, ``params``, ``opt_state`` (``tx`` and ``apply_fn`` are static), ``key`` and
@@ -42,8 +49,9 @@ class TrainState(train_state.TrainState):
                opt_state=tx.init(params), key=key, diverged=jnp.zeros((), bool), **kwargs)
 
   def step_key(self, stream: int = 0) -> Array:
-    """The key of this step in one of the model's independent streams (e.g. 0 training data and
-    dropout, 1 evaluation), the same on every resume: ``fold_in(fold_in(key, stream), step)``."""
+    """The key of this step in one of the model's independent streams (``TRAIN_STREAM``,
+    ``EVAL_STREAM``, ``DROPOUT_STREAM``), the same on every resume:
+    ``fold_in(fold_in(key, stream), step)``."""
     base = jax.random.fold_in(jax.random.wrap_key_data(self.key), stream)
     return jax.random.fold_in(base, self.step)
 
