@@ -27,15 +27,13 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from normattn_jax.attention.module import (MultiHeadAttention, check_attention_fields,
-                                           check_module_options)
+from normattn_jax.attention.module import MultiHeadAttention, check_attention_fields
+from normattn_jax.attention.module_spec import AttentionModuleSpec, check_module_spec
 from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.norms import LayerNorm
 from normattn_jax.validation import check_int
 
 Array = jax.Array
-# The attention module's options that the blocks and models pass through (off by default).
-ATTENTION_OPTIONS = ("output_gate", "qk_norm", "differential")
 
 
 def _gelu(x: Array) -> Array:
@@ -153,17 +151,17 @@ def check_layer_fields(module, d_model: Optional[int] = None) -> Architecture:
   check_block_fields(num_heads=module.num_heads, ffn_features=module.ffn_features,
                      dropout_rate=module.dropout_rate,
                      layer_norm_epsilon=module.layer_norm_epsilon)
-  options = {name: getattr(module, name) for name in ATTENTION_OPTIONS}
+  attention = module.attention_module
+  check_module_spec(attention)
   if spec.mixer == "attention":
     if d_model is not None and d_model % module.num_heads:
       raise ValueError(f"num_heads ({module.num_heads}) must divide d_model ({d_model})")
     check_attention_fields(
         normalization=spec.normalization, dropout_rate=module.dropout_rate,
-        implementation=module.attention_implementation,
-        head_dim=None if d_model is None else d_model // module.num_heads, **options)
+        head_dim=None if d_model is None else d_model // module.num_heads,
+        **attention.module_kwargs())
   else:
-    check_module_options(**options)
-    for name, value in options.items():
+    for name, value in attention.added().items():
       if value not in (None, False):
         raise ValueError(f"{name}={value!r} needs an attention arch, but arch={module.arch!r} "
                          f"pools without attention")
@@ -198,9 +196,10 @@ class TransformerBlock(nn.Module):
   ``arch`` picks the preset; ``normalization`` puts any attention normalisation (e.g. "dnas",
   "hnas", or ``AttentionSpec("sinkhorn", {"sinkhorn_iters": 5})``) on an attention arch's
   layout; ``normalize`` and ``attention_gelu`` are the ablation switches of Table 1. LayerNorms
-  follow Keras (epsilon 1e-3, gain and bias). ``output_gate``, ``qk_norm`` and ``differential``
-  are ``MultiHeadAttention``'s (attention archs only; off by default, adding no parameter);
-  the output gate multiplies the attention output before the MTE layout's hidden LayerNorm and
+  follow Keras (epsilon 1e-3, gain and bias). ``attention_module`` carries
+  ``MultiHeadAttention``'s own options (its implementation; ``output_gate``, ``qk_norm`` and
+  ``differential`` for attention archs only, off by default, adding no parameter); the output
+  gate multiplies the attention output before the MTE layout's hidden LayerNorm and
   GELU. ``layer_index`` is the block's depth from 1 (differential attention's lambda_init).
   """
   num_heads: int = 4
@@ -212,12 +211,9 @@ class TransformerBlock(nn.Module):
   dropout_rate: float = 0.0
   layer_norm_epsilon: float = 1e-3
   kernel_init: Callable = nn.initializers.truncated_normal(0.02)
-  attention_implementation: str = "auto"
+  attention_module: AttentionModuleSpec = AttentionModuleSpec()
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
-  output_gate: Optional[str] = None
-  qk_norm: Optional[str] = None
-  differential: bool = False
   layer_index: int = 1
 
   def __post_init__(self):
@@ -262,8 +258,7 @@ class TransformerBlock(nn.Module):
           head_norm_epsilon=self.layer_norm_epsilon,
           head_activation=_gelu if spec.attention_gelu else None,
           dtype=self.dtype, param_dtype=self.param_dtype, name="attention",
-          implementation=self.attention_implementation, output_gate=self.output_gate,
-          qk_norm=self.qk_norm, differential=self.differential, layer_index=self.layer_index,
+          layer_index=self.layer_index, **self.attention_module.module_kwargs(),
       )(x, padding_mask=mask, deterministic=deterministic, sow_weights=sow_weights)
     else:
       h = pool(x, spec.mixer, mask)

@@ -25,12 +25,13 @@ from normattn_jax.attention import fast as fast_lib
 from normattn_jax.attention import fused as fused_lib
 from normattn_jax.attention.module import (check_attention_fields, check_cache_room,
                                           check_decodable, takes_fast_path)
+from normattn_jax.attention.module_spec import ADDITIONS, AttentionModuleSpec
 from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.validation import check_int
 
 Array = jax.Array
 # The Linen module's options that change the attention around the weights; refused here.
-LINEN_ONLY_OPTIONS = ("output_gate", "qk_norm", "differential")
+LINEN_ONLY_OPTIONS = ADDITIONS
 
 
 class MultiHeadAttention(nnx.MultiHeadAttention):
@@ -109,9 +110,9 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
     check_attention_fields(normalization=spec, dropout_rate=kwargs.get("dropout_rate", 0.0),
                            implementation=implementation, output_gate=output_gate,
                            qk_norm=qk_norm, differential=differential)
-    for name, value, off in (("output_gate", output_gate, None), ("qk_norm", qk_norm, None),
-                             ("differential", differential, False)):
-      if value != off:
+    options = AttentionModuleSpec(implementation, output_gate, qk_norm, differential)
+    for name, value in options.added().items():
+      if name in LINEN_ONLY_OPTIONS:
         hint = "; flax's normalize_qk=True is available" if name == "qk_norm" else ""
         raise ValueError(f"{name}={value!r} is an option of the Linen "
                          f"normattn_jax.MultiHeadAttention only; the NNX module does not "

@@ -8,6 +8,7 @@ import pytest
 
 from normattn_jax import SequenceModel
 from normattn_jax.analysis import mixing as mx
+from normattn_jax.attention import AttentionModuleSpec
 from normattn_jax.models import bert
 
 SAMPLE = pathlib.Path(__file__).resolve().parent.parent / "data" / "sample_text.txt"
@@ -240,7 +241,7 @@ def test_frequency_ranks_and_correlation():
 def test_project_models_with_the_bert_layout(normalization):
   model = SequenceModel(vocab_size=11, max_len=9, d_model=16, num_layers=2, num_heads=4,
                         arch="bert", normalization=normalization, layer_norm_epsilon=1e-3,
-                        attention_implementation="quadratic")
+                        attention_module=AttentionModuleSpec(implementation="quadratic"))
   tokens = jax.random.randint(jax.random.key(0), (3, 9), 0, 11)
   mask = jnp.arange(9)[None, :] < jnp.array([[9], [7], [5]])
   params = model.init(jax.random.key(1), tokens, mask)["params"]
@@ -259,7 +260,8 @@ def test_project_models_with_the_bert_layout(normalization):
 
 def test_mte_layout_is_rejected_with_the_block_name():
   model = SequenceModel(vocab_size=11, max_len=8, d_model=16, num_layers=1, num_heads=4,
-                        arch="mte", attention_implementation="quadratic")
+                        arch="mte",
+                        attention_module=AttentionModuleSpec(implementation="quadratic"))
   tokens = jnp.zeros((1, 8), jnp.int32)
   params = model.init(jax.random.key(0), tokens)["params"]
   with pytest.raises(ValueError, match="block_0.*post-LN"):

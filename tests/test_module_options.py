@@ -9,6 +9,7 @@ import optax
 import pytest
 
 from normattn_jax.attention.module import MultiHeadAttention, lambda_init
+from normattn_jax.attention.module_spec import AttentionModuleSpec
 from normattn_jax.blocks import TransformerBlock
 from normattn_jax.models.albert import AlbertConfig, AlbertForPretraining, pretraining_loss
 from normattn_jax.models.bert import BertConfig, BertModel
@@ -137,8 +138,9 @@ def test_off_the_params_are_flax_and_each_option_adds_only_its_own():
   tokens = jnp.zeros((1, N), jnp.int32)
   assert jax.tree.map(jnp.shape, model.init(jax.random.key(0), tokens)) == jax.tree.map(
       jnp.shape, SequenceModel(vocab_size=10, max_len=N, d_model=F, num_heads=H, arch="mte",
-                               output_gate=None, qk_norm=None,
-                               differential=False).init(jax.random.key(0), tokens))
+                               attention_module=AttentionModuleSpec(
+                                   output_gate=None, qk_norm=None,
+                                   differential=False)).init(jax.random.key(0), tokens))
 
 
 def test_gradients_are_finite_and_reach_every_new_parameter():
@@ -171,7 +173,8 @@ def fit(loss, params, steps=8, lr=3e-3):
   return values[0], values[-1]
 
 
-ALL_ON = dict(output_gate="elementwise", qk_norm="rms", differential=True)
+ALL_ON = dict(attention_module=AttentionModuleSpec(output_gate="elementwise", qk_norm="rms",
+                                                   differential=True))
 
 
 # bert and mte are the two layouts; nap and non differ from mte by their normalisation only
@@ -235,20 +238,20 @@ def test_albert_trains_with_the_options_and_its_shared_layers_keep_their_depths(
 
 
 def test_a_block_and_a_sweep_setup_pass_the_options_on():
-  block = TransformerBlock(num_heads=H, arch="nap", qk_norm="layer", layer_index=3)
+  block = TransformerBlock(num_heads=H, arch="nap",
+                           attention_module=AttentionModuleSpec(qk_norm="layer"), layer_index=3)
   assert set(block.init(jax.random.key(0), inputs())["params"]["attention"]) >= {"query_norm"}
   c = config_lib.base_config()
   c.archs = ("mte",)
   c.model.output_gate, c.model.qk_norm, c.model.differential = "headwise", "rms", True
   config_lib.validate(c)
   model = Setup("mte", c).model()
-  assert (model.output_gate, model.qk_norm, model.differential) == ("headwise", "rms", True)
+  assert model.attention_module == AttentionModuleSpec("auto", "headwise", "rms", True)
   p = pretrain.base_pretrain_config()
   p.model.output_gate, p.model.qk_norm, p.model.differential = "elementwise", "layer", True
   pretrain.validate_pretrain_config(p)
   albert = pretrain.model_config(p, 100)
-  assert (albert.output_gate, albert.qk_norm, albert.differential) == ("elementwise", "layer",
-                                                                        True)
+  assert albert.attention_module == AttentionModuleSpec("auto", "elementwise", "layer", True)
 
 
 @pytest.mark.parametrize("make, match", [
@@ -258,13 +261,20 @@ def test_a_block_and_a_sweep_setup_pass_the_options_on():
     (lambda: MultiHeadAttention(num_heads=2, layer_index=0), "layer_index must be"),
     (lambda: MultiHeadAttention(num_heads=2, qkv_features=6, differential=True),
      "head width must be even, got 3"),
-    (lambda: TransformerBlock(arch="sum", output_gate="headwise"),
-     "output_gate='headwise' needs an attention arch"),
-    (lambda: SequenceModel(vocab_size=5, max_len=4, d_model=6, num_heads=2, differential=True),
+    (lambda: TransformerBlock(arch="sum", attention_module=AttentionModuleSpec(
+        output_gate="headwise")), "output_gate='headwise' needs an attention arch"),
+    (lambda: SequenceModel(vocab_size=5, max_len=4, d_model=6, num_heads=2,
+                           attention_module=AttentionModuleSpec(differential=True)),
      "head width must be even"),
-    (lambda: BertModel(BertConfig(hidden_size=8, num_attention_heads=2), qk_norm="x"),
-     "qk_norm must be one of"),
-    (lambda: AlbertConfig(output_gate="x"), "output_gate must be one of"),
+    (lambda: AttentionModuleSpec(qk_norm="x"), r"qk_norm='x': must be one of"),
+    (lambda: AttentionModuleSpec(implementation="flash"), r"implementation='flash': must be one"),
+    (lambda: AttentionModuleSpec(differential="yes"), r"differential='yes': must be True"),
+    (lambda: BertModel(BertConfig(hidden_size=8, num_attention_heads=2),
+                       attention_module="quadratic"),
+     "attention_module must be an AttentionModuleSpec, got 'quadratic'"),
+    (lambda: AlbertConfig(hidden_size=12, num_attention_heads=4,
+                          attention_module=AttentionModuleSpec(differential=True)),
+     "head width must be even, got 3"),
 ])
 def test_bad_values_are_refused_naming_the_field(make, match):
   with pytest.raises(ValueError, match=match):

@@ -6,6 +6,7 @@ import optax
 import pytest
 from flax import nnx
 
+from normattn_jax.attention.module_spec import AttentionModuleSpec
 from normattn_jax.models.sequence import SequenceModel
 from normattn_jax.nnx import from_linen
 from normattn_jax.train.config import PAPER_ARCHS
@@ -30,8 +31,9 @@ def test_an_nnx_model_gives_the_linen_models_outputs_from_its_parameters(arch):
 
 
 def test_an_nnx_model_with_module_options_trains_with_an_nnx_optimizer():
-  model = from_linen(small_model("mte", normalization="sigmoid", output_gate="headwise",
-                                 qk_norm="rms"), TOKENS, rngs=nnx.Rngs(2))
+  options = AttentionModuleSpec(output_gate="headwise", qk_norm="rms")
+  model = from_linen(small_model("mte", normalization="sigmoid", attention_module=options),
+                     TOKENS, rngs=nnx.Rngs(2))
   optimizer = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
   targets = jnp.zeros((3,), jnp.int32)
 

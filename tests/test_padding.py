@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from normattn_jax.attention.module import MultiHeadAttention
+from normattn_jax.attention.module_spec import AttentionModuleSpec
 from normattn_jax.attention import BUILTIN_NORMALIZATIONS as NORMALIZATIONS
 from normattn_jax.attention import get
 from normattn_jax.blocks import ARCHITECTURES
@@ -92,7 +93,7 @@ def sequence_model(arch, normalization, implementation):
   return SequenceModel(vocab_size=VOCAB, max_len=N + PAD, d_model=D, num_layers=1, num_heads=H,
                        arch=arch, normalization=normalization, output="token_classes",
                        num_classes=3, init_std=0.3,  # 0.02 would leave near-zero activations
-                       attention_implementation=implementation)
+                       attention_module=AttentionModuleSpec(implementation=implementation))
 
 
 @functools.lru_cache(maxsize=None)
@@ -133,8 +134,9 @@ def sharp_albert_params(normalization):
 def albert(normalization, implementation):
   config = AlbertConfig(vocab_size=VOCAB, embedding_size=8, hidden_size=D, num_hidden_layers=2,
                         num_attention_heads=H, intermediate_size=24,
-                        max_position_embeddings=N + PAD, attention=normalization)
-  return AlbertModel(config, attention_implementation=implementation)
+                        max_position_embeddings=N + PAD, attention=normalization,
+                        attention_module=AttentionModuleSpec(implementation=implementation))
+  return AlbertModel(config)
 
 
 @pytest.mark.parametrize("normalization,implementation", [

@@ -41,6 +41,7 @@ import optax
 
 from normattn_jax._extras import require
 from normattn_jax.analysis.causal_lm_keys import build_grid, chunk_metrics, heldout_windows
+from normattn_jax.attention.module_spec import AttentionModuleSpec
 from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.models.causal_lm import BLOCK_OUTPUTS, CausalLM
 from normattn_jax.train import grid as grid_lib
@@ -263,7 +264,8 @@ def build_model(spec: AttentionSpec, sizes: LMSizes, vocab_size: int) -> CausalL
   NAP's and NON's linear causal paths from 64 keys, 3.9x and 2.6x slower to train at L = 64)."""
   return CausalLM(vocab_size=vocab_size, max_len=sizes.train_len, d_model=sizes.d_model,
                   num_layers=sizes.num_layers, num_heads=sizes.num_heads, normalization=spec,
-                  positional="none", attention_implementation="quadratic")
+                  positional="none",
+                  attention_module=AttentionModuleSpec(implementation="quadratic"))
 
 
 def sizes_dict(sizes: LMSizes) -> dict:

@@ -20,6 +20,8 @@ import numpy as np
 
 from normattn_jax.attention import fast as fast_lib
 from normattn_jax.attention import fused as fused_lib
+from normattn_jax.attention.module_spec import (IMPLEMENTATIONS, OUTPUT_GATES,  # noqa: F401
+                                                QK_NORMS, first_problem)
 from normattn_jax.attention.registry import AttentionSpec, fusable
 from normattn_jax.attention.registry import straight_through_clip  # noqa: F401 (public here)
 from normattn_jax.norms import LayerNorm
@@ -29,9 +31,6 @@ Array = jax.Array
 default_kernel_init = nn.linear.default_kernel_init
 
 
-IMPLEMENTATIONS = ("auto", "quadratic", "fast", "fused")
-OUTPUT_GATES = (None, "headwise", "elementwise")
-QK_NORMS = (None, "rms", "layer")
 DIFF_NORM_EPSILON = 1e-5  # the per-head RMSNorm of differential attention (Ye et al.'s code)
 LAMBDA_INIT_STD = 0.1     # the normal init of its lambda vectors (Ye et al.'s code)
 
@@ -417,12 +416,11 @@ def check_module_options(*, output_gate: Optional[str] = None, qk_norm: Optional
   Raises:
     ValueError: naming the first field out of range and its value.
   """
-  if output_gate not in OUTPUT_GATES:
-    raise ValueError(f"output_gate must be one of {OUTPUT_GATES}, got {output_gate!r}")
-  if qk_norm not in QK_NORMS:
-    raise ValueError(f"qk_norm must be one of {QK_NORMS}, got {qk_norm!r}")
-  if not isinstance(differential, (bool, np.bool_)):
-    raise ValueError(f"differential must be True or False, got {differential!r}")
+  problem = first_problem({"implementation": "auto", "output_gate": output_gate,
+                           "qk_norm": qk_norm, "differential": differential})
+  if problem:
+    name, value, why = problem
+    raise ValueError(f"{name} {why}, got {value!r}")
   check_int("layer_index", layer_index)
   if differential and head_dim is not None and head_dim % 2:
     raise ValueError(f"differential=True splits each head's query and key features in two maps, "

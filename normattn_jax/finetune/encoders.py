@@ -173,6 +173,9 @@ def from_pretraining(workdir: str, *, attention: Union[str, AttentionSpec, None]
   trained_with = albert_config.attention
   if attention:
     albert_config = dataclasses.replace(albert_config, attention=AttentionSpec.of(attention))
+  # the module's additions as pre-trained; how it computes them fine-tuning's own choice
+  albert_config = dataclasses.replace(albert_config, attention_module=dataclasses.replace(
+      albert_config.attention_module, implementation="auto"))
   module = AlbertModel(albert_config, dropout_rate=dropout)
   described = f"ALBERT pre-trained with {trained_with} ({workdir}, step {step})"
   if albert_config.attention != trained_with:

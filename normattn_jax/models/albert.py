@@ -28,9 +28,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from normattn_jax.attention.module import check_module_options
+from normattn_jax.attention.module_spec import AttentionModuleSpec
 from normattn_jax.attention.registry import AttentionSpec
-from normattn_jax.models.bert import ACTIVATIONS, BertConfig, BertEmbeddings, BertLayer
+from normattn_jax.models.bert import (ACTIVATIONS, BertConfig, BertEmbeddings, BertLayer,
+                                      check_attention_module)
 from normattn_jax import precision
 from normattn_jax.norms import LayerNorm
 from normattn_jax.validation import check_int
@@ -43,18 +44,17 @@ DTYPES = precision.DTYPES  # model.dtype's values: normattn_jax.precision's poli
 @dataclasses.dataclass(frozen=True)
 class AlbertConfig(BertConfig):
   """ALBERT's ``albert_config.json`` fields plus the attention normalisation (a name, or an
-  ``AttentionSpec`` with its options) and ``MultiHeadAttention``'s ``output_gate``, ``qk_norm``
-  and ``differential`` (off by default). The shared layers' differential lambda_init follows
-  each application's depth (layer application l of ``num_layer_applications``, from 1)."""
+  ``AttentionSpec`` with its options) and ``MultiHeadAttention``'s own options
+  (``attention_module``: its implementation, "auto" by default, and its additions, off by
+  default). The shared layers' differential lambda_init follows each application's depth (layer
+  application l of ``num_layer_applications``, from 1)."""
   vocab_size: int = 30000
   embedding_size: int = 128
   hidden_act: str = "gelu_new"
   num_hidden_groups: int = 1
   inner_group_num: int = 1
   attention: Union[str, AttentionSpec] = "softmax"
-  output_gate: Optional[str] = None
-  qk_norm: Optional[str] = None
-  differential: bool = False
+  attention_module: AttentionModuleSpec = AttentionModuleSpec()
 
   def __post_init__(self):
     super().__post_init__()
@@ -64,9 +64,7 @@ class AlbertConfig(BertConfig):
       raise ValueError(f"num_hidden_groups ({self.num_hidden_groups}) must not exceed "
                        f"num_hidden_layers ({self.num_hidden_layers})")
     AttentionSpec.of(self.attention).resolved()  # a registered name, options it accepts
-    check_module_options(output_gate=self.output_gate, qk_norm=self.qk_norm,
-                         differential=self.differential,
-                         head_dim=self.hidden_size // self.num_attention_heads)
+    check_attention_module(self.attention_module, self)
 
   @property
   def num_layer_applications(self) -> int:
@@ -115,7 +113,6 @@ class AlbertModel(nn.Module):
   dropout_rate: float = 0.0
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
-  attention_implementation: str = "auto"
 
   def setup(self):
     """Build the submodules: embeddings, projection, shared layer groups, per-layer head
@@ -127,9 +124,8 @@ class AlbertModel(nn.Module):
                                          param_dtype=self.param_dtype)
     self.groups = [[BertLayer(c, self.dropout_rate, self.dtype, self.param_dtype,
                               normalization=c.attention, kernel_init=INIT,
-                              attention_implementation=self.attention_implementation,
-                              output_gate=c.output_gate, qk_norm=c.qk_norm,
-                              differential=c.differential, name=f"group_{g}_inner_{i}")
+                              attention_module=c.attention_module,
+                              name=f"group_{g}_inner_{i}")
                     for i in range(c.inner_group_num)] for g in range(c.num_hidden_groups)]
     options = AttentionSpec.of(c.attention).resolved()
     self.layer_params = {
@@ -178,13 +174,11 @@ class AlbertForPretraining(nn.Module):
   config: AlbertConfig
   dropout_rate: float = 0.0
   dtype: Optional[Any] = None
-  attention_implementation: str = "auto"
 
   def setup(self):
     """Build the encoder and the two pre-training heads (MLM transform and bias, SOP)."""
     c = self.config
-    self.albert = AlbertModel(c, self.dropout_rate, self.dtype,
-                              attention_implementation=self.attention_implementation)
+    self.albert = AlbertModel(c, self.dropout_rate, self.dtype)
     self.mlm_transform = nn.Dense(c.embedding_size, dtype=self.dtype, kernel_init=INIT)
     self.mlm_norm = LayerNorm(epsilon=c.layer_norm_eps)
     self.mlm_bias = self.param("mlm_bias", nn.initializers.zeros, (c.vocab_size,))

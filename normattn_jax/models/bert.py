@@ -35,7 +35,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from normattn_jax._extras import require
-from normattn_jax.attention.module import MultiHeadAttention, check_module_options
+from normattn_jax.attention.module import MultiHeadAttention
+from normattn_jax.attention.module_spec import AttentionModuleSpec, check_module_spec
 from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.norms import LayerNorm
 from normattn_jax.validation import check_int
@@ -124,6 +125,16 @@ class BertEmbeddings(nn.Module):
     return nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
 
 
+# A BERT's attention by default: the weights formed, as a HuggingFace checkpoint computes them.
+QUADRATIC = AttentionModuleSpec(implementation="quadratic")
+
+
+def check_attention_module(attention_module, config: BertConfig) -> None:
+  """``check_module_spec`` of a model's or layer's ``attention_module`` at its config's head
+  width."""
+  check_module_spec(attention_module, config.hidden_size // config.num_attention_heads)
+
+
 class BertLayer(nn.Module):
   """One post-LN BERT layer; names as ``TransformerBlock`` (see the module docstring).
 
@@ -131,8 +142,9 @@ class BertLayer(nn.Module):
   weights (pretrained BERTs: softmax); ``padding_mask [..., N]`` (True = token) masks padded queries
   and keys alike, so padding never changes the real positions' outputs, whatever the
   normalisation; ``head_params`` (or ``hybrid_weight``, HNAS's u) at call time supply the
-  normalisation's per-head parameters. ``output_gate``, ``qk_norm`` and ``differential`` are
-  ``MultiHeadAttention``'s (off by default: a pretrained BERT's parameters); ``layer_index`` at
+  normalisation's per-head parameters. ``attention_module`` carries ``MultiHeadAttention``'s own
+  options (by default ``QUADRATIC``, no addition: a pretrained BERT's parameters and
+  arithmetic); ``layer_index`` at
   call time is the layer's depth from 1 (differential attention's lambda_init, which ALBERT's
   shared layers take per application)."""
   config: BertConfig
@@ -140,17 +152,11 @@ class BertLayer(nn.Module):
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
   normalization: Union[str, AttentionSpec] = "softmax"
-  attention_implementation: str = "quadratic"
   kernel_init: Any = nn.initializers.lecun_normal()
-  output_gate: Optional[str] = None
-  qk_norm: Optional[str] = None
-  differential: bool = False
+  attention_module: AttentionModuleSpec = QUADRATIC
 
   def __post_init__(self):
-    c = self.config
-    check_module_options(output_gate=self.output_gate, qk_norm=self.qk_norm,
-                         differential=self.differential,
-                         head_dim=c.hidden_size // c.num_attention_heads)
+    check_attention_module(self.attention_module, self.config)
     super().__post_init__()
 
   @nn.compact
@@ -166,10 +172,9 @@ class BertLayer(nn.Module):
     dropout = lambda y: nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
     h = MultiHeadAttention(
         num_heads=c.num_attention_heads, normalization=self.normalization,
-        implementation=self.attention_implementation, kernel_init=self.kernel_init,
-        dropout_rate=self.dropout_rate, broadcast_dropout=False, dtype=self.dtype,
-        param_dtype=self.param_dtype, output_gate=self.output_gate, qk_norm=self.qk_norm,
-        differential=self.differential, layer_index=layer_index, name="attention",
+        kernel_init=self.kernel_init, dropout_rate=self.dropout_rate, broadcast_dropout=False,
+        dtype=self.dtype, param_dtype=self.param_dtype, layer_index=layer_index,
+        name="attention", **self.attention_module.module_kwargs(),
     )(x, padding_mask=padding_mask, deterministic=deterministic, sow_weights=sow_weights,
       hybrid_weight=hybrid_weight, head_params=head_params)
     p = norm("attention_norm")(x + dropout(h))
@@ -191,8 +196,9 @@ class BertModel(nn.Module):
   ``hidden_states`` (with ``output_hidden_states=True``) is a tuple of the embedding output and
   every layer's output. ``sow_weights=True`` stores each layer's attention weights in the
   'intermediates' collection. ``add_pooler`` adds BERT's tanh pooler on the first token.
-  ``output_gate``, ``qk_norm`` and ``differential`` are every layer's ``MultiHeadAttention``
-  options (off by default; on, they add parameters a HuggingFace checkpoint does not have).
+  ``attention_module`` carries every layer's ``MultiHeadAttention`` options (``QUADRATIC`` by
+  default; ``output_gate``, ``qk_norm`` or ``differential`` add parameters a HuggingFace
+  checkpoint does not have).
   """
   config: BertConfig
   add_pooler: bool = False
@@ -200,15 +206,10 @@ class BertModel(nn.Module):
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
   normalization: Union[str, AttentionSpec] = "softmax"
-  output_gate: Optional[str] = None
-  qk_norm: Optional[str] = None
-  differential: bool = False
+  attention_module: AttentionModuleSpec = QUADRATIC
 
   def __post_init__(self):
-    c = self.config
-    check_module_options(output_gate=self.output_gate, qk_norm=self.qk_norm,
-                         differential=self.differential,
-                         head_dim=c.hidden_size // c.num_attention_heads)
+    check_attention_module(self.attention_module, self.config)
     super().__post_init__()
 
   @nn.compact
@@ -231,9 +232,8 @@ class BertModel(nn.Module):
     hidden = [x]
     for layer in range(c.num_hidden_layers):
       x = BertLayer(c, self.dropout_rate, self.dtype, self.param_dtype,
-                    normalization=self.normalization, output_gate=self.output_gate,
-                    qk_norm=self.qk_norm, differential=self.differential,
-                    name=f"layer_{layer}")(
+                    normalization=self.normalization,
+                    attention_module=self.attention_module, name=f"layer_{layer}")(
           x, padding_mask, deterministic, sow_weights, layer_index=layer + 1)
       hidden.append(x)
     out = {"last_hidden_state": x}

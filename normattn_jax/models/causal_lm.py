@@ -26,6 +26,7 @@ import numpy as np
 import optax
 
 from normattn_jax.attention.module import MultiHeadAttention
+from normattn_jax.attention.module_spec import AttentionModuleSpec, check_module_spec
 from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.norms import LayerNorm, check_layer_norm_kind
 from normattn_jax.validation import check_int
@@ -51,7 +52,7 @@ class DecoderBlock(nn.Module):
   layer_norm_epsilon: float = 1e-5
   init_std: float = 0.02
   residual_init_std: float = 0.02
-  attention_implementation: str = "auto"
+  attention_module: AttentionModuleSpec = AttentionModuleSpec()
 
   @nn.compact
   def __call__(self, x: Array, deterministic: bool = True, sow_weights: bool = False) -> Array:
@@ -65,8 +66,8 @@ class DecoderBlock(nn.Module):
     self.sow("intermediates", ATTENTION_INPUTS, keys)
     attended = MultiHeadAttention(
         num_heads=self.num_heads, use_bias=False, kernel_init=init, out_kernel_init=residual_init,
-        dropout_rate=self.dropout_rate, implementation=self.attention_implementation,
-        normalization=self.normalization, name="attention")(
+        dropout_rate=self.dropout_rate, normalization=self.normalization, name="attention",
+        **self.attention_module.module_kwargs())(
             keys, causal=True, deterministic=deterministic, sow_weights=sow_weights)
     # GPT-2's output projection has a bias; the query, key and value ones are left out.
     attended = attended + self.param("attention_bias", nn.initializers.zeros, (d,))
@@ -93,6 +94,8 @@ class CausalLM(nn.Module):
       ``deterministic``; needs a "dropout" rng).
     - normalization: every attention's normalisation (a registered name or an
       ``AttentionSpec``).
+    - attention_module: every attention's ``MultiHeadAttention`` options
+      (``AttentionModuleSpec``: its implementation and additions).
     - positional: "learned" (GPT-2's position embeddings) or "none" (NoPE: no position
       embedding, the causal mask alone tells positions apart); ``POSITIONALS``.
   """
@@ -106,7 +109,7 @@ class CausalLM(nn.Module):
   dropout_rate: float = 0.0
   layer_norm_epsilon: float = 1e-5
   init_std: float = 0.02
-  attention_implementation: str = "auto"
+  attention_module: AttentionModuleSpec = AttentionModuleSpec()
   normalization: Union[str, AttentionSpec] = "softmax"
   positional: str = "learned"
 
@@ -115,6 +118,7 @@ class CausalLM(nn.Module):
       check_int(name, getattr(self, name))
     if self.d_model % self.num_heads:
       raise ValueError(f"num_heads ({self.num_heads}) must divide d_model ({self.d_model})")
+    check_module_spec(self.attention_module, self.d_model // self.num_heads)
     check_layer_norm_kind(self.pre_attention_norm_kind, "pre_attention_norm_kind")
     if not 0.0 <= self.dropout_rate < 1.0:
       raise ValueError(f"dropout_rate must lie in [0, 1), got {self.dropout_rate!r}")
@@ -148,7 +152,7 @@ class CausalLM(nn.Module):
           pre_attention_norm_kind=self.pre_attention_norm_kind, mlp_ratio=self.mlp_ratio,
           dropout_rate=self.dropout_rate, layer_norm_epsilon=self.layer_norm_epsilon,
           init_std=self.init_std, residual_init_std=residual_std,
-          attention_implementation=self.attention_implementation,
+          attention_module=self.attention_module,
           name=f"block_{layer}")(x, deterministic, sow_weights)
     x = LayerNorm(epsilon=self.layer_norm_epsilon, name="final_norm")(x)
     return embed.attend(x)

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from normattn_jax.attention.registry import AttentionSpec
+from normattn_jax.attention.module_spec import AttentionModuleSpec
 from normattn_jax.blocks import TransformerBlock, check_layer_fields
 from normattn_jax.validation import check_int
 
@@ -32,8 +33,9 @@ class SequenceModel(nn.Module):
     - "token_classes": every token projected to ``num_classes`` logits, ``[batch, N, num_classes]``.
 
   Padding positions (``mask`` False) get the logit -1e9 in the two position heads.
-  ``output_gate``, ``qk_norm`` and ``differential`` are ``MultiHeadAttention``'s, in every block
-  (attention archs only; block l, counted from 1, is differential attention's layer l).
+  ``attention_module`` carries ``MultiHeadAttention``'s own options into every block (its
+  additions for attention archs only; block l, counted from 1, is differential attention's
+  layer l).
   """
   vocab_size: int
   max_len: int
@@ -51,12 +53,9 @@ class SequenceModel(nn.Module):
   dropout_rate: float = 0.0
   layer_norm_epsilon: float = 1e-3
   init_std: float = 0.02
-  attention_implementation: str = "auto"
+  attention_module: AttentionModuleSpec = AttentionModuleSpec()
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
-  output_gate: Optional[str] = None
-  qk_norm: Optional[str] = None
-  differential: bool = False
 
   def __post_init__(self):
     for name in ("vocab_size", "max_len", "d_model"):
@@ -91,9 +90,8 @@ class SequenceModel(nn.Module):
           normalize=self.normalize, attention_gelu=self.attention_gelu,
           ffn_features=self.ffn_features, dropout_rate=self.dropout_rate,
           layer_norm_epsilon=self.layer_norm_epsilon, kernel_init=init,
-          attention_implementation=self.attention_implementation, dtype=self.dtype,
-          param_dtype=self.param_dtype, output_gate=self.output_gate, qk_norm=self.qk_norm,
-          differential=self.differential, layer_index=layer + 1,
+          attention_module=self.attention_module, dtype=self.dtype,
+          param_dtype=self.param_dtype, layer_index=layer + 1,
           name=f"block_{layer}")(x, mask, deterministic, sow_weights)
     return self._head(x, mask, init)
 

@@ -11,9 +11,9 @@ import ml_collections
 from ml_collections import config_dict
 
 from normattn_jax import tasks
-from normattn_jax.attention.module import (IMPLEMENTATIONS, OUTPUT_GATES, QK_NORMS,
-                                           check_fusable)
-from normattn_jax.blocks import ARCHITECTURES, ATTENTION_OPTIONS
+from normattn_jax.attention.module import check_fusable
+from normattn_jax.attention.module_spec import ADDITIONS, AttentionModuleSpec
+from normattn_jax.blocks import ARCHITECTURES
 from normattn_jax.models.sequence import OUTPUTS
 from normattn_jax.precision import DTYPES, check_compute_dtype
 from normattn_jax.train.sections import attention_section, attention_spec, check_known_fields
@@ -212,8 +212,9 @@ def _validate_fields(config) -> None:
 
 
 def validate_attention_options(model, section: str) -> None:
-  """The attention module's options in a config section: ``output_gate``, ``qk_norm`` and
-  ``differential`` (``attention.module.check_module_options``' rules), as config errors.
+  """The attention module's options in a config section: ``attention_implementation``,
+  ``output_gate``, ``qk_norm`` and ``differential`` (``AttentionModuleSpec``'s rules), as config
+  errors.
 
   Args:
     model: the config section holding them (a sweep's or pre-training's ``model``).
@@ -222,17 +223,13 @@ def validate_attention_options(model, section: str) -> None:
   Raises:
     ValueError: ``config.<section>.<field>=<value>: <why>`` for the first value out of range.
   """
-  for field, choices in (("output_gate", OUTPUT_GATES), ("qk_norm", QK_NORMS)):
-    if model[field] not in choices:
-      _fail(f"{section}.{field}", model[field], f"must be one of {choices}")
-  if not isinstance(model.differential, bool):
-    _fail(f"{section}.differential", model.differential, "must be True or False")
+  AttentionModuleSpec.from_config(model, section)
 
 
 def _validate_attention_options(model, section: str, archs: tuple) -> None:
   validate_attention_options(model, section)
   pooling = [a for a in archs if ARCHITECTURES[a].mixer != "attention"]
-  for field in ATTENTION_OPTIONS:
+  for field in ADDITIONS:
     if model[field] not in (None, False) and pooling:
       _fail(f"{section}.{field}", model[field],
             f"applies to attention archs only, not {tuple(pooling)}")
@@ -262,10 +259,7 @@ def _validate_compute(config, archs: tuple) -> None:
   tolerances in it (``normattn_jax.precision``)."""
   if config.model.dtype not in DTYPES:
     _fail("model.dtype", config.model.dtype, f"must be one of {tuple(DTYPES)}")
-  implementation = config.model.attention_implementation
-  if implementation not in IMPLEMENTATIONS:
-    _fail("model.attention_implementation", implementation,
-          f"must be one of {IMPLEMENTATIONS}")
+  implementation = config.model.attention_implementation  # a known one: validate_attention_options
   chosen = attention_spec(config.attention, "attention", keep=True)
   for arch in archs:
     own = ARCHITECTURES[arch]

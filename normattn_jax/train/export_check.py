@@ -435,8 +435,7 @@ def _finetune_build(normalization: str, implementation: str, dtype: str):
              "label": np.zeros((examples,), np.int32)}
     task = task_lib.FinetuneTask("export_check", "classification", 2, split, split,
                                  lambda predictions: {"accuracy": 0.0}, ("accuracy",))
-    encoder = AlbertModel(model_config(pc, pc.data.vocab_size), dtype=DTYPES[dtype],
-                          attention_implementation=implementation)
+    encoder = AlbertModel(model_config(pc, pc.data.vocab_size), dtype=DTYPES[dtype])
     # concrete: the grid places the pre-trained parameters on the devices (a few KB here)
     params = encoder.init(jax.random.key(0), jnp.asarray(split["input_ids"][:1]))["params"]
     start = encoders.StartingPoint(encoder, params, None, "export check", n)

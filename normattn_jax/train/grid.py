@@ -24,6 +24,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from normattn_jax import tasks
+from normattn_jax.attention.module_spec import AttentionModuleSpec
 from normattn_jax.models.sequence import SequenceModel
 from normattn_jax.precision import DTYPES
 from normattn_jax.train import config as config_lib
@@ -94,9 +95,7 @@ class Setup:
         attention_gelu=c.model.attention_gelu, output=self.settings.output,
         num_classes=None if task.num_classes is None else task.num_classes(self.settings),
         positional=self.positional, dropout_rate=c.train.dropout,
-        output_gate=c.model.output_gate, qk_norm=c.model.qk_norm,
-        differential=c.model.differential, dtype=DTYPES[c.model.dtype],
-        attention_implementation=c.model.attention_implementation)
+        attention_module=AttentionModuleSpec.from_config(c.model), dtype=DTYPES[c.model.dtype])
 
   def sample(self, key: Array, batch_size: int, seq_len: int):
     """(inputs, labels) for one batch of the task.

@@ -27,6 +27,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from normattn_jax.attention.module import IMPLEMENTATIONS, check_fusable
+from normattn_jax.attention.module_spec import AttentionModuleSpec
 from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.models.albert import DTYPES, AlbertConfig, AlbertForPretraining, \
     pretraining_loss
@@ -181,20 +182,19 @@ def model_config(c: ml_collections.ConfigDict, vocab_size: int) -> AlbertConfig:
       inner_group_num=m.inner_group_num, hidden_act=m.hidden_act,
       max_position_embeddings=m.max_position_embeddings, type_vocab_size=m.type_vocab_size,
       layer_norm_eps=m.layer_norm_eps, attention=AttentionSpec.of(m.attention),
-      output_gate=m.output_gate, qk_norm=m.qk_norm, differential=m.differential)
+      attention_module=AttentionModuleSpec.from_config(m))
 
 
 def build_model(c: ml_collections.ConfigDict, vocab_size: int) -> AlbertForPretraining:
-  """The pre-training model of a run's config: ``model_config`` with its dropout, dtype and
-  attention implementation.
+  """The pre-training model of a run's config: ``model_config`` (its attention module's
+  options included) with its dropout and dtype.
 
   Args:
     c: the run's config.
     vocab_size: the number of token ids (the loaded vocabulary's size).
   """
   return AlbertForPretraining(model_config(c, vocab_size), dropout_rate=c.model.dropout,
-                              dtype=DTYPES[c.model.dtype],
-                              attention_implementation=c.model.attention_implementation)
+                              dtype=DTYPES[c.model.dtype])
 
 
 def init_state(model: AlbertForPretraining, optimizer: optax.GradientTransformation,
