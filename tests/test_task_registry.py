@@ -1,14 +1,19 @@
 """A task is one registered object: the built-ins are looked up, and one defined here (copy the
 first token, with extra evaluation sets split by the first token's parity) trains through the
 public API, ``run_sweep`` and ``train_grid`` alike."""
+import json
 import os
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from absl import flags
 
 from normattn_jax import tasks
+from normattn_jax.registry import load_plugins
+from normattn_jax.train import cli
 from normattn_jax.train import train_grid, validate
 from normattn_jax.train.grid import Setup
 from normattn_jax.train.optim import learning_rate_of
@@ -227,3 +232,100 @@ def test_train_grid_checks_its_models_axis():
                keys=keys)
   with pytest.raises(ValueError, match="config.train.eval_every"):
     train_grid(copy_config(**{"train.eval_every": 7}), "mte")
+
+
+# A plugin file of the user's: a task with a setting of its own, registered with no library edit.
+OFFSET_PLUGIN = '''
+import jax
+import jax.numpy as jnp
+from normattn_jax import tasks
+
+
+def first_plus_offset(key, batch_size, seq_len, settings):
+  """Uniform tokens; the label is the first one shifted by the task's own setting."""
+  inputs = jax.random.randint(key, (batch_size, seq_len), 0, settings.vocab_size, jnp.int32)
+  return inputs, (inputs[:, 0] + settings.offset) % settings.vocab_size
+
+
+tasks.register(tasks.Task("first_plus_offset", first_plus_offset, outputs=("classes",),
+                          positional=False,
+                          settings=(tasks.Setting("offset", 1, tasks.positive_int),)))
+'''
+
+OFFSET_CONFIG = '''
+from normattn_jax.train.config import base_config
+
+
+def get_config():
+  c = base_config()
+  c.archs = ("mte",)
+  c.task.update(name="first_plus_offset", output="classes", seq_len=8, vocab_size=8)
+  c.model.update(d_model=8, num_heads=2, num_layers=1)
+  c.learning_rates, c.num_seeds = (0.1,), 1
+  c.train.update(num_steps=4, eval_every=2, batch_size=4, checkpoint_every=0)
+  c.eval.update(val_batches=1, case_set_size=4)
+  return c
+'''
+
+
+@pytest.fixture
+def offset_plugin(tmp_path, monkeypatch):
+  """A plugin module and a config file in ``tmp_path``, the plugin loaded as ``--plugins``
+  loads it; the task unregistered afterwards."""
+  (tmp_path / "offset_task_plugin.py").write_text(OFFSET_PLUGIN)
+  (tmp_path / "offset_config.py").write_text(OFFSET_CONFIG)
+  monkeypatch.syspath_prepend(str(tmp_path))
+  load_plugins(["offset_task_plugin"])
+  yield tmp_path
+  tasks.unregister("first_plus_offset")
+  sys.modules.pop("offset_task_plugin", None)
+
+
+def parsed_config(monkeypatch, path, *overrides):
+  """The config as the sweep script parses it: the file, then ``--config.<field>=...`` (new
+  fields too, which the config flag finds in ``sys.argv``)."""
+  argv = ["sweep.py", f"--config={path}", *overrides]
+  monkeypatch.setattr(sys, "argv", argv)
+  flag_values = flags.FlagValues()
+  holder = cli.define_config_flag(None, "a config", flag_values)
+  flag_values(argv)
+  return holder.value
+
+
+def test_a_plugin_task_owns_a_setting_the_command_line_sets(offset_plugin, monkeypatch):
+  path = str(offset_plugin / "offset_config.py")
+  default = parsed_config(monkeypatch, path)
+  validate(default)
+  assert "offset" not in default.task and Setup("mte", default).settings.offset == 1
+  c = parsed_config(monkeypatch, path, "--config.task.offset=3")
+  validate(c)
+  inputs, labels = Setup("mte", c).sample(jax.random.key(0), 16, 8)
+  np.testing.assert_array_equal(labels, (np.asarray(inputs)[:, 0] + 3) % 8)
+  summary = run_sweep(c, str(offset_plugin / "run"), show_progress=False, tensorboard=False)
+  assert summary["cells"][0]["diverged"] == 0
+  assert json.loads((offset_plugin / "run" / "config.json").read_text())["task"]["offset"] == 3
+
+
+@pytest.mark.parametrize("override, said", [
+    ("--config.task.offset=0", r"config.task.offset=0: must be an integer >= 1"),
+    ("--config.task.offset=1.5", r"config.task.offset=1.5: must be an integer >= 1"),
+    ("--config.task.ofset=2", r"config.task.ofset=2: no such field"),
+])
+def test_a_bad_task_setting_is_refused_naming_the_field(offset_plugin, monkeypatch, override,
+                                                        said):
+  c = parsed_config(monkeypatch, str(offset_plugin / "offset_config.py"), override)
+  with pytest.raises(ValueError, match=said):
+    validate(c)
+
+
+def test_a_setting_is_the_tasks_own_and_registration_checks_them(offset_plugin, monkeypatch):
+  c = parsed_config(monkeypatch, str(offset_plugin / "offset_config.py"))
+  c.task.update(name="copy_first")
+  with c.task.unlocked():
+    c.task.offset = 2  # copy_first owns no offset
+  with pytest.raises(ValueError, match=r"config.task.offset=2: no such field"):
+    validate(c)
+  sample = lambda key, b, n, s: (jnp.zeros((b, n), jnp.int32), jnp.zeros(b, jnp.int32))
+  with pytest.raises(ValueError, match="settings must be Setting objects of distinct names"):
+    tasks.register(tasks.Task("twice", sample, outputs=("classes",),
+                              settings=(tasks.Setting("k", 1), tasks.Setting("k", 2))))

@@ -1,11 +1,13 @@
 """Synthetic tasks generated on device (case distinction, mode finding, majority), each a
 registered ``Task`` (``normattn_jax.tasks.registry``) that a user may add to."""
-from normattn_jax.tasks.registry import (TASKS, GroupedEval, MetricGroup, Task, check_batches,
-                                         get, names, register, unregister)
+from normattn_jax.tasks.registry import (TASKS, GroupedEval, MetricGroup, Setting, Task,
+                                         check_batches, check_settings, get, names,
+                                         positive_int, register, resolved_settings, unregister)
 from normattn_jax.tasks.synthetic import (BUILTIN_TASKS, CASES, CaseBatch, balanced_case_set,
                                           case_distinction, case_labels, majority,
                                           mode_finding, mode_labels)
 
-__all__ = ["BUILTIN_TASKS", "CASES", "CaseBatch", "GroupedEval", "MetricGroup", "TASKS", "Task",
-           "balanced_case_set", "case_distinction", "case_labels", "check_batches", "get",
-           "majority", "mode_finding", "mode_labels", "names", "register", "unregister"]
+__all__ = ["BUILTIN_TASKS", "CASES", "CaseBatch", "GroupedEval", "MetricGroup", "Setting",
+           "TASKS", "Task", "balanced_case_set", "case_distinction", "case_labels",
+           "check_batches", "check_settings", "get", "majority", "mode_finding", "mode_labels",
+           "names", "positive_int", "register", "resolved_settings", "unregister"]

@@ -2,7 +2,10 @@
 
 The grid engine, the config validation and the figures look a task up here instead of testing
 for its name, so a task registered from user code (``register(Task(...))``) trains through
-``run_sweep`` and the sweep CLI (``--plugins=my_tasks``) like a built-in one.
+``run_sweep`` and the sweep CLI (``--plugins=my_tasks``) like a built-in one. A task owns its
+settings as a normalisation owns its options (``Setting``: name, default, rule): a sweep sets
+them in its ``task`` section (``--config.task.<setting>=...``), and the task's functions read
+them, defaults filled in, from ``resolved_settings``.
 """
 from __future__ import annotations
 
@@ -33,6 +36,46 @@ def fail(field: str, value, why: str):
     ValueError: always.
   """
   fail_config(f"task.{field}", value, why)
+
+
+def any_value(value) -> Optional[str]:
+  """The default ``Setting.problem``: accept any value.
+
+  Args:
+    value: the setting's value (ignored).
+
+  Returns:
+    None.
+  """
+  del value
+  return None
+
+
+def positive_int(value) -> Optional[str]:
+  """``Setting.problem`` of an integer >= 1 (e.g. a period or a count).
+
+  Args:
+    value: the setting's value.
+
+  Returns:
+    None, or why ``value`` is refused.
+  """
+  if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1:
+    return None
+  return "must be an integer >= 1"
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+  """A setting of one task, owned by it: its name in a config's ``task`` section, its default
+  and its rule.
+
+  - ``problem(value)``: why ``value`` is refused ("must be ..."), or None when it is accepted;
+    called by the config validation before anything compiles.
+  """
+  name: str
+  default: Any
+  problem: Callable[[Any], Optional[str]] = any_value
 
 
 def same_length(seq_len: int) -> int:
@@ -111,6 +154,9 @@ class Task:
       run with; called by the config validation before anything compiles.
     grouped_eval: extra evaluation sets scored per group, or None.
     num_classes: ``settings -> classes`` of a class output, or None for one per token type.
+    settings: the settings the task owns (``Setting``), in the config's ``task`` section
+      beside the fields every task shares; its functions find them there, each at its default
+      where the config leaves it out.
   """
   name: str
   sample: Sampler
@@ -120,6 +166,11 @@ class Task:
   check: Callable[[Any], None] = no_rules
   grouped_eval: Optional[GroupedEval] = None
   num_classes: Optional[Callable[[Any], int]] = None
+  settings: tuple[Setting, ...] = ()
+
+  def setting_defaults(self) -> dict[str, Any]:
+    """Each setting the task owns -> its default."""
+    return {setting.name: setting.default for setting in self.settings}
 
   def metric_groups(self, seq_len: int) -> tuple[MetricGroup, ...]:
     """The figures' hook: the extra metrics (those of ``grouped_eval``), one group per length,
@@ -149,10 +200,54 @@ class Task:
 
 
 def _check(task: Task) -> None:
-  """A task's labels must match one of the output heads."""
+  """A task's labels must match one of the output heads; its settings are ``Setting`` objects
+  of distinct names."""
   if not task.outputs or any(output not in OUTPUTS for output in task.outputs):
     raise ValueError(f"task {task.name!r}: outputs must be a non-empty tuple from {OUTPUTS}, "
                      f"got {task.outputs!r}")
+  setting_names = [getattr(setting, "name", None) for setting in task.settings]
+  if (not all(isinstance(s, Setting) for s in task.settings)
+      or len(set(setting_names)) != len(setting_names)):
+    raise ValueError(f"task {task.name!r}: settings must be Setting objects of distinct names, "
+                     f"got {task.settings!r}")
+
+
+def check_settings(task: Task, section) -> None:
+  """Refuse a value of a setting the task owns that its rule does not accept.
+
+  Args:
+    task: the task.
+    section: the config's ``task`` section (a setting left out takes its default, unchecked).
+
+  Raises:
+    ValueError: ``config.task.<setting>=<value>: <why>``.
+  """
+  for setting in task.settings:
+    if setting.name in section:
+      why = setting.problem(section[setting.name])
+      if why:
+        fail(setting.name, section[setting.name], why)
+
+
+def resolved_settings(task: Task, section):
+  """The ``task`` section the task's functions read: a copy of ``section`` with each setting the
+  task owns at its default where ``section`` leaves it out.
+
+  Args:
+    task: the task.
+    section: the config's ``task`` section (an ``ml_collections.ConfigDict``).
+
+  Returns:
+    ``section`` itself when it lacks none, else the completed copy.
+  """
+  missing = {name: value for name, value in task.setting_defaults().items()
+             if name not in section}
+  if not missing:
+    return section
+  resolved = section.copy_and_resolve_references()
+  with resolved.unlocked():
+    resolved.update(missing)
+  return resolved
 
 
 def check_batches(task: Task, settings, output: str, classes: int, lengths) -> None:

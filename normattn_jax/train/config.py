@@ -149,6 +149,27 @@ def _task(config) -> tasks.Task:
   return tasks.get(config.task.name)
 
 
+def with_task_settings(config: ml_collections.ConfigDict,
+                       task_name: str) -> ml_collections.ConfigDict:
+  """``config`` with the settings that task ``task_name`` owns in its ``task`` section, at their
+  defaults: the fields a config of that task may have (none added for an unknown name, which
+  the validation names).
+
+  Args:
+    config: a sweep config, e.g. ``base_config()`` (changed in place).
+    task_name: a task's name.
+
+  Returns:
+    ``config``.
+  """
+  if task_name in tasks.TASKS:
+    with config.task.unlocked():
+      for name, default in tasks.get(task_name).setting_defaults().items():
+        if name not in config.task:
+          config.task[name] = default
+  return config
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raise ``ValueError`` naming the field for any invalid value. Each swept value must pass the
   rules of the field it sets, on the config it trains with: one rule per field.
@@ -160,7 +181,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
     ValueError: ``config.<field>=<value>: <why>`` for the first invalid field; for a swept value,
       prefixed with ``config.sweep.grid[i]=<value> (as <sweep.name>)``.
   """
-  check_known_fields(config, base_config(), free=(OPTION_SWEEP[:-1],))
+  check_known_fields(config, with_task_settings(base_config(), config.task.name),
+                     free=(OPTION_SWEEP[:-1],))
   _validate_fields(config)
   _validate_sweep(config)
   for i, value in enumerate(config.sweep.grid):
@@ -206,8 +228,9 @@ def _validate_fields(config) -> None:
     _switch(config, field)
   check_config_float("train.l2", config.train.l2, 0)
   seq_len = int(config.task.seq_len)
-  classes = config.task.vocab_size if task.num_classes is None else task.num_classes(config.task)
-  tasks.check_batches(task, config.task, config.task.output, int(classes),
+  settings = tasks.resolved_settings(task, config.task)
+  classes = config.task.vocab_size if task.num_classes is None else task.num_classes(settings)
+  tasks.check_batches(task, settings, config.task.output, int(classes),
                       (seq_len, task.validation_length(seq_len)))
 
 
@@ -391,4 +414,6 @@ def _validate_shapes(c) -> None:
     _fail("model.differential", c.model.differential,
           f"splits each head in two maps: needs an even head width, model.d_model / "
           f"model.num_heads = {c.model.d_model // c.model.num_heads}")
-  _task(c).check(c.task)  # the task's own rules, e.g. the case task's vocabulary
+  task = _task(c)
+  tasks.check_settings(task, c.task)  # the settings it owns, each by its rule
+  task.check(tasks.resolved_settings(task, c.task))  # its own rules, e.g. the case vocabulary

@@ -55,8 +55,9 @@ class Setup:
 
   @property
   def settings(self) -> ml_collections.ConfigDict:
-    """The config's ``task`` section, which the task's functions take."""
-    return self.config.task
+    """The config's ``task`` section, which the task's functions take: each setting the task
+    owns at its default where the config leaves it out."""
+    return tasks.resolved_settings(self.task, self.config.task)
 
   @property
   def val_len(self) -> int:
