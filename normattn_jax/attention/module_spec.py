@@ -19,6 +19,8 @@ QK_NORMS = (None, "rms", "layer")
 # A config section's field of each option where its name differs (a config's
 # ``model.attention_implementation``: ``model.implementation`` would not say of what).
 CONFIG_FIELDS = {"implementation": "attention_implementation"}
+# The options that add to attention (not ``implementation``, which only picks how it is computed).
+ADDITIONS = ("output_gate", "qk_norm", "differential")
 
 
 def first_problem(values: dict) -> Optional[tuple[str, object, str]]:
@@ -79,14 +81,9 @@ class AttentionModuleSpec:
       raise ValueError(f"config.{path}.{config_field(name)}={value!r}: {why}")
     return cls(**values)
 
-  @property
-  def adds_to_attention(self) -> bool:
-    """Whether any option changes the module's arithmetic beyond its implementation (which an
-    arch without attention cannot take)."""
-    return any(getattr(self, name) not in (None, False) for name in ADDITIONS)
-
   def added(self) -> dict:
-    """The options that add to attention, name -> value, those switched on only."""
+    """The options that add to attention, name -> value, those switched on only (an arch
+    without attention can take none of them)."""
     return {name: getattr(self, name) for name in ADDITIONS
             if getattr(self, name) not in (None, False)}
 
@@ -133,7 +130,3 @@ def field_names() -> tuple[str, ...]:
 def config_field(name: str) -> str:
   """An option's field in a config section (``CONFIG_FIELDS``, else its own name)."""
   return CONFIG_FIELDS.get(name, name)
-
-
-# The options that add to attention (not ``implementation``, which only picks how it is computed).
-ADDITIONS = ("output_gate", "qk_norm", "differential")
