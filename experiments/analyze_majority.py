@@ -29,14 +29,11 @@ _CONFIG = cli.define_config_flag("configs/layernorm_majority.py",
 _RUN = cli.define_run_flags()
 _STEPS = flags.DEFINE_integer("steps", 14_000, "Training steps (rounded up to whole evaluation "
                               "intervals); the authors' 1000 epochs are 14,000.", lower_bound=1)
-_MAX_MINUTES = flags.DEFINE_float("max_minutes", 0.0, "Stop after the evaluation interval that "
-                                  "passes this wall time (0: no limit); rerun to resume.",
-                                  lower_bound=0.0)
 
 
 def main(argv):
   del argv
-  run = functools.partial(majority.run, steps=_STEPS.value, max_minutes=_MAX_MINUTES.value,
+  run = functools.partial(majority.run, steps=_STEPS.value, max_minutes=_RUN.max_minutes.value,
                           log=lambda line: print(line, flush=True))
   summary, curves = cli.run_command(run, _CONFIG.value, _RUN)
   if multihost.is_chief():  # on several hosts, one writes the files

@@ -28,7 +28,7 @@ from normattn_jax.reporting import report_card
 from normattn_jax.train import cli
 
 _CONFIG = cli.define_config_flag("configs/report_card.py", "A report card's config.")
-_RUN = cli.define_run_flags()
+_RUN = cli.define_run_flags(budget=False)
 
 
 def main(argv):

@@ -47,6 +47,7 @@ import optax
 from normattn_jax._extras import require
 from normattn_jax.norms import LayerNorm, normalize
 from normattn_jax.train import grid as grid_lib
+from normattn_jax.train import kinds
 from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, releases_workdir, \
     write_json
 from normattn_jax.train.driver import Budget, Interrupted
@@ -66,6 +67,9 @@ VARIANTS = ("with_projection", "without_projection", "without_projection_code")
 # the norms are those of the paper's eps = 0, while an exactly zero or constant input gives a
 # finite output and gradient instead of NaN (a smaller eps overflows rsqrt's derivative).
 LAYER_NORM_EPSILON = 1e-20
+
+
+KIND = "majority"  # the kind of run (train.kinds)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -333,6 +337,7 @@ def base_config() -> ml_collections.ConfigDict:
   """Every field that fixes the results of a run, at the paper's values
   (``configs/layernorm_majority.py``); a config holds these fields and no others."""
   return ml_collections.ConfigDict({
+      "kind": KIND,  # the kind of run (train.kinds)
       "variants": VARIANTS,
       "num_seeds": 10,
       "num_samples": 100_000,
@@ -368,6 +373,8 @@ def validate_config(c: ml_collections.ConfigDict) -> None:
       its rule.
   """
   check_known_fields(c, base_config())
+  if c.get("kind", KIND) != KIND:
+    fail_config("kind", c.kind, f"the majority run's kind is {KIND!r}")
   check_fields(c, ("num_seeds", "seed"))
   for field, rule in _SHARED_RULES.items():
     RULES[rule].check(field, c[field])
@@ -626,7 +633,6 @@ def build_grid(config: ml_collections.ConfigDict,
 # ---------------------------------------------------------------------------------------------
 # A run: its config, workdir, history and summary
 
-KIND = "majority"  # the workdir kind (train.checkpoint.MAY_DIFFER)
 SUMMARY = "majority.json"  # not summary.json: a run may be resumed for more steps
 THRESHOLDS = (0.5, 0.7, 0.8, 0.9)
 PAPER_STEPS = 17_000
@@ -804,3 +810,9 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, steps: int,
   summary = summarise(history.history, config, extra)
   write_json(os.path.join(workdir, SUMMARY), summary, indent=1)
   return summary, curves(history.history, config)
+
+
+# Every field of its config fixes the results; it runs through ``run`` (its target, ``steps``,
+# may grow from one call to the next), not the driver.
+MAJORITY = kinds.register(kinds.RunKind(name=KIND, may_differ=frozenset(),
+                                        base_config=base_config, validate=validate_config))

@@ -55,22 +55,19 @@ from normattn_jax.reporting import card_stats
 from normattn_jax.reporting import diagnostics as diagnostics_lib
 from normattn_jax.reporting import seeds as seeds_lib
 from normattn_jax.tasks.synthetic import case_guess_rate
-from normattn_jax.train import artifacts
-from normattn_jax.train.checkpoint import (ITEM, GridCheckpoints, WorkdirError, open_workdir,
-                                          releases_workdir, write_json)
+from normattn_jax.train import artifacts, kinds
+from normattn_jax.train.checkpoint import WorkdirError, open_workdir, releases_workdir, write_json
 from normattn_jax.train.config import PAPER_LEARNING_RATES, base_config
 from normattn_jax.train.grid import Setup
 from normattn_jax.train.sections import attention_section, attention_spec, \
     check_known_fields
-from normattn_jax.train.sweep import run_sweep
+from normattn_jax.train.sweep import load_models, run_sweep
 from normattn_jax.validation import fail_config
 
 # Optional packages: without them, the error names the extra that installs them.
 ml_collections = require("ml_collections", "analysis")
-ocp = require("orbax.checkpoint", "analysis")
-epath = require("etils.epath", "analysis")
 
-KIND = "report_card"  # the workdir kind (checkpoint.MAY_DIFFER)
+KIND = "report_card"  # the kind of run (train.kinds)
 PROTOCOL = 2  # selection seeds apart from evaluation seeds; report.json's "protocol"
 CARD_ARCH = "mte"
 BASELINE_ARCHS = ("mte", "nap")  # softmax in the MTE layout, and NAP
@@ -176,7 +173,8 @@ def base_card_config() -> ml_collections.ConfigDict:
   ``SCALES``), ``baselines_dir`` ("" for ``default_baselines_dir``), ``cache_dir`` (where the
   LM's corpus is kept; "" for ``~/.cache/normattn_jax``) and ``show_progress`` (the sweeps'
   progress bars)."""
-  return ml_collections.ConfigDict({"attention": attention_section(""), "scale": "smoke",
+  return ml_collections.ConfigDict({"kind": KIND, "attention": attention_section(""),
+                                    "scale": "smoke",
                                     "baselines_dir": "", "cache_dir": "",
                                     "show_progress": True})
 
@@ -191,6 +189,8 @@ def validate_config(c: ml_collections.ConfigDict) -> AttentionSpec:
     ValueError: ``config.<field>=<value>: <why>`` for the first unknown or bad field.
   """
   check_known_fields(c, base_card_config(), free=("attention.options",))
+  if c.get("kind", KIND) != KIND:
+    fail_config("kind", c.kind, f"a report card's kind is {KIND!r}")
   if c.scale not in SCALES:
     fail_config("scale", c.scale, f"choose from {tuple(SCALES)}")
   for field in ("baselines_dir", "cache_dir"):
@@ -233,10 +233,11 @@ def card_config(spec: AttentionSpec, scale: str, machine: str) -> ml_collections
     machine: ``fingerprint_id(machine_fingerprint())``.
 
   Returns:
-    ``{normalization, options, scale, machine}``.
+    ``{kind, normalization, options, scale, machine}``.
   """
-  return ml_collections.ConfigDict({"normalization": spec.name, "options": dict(spec.options),
-                                    "scale": scale, "machine": machine})
+  return ml_collections.ConfigDict({"kind": KIND, "normalization": spec.name,
+                                    "options": dict(spec.options), "scale": scale,
+                                    "machine": machine})
 
 
 def sweep_config(task: str, scale: str, archs: tuple, spec: Optional[AttentionSpec] = None,
@@ -414,7 +415,8 @@ def task_scores(task: str, scale: str, task_arms: dict) -> dict:
 
 def final_states(arm: Arm) -> tuple:
   """The arm's evaluation sweep config, its models' parameters (one per evaluation seed) and
-  the ``Setup`` that builds its model.
+  the ``Setup`` that builds its model, restored by the sweep's own loader
+  (``train.sweep.load_models``: its selected, only, learning rate).
 
   Args:
     arm: an arm whose evaluation sweep finished with checkpoints.
@@ -422,24 +424,9 @@ def final_states(arm: Arm) -> tuple:
   Returns:
     ``(config, [params per seed], setup)``.
   """
-  run = arm.sweep()
-  config = run.config
-  checkpoints = GridCheckpoints(os.path.join(arm.evaluate_dir, "checkpoints",
-                                             run.plan.grid(arm.arch).name))
-  try:
-    step = checkpoints.latest()
-    if step is None:
-      raise FileNotFoundError(f"{arm.evaluate_dir}: no checkpoint of {arm.arch!r} to analyse")
-    handler = ocp.StandardCheckpointHandler()  # no target: the arrays as saved
-    try:
-      tree = handler.restore(epath.Path(checkpoints.directory) / str(step) / ITEM)
-    finally:
-      handler.close()
-  finally:
-    checkpoints.close()
-  rows = run.plan.axis.rows(0, 0)
-  params = [jax.tree.map(lambda a, r=r: np.asarray(a[r]), tree["state"]["params"]) for r in rows]
-  return config, params, Setup(arm.arch, config)
+  config = arm.sweep().config
+  _, params = load_models(arm.evaluate_dir, arm.arch, config.learning_rates[0])
+  return config, [jax.tree.map(np.asarray, p) for p in params], Setup(arm.arch, config)
 
 
 def _keys(model, params, tokens) -> list:
@@ -820,3 +807,10 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, afresh: bool = False
   write_json(os.path.join(workdir, SUMMARY), {"report": REPORT_JSON,
                                               "verdicts": report["verdicts"]}, indent=1)
   return report
+
+
+# A card's workdir belongs to its normalisation, options, scale and machine (card_config): every
+# field counts. It runs through ``run``, which checks its baselines before its workdir.
+REPORT_CARD = kinds.register(kinds.RunKind(name=KIND, may_differ=frozenset(),
+                                           base_config=base_card_config,
+                                           validate=validate_config))
