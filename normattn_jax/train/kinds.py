@@ -60,7 +60,9 @@ class RunKind:
     written before it.
   - ``describe(summary) -> lines``: what the command line prints of a finished run.
   - ``figures(workdir, summary)``: the figures the command line draws of it (on the chief).
-  - ``summary_format``: ``json.dump``'s options for ``summary.json``.
+  - ``summary_file``: the summary's file, written last; "summary.json" marks a finished run,
+    which a rerun returns untouched (a kind whose target may grow names another).
+  - ``summary_format``: ``json.dump``'s options for the summary.
   - ``divides(config) -> numbers``: what the device count must divide when the command line
     splits a CPU into devices (a pre-training's batch sizes).
   - ``renamed`` ({old dotted field: new}), ``added`` ({dotted field: the value that keeps the
@@ -76,6 +78,7 @@ class RunKind:
   save: Optional[Callable[[str, ml_collections.ConfigDict, Any], None]] = None
   describe: Callable[[dict], list] = lambda summary: []
   figures: Optional[Callable[[str, dict], None]] = None
+  summary_file: str = "summary.json"
   summary_format: Mapping = dataclasses.field(default_factory=lambda: {"indent": 2})
   divides: Callable[[ml_collections.ConfigDict], tuple] = lambda config: ()
   renamed: Mapping = dataclasses.field(default_factory=dict)
@@ -122,7 +125,9 @@ def names() -> tuple:
       importlib.import_module(module)
     except ImportError:  # its extra is missing (_extras.require): it cannot run here
       pass
-  return KINDS.names()
+  registered = KINDS.names()
+  return tuple([name for name in BUILTIN if name in registered]
+               + [name for name in registered if name not in BUILTIN])
 
 
 def kind_of(config: ml_collections.ConfigDict) -> RunKind:

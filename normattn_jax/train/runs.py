@@ -1,9 +1,9 @@
 """Every kind of run (``train.kinds``) goes through one driver, written once: validate the config,
 open its workdir (resume it, refuse another config's, or return a finished run's summary), train
 the kind's grid jobs within one ``Budget``, summarise, and on the chief alone write the kind's
-files and then, last, ``summary.json``, which marks a finished run. A stopped budget raises
-``driver.Interrupted`` out of here; the command line (``cli.run_command``) turns it into its exit
-code, in that one place.
+files and then, last, its summary (``summary.json``, which marks a finished run). A stopped
+budget raises ``driver.Interrupted`` out of here; the command line (``cli.run_command``) turns it
+into its exit code, in that one place.
 """
 from __future__ import annotations
 
@@ -80,5 +80,5 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, afresh: bool = False
   if multihost.is_chief():  # on several hosts, one writes the files
     if kind.save is not None:
       kind.save(workdir, config, results)
-    write_json(os.path.join(workdir, "summary.json"), summary, **kind.summary_format)  # last
+    write_json(os.path.join(workdir, kind.summary_file), summary, **kind.summary_format)  # last
   return summary
