@@ -144,6 +144,15 @@ def test_a_config_of_no_kind_is_refused_naming_the_field(tmp_path):
   assert not os.path.exists(tmp_path / "run")
 
 
+def test_a_kind_declares_what_may_differ():
+  with pytest.raises(TypeError, match="may_differ"):
+    kinds.RunKind(name="forgetful")  # the missing field is the point
+  with pytest.raises(TypeError, match="the string 'steps'"):
+    kinds.RunKind(name="careless", may_differ="steps")
+  with pytest.raises(ValueError, match="run kind 'sweep' is already registered"):
+    kinds.register(kinds.RunKind(name="sweep", may_differ=()))
+
+
 def test_every_shipped_config_names_a_registered_kind():
   names = kinds.names()
   for path in sorted(os.listdir(os.path.join(REPO, "configs"))):

@@ -311,7 +311,8 @@ def run_kind(config: Any, run_flags: RunFlags, expected: Optional[str] = None) -
       kind than ``expected``.
   """
   from normattn_jax.train import runs  # the driver imports the kinds' modules lazily
-  load_plugins(run_flags.plugins.value)  # a plugin may register the config's kind
+  if config.get("kind") not in kinds.KINDS and config.get("kind") not in kinds.BUILTIN:
+    load_plugins(run_flags.plugins.value)  # a plugin's kind: loaded before the CPU is split
   try:
     kind = kinds.kind_of(config)
     if expected is not None:

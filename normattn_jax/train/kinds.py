@@ -86,6 +86,9 @@ class RunKind:
   migrate: Callable[[dict], dict] = _unchanged
 
   def __post_init__(self):
+    if isinstance(self.may_differ, str):  # one field is a set of one, not of its letters
+      raise TypeError(f"run kind {self.name!r}: may_differ takes a set of dotted field names, "
+                      f"got the string {self.may_differ!r}")
     object.__setattr__(self, "may_differ", frozenset(self.may_differ))
 
 

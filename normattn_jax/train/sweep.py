@@ -20,7 +20,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from normattn_jax.train import artifacts, kinds, runs
+from normattn_jax.train import artifacts, kinds, multihost, runs
 from normattn_jax.train import config as config_lib
 from normattn_jax.train.checkpoint import restore_newest_state
 from normattn_jax.train.driver import Budget, RunHooks
@@ -196,8 +196,9 @@ def train_sweep(config: ml_collections.ConfigDict, context: RunContext) -> dict:
               tensorboard=context.tensorboard, progress=context.show_progress) as log:
     for grid in plan.grids:
       results[grid.key] = train_point(plan, grid, context.workdir, log, context.budget)
-  context.log(f"trained {len(plan.grids)} grid(s) in {time.perf_counter() - started:.0f} s; "
-              f"results in {context.workdir}")
+  if multihost.is_chief():  # on several hosts, one says so
+    context.log(f"trained {len(plan.grids)} grid(s) in {time.perf_counter() - started:.0f} s; "
+                f"results in {context.workdir}")
   return results
 
 
