@@ -319,7 +319,7 @@ def run_kind(config: Any, run_flags: RunFlags, expected: Optional[str] = None) -
       kinds.check_kind(config, expected)
   except ValueError as err:
     raise app.UsageError(str(err)) from None
-  budget = Budget(minutes=run_flags.max_minutes.value)
+  budget = Budget(minutes=0.0 if run_flags.max_minutes is None else run_flags.max_minutes.value)
 
   def run(config, workdir, afresh):
     return runs.run(config, workdir, afresh=afresh, budget=budget)

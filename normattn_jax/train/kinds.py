@@ -52,6 +52,9 @@ class RunKind:
   - ``base_config()``: every field of the kind's config at its default (``kind`` among them).
   - ``validate(config)``: the kind's own cross-field rules; raises ``ValueError`` naming the field
     and its value, before anything is written or compiled.
+  - ``workdir_config(config, workdir) -> config``: what the workdir belongs to (its
+    ``config.json``) when that is not the config itself (a report card's: its normalisation,
+    scale and machine), with the checks that come before the workdir is opened; None: the config.
   - ``train(config, context) -> results``: the grid jobs, resumed from the workdir's checkpoints
     and paid from ``context.budget`` (``runs.RunContext``); None for a kind run by its own
     function, which still owns its workdir's checks.
@@ -73,6 +76,8 @@ class RunKind:
   may_differ: frozenset
   base_config: Optional[Callable[[], ml_collections.ConfigDict]] = None
   validate: Callable[[ml_collections.ConfigDict], None] = lambda config: None
+  workdir_config: Optional[Callable[[ml_collections.ConfigDict, str],
+                                    ml_collections.ConfigDict]] = None
   train: Optional[Callable[[ml_collections.ConfigDict, Any], Any]] = None
   summarise: Callable[[ml_collections.ConfigDict, Any], dict] = _whole
   save: Optional[Callable[[str, ml_collections.ConfigDict, Any], None]] = None

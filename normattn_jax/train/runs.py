@@ -71,7 +71,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, afresh: bool = False
     Interrupted: when the budget stops the run; the same call resumes it.
   """
   kind = prepare(config)
-  finished = open_workdir(workdir, config, kind.name, afresh=afresh)
+  owner = config if kind.workdir_config is None else kind.workdir_config(config, workdir)
+  finished = open_workdir(workdir, owner, kind.name, afresh=afresh)
   if finished is not None:
     return finished
   context = RunContext(workdir, budget or Budget(), show_progress, tensorboard, log)
