@@ -162,3 +162,14 @@ def test_every_shipped_config_names_a_registered_kind():
       module = importlib.util.module_from_spec(spec)
       spec.loader.exec_module(module)
       assert module.get_config().kind in names, path
+
+
+def test_a_pretraining_workdir_from_before_the_kinds_is_an_encoder():
+  """Its config.json has no kind: it reads as the pre-training it is; a sweep's is refused."""
+  from normattn_jax.finetune import encoders
+
+  committed = os.path.join(REPO, "results", "albert_tiny", "softmax")
+  assert "kind" not in read(os.path.join(committed, "config.json"))
+  assert encoders.pretraining_config(committed).kind == "pretraining"
+  with pytest.raises(ValueError, match="is not a pre-training workdir"):
+    encoders.pretraining_config(os.path.join(REPO, "results", "fig3_reduced"))
