@@ -14,35 +14,25 @@ settings) can be overridden, e.g. --config.num_seeds=3
 A workdir of other settings is refused (exit code 2) unless --afresh moves it aside. The library:
 normattn_jax/analysis/majority.py.
 """
-import functools
-import json
-import os
 
 from absl import app, flags
 
-from normattn_jax.analysis import majority
-from normattn_jax.reporting import analysis_figures
-from normattn_jax.train import cli, multihost
+from normattn_jax.train import cli
 
 _CONFIG = cli.define_config_flag("configs/layernorm_majority.py",
                                  "A config of the majority run (the paper's by default).")
 _RUN = cli.define_run_flags()
-_STEPS = flags.DEFINE_integer("steps", 14_000, "Training steps (rounded up to whole evaluation "
-                              "intervals); the authors' 1000 epochs are 14,000.", lower_bound=1)
-_MAX_MINUTES = flags.DEFINE_float("max_minutes", 0.0, "Stop after the evaluation interval that "
-                                  "passes this wall time (0: no limit); rerun to resume.",
-                                  lower_bound=0.0)
+_STEPS = flags.DEFINE_integer("steps", None, "Training steps (rounded up to whole evaluation "
+                              "intervals; the config's steps field, which it sets); the authors' "
+                              "1000 epochs are 14,000.", lower_bound=1)
 
 
 def main(argv):
   del argv
-  run = functools.partial(majority.run, steps=_STEPS.value, max_minutes=_MAX_MINUTES.value,
-                          log=lambda line: print(line, flush=True))
-  summary, curves = cli.run_command(run, _CONFIG.value, _RUN)
-  if multihost.is_chief():  # on several hosts, one writes the files
-    analysis_figures.majority(curves, _CONFIG.value.num_seeds,
-                              os.path.join(_RUN.workdir.value, "majority.png"))
-  print(json.dumps({k: summary[k] for k in summary if k != "variants"}, indent=1))
+  config = _CONFIG.value
+  if _STEPS.value is not None:
+    config.steps = _STEPS.value
+  cli.run_kind(config, _RUN, expected="majority")
 
 
 if __name__ == "__main__":

@@ -10,10 +10,10 @@ over every device of every host.
 --plugins=my_norms imports modules first, e.g. one that registers a normalisation of your own
 for --config.model.attention.name=<its name>.
 """
+
 from absl import app
 
 from normattn_jax.train import cli
-from normattn_jax.train.pretrain import run_pretraining, throughput
 
 _CONFIG = cli.define_config_flag("configs/albert_tiny.py", "Path to a configs/albert_*.py file.")
 _RUN = cli.define_run_flags()
@@ -21,16 +21,7 @@ _RUN = cli.define_run_flags()
 
 def main(argv):
   del argv
-  train = _CONFIG.value.train
-  summary = cli.run_command(run_pretraining, _CONFIG.value, _RUN,
-                            divides=(train.batch_size, train.eval_batch_size))
-  print(f"{summary['attention']}: held-out MLM accuracy {summary['mlm_accuracy']:.1%}, "
-        f"SOP accuracy {summary['sop_accuracy']:.1%}, "
-        f"{throughput(summary)} tokens/s on {summary['devices']} {summary['device_kind']}")
-  if "hybrid_weights" in summary:
-    print("HNAS u per layer (mean over heads): "
-          + ", ".join(f"{u:.3f}" for u in summary["hybrid_weights"]))
-  print(f"wrote {_RUN.workdir.value}/summary.json")
+  cli.run_kind(_CONFIG.value, _RUN, expected="pretraining")
 
 
 if __name__ == "__main__":

@@ -24,18 +24,15 @@ normattn_jax/reporting/report_card.py.
 """
 from absl import app
 
-from normattn_jax.reporting import report_card
 from normattn_jax.train import cli
 
 _CONFIG = cli.define_config_flag("configs/report_card.py", "A report card's config.")
-_RUN = cli.define_run_flags()
+_RUN = cli.define_run_flags(budget=False)
 
 
 def main(argv):
   del argv
-  report = cli.run_command(report_card.run, _CONFIG.value, _RUN)
-  print("\n".join(report["verdicts"].values()))
-  print(f"report: {_RUN.workdir.value}/report.md")
+  cli.run_kind(_CONFIG.value, _RUN, expected="report_card")
 
 
 if __name__ == "__main__":

@@ -11,37 +11,18 @@ for --config.attention.name=<its name> (its options: --config.attention.options.
 --max_minutes stops after the evaluation that passes that wall time, its checkpoint written
 (exit code 3); the same command resumes (benchmarks/gpu_checks.sh ends a loan's sweeps so).
 """
-import functools
-import sys
 
-from absl import app, flags
+from absl import app
 
-from normattn_jax.reporting import figures
-from normattn_jax.train import cli, multihost
-from normattn_jax.train.driver import Interrupted
-from normattn_jax.train.scoring import best_lines
-from normattn_jax.train.sweep import run_sweep
+from normattn_jax.train import cli
 
 _CONFIG = cli.define_config_flag(None, "Path to a configs/*.py file.")
 _RUN = cli.define_run_flags()
-_MAX_MINUTES = flags.DEFINE_float("max_minutes", 0.0, "Stop after the evaluation that passes "
-                                  "this wall time (0: no limit); rerun to resume.",
-                                  lower_bound=0.0)
 
 
 def main(argv):
   del argv
-  run = functools.partial(run_sweep, max_minutes=_MAX_MINUTES.value)
-  try:
-    summary = cli.run_command(run, _CONFIG.value, _RUN)
-  except Interrupted as stop:
-    print(f"{stop}; rerun the same command to resume", flush=True)
-    sys.exit(cli.INTERRUPTED_EXIT)
-  if multihost.is_chief():  # on several hosts, one writes the files
-    figures.draw_finished_sweep(_RUN.workdir.value)
-  print("\n".join(best_lines(summary)))
-  print(f"figures: {_RUN.workdir.value}/accuracy.png (and case_accuracy.png, "
-        f"learning_curves.png)")
+  cli.run_kind(_CONFIG.value, _RUN, expected="sweep")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """A registry of named objects: the one implementation behind every kind a user may extend
 (normalisations: ``attention.registry``; synthetic tasks: ``tasks.registry``; fine-tuning heads
-and tasks: ``finetune.heads``, ``finetune.task``), so that all look up, refuse and list names
-alike; and ``load_plugins``, the one way a command line imports a user's registrations.
+and tasks: ``finetune.heads``, ``finetune.task``; kinds of run: ``train.kinds``), so that all
+look up, refuse and list names alike; and ``load_plugins``, the one way a command line imports a
+user's registrations.
 """
 from __future__ import annotations
 
@@ -129,8 +130,9 @@ class NamesView(Sequence):
 
 
 def load_plugins(modules: Sequence[str]) -> None:
-  """Import the named modules, which register their normalisations, tasks or heads as they load
-  (how a command line, e.g. ``experiments/sweep.py --plugins=my_norms``, learns of the user's).
+  """Import the named modules, which register their normalisations, tasks, heads or kinds of run
+  as they load (how a command line, e.g. ``experiments/run.py --plugins=my_norms``, learns of the
+  user's).
 
   Args:
     modules: importable module names, e.g. ``["my_norms"]``.

@@ -89,18 +89,17 @@ def main():
     multihost.initialize(args.coordinator, args.num_processes, args.process_id)
   assert jax.local_device_count() == args.devices, jax.local_devices()
 
+  from normattn_jax.train.driver import Budget, Interrupted
+  budget = Budget(chunks=args.max_chunks)
   try:
     if args.job == "sweep":
-      from normattn_jax.train.driver import Interrupted
       from normattn_jax.train.sweep import run_sweep
-      summary = run_sweep(sweep_config(), args.workdir, max_chunks=args.max_chunks,
-                          show_progress=False, tensorboard=False)
+      summary = run_sweep(sweep_config(), args.workdir, budget=budget, show_progress=False,
+                          tensorboard=False)
     else:
-      from normattn_jax.train.driver import Interrupted
       from normattn_jax.train.pretrain import run_pretraining
-      summary = run_pretraining(pretrain_config(args.corpus), args.workdir,
-                                max_steps=args.max_chunks, show_progress=False,
-                                tensorboard=False)
+      summary = run_pretraining(pretrain_config(args.corpus), args.workdir, budget=budget,
+                                show_progress=False, tensorboard=False)
   except Interrupted as stop:
     print(f"process {jax.process_index()}: {stop}", flush=True)
     sys.exit(INTERRUPTED)

@@ -14,6 +14,7 @@ import pytest
 from configs import layernorm_majority
 from normattn_jax.analysis import majority as m
 from normattn_jax.train.checkpoint import WorkdirError, open_workdir, unlock_workdir
+from normattn_jax.train.driver import Budget, Interrupted
 from normattn_jax.train.grid import run_grid
 
 D = 8
@@ -306,8 +307,11 @@ def test_a_run_resumes_for_more_steps_and_its_workdir_refuses_other_settings(tmp
   whole, _ = m.run(small_config(), str(tmp_path / "whole"), steps=28, log=quiet)
   assert more["variants"] == whole["variants"]  # as a run that was never stopped
   assert m.curves(read_history(workdir), config)["steps"].tolist() == [0, 14, 28]
-  timed, curves = m.run(small_config(), workdir, steps=56, max_minutes=1e-9, log=quiet)
-  assert timed["steps_run"] == 42 and list(curves["steps"]) == [0, 14, 28, 42]  # out of time
+  with pytest.raises(Interrupted, match="majority: out of time after 3 of 4"):
+    m.run(small_config(), workdir, steps=56, budget=Budget(minutes=1e-9), log=quiet)
+  assert m.read_curves(workdir)["steps"].tolist() == [0, 14, 28, 42]  # its chunk kept
+  timed, curves = m.run(small_config(), workdir, steps=42, log=quiet)  # nothing left to train
+  assert timed["steps_run"] == 42 and list(curves["steps"]) == [0, 14, 28, 42]
 
   with pytest.raises(WorkdirError, match="num_seeds was 2, now 3"):
     m.run(small_config(num_seeds=3), workdir, steps=28, log=quiet)

@@ -14,7 +14,7 @@ from normattn_jax.analysis import card_lm
 from normattn_jax.attention import weights as weights_lib
 from normattn_jax.models.causal_lm import BLOCK_OUTPUTS, CausalLM, init_params
 from normattn_jax.train.checkpoint import WorkdirError
-from normattn_jax.train.driver import Interrupted
+from normattn_jax.train.driver import Budget, Interrupted
 
 VOCAB = 13
 STREAM = np.tile(np.arange(VOCAB, dtype=np.int32), 200)  # a predictable text
@@ -133,7 +133,8 @@ def test_a_run_measures_each_seed_and_resumes_to_the_same_numbers(tmp_path):
 
   parts = str(tmp_path / "parts")
   with pytest.raises(Interrupted, match="after 1 of 4"):
-    card_lm.run_lm("softmax", TINY, seed=3, num_seeds=2, workdir=parts, max_chunks=1, **QUIET)
+    card_lm.run_lm("softmax", TINY, seed=3, num_seeds=2, workdir=parts, budget=Budget(chunks=1),
+                   **QUIET)
   assert not os.path.exists(os.path.join(parts, card_lm.RESULT))
   resumed = card_lm.run_lm("softmax", TINY, seed=3, num_seeds=2, workdir=parts, **QUIET)
   assert resumed["seeds"] == whole["seeds"]
@@ -164,7 +165,8 @@ def test_a_diverged_seed_is_kept_without_measurements(tmp_path, monkeypatch):
 def test_a_workdir_of_another_config_is_refused(tmp_path):
   workdir = str(tmp_path / "run")
   with pytest.raises(Interrupted):
-    card_lm.run_lm("softmax", TINY, seed=0, num_seeds=1, workdir=workdir, max_chunks=0, **QUIET)
+    card_lm.run_lm("softmax", TINY, seed=0, num_seeds=1, workdir=workdir, budget=Budget(chunks=0),
+                   **QUIET)
   for spec, sizes, seed, num_seeds, field in (
       ("ssmax", TINY, 0, 1, "normalization"), ("softmax", TINY, 0, 2, "num_seeds"),
       ("softmax", TINY, 1, 1, "seed"),

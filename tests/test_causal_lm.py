@@ -195,8 +195,12 @@ def test_a_field_the_run_lacks_or_misses_is_refused():
 
 
 def test_a_bad_budget_is_refused_before_the_workdir_is_written(tmp_path):
-  with pytest.raises(ValueError, match="max_minutes must be >= 0, got -1"):
-    lm_keys.run(tiny_config(), str(tmp_path / "run"), max_minutes=-1)
+  with pytest.raises(ValueError, match="minutes must be >= 0, got -1"):
+    lm_keys.run(tiny_config(), str(tmp_path / "run"), budget=Budget(minutes=-1))
+  c = tiny_config()
+  c.kind = "sweep"
+  with pytest.raises(ValueError, match="config.kind='sweep'"):
+    lm_keys.run(c, str(tmp_path / "run"))
   assert not (tmp_path / "run").exists()
 
 

@@ -21,7 +21,7 @@ from normattn_jax.models.albert import AlbertConfig, AlbertModel
 from normattn_jax.models.bert import BertConfig, BertModel, bundled_minilm_path
 from normattn_jax.attention import AttentionSpec
 from normattn_jax.train.checkpoint import WorkdirError
-from normattn_jax.train.driver import Interrupted
+from normattn_jax.train.driver import Budget, Interrupted
 from normattn_jax.train.config import get_field
 from normattn_jax.train.sections import attention_section
 from normattn_jax.train.grid import model_keys
@@ -324,7 +324,7 @@ def runs(root):
          "grid": ft.run_finetuning(tiny_config(root, (3e-3, 1e-3), 2), str(root / "grid"),
                                    **quiet)}
   with pytest.raises(Interrupted):
-    ft.run_finetuning(tiny_config(root), str(root / "resumed"), max_chunks=2, **quiet)
+    ft.run_finetuning(tiny_config(root), str(root / "resumed"), budget=Budget(chunks=2), **quiet)
   out["resumed"] = ft.run_finetuning(tiny_config(root), str(root / "resumed"), **quiet)
   return out
 

@@ -17,7 +17,7 @@ from normattn_jax.finetune import features as features_lib
 from normattn_jax.finetune import task as task_lib
 from normattn_jax.finetune import train as ft
 from normattn_jax.train.checkpoint import WorkdirError
-from normattn_jax.train.driver import Interrupted
+from normattn_jax.train.driver import Budget, Interrupted
 from normattn_jax.train.pretrain import run_pretraining
 from test_finetune import WORDS, pretrained, pretraining_config, tiny_config, write_plays
 
@@ -50,7 +50,7 @@ def test_a_resumed_run_refuses_an_encoder_replaced_under_it(root, tmp_path):
   workdir = str(tmp_path / "run")
   for _ in range(2):  # started, then resumed on the same encoder
     with pytest.raises(Interrupted):
-      ft.run_finetuning(c, workdir, max_chunks=1, **QUIET)
+      ft.run_finetuning(c, workdir, budget=Budget(chunks=1), **QUIET)
   replaced = pretraining_config(corpus_files(root))
   replaced.train.seed = 1
   run_pretraining(replaced, pretraining, afresh=True, **QUIET)
@@ -135,7 +135,7 @@ def test_the_corrected_command_needs_no_afresh(root, tmp_path):
     ft.run_finetuning(c, workdir, **QUIET)
   assert not os.path.exists(os.path.join(workdir, "config.json"))
   with pytest.raises(Interrupted):  # accepted: it trains
-    ft.run_finetuning(tiny_config(root), workdir, max_chunks=1, **QUIET)
+    ft.run_finetuning(tiny_config(root), workdir, budget=Budget(chunks=1), **QUIET)
 
 
 @pytest.mark.parametrize("task", ["shakespeare_genre", "shakespeare_next_line"])
@@ -167,7 +167,7 @@ def test_pretraining_on_too_little_text_is_refused_before_its_workdir(tmp_path):
   assert not os.path.exists(os.path.join(workdir, "config.json"))
   c = pretraining_config(write_plays(str(tmp_path / "large"), lines=640))
   with pytest.raises(Interrupted):  # accepted: it trains
-    run_pretraining(c, workdir, max_steps=1, **QUIET)
+    run_pretraining(c, workdir, budget=Budget(chunks=1), **QUIET)
 
 
 # ----- a task's features -----

@@ -163,7 +163,8 @@ def test_same_config_same_summary(reference, tmp_path):
 
 def test_killed_run_resumes_to_the_same_numbers_and_history(reference, tmp_path):
   with pytest.raises(Interrupted):
-    run(tiny_config(), tmp_path, max_chunks=4)  # nap done, sum stopped after one evaluation
+    # nap done, sum stopped after one evaluation
+    run(tiny_config(), tmp_path, budget=Budget(chunks=4))
   assert not os.path.exists(tmp_path / "summary.json")
   assert [(row["grid"], row["step"]) for row in history(tmp_path)][-3:] == \
       [("nap", 30), ("sum", 10), ("sum", 10)]
@@ -177,7 +178,7 @@ def test_rows_past_the_last_checkpoint_are_logged_once(reference, tmp_path):
   last checkpoint (none); the resumed run trains and logs it again, once."""
   config = tiny_config(**{"train.checkpoint_every": 2})
   with pytest.raises(Interrupted):
-    run(config, tmp_path, max_chunks=4)
+    run(config, tmp_path, budget=Budget(chunks=4))
   run(config, tmp_path)
   assert history_bytes(tmp_path) == history_bytes(reference)
 
@@ -187,7 +188,7 @@ def test_a_sweep_stopped_by_time_keeps_its_last_chunk_and_resumes(reference, tmp
   is checkpointed though it is no checkpoint_every multiple, and the rerun ends as one run."""
   config = tiny_config(**{"train.checkpoint_every": 2})
   with pytest.raises(Interrupted, match="out of time after 1 of"):
-    run(config, tmp_path, max_minutes=1e-9)
+    run(config, tmp_path, budget=Budget(minutes=1e-9))
   [grid] = os.listdir(tmp_path / "checkpoints")
   assert sorted(os.listdir(tmp_path / "checkpoints" / grid)) == ["1"]
   run(config, tmp_path)

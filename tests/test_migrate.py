@@ -62,16 +62,25 @@ SWEEP_COMPUTE = {"dtype": "float32", "attention_implementation": "auto"}
 
 def test_flat_options_become_the_section_keeping_only_what_differs_from_the_defaults():
   old = {"model": {"attention": "sinkhorn", "hybrid_init": 0.5, "sinkhorn_iters": 5, "dropout": 0}}
-  assert with_current_names(old, "pretraining") == {"model": {
+  assert with_current_names(old, "pretraining") == {"kind": "pretraining", "model": {
       "attention": {"name": "sinkhorn", "options": {"sinkhorn_iters": 5}}, "dropout": 0,
       **OPTIONS_OFF}}
   assert old["model"]["attention"] == "sinkhorn"  # the stored tree is not changed
   sweep = {"normalization": "", "sweep": {"values": [1]}, "model": {}, "train": {}}
   assert with_current_names(sweep, "sweep") == {
-      "attention": {"name": "", "options": {}}, "sweep": {"grid": [1]},
+      "kind": "sweep", "attention": {"name": "", "options": {}}, "sweep": {"grid": [1]},
       "model": dict(OPTIONS_OFF, **SWEEP_COMPUTE), "train": {"data_shards": 1}}
   today = with_current_names(sweep, "sweep")
   assert with_current_names(today, "sweep") == today
+
+
+def test_a_config_from_before_the_kinds_reads_as_its_workdirs_kind():
+  """Every config names its kind since the kinds of run were registered; a stored one without
+  it is of the kind whose workdir holds it, and compares equal to today's."""
+  today = config_json(base_pretrain_config())
+  del today["kind"]
+  assert config_differences(with_current_names(today, "pretraining"),
+                            config_json(base_pretrain_config())) == []
 
 
 @pytest.mark.parametrize("kind, config", [("sweep", base_config),

@@ -140,7 +140,7 @@ def test_summarize_counts_every_valid_token_once_per_layer():
             {m: np.array([[0.5, 0.4, 0.9], [0.6, 0.0, 0.0]]) for m in mx.METHODS}]
   valid = np.array([[1, 1, 0], [1, 0, 0]], bool)
   types = np.array([[2, 0, 0], [1, 0, 0]])
-  s = mx.summarize(ratios, valid, types)
+  s = mx.summarise(ratios, valid, types)
   assert s["per_layer"]["ATTN-N"] == pytest.approx([0.2, 0.5])
   assert s["overall"]["ATTN-N"] == pytest.approx({"mean": 0.35, "max": 0.6, "min": 0.1})
   by_type = s["per_layer_token_type"]["ATTN-N"]
@@ -149,7 +149,7 @@ def test_summarize_counts_every_valid_token_once_per_layer():
   assert by_type["[SEP]"] == [None, None]
   assert s["token_counts"] == {"normal": 1, "[MASK]": 1, "[CLS]": 1, "[SEP]": 0}
   with pytest.raises(ValueError, match="valid"):
-    mx.summarize(ratios, np.zeros_like(valid), types)
+    mx.summarise(ratios, np.zeros_like(valid), types)
 
 
 def test_mask_tokens_follows_the_rates():
@@ -199,8 +199,8 @@ def test_per_sequence_means_weigh_sentences_equally():
   ratios = [{m: r for m in mx.METHODS}]
   valid = np.array([[1, 1, 1, 0], [1, 0, 0, 0]], bool)
   types = np.array([[2, 1, 0, 0], [2, 0, 0, 0]])
-  tokens = mx.summarize(ratios, valid, types)
-  sentences = mx.summarize(ratios, valid, types, per_sequence=True)
+  tokens = mx.summarise(ratios, valid, types)
+  sentences = mx.summarise(ratios, valid, types, per_sequence=True)
   assert tokens["per_layer"]["ATTN-N"] == pytest.approx([(0.1 + 0.2 + 0.6 + 0.5) / 4])
   assert sentences["per_layer"]["ATTN-N"] == pytest.approx([(0.3 + 0.5) / 2])
   by_type = sentences["per_layer_token_type"]["ATTN-N"]
@@ -211,7 +211,7 @@ def test_per_sequence_means_weigh_sentences_equally():
   assert sentences["overall"] == tokens["overall"]
   assert sentences["per_sequence_means"] and not tokens["per_sequence_means"]
   with pytest.raises(ValueError, match="per_sequence"):
-    mx.summarize([{m: r.ravel() for m in mx.METHODS}], valid.ravel(), types.ravel(),
+    mx.summarise([{m: r.ravel() for m in mx.METHODS}], valid.ravel(), types.ravel(),
                   per_sequence=True)
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from normattn_jax.train import pretrain
 from normattn_jax.train.config import get_field
-from normattn_jax.train.driver import Interrupted
+from normattn_jax.train.driver import Budget, Interrupted
 from normattn_jax.train.pretrain import base_pretrain_config, run_pretraining, \
     validate_pretrain_config
 
@@ -71,7 +71,8 @@ def test_resumed_run_equals_uninterrupted(tmp_path, random_data):
   whole = run_pretraining(config, str(tmp_path / "whole"), show_progress=False)
   resumed_dir = str(tmp_path / "resumed")
   with pytest.raises(Interrupted):
-    run_pretraining(config, resumed_dir, max_steps=3, show_progress=False)  # last save: step 2
+    # the last save: step 2
+    run_pretraining(config, resumed_dir, budget=Budget(chunks=3), show_progress=False)
   resumed = run_pretraining(config, resumed_dir, show_progress=False)
   for key in ("mlm_accuracy", "sop_accuracy", "mlm_loss", "sop_loss", "hybrid_weights"):
     np.testing.assert_allclose(resumed[key], whole[key], rtol=1e-6, err_msg=key)

@@ -17,7 +17,7 @@ from normattn_jax.train.checkpoint import LOCK, DamagedCheckpointWarning, MAY_DI
     WorkdirError, config_json, config_differences, lock_workdir, open_workdir, unlock_workdir
 from normattn_jax.train.config import get_field
 from normattn_jax.train.pretrain import run_pretraining
-from normattn_jax.train.driver import Interrupted
+from normattn_jax.train.driver import Budget, Interrupted
 from test_grid import read, run, tiny_config as grid_config
 from test_pretrain import FAKE_VOCAB, RandomExamples, read_history, \
     tiny_config as albert_config
@@ -97,7 +97,7 @@ def interrupted_sweep(tmp_path_factory):
   """Killed after two of three evaluations: checkpoints 1 and 2."""
   workdir = tmp_path_factory.mktemp("interrupted_sweep")
   with pytest.raises(Interrupted):
-    run(sweep_config(), workdir, max_chunks=2)
+    run(sweep_config(), workdir, budget=Budget(chunks=2))
   assert sorted(os.listdir(workdir / "checkpoints" / "nap")) == ["1", "2"]
   return workdir
 
@@ -199,7 +199,7 @@ def interrupted_pretraining(tmp_path_factory, random_data):
   """Killed after five of six steps: checkpoints 2 and 4."""
   workdir = tmp_path_factory.mktemp("interrupted_pretraining")
   with pytest.raises(Interrupted):
-    train_albert(albert_config("hnas"), workdir, max_steps=5)
+    train_albert(albert_config("hnas"), workdir, budget=Budget(chunks=5))
   assert sorted(os.listdir(workdir / "checkpoints")) == ["2", "4"]
   return workdir
 

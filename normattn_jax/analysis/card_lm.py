@@ -45,13 +45,14 @@ from normattn_jax.attention.module_spec import AttentionModuleSpec
 from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.models.causal_lm import BLOCK_OUTPUTS, CausalLM
 from normattn_jax.train import grid as grid_lib
+from normattn_jax.train import kinds
 from normattn_jax.train.checkpoint import open_workdir, read_json, releases_workdir, write_json
 from normattn_jax.train.driver import Budget, RunHooks
 from normattn_jax.validation import check_float, check_int
 
 ml_collections = require("ml_collections", "analysis")
 
-KIND = "card_lm"  # the workdir kind (train.checkpoint.MAY_DIFFER)
+KIND = "card_lm"  # the kind of run (train.kinds)
 RESULT = "lm.json"  # written last: a finished run
 HELDOUT_SHARE = 0.05  # of each text, its end (from a line's start) is held out
 WEIGHT_DECAY, CLIP_NORM = 0.0, 1.0  # as the causal-LM analysis trains
@@ -277,7 +278,7 @@ def lm_config(spec: AttentionSpec, sizes: LMSizes, seed: int, num_seeds: int,
               corpus: str = "shakespeare") -> ml_collections.ConfigDict:
   """What a run's workdir belongs to (its ``config.json``): every field fixes the results."""
   return ml_collections.ConfigDict({
-      "normalization": spec.name, "options": dict(spec.options),
+      "kind": KIND, "normalization": spec.name, "options": dict(spec.options),
       "sizes": sizes_dict(sizes),
       "seed": seed, "num_seeds": num_seeds, "corpus": corpus})
 
@@ -394,8 +395,7 @@ def _heldout(ids: np.ndarray, length: int, count: int, field: str) -> np.ndarray
 @releases_workdir
 def run_lm(spec: Union[str, AttentionSpec, Mapping[str, Any]], sizes: LMSizes, *, seed: int,
            num_seeds: int, workdir: str, cache_dir: str, corpus: Optional[tuple] = None,
-           log: Callable = print, max_chunks: Optional[int] = None,
-           max_minutes: float = 0.0) -> dict:
+           log: Callable = print, budget: Optional[Budget] = None) -> dict:
   """Train (or resume, or read back) ``num_seeds`` models of ``spec``, measure them and write
   ``workdir/lm.json`` last.
 
@@ -415,9 +415,8 @@ def run_lm(spec: Union[str, AttentionSpec, Mapping[str, Any]], sizes: LMSizes, *
     cache_dir: where the corpus is fetched to once (``load_corpus``).
     corpus: ``(train ids, held-out ids, vocabulary size)`` in place of Shakespeare (tests).
     log: where progress lines go.
-    max_chunks: stop after that many chunks of this call by raising ``Interrupted`` (a
-      simulated kill, for tests); None: no limit.
-    max_minutes: stop after the chunk that passes this wall time (0: no limit).
+    budget: the chunks (``Budget(chunks=...)``: a simulated kill, for tests) and/or minutes
+      this call may run before ``Interrupted``; None: no limit.
 
   Returns:
     ``{"sizes", "normalization", "seed", "seeds": [{"final_train_loss", "diverged",
@@ -436,7 +435,6 @@ def run_lm(spec: Union[str, AttentionSpec, Mapping[str, Any]], sizes: LMSizes, *
   spec.resolved()
   check_int("seed", seed, 0)
   check_int("num_seeds", num_seeds)
-  check_float("max_minutes", max_minutes, 0)
   config = lm_config(spec, sizes, seed, num_seeds, _corpus_name(corpus))
   open_workdir(workdir, config, KIND)
   if os.path.exists(os.path.join(workdir, RESULT)):
@@ -454,7 +452,7 @@ def run_lm(spec: Union[str, AttentionSpec, Mapping[str, Any]], sizes: LMSizes, *
 
   began = time.perf_counter()
   trained = train_seeds(spec, sizes, model, train_ids, seed, num_seeds, workdir,
-                        Budget(max_chunks, minutes=max_minutes), log)
+                        budget or Budget(), log)
   train_seconds = time.perf_counter() - began
 
   began = time.perf_counter()
@@ -476,3 +474,8 @@ def run_lm(spec: Union[str, AttentionSpec, Mapping[str, Any]], sizes: LMSizes, *
             "measure_seconds": round(time.perf_counter() - began, 1)}
   write_json(os.path.join(workdir, RESULT), result, indent=1)  # last: a finished run
   return result
+
+
+# A report card's language model: every field of its config (lm_config) fixes the results; the
+# card runs it through ``run_lm``.
+CARD_LM = kinds.register(kinds.RunKind(name=KIND, may_differ=frozenset()))

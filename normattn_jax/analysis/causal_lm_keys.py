@@ -33,13 +33,13 @@ from normattn_jax._extras import require
 from normattn_jax.analysis.unselectable import TOLERANCE, unselectable
 from normattn_jax.models.causal_lm import CausalLM, capture_attention_inputs, next_token_loss
 from normattn_jax.train import grid as grid_lib
-from normattn_jax.train.checkpoint import open_workdir, releases_workdir, write_json
+from normattn_jax.train import kinds, runs
 from normattn_jax.train.driver import Budget, RunHooks
 from normattn_jax.train.run_log import RunLog
+from normattn_jax.train.runs import RunContext
 from normattn_jax.train.sections import check_known_fields, flat_fields
 from normattn_jax.train.state import DROPOUT_STREAM, TRAIN_STREAM, TrainState
-from normattn_jax.validation import check_config_float, check_config_int, check_fields, \
-    check_float
+from normattn_jax.validation import check_config_float, check_config_int, check_fields
 from normattn_jax.validation import fail_config as _fail
 
 # An optional package: without it, the error names the extra that installs it.
@@ -49,7 +49,7 @@ ml_collections = require("ml_collections", "analysis")
 VARIANTS = {"with_scaling": "standard", "without_scaling": "no_scaling"}
 LABELS = {"with_scaling": "w/ scaling", "without_scaling": "w/o scaling"}
 CORPORA = ("shakespeare", "wikipedia")
-KIND = "causal_lm"  # the workdir kind (train.checkpoint.MAY_DIFFER)
+KIND = "causal_lm"  # the kind of run (train.kinds)
 # Brody et al., Table 1 (% of keys unselectable right before each layer's attention) and
 # Appendix D's Table 2 (the model with scaling, before and after its LayerNorm), per layer.
 PAPER = {"w/o scaling (paper)": [51.0, 32.2, 34.7, 36.8],
@@ -65,6 +65,7 @@ def base_config() -> ml_collections.ConfigDict:
   subspace only up to ~1e-7); ``train.models_per_vmap``: the seeds per vmap, 0 the engine's
   auto width (``train.grid.models_per_vmap``)."""
   c = ml_collections.ConfigDict()
+  c.kind = KIND  # the kind of run (train.kinds)
   c.model = ml_collections.ConfigDict(dict(
       d_model=8, num_layers=4, num_heads=4, mlp_ratio=4, max_len=256, dropout_rate=0.0,
       layer_norm_epsilon=1e-5, init_std=0.02))
@@ -92,6 +93,8 @@ def check_field_names(c: ml_collections.ConfigDict) -> None:
 def validate_config(c: ml_collections.ConfigDict) -> None:
   """Check every field before anything is built or compiled; errors name field and value."""
   check_field_names(c)
+  if c.kind != KIND:
+    _fail("kind", c.kind, f"this analysis's kind is {KIND!r}")
   for name in ("d_model", "num_layers", "num_heads", "mlp_ratio", "max_len"):
     check_config_int(f"model.{name}", c.model[name], 1)
   if c.model.max_len < 2:
@@ -457,11 +460,10 @@ def _seed(tree, index: int):
   return jax.tree.map(lambda a: a[index], tree)
 
 
-@releases_workdir
 def run(c: ml_collections.ConfigDict, workdir: str, *, afresh: bool = False,
-        max_minutes: float = 0.0, max_chunks: Optional[int] = None,
-        log: Callable = print) -> dict:
-  """Train both variants (or resume), analyse them and write ``summary.json`` to ``workdir``.
+        budget: Optional[Budget] = None, log: Callable = print) -> dict:
+  """``runs.run`` of this analysis's config: train both variants (or resume), analyse them and
+  write ``summary.json`` to ``workdir``.
 
   Each variant is one grid of the engine (``build_grid``: the LayerNorm's kind is static, one
   compiled program per variant) whose models are the seeds, trained by ``train_variant``; a
@@ -472,10 +474,8 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, afresh: bool = False,
     workdir: the run's folder; a finished run's summary is returned untouched, one of another
       config is refused (``WorkdirError``) unless ``afresh`` moves it aside.
     afresh: move an existing workdir aside first.
-    max_minutes: stop after the chunk that passes this wall time (0: no limit) by raising
-      ``Interrupted``; the run resumes when started again.
-    max_chunks: stop after that many chunks of this call by raising ``Interrupted`` (a
-      simulated kill, for tests); None: no limit.
+    budget: the chunks and/or minutes this call may run (``Budget``) before ``Interrupted``;
+      the run resumes when started again. None: no limit.
     log: where progress lines go.
 
   Returns:
@@ -484,20 +484,21 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, afresh: bool = False,
     scaling, and the losses; the held-out windows' offsets in the held-out stream.
 
   Raises:
-    ValueError: for a bad config field or ``max_minutes``, before anything is written.
-    Interrupted: when the budget (``max_minutes``, ``max_chunks``) stops the run.
+    ValueError: for a bad config field, before anything is written.
+    Interrupted: when the budget stops the run.
   """
-  validate_config(c)
-  check_float("max_minutes", max_minutes, 0)
-  finished = open_workdir(workdir, c, KIND, afresh=afresh)
-  if finished is not None:
-    return finished
-  return _train_and_analyse(c, workdir, Budget(max_chunks, minutes=max_minutes), log)
+  kinds.check_kind(c, KIND)
+  return runs.run(c, workdir, afresh=afresh, budget=budget, show_progress=False, log=log)
+
+
+def train_and_analyse(c: ml_collections.ConfigDict, context: RunContext) -> dict:
+  """The causal-LM kind's ``train``: both variants' grids, then the analysis; the summary."""
+  return _train_and_analyse(c, context.workdir, context.budget, context.log)
 
 
 def _train_and_analyse(c: ml_collections.ConfigDict, workdir: str, budget: Budget,
                        log: Callable) -> dict:
-  """``run`` once its workdir is open (and locked)."""
+  """``train_and_analyse`` once its workdir is open (and locked)."""
   vocab, streams = load_token_streams(c, workdir, log)
   models = {name: build_model(c, vocab.size, kind) for name, kind in VARIANTS.items()}
   a = c.analysis
@@ -550,7 +551,6 @@ def _train_and_analyse(c: ml_collections.ConfigDict, workdir: str, budget: Budge
       "tokens_seen_per_model": c.train.num_steps * c.train.batch_size * c.model.max_len,
       "log_every": c.train.log_every, "train_seconds": round(train_seconds, 1),
   }
-  write_json(os.path.join(workdir, "summary.json"), summary, indent=1)  # last: a finished run
   return summary
 
 
@@ -583,3 +583,47 @@ def table_markdown(summary: dict, paper: Optional[dict] = None) -> str:
         f"{m:.1f} ± {s:.1f}" for m, s in zip(stats["mean_percent"], stats["std_percent"])]
     lines.append(f"| {label} (ours) | " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
+
+
+def write_table(summary: dict, workdir: str) -> str:
+  """Table 1 (and Table 2) beside the paper's rows, written to ``table1.md``."""
+  table = table_markdown(summary, PAPER)
+  with open(os.path.join(workdir, "table1.md"), "w") as f:
+    f.write("% of keys that no query can select, per layer (ours: mean ± std over "
+            f"{summary['num_sequences']} held-out windows of {summary['window']} tokens)\n\n")
+    f.write(table)
+  return table
+
+
+def draw(workdir: str, summary: dict) -> None:
+  """The kind's figures: ``table1.md`` and ``train_loss.png``."""
+  from normattn_jax.reporting import analysis_figures
+  write_table(summary, workdir)
+  analysis_figures.causal_lm_loss(summary, os.path.join(workdir, "train_loss.png"))
+
+
+def describe(summary: dict) -> list[str]:
+  """The tables beside the paper's, and each seed's final training and held-out losses."""
+  lines = [table_markdown(summary, PAPER)]
+  for variant in summary["variants"].values():
+    for seed, entry in enumerate(variant["seeds"]):
+      heldout = entry.get("heldout_loss")
+      lines.append(f"{variant['label']}, seed {seed}: final training loss "
+                   f"{entry['final_train_loss']:.3f}, held-out loss "
+                   + ("n/a" if heldout is None else f"{heldout:.3f}"))
+  return lines
+
+
+CAUSAL_LM = kinds.register(kinds.RunKind(
+    name=KIND,
+    # train.log_every sets the scan's length and the checkpoints' numbering: not among them
+    may_differ={"train.checkpoint_every", "data.cache_dir"},
+    base_config=base_config,
+    validate=validate_config,
+    train=train_and_analyse,
+    summary_format={"indent": 1},
+    describe=describe,
+    figures=draw,
+    divides=lambda c: (c.train.seeds,),
+    # the seeds per vmap came with the grid engine: a config without it ran at the auto width
+    added={"train.models_per_vmap": 0}))

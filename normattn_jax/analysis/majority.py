@@ -24,19 +24,21 @@ Training: Adam, learning rate 1e-3 decaying linearly to 0 over 10,000 epochs (so
 epoch smaller), all seeds and variants as one grid of the engine (``build_grid``, trained by
 ``normattn_jax.train.grid.run_grid``), the data sets shared by every model.
 
-A run (``run``) takes its settings as a config (``base_config``, the paper's, which
-``configs/layernorm_majority.py`` gives; checked by ``validate_config``), whose ``config.json``
-guards its workdir as every run's does (``train.checkpoint.open_workdir``); it logs every
+A run is the kind of run "majority" (``train.kinds``; ``runs.run`` or ``run``): it takes its
+settings as a config (``base_config``, the paper's, which ``configs/layernorm_majority.py``
+gives; checked by ``validate_config``), whose ``config.json`` guards its workdir as every run's
+does (``train.checkpoint.open_workdir``; its target, ``steps``, may differ); it logs every
 evaluation to ``history.jsonl``, resumes from its checkpoints (also for more steps than it ran)
 and writes its summary to ``majority.json``.
 """
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
 import time
-from typing import Callable, Iterator, NamedTuple
+from typing import Callable, Iterator, NamedTuple, Optional
 
 import flax.linen as nn
 import jax
@@ -47,15 +49,16 @@ import optax
 from normattn_jax._extras import require
 from normattn_jax.norms import LayerNorm, normalize
 from normattn_jax.train import grid as grid_lib
-from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, releases_workdir, \
-    write_json
-from normattn_jax.train.driver import Budget, Interrupted
+from normattn_jax.train import kinds, runs
+from normattn_jax.train.checkpoint import read_json
+from normattn_jax.train.driver import Budget, RunHooks
 from normattn_jax.train.layout import GroupSeedAxis
-from normattn_jax.train.run_log import RunLog
+from normattn_jax.train.run_log import RunLog, read_history
+from normattn_jax.train.runs import RunContext
 from normattn_jax.train.state import TRAIN_STREAM, TrainState
 from normattn_jax.train.sections import check_known_fields
 from normattn_jax.validation import RULES, check_config_float, check_config_int, check_fields, \
-    check_float, check_int, fail_config
+    check_int, fail_config
 
 # An optional package: without it, the error names the extra that installs it.
 ml_collections = require("ml_collections", "analysis")
@@ -67,6 +70,9 @@ VARIANTS = ("with_projection", "without_projection", "without_projection_code")
 # the norms are those of the paper's eps = 0, while an exactly zero or constant input gives a
 # finite output and gradient instead of NaN (a smaller eps overflows rsqrt's derivative).
 LAYER_NORM_EPSILON = 1e-20
+
+
+KIND = "majority"  # the kind of run (train.kinds)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -334,6 +340,8 @@ def base_config() -> ml_collections.ConfigDict:
   """Every field that fixes the results of a run, at the paper's values
   (``configs/layernorm_majority.py``); a config holds these fields and no others."""
   return ml_collections.ConfigDict({
+      "kind": KIND,  # the kind of run (train.kinds)
+      "steps": 14_000,  # the target, rounded up to whole evaluation intervals; it may grow
       "variants": VARIANTS,
       "num_seeds": 10,
       "num_samples": 100_000,
@@ -369,10 +377,12 @@ def validate_config(c: ml_collections.ConfigDict) -> None:
       its rule.
   """
   check_known_fields(c, base_config())
+  if c.get("kind", KIND) != KIND:
+    fail_config("kind", c.kind, f"the majority run's kind is {KIND!r}")
   check_fields(c, ("num_seeds", "seed"))
   for field, rule in _SHARED_RULES.items():
     RULES[rule].check(field, c[field])
-  for field in _POSITIVE:
+  for field in _POSITIVE + ("steps",):
     check_config_int(field, c[field])
   variants = c.variants
   if (not isinstance(variants, (tuple, list)) or not variants
@@ -630,7 +640,6 @@ def build_grid(config: ml_collections.ConfigDict,
 # ---------------------------------------------------------------------------------------------
 # A run: its config, workdir, history and summary
 
-KIND = "majority"  # the workdir kind (train.checkpoint.MAY_DIFFER)
 SUMMARY = "majority.json"  # not summary.json: a run may be resumed for more steps
 THRESHOLDS = (0.5, 0.7, 0.8, 0.9)
 PAPER_STEPS = 17_000
@@ -715,11 +724,100 @@ def _stored(workdir: str, field: str):
     return None
 
 
-@releases_workdir
+class MajorityResults(NamedTuple):
+  """What the majority kind's ``train`` gives its summary: the history's rows so far and the
+  run's data statistics and speed."""
+  history: list
+  extra: dict
+
+
+def train_majority(config: ml_collections.ConfigDict, context: RunContext) -> MajorityResults:
+  """The majority kind's ``train``: every variant and seed to ``config.steps`` (rounded up to
+  whole evaluation intervals), resumed from the newest checkpoint of the states (``RunHooks``
+  with ``state_only``: the curves are ``history.jsonl``'s; ``may_grow``: a later call may ask
+  for more steps), each evaluation logged as one row of every model's metrics."""
+  data = build_data(config)
+  grid, programs = build_grid(config, data)
+  chunk_steps = config.eval_every_epochs * programs.steps_per_epoch
+  target = math.ceil(config.steps / chunk_steps)
+  statistics = data_statistics(data.train_counts)
+  speed, tick = [], [0.0]  # model-steps/s of each chunk, and when the last one ended
+  history = None
+  log = context.log
+
+  with RunHooks(context.path("checkpoints"), 1, target, record=lambda *_: None,
+                budget=context.budget, name=KIND, state_only=True, may_grow=True) as hooks:
+
+    def resume(grid, states, settings):
+      nonlocal history
+      done, states, _ = hooks.resume(grid, states, settings)
+      history = RunLog(context.workdir, resume_from=done * chunk_steps, tensorboard=False,
+                       progress=False)
+      if not history.rows():
+        before = grid.program(programs.evaluate)(states, settings)
+        history.record(0, rounded(checked({k: grid_lib.to_host(v)[:num_models(config)]
+                                           for k, v in before.items()})))
+      log(f"data: {data.train_counts.shape[1]} train / {data.test_counts.shape[1]} test "
+          f"sequences per seed, {statistics}; {num_models(config)} models; from step "
+          f"{done * chunk_steps} to {target * chunk_steps}")
+      tick[0] = time.time()
+      return done, states, {}
+
+    def on_chunk(done, states, metrics_so_far):
+      metrics = checked({k: v[done - 1] for k, v in metrics_so_far.items()})
+      step = done * chunk_steps
+      history.record(step, rounded(metrics))
+      now = time.time()
+      speed.append(num_models(config) * chunk_steps / (now - tick[0]))
+      tick[0] = now
+      accuracy = metrics["test_accuracy"].reshape(len(config.variants), -1).mean(1)
+      log(f"step {step}: test accuracy " + ", ".join(
+          f"{n} {a:.3f}" for n, a in zip(config.variants, accuracy))
+          + f"; {speed[-1]:.1f} model-steps/s")
+      hooks.on_chunk(done, states, metrics_so_far)  # checkpoint, then pay from the budget
+
+    try:
+      grid_lib.run_grid(grid, model_keys(config), per_model_settings(config), target,
+                        resume=resume, on_chunk=on_chunk)
+    finally:
+      if history is not None:
+        history.close()
+  extra = {"data": statistics | {"train_size": int(data.train_counts.shape[1]),
+                                 "test_size": int(data.test_counts.shape[1])},
+           "eval_every_steps": chunk_steps,
+           "diverged_models": int(sum(np.asarray(history.history[-1].get("diverged", [0])))),
+           "model_steps_per_second_last_part": (float(np.median(speed)) if speed
+                                                else _stored(context.workdir,
+                                                             "model_steps_per_second_"
+                                                             "last_part"))}
+  return MajorityResults(history.history, extra)
+
+
+def read_curves(workdir: str) -> dict:
+  """The curves (``curves``) of a run's workdir: its ``history.jsonl`` by its ``config.json``."""
+  config = ml_collections.ConfigDict(read_json(os.path.join(workdir, "config.json")))
+  return curves(read_history(os.path.join(workdir, "history.jsonl")), config)
+
+
+def draw(workdir: str, summary: dict) -> None:
+  """The kind's figure: ``majority.png``, every evaluation so far."""
+  from normattn_jax.reporting import analysis_figures
+  config = read_json(os.path.join(workdir, "config.json"))
+  analysis_figures.majority(read_curves(workdir), config["num_seeds"],
+                            os.path.join(workdir, "majority.png"))
+
+
+def describe(summary: dict) -> list[str]:
+  """The summary without its per-variant details."""
+  return [json.dumps({k: summary[k] for k in summary if k != "variants"}, indent=1)]
+
+
 def run(config: ml_collections.ConfigDict, workdir: str, *, steps: int,
-        max_minutes: float = 0.0, afresh: bool = False, log: Callable = print) -> tuple[dict, dict]:
-  """Train (or resume) every variant and seed of a run for ``steps`` steps, logging every
-  evaluation to ``history.jsonl``, and write its summary to ``majority.json``.
+        budget: Optional[Budget] = None, afresh: bool = False,
+        log: Callable = print) -> tuple[dict, dict]:
+  """``runs.run`` of a majority config for ``steps`` steps (its ``steps`` field): train (or
+  resume) every variant and seed, logging every evaluation to ``history.jsonl``, and write its
+  summary to ``majority.json``.
 
   The workdir is the run's (``train.checkpoint.open_workdir``): one of another config is
   refused unless ``afresh`` moves it aside; ``steps`` may grow between parts of a run.
@@ -728,8 +826,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, steps: int,
     config: the run's config (``base_config`` with overrides).
     workdir: its folder: config.json, versions.json, history.jsonl, checkpoints/, majority.json.
     steps: training steps, rounded up to whole evaluation intervals, >= 1.
-    max_minutes: stop after the evaluation interval that passes this wall time (0: no limit);
-      the run resumes when started again.
+    budget: the evaluation intervals and/or minutes this call may run (``Budget``) before
+      ``Interrupted``, its checkpoint written; the run resumes when started again.
     afresh: move an existing workdir aside first.
     log: where progress lines go.
 
@@ -738,73 +836,31 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, steps: int,
     curves of every evaluation so far (``curves``).
 
   Raises:
-    ValueError: for a bad config field, ``steps`` or ``max_minutes``, before anything is
-      written.
+    ValueError: for a bad config field or ``steps``, before anything is written.
     WorkdirError: for a workdir of another config.
+    Interrupted: when the budget stops the run.
   """
-  validate_config(config)
   check_int("steps", steps, low=1)
-  check_float("max_minutes", max_minutes, 0)
-  open_workdir(workdir, config, KIND, afresh=afresh)
-  budget = Budget(minutes=max_minutes)
-  data = build_data(config)
-  grid, programs = build_grid(config, data)
-  chunk_steps = config.eval_every_epochs * programs.steps_per_epoch
-  target = math.ceil(steps / chunk_steps)
-  checkpoints = GridCheckpoints(os.path.join(workdir, "checkpoints"))
-  history = None
-  statistics = data_statistics(data.train_counts)
-  speed, tick = [], 0.0  # model-steps/s of each chunk, and when the last one ended
+  config = copy.deepcopy(config)
+  config.steps = steps
+  kinds.check_kind(config, KIND)
+  summary = runs.run(config, workdir, afresh=afresh, budget=budget, show_progress=False,
+                     tensorboard=False, log=log)
+  return summary, read_curves(workdir)
 
-  def resume(grid, states, settings):
-    nonlocal history, tick
-    done = 0
-    if checkpoints.latest() is not None:
-      done, restored = checkpoints.restore_newest({"state": states})
-      states = jax.device_put(restored["state"], jax.tree.map(lambda a: a.sharding, states))
-    history = RunLog(workdir, resume_from=done * chunk_steps, tensorboard=False, progress=False)
-    if not history.rows():
-      before = grid.program(programs.evaluate)(states, settings)
-      history.record(0, rounded(checked({k: grid_lib.to_host(v)[:num_models(config)]
-                                         for k, v in before.items()})))
-    log(f"data: {data.train_counts.shape[1]} train / {data.test_counts.shape[1]} test "
-        f"sequences per seed, {statistics}; {num_models(config)} models; from step "
-        f"{done * chunk_steps} to {target * chunk_steps}")
-    tick = time.time()
-    return done, states, {}
 
-  def on_chunk(done, states, metrics_so_far):
-    nonlocal tick
-    metrics = checked({k: v[done - 1] for k, v in metrics_so_far.items()})
-    step = done * chunk_steps
-    history.record(step, rounded(metrics))
-    checkpoints.save(done, {"state": states})
-    now = time.time()
-    speed.append(num_models(config) * chunk_steps / (now - tick))
-    tick = now
-    accuracy = metrics["test_accuracy"].reshape(len(config.variants), -1).mean(1)
-    log(f"step {step}: test accuracy " + ", ".join(
-        f"{n} {a:.3f}" for n, a in zip(config.variants, accuracy))
-        + f"; {speed[-1]:.1f} model-steps/s")
-    budget.spend()
-    budget.check("majority", done, target)
-
-  try:
-    grid_lib.run_grid(grid, model_keys(config), per_model_settings(config), target,
-                      resume=resume, on_chunk=on_chunk)
-  except Interrupted as stop:
-    log(f"{stop}; rerun to resume")
-  finally:
-    checkpoints.close()
-    if history is not None:
-      history.close()
-  extra = {"data": statistics | {"train_size": int(data.train_counts.shape[1]),
-                                 "test_size": int(data.test_counts.shape[1])},
-           "eval_every_steps": chunk_steps,
-           "diverged_models": int(sum(np.asarray(history.history[-1].get("diverged", [0])))),
-           "model_steps_per_second_last_part": (float(np.median(speed)) if speed
-                                                else _stored(workdir, "model_steps_per_second_"
-                                                                      "last_part"))}
-  summary = summarise(history.history, config, extra)
-  write_json(os.path.join(workdir, SUMMARY), summary, indent=1)
-  return summary, curves(history.history, config)
+# Every field of its config but its target (steps) fixes the results; its summary is
+# majority.json, so that a workdir never reads as finished: a later call may train it further.
+MAJORITY = kinds.register(kinds.RunKind(
+    name=KIND,
+    may_differ={"steps"},
+    base_config=base_config,
+    validate=validate_config,
+    train=train_majority,
+    summarise=lambda config, results: summarise(results.history, config, results.extra),
+    summary_file=SUMMARY,
+    summary_format={"indent": 1},
+    describe=describe,
+    figures=draw,
+    # a config from before the kinds gave its steps on the command line alone
+    added={"steps": 14_000}))

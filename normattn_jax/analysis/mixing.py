@@ -501,7 +501,7 @@ def _layer_mean(values: np.ndarray, selected: np.ndarray,
   return float(np.mean(sums / selected.sum(axis=-1)[rows]))
 
 
-def summarize(ratios: Sequence[Mapping[str, np.ndarray]], valid, types,
+def summarise(ratios: Sequence[Mapping[str, np.ndarray]], valid, types,
               per_sequence: bool = False) -> dict:
   """Statistics as the paper's Table 2 and Fig. 3 from per-layer ratios
   (``ratios[l][method]`` of shape ``[T]`` or ``[B, n]``), the non-padding mask and the token
@@ -652,7 +652,7 @@ def analyze_bert(model: nn.Module, params: Mapping, tokenizer, texts: Sequence, 
   ``(first, second)`` pair each), under a masking and averaging ``protocol`` (``PROTOCOLS``:
   "paper" or "authors"; ``mask_rate`` and ``mask_prob``, when given, replace its own):
 
-  - ``summary``: ``summarize`` of the ratios with ``mask_rate`` of the ordinary tokens masked
+  - ``summary``: ``summarise`` of the ratios with ``mask_rate`` of the ordinary tokens masked
     (``mask_tokens``; 0 for none), as Table 2 and Fig. 3;
   - ``expansion_rate``: per layer and {mean, max, min} (Table 8);
   - ``frequency_spearman``: ``frequency_correlation`` on the unmasked texts (Table 3), with
@@ -733,7 +733,7 @@ def analyze_bert(model: nn.Module, params: Mapping, tokenizer, texts: Sequence, 
   else:
     masked_ids = plain_ids
   masked_ratios = run(masked_ids)
-  summary = summarize(masked_ratios, valid, token_type_codes(masked_ids, special),
+  summary = summarise(masked_ratios, valid, token_type_codes(masked_ids, special),
                       per_sequence=chosen.per_sequence_means)
   rates = expansion_rates(found["blocks"])
   out = {"summary": summary, "protocol": protocol, "mask_rate": mask_rate,

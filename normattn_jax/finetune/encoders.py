@@ -94,11 +94,14 @@ def pretraining_config(workdir: str) -> ml_collections.ConfigDict:
   from normattn_jax.train.pretrain import base_pretrain_config
   path = os.path.join(workdir, "config.json")
   stored = _read_json(path, f"encoder.path={workdir!r}")
-  sections = sorted(base_pretrain_config())
-  if sorted(stored) != sections:
+  sections = sorted(set(base_pretrain_config()) - {"kind"})
+  # a config.json from before the kinds of run has no "kind": it is the workdir's, pre-training
+  kind = stored.get("kind", "pretraining")
+  if sorted(set(stored) - {"kind"}) != sections or kind != "pretraining":
     raise ValueError(f"encoder.path={workdir!r} is not a pre-training workdir: its {path} has "
-                     f"the sections {sorted(stored)}, a pre-training run's has {sections}; give "
-                     f"a workdir of experiments/pretrain.py")
+                     f"the sections {sorted(set(stored) - {'kind'})} (kind {kind!r}), a "
+                     f"pre-training run's has {sections}; give a workdir of "
+                     f"experiments/pretrain.py")
   config = ml_collections.ConfigDict(with_current_names(stored, "pretraining"))
   config.data.files = tuple(config.data.files)
   return config

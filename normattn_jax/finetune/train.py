@@ -8,7 +8,8 @@ rate. The optimiser is BERT's fine-tuning AdamW (global-norm clipping, Adam mome
 bias correction, decoupled weight decay except on LayerNorm parameters, biases and HNAS's u,
 linear warm-up then linear decay) with the learning rate in the optimiser state, so that one
 program trains all of them. The dev split is scored at fixed intervals, with no early stopping:
-the result of a model is its last evaluation. ``run_finetuning`` writes ``config.json``,
+the result of a model is its last evaluation. The kind of run "finetuning" (``train.kinds``;
+``runs.run`` or ``run_finetuning``) writes ``config.json``,
 ``starting_point.json`` (what the encoder started from: a resumed run refuses another),
 ``history.jsonl``, TensorBoard scalars, orbax checkpoints (a killed run resumes with the same
 numbers), ``metrics.npz`` and, last, ``summary.json``: per learning rate the mean, standard
@@ -22,7 +23,7 @@ import json
 import os
 import re
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -34,14 +35,15 @@ from normattn_jax.finetune import encoders
 from normattn_jax.finetune import heads as heads_lib
 from normattn_jax.finetune import task as task_lib
 from normattn_jax.train import grid as grid_lib
-from normattn_jax.train import multihost
-from normattn_jax.train.checkpoint import WorkdirError, open_workdir, releases_workdir, \
-    write_json
+from normattn_jax.train import kinds, multihost, runs
+from normattn_jax.train.checkpoint import WorkdirError, write_json
+from normattn_jax.train.migrate import with_attention_section
 from normattn_jax.train.optim import lamb_adapted, scale_by_adam_without_bias_correction, \
     schedule_shape
 from normattn_jax.train.driver import Budget, RunHooks
 from normattn_jax.train.layout import GroupSeedAxis
 from normattn_jax.train.run_log import RunLog
+from normattn_jax.train.runs import RunContext
 from normattn_jax.train.sections import attention_section, attention_spec, check_known_fields
 from normattn_jax.train.state import TRAIN_STREAM, TrainState
 from normattn_jax.validation import check_config_float, check_config_int, check_fields
@@ -55,6 +57,7 @@ def base_finetune_config() -> ml_collections.ConfigDict:
   """The offline genre task on a pre-training workdir's encoder, 3 learning rates x 5 seeds;
   ``configs/finetune_*.py`` start from it."""
   c = ml_collections.ConfigDict()
+  c.kind = "finetuning"  # the kind of run (train.kinds)
   # encoder.attention.name: "" keeps the encoder's normalisation, a registered one switches to it
   c.encoder = ml_collections.ConfigDict(dict(
       kind="pretraining", path="", attention=attention_section(), dropout=0.0))
@@ -118,6 +121,8 @@ def validate_finetune_config(c: ml_collections.ConfigDict, check_paths: bool = T
       offline task's corpus gives both splits examples).
   """
   check_known_fields(c, base_finetune_config(), free=("encoder.attention.options",))
+  if c.get("kind", "finetuning") != "finetuning":
+    _fail("kind", c.kind, "a fine-tuning config's kind is 'finetuning'")
   e = c.encoder
   if e.kind not in encoders.ENCODER_KINDS:
     _fail("encoder.kind", e.kind, f"must be one of {encoders.ENCODER_KINDS}")
@@ -446,29 +451,16 @@ def _record(log: RunLog, c, task, step: int, metrics: dict) -> None:
     log.record(step, scalars, learning_rate=f"{lr:g}")
 
 
-@releases_workdir
-def run_finetuning(c: ml_collections.ConfigDict, workdir: str, *,
-                   max_chunks: Optional[int] = None, show_progress: bool = True,
-                   tensorboard: bool = True, afresh: bool = False) -> dict:
-  """Fine-tune (or resume) the grid and return the summary.
+class FinetuneResults(NamedTuple):
+  """What the fine-tuning kind's ``train`` gives its ``summarise`` and ``save``."""
+  history: dict  # name -> [evaluations, models]
+  summary: dict
 
-  Args:
-    c: the fine-tuning config (``base_finetune_config``), validated first.
-    workdir: the run's directory; a workdir of another config is refused (``WorkdirError``)
-      unless ``afresh`` moves it aside, a finished one's summary is returned untouched.
-    max_chunks: stop after that many evaluations of this call by raising ``Interrupted`` (a
-      simulated kill, for tests).
-    show_progress: show a progress bar.
-    tensorboard: write TensorBoard scalars.
-    afresh: move an existing workdir aside and start anew.
 
-  Returns:
-    The summary (``summarise``) with the run's throughput.
-  """
-  validate_finetune_config(c)
-  finished = open_workdir(workdir, c, "finetuning", afresh=afresh)
-  if finished is not None:
-    return finished
+def train_finetuning(c: ml_collections.ConfigDict, context: RunContext) -> FinetuneResults:
+  """The fine-tuning kind's ``train``: load the starting point (pinned in the workdir) and the
+  task, then train the grid, resumed from its checkpoints and paid from the budget."""
+  workdir = context.workdir
   start = encoders.load_starting_point(c.encoder)
   pin_starting_point(workdir, starting_point_record(c, start))
   # every process needs the task; the chief fetches and prepares its data (corpus, TFDS) into
@@ -509,7 +501,8 @@ def run_finetuning(c: ml_collections.ConfigDict, workdir: str, *,
     return {"train_loss": out["train_loss"].astype(np.float64),
             "diverged": out["diverged"].astype(np.float64), **metrics}
 
-  log = RunLog(workdir, total=t.num_steps, tensorboard=tensorboard, progress=show_progress)
+  log = RunLog(workdir, total=t.num_steps, tensorboard=context.tensorboard,
+               progress=context.show_progress)
 
   def record(indices, history):
     for index in indices:
@@ -522,7 +515,7 @@ def run_finetuning(c: ml_collections.ConfigDict, workdir: str, *,
                              for name in names}
   try:
     with RunHooks(os.path.join(workdir, "checkpoints"), t.checkpoint_every, num_evals,
-                  metrics_like=metrics_like, record=record, budget=Budget(max_chunks),
+                  metrics_like=metrics_like, record=record, budget=context.budget,
                   name="fine-tuning") as hooks:
       finished_run = grid_lib.run_grid(grid, grid_lib.model_keys(c.seed, seeds), per_model,
                                        num_evals, resume=hooks.resume, on_chunk=hooks.on_chunk,
@@ -538,10 +531,74 @@ def run_finetuning(c: ml_collections.ConfigDict, workdir: str, *,
       model_steps_per_second=(num_models * t.eval_every * timed_chunks / timed_seconds
                               if timed_seconds else None),
       devices=jax.device_count(), device_kind=jax.devices()[0].device_kind)
-  if multihost.is_chief():  # written last: summary.json marks a finished run
-    save_metrics(os.path.join(workdir, "metrics.npz"), c, history)
-    write_json(os.path.join(workdir, "summary.json"), summary, indent=2)
-  return summary
+  return FinetuneResults(history, summary)
+
+
+def describe(summary: dict) -> list[str]:
+  """One line per learning rate (mean, standard error, min and max over the seeds) and the
+  best one."""
+  main = summary["metric"]
+  lines = [f"{summary['task']} on {summary['encoder']}: dev {main} after {summary['steps']} "
+           f"steps, over {summary['num_seeds']} seeds"]
+  for cell in summary["cells"]:
+    s = cell[main]
+    score = ("all diverged" if s["mean"] is None else
+             f"{s['mean']:.4f} +- {s['std_error']:.4f} (min {s['min']:.4f}, max {s['max']:.4f})")
+    diverged = f", {cell['diverged']} diverged" if cell["diverged"] else ""
+    lines.append(f"  lr {cell['learning_rate']:.2e}: {score}{diverged}")
+  if summary["best"] is not None:
+    lines.append(f"  best: lr {summary['best']['learning_rate']:.2e}")
+  return lines
+
+
+def draw_curves(workdir: str, summary: dict) -> None:
+  """The fine-tuning kind's figure: ``curves.png`` from ``metrics.npz``."""
+  from normattn_jax.reporting import training_figures
+  training_figures.finetuning_curves(summary, os.path.join(workdir, "metrics.npz"),
+                                     os.path.join(workdir, "curves.png"))
+
+
+def migrate_finetuning(tree: dict) -> dict:
+  """An old fine-tuning ``config.json`` tree's flat ``encoder.attention`` as one section."""
+  return with_attention_section(tree, "encoder", "attention", "attention", ("hybrid_init",))
+
+
+FINETUNING = kinds.register(kinds.RunKind(
+    name="finetuning",
+    may_differ={"train.checkpoint_every", "task.cache_dir"},
+    base_config=base_finetune_config,
+    validate=validate_finetune_config,
+    train=train_finetuning,
+    summarise=lambda config, results: results.summary,
+    save=lambda workdir, config, results: save_metrics(os.path.join(workdir, "metrics.npz"),
+                                                       config, results.history),
+    describe=describe,
+    figures=draw_curves,
+    migrate=migrate_finetuning))
+
+
+def run_finetuning(c: ml_collections.ConfigDict, workdir: str, *,
+                   budget: Optional[Budget] = None, show_progress: bool = True,
+                   tensorboard: bool = True, afresh: bool = False) -> dict:
+  """``runs.run`` of a fine-tuning config: fine-tune (or resume) the grid and return the
+  summary.
+
+  Args:
+    c: the fine-tuning config (``base_finetune_config``), validated first.
+    workdir: the run's directory; a workdir of another config is refused (``WorkdirError``)
+      unless ``afresh`` moves it aside, a finished one's summary is returned untouched.
+    budget: the evaluations and/or minutes this call may run before ``Interrupted``
+      (``Budget(chunks=...)``: a simulated kill, for tests); None: no limit.
+    show_progress: show a progress bar.
+    tensorboard: write TensorBoard scalars.
+    afresh: move an existing workdir aside and start anew.
+
+  Returns:
+    The summary (``summarise``) with the run's throughput.
+  """
+  kinds.check_kind(c, FINETUNING.name)
+  return runs.run(c, workdir, afresh=afresh, budget=budget, show_progress=show_progress,
+                  tensorboard=tensorboard)
 
 
 def save_metrics(path: str, c, history: dict) -> None:

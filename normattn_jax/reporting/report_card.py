@@ -55,22 +55,19 @@ from normattn_jax.reporting import card_stats
 from normattn_jax.reporting import diagnostics as diagnostics_lib
 from normattn_jax.reporting import seeds as seeds_lib
 from normattn_jax.tasks.synthetic import case_guess_rate
-from normattn_jax.train import artifacts
-from normattn_jax.train.checkpoint import (ITEM, GridCheckpoints, WorkdirError, open_workdir,
-                                          releases_workdir, write_json)
+from normattn_jax.train import artifacts, kinds, runs
+from normattn_jax.train.checkpoint import WorkdirError, write_json
 from normattn_jax.train.config import PAPER_LEARNING_RATES, base_config
 from normattn_jax.train.grid import Setup
 from normattn_jax.train.sections import attention_section, attention_spec, \
     check_known_fields
-from normattn_jax.train.sweep import run_sweep
+from normattn_jax.train.sweep import load_models, run_sweep
 from normattn_jax.validation import fail_config
 
 # Optional packages: without them, the error names the extra that installs them.
 ml_collections = require("ml_collections", "analysis")
-ocp = require("orbax.checkpoint", "analysis")
-epath = require("etils.epath", "analysis")
 
-KIND = "report_card"  # the workdir kind (checkpoint.MAY_DIFFER)
+KIND = "report_card"  # the kind of run (train.kinds)
 PROTOCOL = 2  # selection seeds apart from evaluation seeds; report.json's "protocol"
 CARD_ARCH = "mte"
 BASELINE_ARCHS = ("mte", "nap")  # softmax in the MTE layout, and NAP
@@ -176,7 +173,8 @@ def base_card_config() -> ml_collections.ConfigDict:
   ``SCALES``), ``baselines_dir`` ("" for ``default_baselines_dir``), ``cache_dir`` (where the
   LM's corpus is kept; "" for ``~/.cache/normattn_jax``) and ``show_progress`` (the sweeps'
   progress bars)."""
-  return ml_collections.ConfigDict({"attention": attention_section(""), "scale": "smoke",
+  return ml_collections.ConfigDict({"kind": KIND, "attention": attention_section(""),
+                                    "scale": "smoke",
                                     "baselines_dir": "", "cache_dir": "",
                                     "show_progress": True})
 
@@ -191,6 +189,8 @@ def validate_config(c: ml_collections.ConfigDict) -> AttentionSpec:
     ValueError: ``config.<field>=<value>: <why>`` for the first unknown or bad field.
   """
   check_known_fields(c, base_card_config(), free=("attention.options",))
+  if c.get("kind", KIND) != KIND:
+    fail_config("kind", c.kind, f"a report card's kind is {KIND!r}")
   if c.scale not in SCALES:
     fail_config("scale", c.scale, f"choose from {tuple(SCALES)}")
   for field in ("baselines_dir", "cache_dir"):
@@ -233,10 +233,11 @@ def card_config(spec: AttentionSpec, scale: str, machine: str) -> ml_collections
     machine: ``fingerprint_id(machine_fingerprint())``.
 
   Returns:
-    ``{normalization, options, scale, machine}``.
+    ``{kind, normalization, options, scale, machine}``.
   """
-  return ml_collections.ConfigDict({"normalization": spec.name, "options": dict(spec.options),
-                                    "scale": scale, "machine": machine})
+  return ml_collections.ConfigDict({"kind": KIND, "normalization": spec.name,
+                                    "options": dict(spec.options), "scale": scale,
+                                    "machine": machine})
 
 
 def sweep_config(task: str, scale: str, archs: tuple, spec: Optional[AttentionSpec] = None,
@@ -414,7 +415,8 @@ def task_scores(task: str, scale: str, task_arms: dict) -> dict:
 
 def final_states(arm: Arm) -> tuple:
   """The arm's evaluation sweep config, its models' parameters (one per evaluation seed) and
-  the ``Setup`` that builds its model.
+  the ``Setup`` that builds its model, restored by the sweep's own loader
+  (``train.sweep.load_models``: its selected, only, learning rate).
 
   Args:
     arm: an arm whose evaluation sweep finished with checkpoints.
@@ -422,24 +424,9 @@ def final_states(arm: Arm) -> tuple:
   Returns:
     ``(config, [params per seed], setup)``.
   """
-  run = arm.sweep()
-  config = run.config
-  checkpoints = GridCheckpoints(os.path.join(arm.evaluate_dir, "checkpoints",
-                                             run.plan.grid(arm.arch).name))
-  try:
-    step = checkpoints.latest()
-    if step is None:
-      raise FileNotFoundError(f"{arm.evaluate_dir}: no checkpoint of {arm.arch!r} to analyse")
-    handler = ocp.StandardCheckpointHandler()  # no target: the arrays as saved
-    try:
-      tree = handler.restore(epath.Path(checkpoints.directory) / str(step) / ITEM)
-    finally:
-      handler.close()
-  finally:
-    checkpoints.close()
-  rows = run.plan.axis.rows(0, 0)
-  params = [jax.tree.map(lambda a, r=r: np.asarray(a[r]), tree["state"]["params"]) for r in rows]
-  return config, params, Setup(arm.arch, config)
+  config = arm.sweep().config
+  _, params = load_models(arm.evaluate_dir, arm.arch, config.learning_rates[0])
+  return config, [jax.tree.map(np.asarray, p) for p in params], Setup(arm.arch, config)
 
 
 def _keys(model, params, tokens) -> list:
@@ -754,42 +741,47 @@ def finished_report(workdir: str) -> dict:
   return report
 
 
-@releases_workdir
-def run(config: ml_collections.ConfigDict, workdir: str, *, afresh: bool = False) -> dict:
-  """Make (or resume, or read back) the report card of one normalisation.
-
-  Args:
-    config: the card's config (``base_card_config`` with overrides).
-    workdir: the card's folder; one of another normalisation, options, scale or machine is
-      refused.
-    afresh: move an existing workdir aside first.
-
-  Returns:
-    The report (as ``report.json`` holds it).
+def validate_card(c: ml_collections.ConfigDict) -> None:
+  """The report card kind's ``validate``: ``validate_config``, on one host.
 
   Raises:
-    ValueError: for a bad config field (an unknown normalisation, a refused option, an unknown
-      scale, baselines of another machine), before anything is written; on several hosts (a
-      card writes its files from one).
-    WorkdirError: for a workdir of another card.
+    ValueError: for a bad config field, or on several hosts (a card writes its files from one).
   """
-  from normattn_jax.reporting import report_card_text as text  # matplotlib only when writing
   if jax.process_count() > 1:
     raise ValueError(f"a report card runs on one host, not {jax.process_count()} "
                      "(its sweeps, analyses and files are one process's)")
-  spec = validate_config(config)
-  scale, show_progress = config.scale, config.show_progress
+  validate_config(c)
+
+
+def baselines_of(config: ml_collections.ConfigDict, workdir: str,
+                 fingerprint: dict) -> str:
+  """The card's baselines folder: ``baselines_dir``, or the default beside ``workdir``."""
+  return config.baselines_dir or default_baselines_dir(workdir, config.scale,
+                                                       fingerprint_id(fingerprint))
+
+
+def owner_config(config: ml_collections.ConfigDict, workdir: str) -> ml_collections.ConfigDict:
+  """The report card kind's ``workdir_config``: ``card_config`` of this machine, once baselines
+  of another machine are refused (before the workdir is touched)."""
   fingerprint = machine_fingerprint()
-  machine = fingerprint_id(fingerprint)
-  baselines_dir = config.baselines_dir or default_baselines_dir(workdir, scale, machine)
+  baselines_dir = baselines_of(config, workdir, fingerprint)
   if os.path.exists(os.path.join(baselines_dir, MACHINE)):
-    claim_baselines(baselines_dir, fingerprint)  # refused before the workdir is touched
-  if open_workdir(workdir, card_config(spec, scale, machine), KIND, afresh=afresh) is not None:
-    return finished_report(workdir)
+    claim_baselines(baselines_dir, fingerprint)
+  spec = attention_spec(config.attention, "attention")
+  return card_config(spec, config.scale, fingerprint_id(fingerprint))
+
+
+def make_card(config: ml_collections.ConfigDict, context) -> dict:
+  """The report card kind's ``train``: its sweeps (the baselines' shared), LMs and analyses,
+  each resumed or read back; returns the report (its verdicts: ``summarise_card``)."""
+  spec = attention_spec(config.attention, "attention")
+  scale, workdir = config.scale, context.workdir
+  fingerprint = machine_fingerprint()
+  baselines_dir = baselines_of(config, workdir, fingerprint)
   claim_baselines(baselines_dir, fingerprint)
   started = time.perf_counter()
   trainer = Trainer(spec, workdir, baselines_dir)
-  train_all(spec, scale, trainer, show_progress)
+  train_all(spec, scale, trainer, config.show_progress and context.show_progress)
   lms = train_lms(spec, scale, trainer, config.cache_dir or default_cache_dir())
   s = SCALES[scale]
   report = {"protocol": PROTOCOL, "normalization": str(spec), "name": spec.name,
@@ -816,7 +808,61 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, afresh: bool = False
   this_call = time.perf_counter() - started
   report["seconds"] = {"sweeps": trainer.seconds, "this_call": this_call,
                        "analyses": this_call - trainer.trained}
-  text.write_report(report, workdir)
-  write_json(os.path.join(workdir, SUMMARY), {"report": REPORT_JSON,
-                                              "verdicts": report["verdicts"]}, indent=1)
   return report
+
+
+def summarise_card(config: ml_collections.ConfigDict, report: dict) -> dict:
+  """The report card kind's ``summary.json``: where its report is, and its verdicts."""
+  from normattn_jax.reporting import report_card_text as text  # matplotlib only when writing
+  return {"report": REPORT_JSON, "verdicts": text.verdicts(report)}
+
+
+def write_card(workdir: str, config: ml_collections.ConfigDict, report: dict) -> None:
+  """The report card kind's ``save``: ``report.md``, ``report.json`` and its figure."""
+  from normattn_jax.reporting import report_card_text as text  # matplotlib only when writing
+  text.write_report(report, workdir)
+
+
+def describe(summary: dict) -> list[str]:
+  """A card's verdicts, and where its report is."""
+  return list(summary["verdicts"].values()) + [f"report: {summary['report']} (and report.md)"]
+
+
+def run(config: ml_collections.ConfigDict, workdir: str, *, afresh: bool = False) -> dict:
+  """``runs.run`` of a card's config: make (or resume, or read back) the report card of one
+  normalisation.
+
+  Args:
+    config: the card's config (``base_card_config`` with overrides).
+    workdir: the card's folder; one of another normalisation, options, scale or machine is
+      refused.
+    afresh: move an existing workdir aside first.
+
+  Returns:
+    The report (as ``report.json`` holds it).
+
+  Raises:
+    ValueError: for a bad config field (an unknown normalisation, a refused option, an unknown
+      scale, baselines of another machine), before anything is written; on several hosts (a
+      card writes its files from one).
+    WorkdirError: for a workdir of another card.
+  """
+  kinds.check_kind(config, KIND)
+  runs.run(config, workdir, afresh=afresh, show_progress=config.show_progress,
+           tensorboard=False)
+  return finished_report(workdir)
+
+
+# A card's workdir belongs to its normalisation, options, scale and machine (card_config): every
+# field counts; its baselines of another machine are refused before its workdir is opened.
+REPORT_CARD = kinds.register(kinds.RunKind(
+    name=KIND,
+    may_differ=frozenset(),
+    base_config=base_card_config,
+    validate=validate_card,
+    workdir_config=owner_config,
+    train=make_card,
+    summarise=summarise_card,
+    save=write_card,
+    summary_format={"indent": 1},
+    describe=describe))

@@ -26,28 +26,11 @@ import orbax.checkpoint as ocp
 from etils import epath
 
 from normattn_jax._extras import versions
-from normattn_jax.train import multihost
+from normattn_jax.train import kinds, multihost
+from normattn_jax.train.kinds import MAY_DIFFER  # noqa: F401  (each kind owns its entry)
 from normattn_jax.train.migrate import with_current_names
 from normattn_jax.train.sections import flat_fields
 
-# The fields a workdir may be resumed (or rerun) with changed, per kind of run: they change only
-# what is logged along the way, how often checkpoints are saved or where data is cached, never the
-# results. Every other field changes the results. A sweep's ``train.eval_every`` is not among them:
-# its summary is the best over the evaluations; pre-training evaluates at the end whatever it is.
-MAY_DIFFER = {
-    "sweep": ("train.checkpoint_every",),
-    "pretraining": ("train.log_every", "train.eval_every", "train.checkpoint_every",
-                    "data.cache_dir"),
-    "finetuning": ("train.checkpoint_every", "task.cache_dir"),
-    # analysis.causal_lm_keys: log_every sets its scan's length and its checkpoints' numbering.
-    "causal_lm": ("train.checkpoint_every", "data.cache_dir"),
-    # a report card (reporting.report_card): its normalisation, options and scale, all results
-    "report_card": (),
-    # Brody et al.'s majority run (analysis.majority): every field of its config
-    "majority": (),
-    # a report card's language model (analysis.card_lm): every field of its config
-    "card_lm": (),
-}
 _SHOWN = 8  # differing fields named in an error, the rest counted
 ITEM = "default"  # the folder of a step that holds the tree (orbax's single item)
 LOCK = "run.lock"  # in a workdir: {"pid", "host"} of the run that holds it
@@ -94,7 +77,7 @@ def _show(value) -> str:
 
 def check_workdir(workdir: str, config: ml_collections.ConfigDict, kind: str) -> None:
   """Raise ``WorkdirError`` unless ``workdir`` is new or holds a run of this config (up to the
-  fields ``MAY_DIFFER[kind]``); it reads, never writes."""
+  fields the kind may change, ``kinds.RunKind.may_differ``); it reads, never writes."""
   path = os.path.join(workdir, "config.json")
   if not os.path.exists(path):
     return
@@ -105,7 +88,7 @@ def check_workdir(workdir: str, config: ml_collections.ConfigDict, kind: str) ->
     raise WorkdirError(f"workdir {workdir}: cannot read its config.json ({err}); "
                        f"use another workdir or {afresh}") from None
   differences = config_differences(with_current_names(stored, kind), config_json(config),
-                                   MAY_DIFFER[kind])
+                                   kinds.get(kind).may_differ)
   if differences:
     named = "; ".join(f"{field} was {_show(old)}, now {_show(new)}"
                       for field, old, new in differences[:_SHOWN])

@@ -1,6 +1,7 @@
-"""What the run scripts (``experiments/sweep.py``, ``pretrain.py``, ``finetune.py``) share on
-the command line: the workdir, multi-host and plugin flags, and the preamble before a run, so
-that every script joins hosts, loads plugins and refuses a workdir alike.
+"""What the run scripts (``experiments/run.py`` and its aliases ``sweep.py``, ``pretrain.py``,
+``finetune.py``, ...) share on the command line: the workdir, budget, multi-host and plugin flags,
+and the preamble before a run, so that every script joins hosts, loads plugins, refuses a workdir
+and stops on its budget alike (``run_kind``: any kind of run, ``train.kinds``).
 """
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from ml_collections import config_flags
 
 from normattn_jax._extras import cpu_cores
 from normattn_jax.registry import load_plugins
-from normattn_jax.train import multihost
+from normattn_jax.train import kinds, multihost
 from normattn_jax.train.checkpoint import WorkdirError
+from normattn_jax.train.driver import Budget, Interrupted
 
 T = TypeVar("T")
 WORKDIR_ERROR_EXIT = 2
@@ -122,6 +124,7 @@ class RunFlags:
   plugins: flags.FlagHolder
   cpu_devices: flags.FlagHolder
   compilation_cache: flags.FlagHolder
+  max_minutes: Optional[flags.FlagHolder]
 
 
 def define_config_flag(default: Optional[str], help_string: str,
@@ -202,9 +205,12 @@ def define_plugins_flag() -> flags.FlagHolder:
                            "that register a normalisation.")
 
 
-def define_run_flags() -> RunFlags:
+def define_run_flags(budget: bool = True) -> RunFlags:
   """Define the shared flags (call once, at module level of a script); ``--workdir`` is
   required.
+
+  Args:
+    budget: define ``--max_minutes`` (a run that cannot stop on a budget goes without).
 
   Returns:
     Their holders, for ``run_command``.
@@ -229,7 +235,11 @@ def define_run_flags() -> RunFlags:
       compilation_cache=flags.DEFINE_bool(
           "compilation_cache", True, "Keep compiled programs in $XDG_CACHE_HOME/normattn_jax "
           "(~/.cache without it), so that a rerun compiles nothing twice; also off with "
-          f"{CACHE_ENV}=0."))
+          f"{CACHE_ENV}=0."),
+      max_minutes=flags.DEFINE_float(
+          "max_minutes", 0.0, "Stop after the chunk (evaluation, step) that passes this wall "
+          f"time, its checkpoint written (exit code {INTERRUPTED_EXIT}; 0: no limit); the same "
+          "command resumes.", lower_bound=0.0) if budget else None)
   flags.mark_flag_as_required("workdir")
   return holders
 
@@ -240,7 +250,8 @@ def run_command(run: Callable[..., T], config: Any, run_flags: RunFlags,
   (``split_cpu``), quiet absl's logging (checkpoint chatter would break the progress bar),
   import the plugins, join the hosts with ``--distributed``, then
   ``run(config, workdir, afresh=afresh)``; a refused workdir prints ``error: ...`` and exits
-  with code 2.
+  with code 2, a run stopped by its budget (``Interrupted``) says so and exits with code 3: the
+  one place a command line handles either.
 
   Args:
     run: the run, e.g. ``sweep.run_sweep``.
@@ -277,3 +288,46 @@ def run_command(run: Callable[..., T], config: Any, run_flags: RunFlags,
   except WorkdirError as err:
     print(f"error: {err}", file=sys.stderr)
     sys.exit(WORKDIR_ERROR_EXIT)
+  except Interrupted as stop:
+    print(f"{stop}; rerun the same command to resume", flush=True)
+    sys.exit(INTERRUPTED_EXIT)
+
+
+def run_kind(config: Any, run_flags: RunFlags, expected: Optional[str] = None) -> dict:
+  """``experiments/run.py``'s ``main`` (and its aliases'): run the config's kind of run through
+  the driver (``runs.run``) within ``--max_minutes``, then, on the chief, draw the kind's figures
+  and print what it says of the summary.
+
+  Args:
+    config: the script's parsed config; its ``kind`` field picks the kind of run.
+    run_flags: the holders ``define_run_flags`` returned.
+    expected: the kind an alias script runs (``experiments/sweep.py``: "sweep"); None: any.
+
+  Returns:
+    The summary.
+
+  Raises:
+    app.UsageError: naming the field and value, for a config of no registered kind or of another
+      kind than ``expected``.
+  """
+  from normattn_jax.train import runs  # the driver imports the kinds' modules lazily
+  if config.get("kind") not in kinds.KINDS and config.get("kind") not in kinds.BUILTIN:
+    load_plugins(run_flags.plugins.value)  # a plugin's kind: loaded before the CPU is split
+  try:
+    kind = kinds.kind_of(config)
+    if expected is not None:
+      kinds.check_kind(config, expected)
+  except ValueError as err:
+    raise app.UsageError(str(err)) from None
+  budget = Budget(minutes=0.0 if run_flags.max_minutes is None else run_flags.max_minutes.value)
+
+  def run(config, workdir, afresh):
+    return runs.run(config, workdir, afresh=afresh, budget=budget)
+
+  summary = run_command(run, config, run_flags, divides=kind.divides(config))
+  workdir = run_flags.workdir.value
+  if multihost.is_chief() and kind.figures is not None:  # on several hosts, one draws
+    kind.figures(workdir, summary)
+  print("\n".join(kind.describe(summary)))
+  print(f"results in {workdir}")
+  return summary

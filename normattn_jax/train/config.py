@@ -46,6 +46,7 @@ def base_config() -> ml_collections.ConfigDict:
     ``eval``) for an experiment config to change.
   """
   c = ml_collections.ConfigDict()
+  c.kind = "sweep"  # the kind of run (train.kinds): experiments/run.py dispatches on it
   c.archs = PAPER_ARCHS
   # attention.name: "" keeps each arch's own; else e.g. "dnas" on attention archs, with its
   # options in attention.options (e.g. --config.attention.options.sinkhorn_iters=5)
@@ -183,6 +184,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
   """
   check_known_fields(config, with_task_settings(base_config(), config.task.name),
                      free=(OPTION_SWEEP[:-1],))
+  if config.get("kind", "sweep") != "sweep":
+    _fail("kind", config.kind, "a sweep config's kind is 'sweep'")
   _validate_fields(config)
   _validate_sweep(config)
   for i, value in enumerate(config.sweep.grid):

@@ -1,8 +1,9 @@
 """What every run on the grid engine does around its chunks: restore the newest checkpoint,
 record each evaluation, save checkpoints, and stop early when its budget runs out; the one
-``Interrupted`` of the project. ``RunHooks`` gives ``grid.run_grid`` its ``resume`` and
-``on_chunk``; sweeps, fine-tuning and the causal-LM analysis use it, pre-training the same
-``Budget`` and ``Interrupted`` around its data-parallel steps.
+``Budget`` and the one ``Interrupted`` of the project. ``RunHooks`` gives ``grid.run_grid`` its
+``resume`` and ``on_chunk``; sweeps, fine-tuning and the causal-LM analysis use it, pre-training
+around its data-parallel steps (``checkpoint state only``). The kinds of run reach it through
+one driver, ``runs.run``, which takes the run's ``Budget``.
 """
 from __future__ import annotations
 
@@ -13,20 +14,28 @@ import jax
 import numpy as np
 
 from normattn_jax.train.checkpoint import GridCheckpoints
+from normattn_jax.validation import check_float, check_int
 
 
 class Interrupted(Exception):
-  """A run stopped by its budget (``max_chunks``, ``max_steps``: a simulated kill, for tests;
-  ``max_minutes``: a wall time); it resumes from its checkpoints."""
+  """A run stopped by its ``Budget`` (chunks: a simulated kill, for tests; minutes: a wall
+  time); it resumes from its checkpoints."""
 
 
 class Budget:
   """The chunks (or steps) this call may still run, None: no limit; and the minutes of wall time
   after which it stops, 0: no limit. Time stops a call only once it has run a chunk (the chunk
-  that passes the minutes ends), so that each call of a run stopped by time gets further."""
+  that passes the minutes ends), so that each call of a run stopped by time gets further.
+
+  Raises:
+    ValueError: for chunks that are not an integer >= 0, or minutes that are not a number >= 0.
+  """
 
   def __init__(self, chunks: Optional[int] = None, minutes: float = 0.0,
                clock: Callable[[], float] = time.monotonic):
+    if chunks is not None:
+      check_int("chunks", chunks, low=0)
+    check_float("minutes", minutes, 0)
     self.left = chunks
     self.ran = 0  # chunks this call has run
     self.clock = clock
@@ -70,20 +79,27 @@ class RunHooks:
     every: checkpoint every that many chunks (and after the last); 0: never.
     num_chunks: the chunks the grid runs in all.
     metrics_like: ``(grid, state, per_model) -> {name: [num_chunks, models] zeros}``, the
-      restore target of the metrics a checkpoint holds.
+      restore target of the metrics a checkpoint holds; unused with ``state_only``.
     record: ``(chunk indices, metrics so far) -> None``: log those chunks' evaluations (called
       for the restored ones on resume, so a resumed history reads as an uninterrupted one).
     budget: the run's ``Budget``; None: no limit.
     name: the grid's name, for messages.
+    state_only: checkpoint the state alone, not the metrics (a run whose history lives in its
+      ``RunLog``, which resumes it: pre-training, the majority run); a resume records nothing.
+    may_grow: the run's target (``num_chunks``) may be raised between calls (the majority run,
+      resumed for more steps): checkpoint after every chunk, so that the last one is never
+      trained twice, whatever target a later call sets.
   """
 
   def __init__(self, directory: Optional[str], every: int, num_chunks: int, *,
-               metrics_like: Callable, record: Callable, budget: Optional[Budget] = None,
-               name: str = "grid"):
+               metrics_like: Optional[Callable] = None, record: Callable,
+               budget: Optional[Budget] = None, name: str = "grid", state_only: bool = False,
+               may_grow: bool = False):
     self.checkpoints = GridCheckpoints(directory) if directory and every else None
-    self.every, self.num_chunks, self.name = every, num_chunks, name
+    self.every, self.num_chunks, self.name = (1 if may_grow else every), num_chunks, name
     self.metrics_like, self.record = metrics_like, record
     self.budget = budget or Budget()
+    self.state_only = state_only
 
   def resume(self, grid, state, per_model):
     """The newest checkpoint that restores, else a fresh start; see ``run_grid``.
@@ -93,11 +109,14 @@ class RunHooks:
     """
     done, metrics = 0, {}
     if self.checkpoints is not None and self.checkpoints.latest() is not None:
-      like = {"state": state, "metrics": self.metrics_like(grid, state, per_model)}
+      like = {"state": state}
+      if not self.state_only:
+        like["metrics"] = self.metrics_like(grid, state, per_model)
       done, restored = self.checkpoints.restore_newest(like)
       state = jax.device_put(restored["state"], jax.tree.map(lambda a: a.sharding, state))
-      metrics = {k: np.array(v) for k, v in restored["metrics"].items()}
-    self.record(range(done), metrics)
+      metrics = {k: np.array(v) for k, v in restored.get("metrics", {}).items()}
+    if not self.state_only:
+      self.record(range(done), metrics)
     self.budget.check(self.name, done, self.num_chunks)
     return done, state, metrics
 
@@ -108,7 +127,8 @@ class RunHooks:
     # a run stopped by time keeps every chunk it ran: the next call resumes from there
     if self.checkpoints is not None and (done % self.every == 0 or done == self.num_chunks
                                          or self.budget.out_of_time()):
-      self.checkpoints.save(done, {"state": state, "metrics": metrics})
+      self.checkpoints.save(done, {"state": state} if self.state_only
+                            else {"state": state, "metrics": metrics})
     self.budget.check(self.name, done, self.num_chunks)
 
   def close(self) -> None:

@@ -20,31 +20,12 @@ import copy
 from typing import Optional
 
 from normattn_jax.attention import registry
+from normattn_jax.train import kinds
 from normattn_jax.train.config import SWITCHES
 from normattn_jax.validation import fail_config
 
-# Fields renamed, per kind of run, as {old name: new name}.
-RENAMED = {"sweep": {"sweep.values": "sweep.grid"}}
 # How a config.json written before the switches were booleans stored them.
 _OLD_SWITCHES = {"": None, "auto": None, "true": True, "false": False}
-# Per kind of run: fields added later, as {dotted field: the value that keeps the old behaviour};
-# a stored tree whose section lacks one ran without it.
-ADDED = {
-    "sweep": {"model.output_gate": None, "model.qk_norm": None, "model.differential": False,
-              "model.dtype": "float32", "model.attention_implementation": "auto",
-              "train.data_shards": 1},
-    "pretraining": {"model.output_gate": None, "model.qk_norm": None,
-                    "model.differential": False, "train.shard_parameters": False},
-    # the causal-LM analysis on the grid engine: the seeds per vmap, 0 the engine's auto width
-    "causal_lm": {"train.models_per_vmap": 0},
-}
-# Per kind of run: (the section that held the name, its key then, its key now, the option fields
-# that stood beside it).
-_FLAT_ATTENTION = {
-    "sweep": ("", "normalization", "attention", ()),
-    "pretraining": ("model", "attention", "attention", ("hybrid_init", "sinkhorn_iters")),
-    "finetuning": ("encoder", "attention", "attention", ("hybrid_init",)),
-}
 
 
 def with_current_names(stored: dict, kind: str) -> dict:
@@ -52,27 +33,27 @@ def with_current_names(stored: dict, kind: str) -> dict:
 
   Args:
     stored: the tree as read from a workdir's ``config.json`` (not changed).
-    kind: the kind of run (a key of ``checkpoint.MAY_DIFFER``).
+    kind: the kind of run (``kinds.get``), which owns its renames, added fields and
+      migration (``RunKind.renamed``, ``added``, ``migrate``).
 
   Returns:
-    A copy of ``stored`` with renamed fields under their new names, fields added since at the
-    values that keep the old behaviour, the sweep's switches as booleans and the attention as
-    one section; a tree already of today's form stays as it is.
+    A copy of ``stored`` naming its kind (``kind``, a field every config has had since), with
+    renamed fields under their new names, fields added since at the values that keep the old
+    behaviour, and the kind's own migration applied (a sweep's switches as booleans, the
+    attention as one section); a tree already of today's form stays as it is.
   """
+  run_kind = kinds.get(kind)
   tree = copy.deepcopy(stored)
-  for old, new in RENAMED.get(kind, {}).items():
+  tree.setdefault("kind", kind)
+  for old, new in run_kind.renamed.items():
     (source, old_key), (target, new_key) = _section(tree, old), _section(tree, new)
     if source is not None and old_key in source and target is not None and new_key not in target:
       target[new_key] = source.pop(old_key)
-  for field, value in ADDED.get(kind, {}).items():
+  for field, value in run_kind.added.items():
     holder, key = _section(tree, field)
     if holder is not None and key not in holder:
       holder[key] = value
-  if kind == "sweep":
-    tree = with_boolean_switches(tree)
-  if kind in _FLAT_ATTENTION:
-    tree = with_attention_section(tree, *_FLAT_ATTENTION[kind])
-  return tree
+  return run_kind.migrate(tree)
 
 
 def with_attention_section(tree: dict, section: str, old_key: str, new_key: str,

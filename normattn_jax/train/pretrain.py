@@ -1,7 +1,8 @@
 """ALBERT-style pre-training (MLM + SOP) with any attention normalisation, data-parallel over
 every device of every host.
 
-``run_pretraining(config, workdir)``: prepares the data (``normattn_jax.data``), trains
+The kind of run "pretraining" (``train.kinds``; ``runs.run(config, workdir)``, or
+``run_pretraining``): prepares the data (``normattn_jax.data``), trains
 ``AlbertForPretraining`` with ALBERT's LAMB (``train.optim.albert_lamb``), evaluates on the
 held-out split, and writes ``config.json``, ``history.jsonl`` (train and eval metrics),
 TensorBoard scalars (``run_log.RunLog``), orbax checkpoints of the ``state.TrainState`` and
@@ -33,13 +34,14 @@ from normattn_jax.models.albert import DTYPES, AlbertConfig, AlbertForPretrainin
     pretraining_loss
 from normattn_jax.models.bert import ACTIVATIONS
 from normattn_jax.precision import check_compute_dtype
-from normattn_jax.train import multihost
-from normattn_jax.train.checkpoint import GridCheckpoints, check_workdir, open_workdir, \
-    releases_workdir, write_json
+from normattn_jax.train import kinds, multihost, runs
+from normattn_jax.train.checkpoint import check_workdir
 from normattn_jax.train.config import validate_attention_options
-from normattn_jax.train.driver import Budget
+from normattn_jax.train.driver import Budget, RunHooks
+from normattn_jax.train.migrate import with_attention_section
 from normattn_jax.train.optim import albert_lamb, albert_schedule
 from normattn_jax.train.run_log import RunLog, read_history
+from normattn_jax.train.runs import RunContext
 from normattn_jax.train.sections import attention_section, attention_spec, check_known_fields
 from normattn_jax.train.state import TRAIN_STREAM, TrainState
 from normattn_jax.validation import check_config_float, check_config_int, check_fields
@@ -54,6 +56,7 @@ def base_pretrain_config() -> ml_collections.ConfigDict:
   settings (batch 4096, LAMB lr 0.00176, 125k steps, 3125 warm-up steps); ``configs/albert_*.py``
   start from it."""
   c = ml_collections.ConfigDict()
+  c.kind = "pretraining"  # the kind of run (train.kinds)
   c.model = ml_collections.ConfigDict(dict(
       embedding_size=128, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
       intermediate_size=4096, num_hidden_groups=1, inner_group_num=1, hidden_act="gelu_new",
@@ -77,6 +80,8 @@ def base_pretrain_config() -> ml_collections.ConfigDict:
 def validate_pretrain_config(c: ml_collections.ConfigDict) -> None:
   """Check every field before anything is built; errors name the field and the value."""
   check_known_fields(c, base_pretrain_config(), free=("model.attention.options",))
+  if c.get("kind", "pretraining") != "pretraining":
+    _fail("kind", c.kind, "a pre-training config's kind is 'pretraining'")
   spec = attention_spec(c.model.attention, "model.attention")
   for name in ("embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                "intermediate_size", "num_hidden_groups", "inner_group_num",
@@ -380,70 +385,53 @@ def _to_python(tree):
   return jax.tree.map(lambda a: np.asarray(a).tolist(), tree)
 
 
-@releases_workdir
-def run_pretraining(c: ml_collections.ConfigDict, workdir: str, *,
-                    max_steps: Optional[int] = None, show_progress: bool = True,
-                    tensorboard: bool = True, afresh: bool = False) -> dict:
-  """Train (or resume) and return the summary; ``max_steps`` stops after that many steps of
-  this call by raising ``Interrupted`` (a simulated kill, for tests). A finished run's summary
-  is returned untouched; a workdir of another config is refused (``WorkdirError``) unless
-  ``afresh`` moves it aside (``open_workdir``)."""
-  validate_pretrain_config(c)
-  finished = open_workdir(workdir, c, "pretraining", afresh=afresh)
-  if finished is not None:
-    return finished
-  chief = multihost.is_chief()
+def train_pretraining(c: ml_collections.ConfigDict, context: RunContext) -> dict:
+  """The pre-training kind's ``train``: every step (a step is the budget's chunk), resumed from
+  the newest checkpoint of the state (``RunHooks`` with ``state_only``: the history lives in
+  ``history.jsonl``), then the held-out evaluation's summary."""
   # every process needs the data; the chief prepares it, the others then load its cache
-  vocab, splits = multihost.chief_first("normattn_jax load_data", lambda: load_data(c, workdir))
+  vocab, splits = multihost.chief_first("normattn_jax load_data",
+                                        lambda: load_data(c, context.workdir))
   train_data, val_data = splits["train"], splits["validation"]
   trainer = Trainer(c, vocab.size)
   t = c.train
 
   state = trainer.init(jax.random.key(t.seed),
                        trainer.global_batch(train_data, 0, t.batch_size, t.seed))
-  checkpoints = GridCheckpoints(os.path.join(workdir, "checkpoints")) \
-      if t.checkpoint_every else None
-  start = 0
-  if checkpoints is not None and checkpoints.latest() is not None:
-    start, restored = checkpoints.restore_newest({"state": state})
-    state = jax.device_put(restored["state"], trainer.state_sharding)
-  log = RunLog(workdir, total=t.num_steps, resume_from=start, unit="step",
-               tensorboard=tensorboard, progress=show_progress)
   lr_at = albert_schedule(t.learning_rate, t.num_steps, t.warmup_steps)
   tokens_per_step = t.batch_size * c.data.max_seq_length
   timed_steps, timed_seconds = 0, 0.0
-  budget = Budget(max_steps)
-  try:
-    for step in range(start, t.num_steps):
-      budget.check("pre-training", step, t.num_steps)
-      budget.spend()
-      batch = trainer.global_batch(train_data, step, t.batch_size, t.seed)
-      began = time.perf_counter()
-      state, metrics = trainer.train_step(state, batch)
-      done = step + 1
-      postfix = {}
-      if done % t.log_every == 0 or done == t.num_steps:
-        metrics = _to_python(metrics)
-        if step > start:  # the first step of a call compiles
-          timed_steps, timed_seconds = timed_steps + 1, timed_seconds + time.perf_counter() - began
-        log.record(done, dict(metrics, learning_rate=float(lr_at(step))), split="train")
-        postfix = dict(loss=f"{metrics['loss']:.3f}", mlm=f"{metrics['mlm_accuracy']:.3f}",
-                       sop=f"{metrics['sop_accuracy']:.3f}")
-      elif step > start:
-        jax.block_until_ready(metrics["loss"])
-        timed_steps, timed_seconds = timed_steps + 1, timed_seconds + time.perf_counter() - began
-      if done % t.eval_every == 0 or done == t.num_steps:
-        scores = trainer.evaluate(state.params, val_data, done)
-        log.record(done, {k: v for k, v in scores.items() if k != "step"}, split="validation")
-      if checkpoints is not None and (done % t.checkpoint_every == 0 or done == t.num_steps):
-        checkpoints.save(done, {"state": state})
-      log.advance(1, **postfix)
-  finally:
-    log.close()
-    if checkpoints is not None:
-      checkpoints.close()
+  with RunHooks(context.path("checkpoints"), t.checkpoint_every, t.num_steps,
+                record=lambda *_: None, budget=context.budget, name="pre-training",
+                state_only=True) as hooks:
+    start, state, _ = hooks.resume(None, state, None)
+    with RunLog(context.workdir, total=t.num_steps, resume_from=start, unit="step",
+                tensorboard=context.tensorboard, progress=context.show_progress) as log:
+      for step in range(start, t.num_steps):
+        batch = trainer.global_batch(train_data, step, t.batch_size, t.seed)
+        began = time.perf_counter()
+        state, metrics = trainer.train_step(state, batch)
+        done = step + 1
+        postfix = {}
+        if done % t.log_every == 0 or done == t.num_steps:
+          metrics = _to_python(metrics)
+          if step > start:  # the first step of a call compiles
+            timed_steps += 1
+            timed_seconds += time.perf_counter() - began
+          log.record(done, dict(metrics, learning_rate=float(lr_at(step))), split="train")
+          postfix = dict(loss=f"{metrics['loss']:.3f}", mlm=f"{metrics['mlm_accuracy']:.3f}",
+                         sop=f"{metrics['sop_accuracy']:.3f}")
+        elif step > start:
+          jax.block_until_ready(metrics["loss"])
+          timed_steps += 1
+          timed_seconds += time.perf_counter() - began
+        if done % t.eval_every == 0 or done == t.num_steps:
+          scores = trainer.evaluate(state.params, val_data, done)
+          log.record(done, {k: v for k, v in scores.items() if k != "step"}, split="validation")
+        log.advance(1, **postfix)
+        hooks.on_chunk(done, state, {})
+      history = log.history
 
-  history = log.history
   final = [row for row in history if row["split"] == "validation"][-1]
   last_train = [row for row in history if row["split"] == "train"][-1]
   summary = {
@@ -455,7 +443,7 @@ def run_pretraining(c: ml_collections.ConfigDict, workdir: str, *,
       "train_mlm_accuracy": last_train["mlm_accuracy"],
       "train_sop_accuracy": last_train["sop_accuracy"],
       "num_params": int(sum(np.size(p) for p in jax.tree.leaves(state.params))),
-      "vocab_size": vocab.size, "vocab": vocab_record(vocab.path, workdir),
+      "vocab_size": vocab.size, "vocab": vocab_record(vocab.path, context.workdir),
       "train_examples": train_data.num_examples, "validation_examples": val_data.num_examples,
       "tokens_per_second": (tokens_per_step * timed_steps / timed_seconds
                             if timed_seconds else None),
@@ -465,9 +453,47 @@ def run_pretraining(c: ml_collections.ConfigDict, workdir: str, *,
     u = np.clip(np.asarray(state.params["albert"]["hybrid_weights"]), 0.0, 1.0)
     summary["hybrid_weights"] = np.mean(u, axis=-1).tolist()  # per layer, mean over heads
     summary["hybrid_weights_per_head"] = u.tolist()
-  if chief:  # written last: it marks a finished run
-    write_json(os.path.join(workdir, "summary.json"), summary, indent=2)
   return summary
+
+
+def describe(summary: dict) -> list[str]:
+  """What the command line prints of a finished pre-training."""
+  lines = [f"{summary['attention']}: held-out MLM accuracy {summary['mlm_accuracy']:.1%}, "
+           f"SOP accuracy {summary['sop_accuracy']:.1%}, "
+           f"{throughput(summary)} tokens/s on {summary['devices']} {summary['device_kind']}"]
+  if "hybrid_weights" in summary:
+    lines.append("HNAS u per layer (mean over heads): "
+                 + ", ".join(f"{u:.3f}" for u in summary["hybrid_weights"]))
+  return lines
+
+
+PRETRAINING = kinds.register(kinds.RunKind(
+    name="pretraining",
+    # pre-training evaluates at the end whatever train.eval_every is
+    may_differ={"train.log_every", "train.eval_every", "train.checkpoint_every",
+                "data.cache_dir"},
+    base_config=base_pretrain_config,
+    validate=validate_pretrain_config,
+    train=train_pretraining,
+    describe=describe,
+    divides=lambda c: (c.train.batch_size, c.train.eval_batch_size),
+    added={"model.output_gate": None, "model.qk_norm": None, "model.differential": False,
+           "train.shard_parameters": False},
+    migrate=lambda tree: with_attention_section(tree, "model", "attention", "attention",
+                                                ("hybrid_init", "sinkhorn_iters"))))
+
+
+def run_pretraining(c: ml_collections.ConfigDict, workdir: str, *,
+                    budget: Optional[Budget] = None, show_progress: bool = True,
+                    tensorboard: bool = True, afresh: bool = False) -> dict:
+  """``runs.run`` of a pre-training config: train (or resume) and return the summary;
+  ``budget`` stops after its steps (``Budget(chunks=steps)``, a simulated kill, for tests) or
+  minutes by raising ``Interrupted``. A finished run's summary is returned untouched; a workdir of
+  another config is refused (``WorkdirError``) unless ``afresh`` moves it aside
+  (``open_workdir``)."""
+  kinds.check_kind(c, PRETRAINING.name)
+  return runs.run(c, workdir, afresh=afresh, budget=budget, show_progress=show_progress,
+                  tensorboard=tensorboard)
 
 
 def pretrain_each(c: ml_collections.ConfigDict, workdir: str, attentions, *,

@@ -20,16 +20,17 @@ import jax
 import ml_collections
 import numpy as np
 
-from normattn_jax.train import artifacts
+from normattn_jax.train import artifacts, kinds, multihost, runs
 from normattn_jax.train import config as config_lib
-from normattn_jax.train import multihost
-from normattn_jax.train.checkpoint import open_workdir, releases_workdir, restore_newest_state
+from normattn_jax.train.checkpoint import restore_newest_state
 from normattn_jax.train.driver import Budget, RunHooks
 from normattn_jax.train.grid import Setup, model_keys, train_grid
 from normattn_jax.train.layout import ModelsAxis
+from normattn_jax.train.migrate import with_attention_section, with_boolean_switches
 from normattn_jax.train.plan import SweepGrid, SweepPlan
 from normattn_jax.train.run_log import RunLog
-from normattn_jax.train.scoring import summarise
+from normattn_jax.train.runs import RunContext
+from normattn_jax.train.scoring import best_lines, summarise
 
 # The metrics a sweep's history.jsonl and TensorBoard follow, per grid and learning rate.
 LOGGED = ("train_loss", "train_acc", "val_acc")
@@ -129,6 +130,31 @@ def load_model(workdir: str, arch: str, learning_rate: float, seed: int = 0,
       hold, or a run that has not finished.
   """
   plan = SweepPlan.of(artifacts.read_config(workdir))
+  if not 0 <= seed < plan.axis.num_seeds:
+    raise ValueError(f"seed={seed!r}: the sweep trained seeds 0..{plan.axis.num_seeds - 1}")
+  module, seeds = load_models(workdir, arch, learning_rate, value)
+  return module, seeds[seed]
+
+
+def load_models(workdir: str, arch: str, learning_rate: float, value: Optional[float] = None):
+  """Every seed's trained model of one cell of a finished sweep, restored at once (what the
+  report card analyses: its evaluation sweep's seeds at the selected learning rate).
+
+  Args:
+    workdir: the sweep's workdir (its ``config.json`` and final checkpoints).
+    arch: one of the sweep's ``archs``.
+    learning_rate: one of its ``learning_rates``.
+    value: the swept value (``sweep.grid``), for a sweep that has one; else None.
+
+  Returns:
+    ``(module, [variables per seed])``: the ``SequenceModel`` and, per seed index, its
+    ``{"params": ...}`` after the last training step.
+
+  Raises:
+    ValueError: naming the choices, for an arch, learning rate or value the sweep does not hold,
+      or a run that has not finished.
+  """
+  plan = SweepPlan.of(artifacts.read_config(workdir))
   if arch not in plan.archs:
     raise ValueError(f"arch={arch!r}: the sweep trained {plan.archs}")
   grid = tuple(plan.config.sweep.grid)  # as the config gives them, for the errors
@@ -137,15 +163,14 @@ def load_model(workdir: str, arch: str, learning_rate: float, seed: int = 0,
   point, value_row = plan.locate(None if value is None else _index_of(grid, value, "value"))
   point_config, axis = plan.point_config(point), plan.axis
   lr_index = _index_of(axis.learning_rates, learning_rate, "learning_rate")
-  if not 0 <= seed < axis.num_seeds:
-    raise ValueError(f"seed={seed!r}: the sweep trained seeds 0..{axis.num_seeds - 1}")
-  row = axis.rows(lr_index, value_row)[seed]
   folder = os.path.join(workdir, "checkpoints", plan.grid(arch, point).name)
   done, state = restore_newest_state(folder)
   if done != point_config.train.num_steps // point_config.train.eval_every:
     raise ValueError(f"{folder}: its newest checkpoint is evaluation {done}, not the last; "
                      f"finish the sweep first")
-  return Setup(arch, point_config).model(), jax.tree.map(lambda x: x[row], state["params"])
+  seeds = [jax.tree.map(lambda x, row=row: x[row], state["params"])
+           for row in axis.rows(lr_index, value_row)]
+  return Setup(arch, point_config).model(), seeds
 
 
 def _index_of(choices, value, field: str) -> int:
@@ -157,48 +182,87 @@ def _index_of(choices, value, field: str) -> int:
   return int(matches[0])
 
 
-@releases_workdir
-def run_sweep(config: ml_collections.ConfigDict, workdir: str, *, max_chunks: Optional[int] = None,
-              show_progress: bool = True, tensorboard: bool = True, afresh: bool = False,
-              max_minutes: float = 0.0) -> dict:
-  """Validate, train every (point, arch) grid, write the results; returns the summary. The
-  workdir resumes a run of this config, or returns a finished one's summary untouched; another
-  config's is refused (``WorkdirError``) unless ``afresh`` moves it aside (``open_workdir``).
+def train_sweep(config: ml_collections.ConfigDict, context: RunContext) -> dict:
+  """The sweep kind's ``train``: every (point, arch) grid in turn, each resumed from its
+  checkpoints and paid from the one budget.
+
+  Returns:
+    ``{grid key: metrics {name: [evaluations, models]}}``, what ``scoring.summarise`` scores.
+  """
+  plan = SweepPlan.of(config)
+  results = {}
+  started = time.perf_counter()
+  with RunLog(context.workdir, total=plan.total_model_steps, unit="model-step",
+              tensorboard=context.tensorboard, progress=context.show_progress) as log:
+    for grid in plan.grids:
+      results[grid.key] = train_point(plan, grid, context.workdir, log, context.budget)
+  if multihost.is_chief():  # on several hosts, one says so
+    context.log(f"trained {len(plan.grids)} grid(s) in {time.perf_counter() - started:.0f} s; "
+                f"results in {context.workdir}")
+  return results
+
+
+def save_results(workdir: str, config: ml_collections.ConfigDict, results: dict) -> None:
+  """The sweep kind's ``save``: ``metrics.npz``, every metric of every grid."""
+  artifacts.save_metrics(os.path.join(workdir, artifacts.METRICS), SweepPlan.of(config), results)
+
+
+def draw_figures(workdir: str, summary: dict) -> None:
+  """The sweep kind's figures (``reporting.figures.draw_finished_sweep``)."""
+  from normattn_jax.reporting import figures
+  figures.draw_finished_sweep(workdir)
+
+
+def describe(summary: dict) -> list[str]:
+  """What the command line prints of a finished sweep: each arch's best, and its figures."""
+  return best_lines(summary) + ["figures: accuracy.png (and case_accuracy.png, "
+                                "learning_curves.png) in the workdir"]
+
+
+def migrate_sweep(tree: dict) -> dict:
+  """An old sweep ``config.json`` tree's switches as booleans and its attention as one section."""
+  return with_attention_section(with_boolean_switches(tree), "", "normalization", "attention", ())
+
+
+SWEEP = kinds.register(kinds.RunKind(
+    name="sweep",
+    # its summary is the best over the evaluations: train.eval_every changes the results
+    may_differ={"train.checkpoint_every"},
+    base_config=config_lib.base_config,
+    validate=config_lib.validate,
+    train=train_sweep,
+    summarise=lambda config, results: summarise(SweepPlan.of(config), results),
+    save=save_results,
+    describe=describe,
+    figures=draw_figures,
+    summary_format={"indent": 2, "sort_keys": True},
+    renamed={"sweep.values": "sweep.grid"},
+    added={"model.output_gate": None, "model.qk_norm": None, "model.differential": False,
+           "model.dtype": "float32", "model.attention_implementation": "auto",
+           "train.data_shards": 1},
+    migrate=migrate_sweep))
+
+
+def run_sweep(config: ml_collections.ConfigDict, workdir: str, *, budget: Optional[Budget] = None,
+              show_progress: bool = True, tensorboard: bool = True, afresh: bool = False) -> dict:
+  """``runs.run`` of a sweep config: validate, train every (point, arch) grid, write the
+  results; returns the summary. The workdir resumes a run of this config, or returns a finished
+  one's summary untouched; another config's is refused (``WorkdirError``) unless ``afresh`` moves
+  it aside (``open_workdir``).
 
   Args:
-    config: the sweep config.
+    config: the sweep config (``config.kind`` "sweep").
     workdir: where config.json, checkpoints, history.jsonl, TensorBoard scalars, metrics.npz
       and summary.json go (the figures: ``reporting.figures.draw_finished_sweep``).
-    max_chunks: stop after that many evaluations of this call by raising ``Interrupted`` (a
-      simulated kill, for tests); None runs to the end.
+    budget: the evaluations and/or minutes this call may run before ``Interrupted``, its
+      checkpoint written (``Budget``); the next call resumes. None runs to the end.
     show_progress: show a progress bar (in model-steps).
     tensorboard: write TensorBoard scalars besides history.jsonl.
     afresh: move a workdir of another config aside instead of refusing it.
-    max_minutes: stop (``Interrupted``) after the evaluation that passes this wall time, its
-      checkpoint written, 0: no limit; the next call resumes (a loan's queue ends a sweep so
-      rather than killing it mid-checkpoint).
 
   Returns:
     The summary (``scoring.summarise``).
   """
-  config_lib.validate(config)
-  finished = open_workdir(workdir, config, "sweep", afresh=afresh)
-  if finished is not None:
-    return finished
-  chief = multihost.is_chief()  # on several hosts, one writes the files
-  plan = SweepPlan.of(config)
-  budget = Budget(max_chunks, minutes=max_minutes)
-  results = {}
-  started = time.perf_counter()
-  with RunLog(workdir, total=plan.total_model_steps, unit="model-step", tensorboard=tensorboard,
-              progress=show_progress) as log:
-    for grid in plan.grids:
-      results[grid.key] = train_point(plan, grid, workdir, log, budget)
-  summary = summarise(plan, results)
-  if not chief:
-    return summary
-  artifacts.save_metrics(os.path.join(workdir, artifacts.METRICS), plan, results)
-  artifacts.write_summary(workdir, summary)  # last: it marks a finished run
-  print(f"trained {len(plan.grids)} grid(s) in {time.perf_counter() - started:.0f} s; "
-        f"results in {workdir}")
-  return summary
+  kinds.check_kind(config, SWEEP.name)
+  return runs.run(config, workdir, afresh=afresh, budget=budget, show_progress=show_progress,
+                  tensorboard=tensorboard)

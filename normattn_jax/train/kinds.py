@@ -1,0 +1,180 @@
+"""The kinds of run (a sweep, pre-training, fine-tuning, the causal-LM analysis, ...): one
+``RunKind`` per name, carrying all that differs from one kind to another, in one registry.
+
+The driver (``train.runs.run``), the workdir checks (``checkpoint.check_workdir``), the old
+configs' migrations (``migrate.with_current_names``) and the command line
+(``experiments/run.py``) look a kind up here by its config's ``kind`` field, so a kind registered
+from user code (``register(RunKind(...))``, a module loaded with ``--plugins``) runs, resumes and
+is refused alike as a built-in one. A new kind of run is one module and one config.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Mapping
+from typing import Any, Callable, Optional
+
+import ml_collections
+
+from normattn_jax.registry import Registry
+from normattn_jax.validation import fail_config
+
+# The built-in kinds and the modules that register them as they load: imported on first use, so
+# that this module imports none of them (they import the workdir checks, which import it).
+BUILTIN = {
+    "sweep": "normattn_jax.train.sweep",
+    "pretraining": "normattn_jax.train.pretrain",
+    "finetuning": "normattn_jax.finetune.train",
+    "causal_lm": "normattn_jax.analysis.causal_lm_keys",
+    "majority": "normattn_jax.analysis.majority",
+    "report_card": "normattn_jax.reporting.report_card",
+    "card_lm": "normattn_jax.analysis.card_lm",
+}
+
+
+def _unchanged(tree: dict) -> dict:
+  return tree
+
+
+def _whole(config, results):
+  """The default ``RunKind.summarise``: the results are the summary."""
+  return results
+
+
+@dataclasses.dataclass(frozen=True)
+class RunKind:
+  """One kind of run: all the driver, the workdir checks and the command line need of it.
+
+  - ``name``: the config's ``kind`` field and the workdir kind.
+  - ``may_differ``: the dotted fields a workdir may be resumed (or rerun) with changed, those
+    that change only what is logged, how often checkpoints are saved or where data is cached;
+    every other field changes the results. An empty set: every field counts.
+  - ``base_config()``: every field of the kind's config at its default (``kind`` among them).
+  - ``validate(config)``: the kind's own cross-field rules; raises ``ValueError`` naming the field
+    and its value, before anything is written or compiled.
+  - ``workdir_config(config, workdir) -> config``: what the workdir belongs to (its
+    ``config.json``) when that is not the config itself (a report card's: its normalisation,
+    scale and machine), with the checks that come before the workdir is opened; None: the config.
+  - ``train(config, context) -> results``: the grid jobs, resumed from the workdir's checkpoints
+    and paid from ``context.budget`` (``runs.RunContext``); None for a kind run by its own
+    function, which still owns its workdir's checks.
+  - ``summarise(config, results) -> summary``: the ``summary.json`` tree (default: the results).
+  - ``save(workdir, config, results)``: the chief's files besides the summary (``metrics.npz``),
+    written before it.
+  - ``describe(summary) -> lines``: what the command line prints of a finished run.
+  - ``figures(workdir, summary)``: the figures the command line draws of it (on the chief).
+  - ``summary_file``: the summary's file, written last; "summary.json" marks a finished run,
+    which a rerun returns untouched (a kind whose target may grow names another).
+  - ``summary_format``: ``json.dump``'s options for the summary.
+  - ``divides(config) -> numbers``: what the device count must divide when the command line
+    splits a CPU into devices (a pre-training's batch sizes).
+  - ``renamed`` ({old dotted field: new}), ``added`` ({dotted field: the value that keeps the
+    old behaviour}) and ``migrate(tree) -> tree``: how an older ``config.json`` of the kind
+    reads as today's (``migrate.with_current_names``).
+  """
+  name: str
+  may_differ: frozenset
+  base_config: Optional[Callable[[], ml_collections.ConfigDict]] = None
+  validate: Callable[[ml_collections.ConfigDict], None] = lambda config: None
+  workdir_config: Optional[Callable[[ml_collections.ConfigDict, str],
+                                    ml_collections.ConfigDict]] = None
+  train: Optional[Callable[[ml_collections.ConfigDict, Any], Any]] = None
+  summarise: Callable[[ml_collections.ConfigDict, Any], dict] = _whole
+  save: Optional[Callable[[str, ml_collections.ConfigDict, Any], None]] = None
+  describe: Callable[[dict], list] = lambda summary: []
+  figures: Optional[Callable[[str, dict], None]] = None
+  summary_file: str = "summary.json"
+  summary_format: Mapping = dataclasses.field(default_factory=lambda: {"indent": 2})
+  divides: Callable[[ml_collections.ConfigDict], tuple] = lambda config: ()
+  renamed: Mapping = dataclasses.field(default_factory=dict)
+  added: Mapping = dataclasses.field(default_factory=dict)
+  migrate: Callable[[dict], dict] = _unchanged
+
+  def __post_init__(self):
+    if isinstance(self.may_differ, str):  # one field is a set of one, not of its letters
+      raise TypeError(f"run kind {self.name!r}: may_differ takes a set of dotted field names, "
+                      f"got the string {self.may_differ!r}")
+    object.__setattr__(self, "may_differ", frozenset(self.may_differ))
+
+
+def _check(kind: RunKind) -> None:
+  """Refuse a kind whose ``may_differ`` is not a set of dotted field names."""
+  if not all(isinstance(field, str) and field for field in kind.may_differ):
+    raise ValueError(f"run kind {kind.name!r}: may_differ must hold dotted field names, got "
+                     f"{sorted(kind.may_differ, key=str)}")
+
+
+KINDS: Registry[RunKind] = Registry("run kind", RunKind, _check)
+
+
+def register(kind: RunKind, *, replace: bool = False) -> RunKind:
+  """Make ``kind`` available by its name everywhere (``experiments/run.py``, the workdir
+  checks); returns it. A built-in kind registers itself as its module loads."""
+  return KINDS.register(kind, replace=replace)
+
+
+def get(name: str) -> RunKind:
+  """The kind registered as ``name``, loading a built-in one's module on first use.
+
+  Raises:
+    ValueError: naming the registered kinds, for a name that is none of them.
+  """
+  if isinstance(name, str) and name not in KINDS and name in BUILTIN:
+    importlib.import_module(BUILTIN[name])
+  if name not in KINDS:
+    raise ValueError(f"run kind must be one of {names()}, got {name!r}")
+  return KINDS.get(name)
+
+
+def names() -> tuple:
+  """Every kind's name, the built-in ones first (those whose extras are installed)."""
+  for module in BUILTIN.values():
+    try:
+      importlib.import_module(module)
+    except ImportError:  # its extra is missing (_extras.require): it cannot run here
+      pass
+  registered = KINDS.names()
+  return tuple([name for name in BUILTIN if name in registered]
+               + [name for name in registered if name not in BUILTIN])
+
+
+def kind_of(config: ml_collections.ConfigDict) -> RunKind:
+  """The kind a config names in its ``kind`` field.
+
+  Raises:
+    ValueError: ``config.kind=<value>: ...`` naming the kinds, for a config without one or one
+      that names no registered kind.
+  """
+  name = config.get("kind") if isinstance(config, (ml_collections.ConfigDict, dict)) else None
+  if isinstance(name, str) and (name in KINDS or name in BUILTIN):
+    return get(name)
+  return fail_config("kind", name, f"must name a kind of run, one of {names()}")
+
+
+def check_kind(config: ml_collections.ConfigDict, expected: str) -> None:
+  """Refuse a config of another kind than the one a kind-specific entry point runs.
+
+  Raises:
+    ValueError: ``config.kind=<value>: ...``, for a config whose ``kind`` is not ``expected``.
+  """
+  if config.get("kind") != expected:
+    fail_config("kind", config.get("kind"), f"this runs a {expected!r} config")
+
+
+class MayDiffer(Mapping):
+  """``{kind: its may_differ}`` over every registered kind, read from the registry."""
+
+  def __getitem__(self, name: str) -> frozenset:
+    try:
+      return get(name).may_differ
+    except ValueError:
+      raise KeyError(name) from None
+
+  def __iter__(self):
+    return iter(names())
+
+  def __len__(self) -> int:
+    return len(names())
+
+
+MAY_DIFFER = MayDiffer()
