@@ -53,7 +53,9 @@ from normattn_jax.analysis.unselectable import unselectable
 from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.reporting import card_stats
 from normattn_jax.reporting import diagnostics as diagnostics_lib
+from normattn_jax.reporting import report_card_text as text
 from normattn_jax.reporting import seeds as seeds_lib
+from normattn_jax.reporting.card_names import ARMS, BASELINES, CARD_TASKS, CASES, TASK_METRIC
 from normattn_jax.tasks.synthetic import case_guess_rate
 from normattn_jax.train import artifacts
 from normattn_jax.train.checkpoint import (ITEM, GridCheckpoints, WorkdirError, open_workdir,
@@ -74,10 +76,6 @@ KIND = "report_card"  # the workdir kind (checkpoint.MAY_DIFFER)
 PROTOCOL = 2  # selection seeds apart from evaluation seeds; report.json's "protocol"
 CARD_ARCH = "mte"
 BASELINE_ARCHS = ("mte", "nap")  # softmax in the MTE layout, and NAP
-ARMS = ("card", "softmax", "nap")
-BASELINES = ("softmax", "nap")
-CASES = ("argmin", "first", "argmax")
-EPSILON = ea.EPSILON
 # The base seeds of the two stages: the evaluation seeds share no model key with the selection's.
 SELECTION_SEED, EVALUATION_SEED = 0, 1
 # A seed learns a case when its best accuracy on that case beats chance (the best guess that
@@ -86,9 +84,6 @@ SELECTION_SEED, EVALUATION_SEED = 0, 1
 # shared with experiments/compare_seeds.py).
 CASE_VOCAB = 100  # the case tasks' vocabulary (sweep_config)
 UNSELECTABLE_TOL = 1e-6  # float32 keys (analysis.unselectable)
-# Normalisations whose every key keeps a total weight >= 1/N by construction (Theorem 2 of the
-# DNAS paper and its corollaries): for them the bound is a check of the code, not a finding.
-BOUND_BY_CONSTRUCTION = ("dnas", "hnas", "sinkhorn")
 REPORT_MD, REPORT_JSON, SUMMARY = "report.md", "report.json", artifacts.SUMMARY
 MACHINE, PROVENANCE = "machine.json", "provenance.json"
 
@@ -163,11 +158,6 @@ SCALES = {
                    cost_lengths=(128, 1024, 4096), cost_repeats=5, clusters=(500, 50),
                    lm=card_lm.LM_SIZES["paper"]),
 }
-# task of a card -> (registered task, output)
-CARD_TASKS = {"case": ("case_distinction", "tokens"), "first_token": ("case_distinction", "first"),
-              "mode": ("mode_finding", "classes")}
-# the metric each task is judged on (the paper's: training accuracy; the mode task's at 2N)
-TASK_METRIC = {"case": "train_acc", "first_token": "train_acc", "mode": "val_acc"}
 
 
 def base_card_config() -> ml_collections.ConfigDict:
@@ -773,7 +763,6 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, afresh: bool = False
       card writes its files from one).
     WorkdirError: for a workdir of another card.
   """
-  from normattn_jax.reporting import report_card_text as text  # matplotlib only when writing
   if jax.process_count() > 1:
     raise ValueError(f"a report card runs on one host, not {jax.process_count()} "
                      "(its sweeps, analyses and files are one process's)")

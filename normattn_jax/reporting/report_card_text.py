@@ -14,8 +14,8 @@ import numpy as np
 
 from normattn_jax._extras import fingerprint_id
 from normattn_jax.reporting import card_stats
-from normattn_jax.reporting.report_card import ARMS, BASELINES, BOUND_BY_CONSTRUCTION, \
-    CARD_TASKS, CASES, EPSILON, TASK_METRIC
+from normattn_jax.reporting.card_names import (ARMS, BASELINES, BOUND_BY_CONSTRUCTION,
+                                               CARD_TASKS, CASES, EPSILON, TASK_METRIC)
 from normattn_jax.reporting.seeds import LEARNED_SE
 from normattn_jax.train.checkpoint import write_json
 
