@@ -38,8 +38,8 @@ from normattn_jax.train.driver import Budget, RunHooks
 from normattn_jax.train.run_log import RunLog
 from normattn_jax.train.sections import check_known_fields, flat_fields
 from normattn_jax.train.state import TrainState
-from normattn_jax.validation import check_config_float, check_config_int, check_fields, \
-    check_float
+from normattn_jax.validation import (check_config_float, check_config_int, check_fields,
+                                     check_float)
 from normattn_jax.validation import fail_config as _fail
 
 # An optional package: without it, the error names the extra that installs it.
@@ -514,8 +514,8 @@ def _train_and_analyse(c: ml_collections.ConfigDict, workdir: str, budget: Budge
   train_seconds = time.perf_counter() - began
   losses = {name: run.metrics["train_loss"] for name, run in trained.items()}
   states = {name: run.state for name, run in trained.items()}
-  initial = {name: initial_states(c, grid) for name, grid in grids.items()} \
-      if a.init_sequences else {}
+  initial = ({name: initial_states(c, grid) for name, grid in grids.items()}
+             if a.init_sequences else {})
   results = {}
   for name, model in models.items():
     results[name] = []

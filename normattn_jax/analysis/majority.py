@@ -47,14 +47,14 @@ import optax
 from normattn_jax._extras import require
 from normattn_jax.norms import LayerNorm, normalize
 from normattn_jax.train import grid as grid_lib
-from normattn_jax.train.checkpoint import GridCheckpoints, open_workdir, releases_workdir, \
-    write_json
+from normattn_jax.train.checkpoint import (GridCheckpoints, open_workdir, releases_workdir,
+                                           write_json)
 from normattn_jax.train.driver import Budget, Interrupted
 from normattn_jax.train.run_log import RunLog
 from normattn_jax.train.state import TrainState
 from normattn_jax.train.sections import check_known_fields
-from normattn_jax.validation import RULES, check_config_float, check_config_int, check_fields, \
-    check_float, check_int, fail_config
+from normattn_jax.validation import (RULES, check_config_float, check_config_int, check_fields,
+                                     check_float, check_int, fail_config)
 
 # An optional package: without it, the error names the extra that installs it.
 ml_collections = require("ml_collections", "analysis")
@@ -294,8 +294,8 @@ class MajorityEncoder(nn.Module):
     """[types, d]: ``norm(e_t) W_Q W_K^T / sqrt(d)``, the vector each type's query dots with
     the normalised keys (``qQK`` of the paper's code)."""
     h = pre_attention_norm(self.embedding.embedding, variant)
-    return h @ self.query.variables["params"]["kernel"] \
-        @ self.key.variables["params"]["kernel"].T / math.sqrt(self.d_model)
+    return (h @ self.query.variables["params"]["kernel"]
+            @ self.key.variables["params"]["kernel"].T / math.sqrt(self.d_model))
 
 
 def query_angles(queries: Array) -> Array:

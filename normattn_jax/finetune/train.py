@@ -36,10 +36,10 @@ from normattn_jax.finetune import heads as heads_lib
 from normattn_jax.finetune import task as task_lib
 from normattn_jax.train import grid as grid_lib
 from normattn_jax.train import multihost
-from normattn_jax.train.checkpoint import WorkdirError, open_workdir, releases_workdir, \
-    write_json
-from normattn_jax.train.optim import lamb_adapted, scale_by_adam_without_bias_correction, \
-    schedule_shape
+from normattn_jax.train.checkpoint import (WorkdirError, open_workdir, releases_workdir,
+                                           write_json)
+from normattn_jax.train.optim import (lamb_adapted, scale_by_adam_without_bias_correction,
+                                      schedule_shape)
 from normattn_jax.train.driver import Budget, RunHooks
 from normattn_jax.train.run_log import RunLog
 from normattn_jax.train.sections import attention_section, attention_spec, check_known_fields
@@ -497,8 +497,8 @@ def run_finetuning(c: ml_collections.ConfigDict, workdir: str, *,
     to the next (the first of a call compiles: not counted)."""
     now = time.perf_counter()
     if timing["last"] is not None:
-      timing["chunks"], timing["seconds"] = timing["chunks"] + 1, timing["seconds"] + now - \
-          timing["last"]
+      timing["chunks"], timing["seconds"] = (timing["chunks"] + 1,
+                                             timing["seconds"] + now - timing["last"])
     timing["last"] = now
     predictions = out["predictions"].reshape((num_models, -1) + out["predictions"].shape[3:])
     scores = [_score(task, predictions[m, :num_dev], bool(out["diverged"][m]))

@@ -62,8 +62,8 @@ from normattn_jax.train.checkpoint import (ITEM, GridCheckpoints, WorkdirError, 
                                           releases_workdir, write_json)
 from normattn_jax.train.config import PAPER_LEARNING_RATES, base_config
 from normattn_jax.train.grid import Setup
-from normattn_jax.train.sections import attention_section, attention_spec, \
-    check_known_fields
+from normattn_jax.train.sections import (attention_section, attention_spec,
+                                         check_known_fields)
 from normattn_jax.train.sweep import run_sweep
 from normattn_jax.validation import fail_config
 
@@ -251,11 +251,11 @@ def sweep_config(task: str, scale: str, archs: tuple, spec: Optional[AttentionSp
   if spec is not None:
     c.attention = attention_section(spec.name, **dict(spec.options))
   if learning_rate is None:
-    c.learning_rates, c.num_seeds, c.seed = tuple(s.learning_rates), s.selection_seeds, \
-        SELECTION_SEED
+    c.learning_rates, c.num_seeds, c.seed = (tuple(s.learning_rates), s.selection_seeds,
+                                             SELECTION_SEED)
   else:
-    c.learning_rates, c.num_seeds, c.seed = (float(learning_rate),), s.evaluation_seeds, \
-        EVALUATION_SEED
+    c.learning_rates, c.num_seeds, c.seed = ((float(learning_rate),), s.evaluation_seeds,
+                                              EVALUATION_SEED)
   c.task.name, c.task.output = CARD_TASKS[task]
   c.task.seq_len = s.seq_len
   c.task.vocab_size = 2 * s.seq_len if task == "mode" else CASE_VOCAB

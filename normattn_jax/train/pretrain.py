@@ -28,13 +28,13 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from normattn_jax.attention.module import IMPLEMENTATIONS, check_fusable
 from normattn_jax.attention.registry import AttentionSpec
-from normattn_jax.models.albert import DTYPES, AlbertConfig, AlbertForPretraining, \
-    pretraining_loss
+from normattn_jax.models.albert import (DTYPES, AlbertConfig, AlbertForPretraining,
+                                        pretraining_loss)
 from normattn_jax.models.bert import ACTIVATIONS
 from normattn_jax.precision import check_compute_dtype
 from normattn_jax.train import multihost
-from normattn_jax.train.checkpoint import GridCheckpoints, check_workdir, open_workdir, \
-    releases_workdir, write_json
+from normattn_jax.train.checkpoint import (GridCheckpoints, check_workdir, open_workdir,
+                                           releases_workdir, write_json)
 from normattn_jax.train.config import validate_attention_options
 from normattn_jax.train.driver import Budget
 from normattn_jax.train.optim import albert_lamb, albert_schedule
@@ -402,8 +402,8 @@ def run_pretraining(c: ml_collections.ConfigDict, workdir: str, *,
 
   state = trainer.init(jax.random.key(t.seed),
                        trainer.global_batch(train_data, 0, t.batch_size, t.seed))
-  checkpoints = GridCheckpoints(os.path.join(workdir, "checkpoints")) \
-      if t.checkpoint_every else None
+  checkpoints = (GridCheckpoints(os.path.join(workdir, "checkpoints"))
+                 if t.checkpoint_every else None)
   start = 0
   if checkpoints is not None and checkpoints.latest() is not None:
     start, restored = checkpoints.restore_newest({"state": state})
