@@ -52,8 +52,8 @@ def test_bf16_keeps_the_tolerances_of_float32(name, implementation):
     assert all(g.dtype == jnp.float32 for g in jax.tree.leaves(grad16))  # params stay float32
     error = out16.astype(jnp.float32) - out32
     assert relative(error, out32) <= BF16_TOLERANCES["output_rms"], causal
-    assert float(jnp.max(jnp.abs(error)) / jnp.max(jnp.abs(out32))) <= \
-        BF16_TOLERANCES["output_max"], causal
+    assert (float(jnp.max(jnp.abs(error)) / jnp.max(jnp.abs(out32))) <=
+            BF16_TOLERANCES["output_max"]), causal
     gradient_error = relative(jax.tree.map(jnp.subtract, grad16, grad32), grad32)
     if registry.get(name).needs_float32:  # why its configs refuse bf16
       assert gradient_error > 2 * BF16_TOLERANCES["gradient"], causal
