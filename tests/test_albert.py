@@ -35,8 +35,10 @@ def make_batch(seed=0, batch=2):
 
 
 def init(config, batch=None):
+  """The model and its parameters, initialised by one compiled program (op by op, each of its
+  many operations would compile alone)."""
   model = AlbertForPretraining(config)
-  return model, model.init(jax.random.key(0), batch or make_batch())["params"]
+  return model, jax.jit(model.init)(jax.random.key(0), batch or make_batch())["params"]
 
 
 def layer_param_count(params):
