@@ -119,7 +119,8 @@ def test_differential_applies_another_normalisation_to_both_maps():
 
 def test_off_the_params_are_flax_and_each_option_adds_only_its_own():
   x = inputs()
-  shapes = lambda module: jax.tree.map(jnp.shape, module.init(jax.random.key(0), x)["params"])
+  shapes = lambda module: jax.tree.map(  # the shapes alone: traced, nothing compiled
+      jnp.shape, jax.eval_shape(module.init, jax.random.key(0), x)["params"])
   flax_tree = shapes(nn.MultiHeadDotProductAttention(num_heads=H))
   off = shapes(MultiHeadAttention(num_heads=H))
   assert off == shapes(MultiHeadAttention(num_heads=H, output_gate=None, qk_norm=None,

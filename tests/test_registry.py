@@ -134,8 +134,8 @@ def test_sparsemax_in_a_block_keeps_the_mte_head_norm():
   params = TransformerBlock(num_heads=2, arch="mte", normalization="scaled_sparsemax").init(KEY, x)
   attention = params["params"]["attention"]
   assert "head_norm" in attention and attention["sparsemax_scale"].shape == (2,)
-  grads = jax.grad(lambda p: jnp.sum(TransformerBlock(
-      num_heads=2, arch="mte", normalization="scaled_sparsemax").apply(p, x) ** 2))(params)
+  grads = jax.jit(jax.grad(lambda p: jnp.sum(TransformerBlock(
+      num_heads=2, arch="mte", normalization="scaled_sparsemax").apply(p, x) ** 2)))(params)
   assert np.all(np.isfinite(np.asarray(grads["params"]["attention"]["sparsemax_scale"])))
 
 
