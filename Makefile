@@ -2,8 +2,9 @@
 # compiled with XLA's full optimisation (tests/conftest.py), then the docs; make docs: the docs
 # site in docs/_build/html, its tutorials executed, every warning an error. Each test file runs
 # on one of the two workers (--dist loadfile), so its module fixtures are built and its programs
-# compiled once. Each creates .venv and installs the project with every extra on first use, at
-# the versions of constraints.txt; make constraints pins that file to what .venv holds.
+# compiled once; the heaviest files start first (tests/conftest.py). Each creates .venv and
+# installs the project with every extra on first use, at the versions of constraints.txt; make
+# constraints pins that file to what .venv holds.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python

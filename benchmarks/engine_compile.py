@@ -26,8 +26,8 @@ import numpy as np
 from absl import app, flags
 
 from normattn_jax.train.config import base_config
-from normattn_jax.train.grid import Grid, Setup, make_programs, model_keys, models_sharding, \
-    over_models
+from normattn_jax.train.grid import (Grid, Setup, make_programs, model_keys, models_sharding,
+                                     over_models)
 from normattn_jax.train.layout import ModelsAxis
 
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Interleaved rounds per variant.", lower_bound=1)

@@ -49,8 +49,8 @@ from absl import app, flags
 # The engine's programs, timer and flags (--repeats, --steps) are grid_throughput's.
 import grid_throughput
 from grid_throughput import build, setup_for, timed
-from normattn_jax.pytorch_peer import LOGIT_TOLERANCE, check_same_network, ensemble_trainer, \
-    sequential_trainer
+from normattn_jax.pytorch_peer import (LOGIT_TOLERANCE, check_same_network, ensemble_trainer,
+                                       sequential_trainer)
 
 _MODELS_DEFAULT = flags.DEFINE_integer("models_default", 10, "Models M at the paper's defaults "
                                        "(d = N = 128); at least 2: the engine's variants are "

@@ -24,15 +24,45 @@ jax.config.update("jax_default_matmul_precision", "float32")
 import pytest  # noqa: E402
 
 
+# The files that take longest in `make test` (pytest --durations, summed per file), slowest
+# first. With --dist loadfile a worker takes the next file in the collection's order whenever
+# it runs short of tests, so these start first and the short files fill in at the end, instead
+# of one long file running alone on one worker while the other sits idle.
+HEAVIEST_FIRST = (
+    "test_readme.py", "test_grid.py", "test_nnx.py", "test_fast.py", "test_mixing.py",
+    "test_export_check.py", "test_albert.py", "test_fused.py", "test_padding.py",
+    "test_finetune.py", "test_module_options.py", "test_card_lm.py", "test_new_weights.py",
+    "test_analysis_majority.py", "test_weights.py", "test_module.py", "test_analysis_geometry.py",
+    "test_weights_exact.py", "test_analysis_explaining_away.py", "test_module_dropin.py",
+    "test_configs.py", "test_workdir.py", "test_cell_independence.py", "test_precision.py",
+    "test_analysis_mode_collapse.py", "test_distributed.py", "test_seeds_report.py",
+    "test_finetune_guards.py", "test_fast_new.py", "test_causal_lm.py")
+
+
+def file_rank(item) -> int:
+  """Where the item's file starts: its place in ``HEAVIEST_FIRST``, the others after them."""
+  name = item.path.name
+  return HEAVIEST_FIRST.index(name) if name in HEAVIEST_FIRST else len(HEAVIEST_FIRST)
+
+
+def pytest_configure(config):
+  """xdist takes the files in the collection's order (``HEAVIEST_FIRST``), not by how many
+  tests each holds, its default."""
+  if hasattr(config.option, "loadscopereorder"):
+    config.option.loadscopereorder = False
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
   """``@pytest.mark.fast_subset(keep)`` on a parametrised test: ``make test`` runs the parameter
   sets for which ``keep(params)`` (a dict, argument name -> value) is true, a set that reaches
-  every code path the test checks; the others are marked slow, for ``make test-all``."""
+  every code path the test checks; the others are marked slow, for ``make test-all``. The
+  heaviest files go first (``HEAVIEST_FIRST``), each file's tests in their order."""
   for item in items:
     marker = item.get_closest_marker("fast_subset")
     if marker is not None and not marker.args[0](item.callspec.params):
       item.add_marker(pytest.mark.slow)
+  items.sort(key=file_rank)
 
 
 @pytest.fixture

@@ -12,9 +12,7 @@ import jax
 import numpy as np
 
 from normattn_jax.train.grid import train_grid
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_mesh import GRID_SHARDS, grid_config, pretraining_steps  # noqa: E402
+from helpers.mesh import GRID_SHARDS, grid_config, pretraining_steps
 
 
 def flat(tree) -> np.ndarray:

@@ -7,8 +7,8 @@ import optax
 import pytest
 
 from normattn_jax.attention import AttentionSpec
-from normattn_jax.models.albert import AlbertConfig, AlbertForPretraining, AlbertModel, \
-    pretraining_loss
+from normattn_jax.models.albert import (AlbertConfig, AlbertForPretraining, AlbertModel,
+                                        pretraining_loss)
 from normattn_jax.models.bert import BertConfig, BertLayer
 from normattn_jax.train.optim import albert_lamb, albert_schedule, lamb_adapted
 
@@ -35,8 +35,10 @@ def make_batch(seed=0, batch=2):
 
 
 def init(config, batch=None):
+  """The model and its parameters, initialised by one compiled program (op by op, each of its
+  many operations would compile alone)."""
   model = AlbertForPretraining(config)
-  return model, model.init(jax.random.key(0), batch or make_batch())["params"]
+  return model, jax.jit(model.init)(jax.random.key(0), batch or make_batch())["params"]
 
 
 def layer_param_count(params):
@@ -50,8 +52,8 @@ def test_layers_share_parameters_within_a_group():
   _, two_groups = init(small_config(num_hidden_layers=4, num_hidden_groups=2))
   assert layer_param_count(one_group) == layer_param_count(deeper)
   assert layer_param_count(two_groups) == 2 * layer_param_count(one_group)
-  assert set(k for k in two_groups["albert"] if k.startswith("group_")) == \
-      {"group_0_inner_0", "group_1_inner_0"}
+  assert (set(k for k in two_groups["albert"] if k.startswith("group_")) ==
+          {"group_0_inner_0", "group_1_inner_0"})
 
 
 def test_encoder_is_the_shared_layer_applied_in_turn():

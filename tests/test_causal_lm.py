@@ -18,19 +18,11 @@ from normattn_jax.train.checkpoint import WorkdirError, check_workdir
 from normattn_jax.train.driver import Budget, Interrupted
 from normattn_jax.train.run_log import RunLog
 
-VOCAB, LENGTH = 13, 12
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import REPO
+from helpers.causal_lm import LENGTH, tiny_causal_lm_config
+
+VOCAB = 13
 STREAM = np.tile(np.arange(VOCAB, dtype=np.int32), 40)  # a predictable text
-
-
-def tiny_config(**train):
-  """The run's config at a size that trains in seconds."""
-  c = unselectable_lm.get_config()
-  c.model.update(max_len=LENGTH, num_layers=1)
-  c.train.update(dict(dict(seeds=2, batch_size=4, num_steps=6, log_every=2, checkpoint_every=2,
-                           warmup_steps=2, learning_rate=1e-2), **train))
-  lm_keys.validate_config(c)
-  return c
 
 
 def train_variant(c, grid, workdir, name="without_scaling", budget=None):
@@ -64,8 +56,8 @@ def test_the_layer_norm_before_attention_is_the_configured_kind(model_and_params
   standard = without.clone(pre_attention_norm_kind="standard")
   tokens = jax.random.randint(jax.random.key(2), (3, LENGTH), 0, VOCAB)
   # Same parameter tree (that LayerNorm has no gain or bias): only the normalisation differs.
-  assert jax.tree.structure(init_params(standard, jax.random.key(0))) == \
-      jax.tree.structure(params)
+  assert (jax.tree.structure(init_params(standard, jax.random.key(0))) ==
+          jax.tree.structure(params))
   got_without = capture_attention_inputs(without, {"params": params}, tokens)
   got_standard = capture_attention_inputs(standard, {"params": params}, tokens)
   # Layer 1 sees the same embeddings in both models.
@@ -125,7 +117,7 @@ def test_the_fields_a_resumed_run_may_change_exist():
 
 
 def test_a_tiny_training_lowers_the_loss_of_both_variants(tmp_path):
-  c = tiny_config(num_steps=40, log_every=20, checkpoint_every=0)
+  c = tiny_causal_lm_config(num_steps=40, log_every=20, checkpoint_every=0)
   grids = {name: grid_of(c, name) for name in lm_keys.VARIANTS}
   initial = {name: lm_keys.initial_states(c, grid) for name, grid in grids.items()}
   # The seeds differ, the variants of one seed start alike.
@@ -143,7 +135,7 @@ def test_a_tiny_training_lowers_the_loss_of_both_variants(tmp_path):
 
 
 def test_an_interrupted_variant_resumes_to_the_numbers_of_an_uninterrupted_one(tmp_path):
-  c = tiny_config()
+  c = tiny_causal_lm_config()
   grid = grid_of(c)  # compiled once, trained three times
   reference = train_variant(c, grid, tmp_path / "whole")
   with pytest.raises(Interrupted, match="after 1 of 3"):
@@ -161,8 +153,8 @@ def test_an_interrupted_variant_resumes_to_the_numbers_of_an_uninterrupted_one(t
 def test_a_seed_trains_alike_alone_and_beside_other_seeds(tmp_path):
   """The models axis is the seeds: seed 0 of a grid of 2 is the grid of seed 0 alone."""
   runs = [train_variant(c, grid_of(c), tmp_path / str(c.train.seeds))
-          for c in (tiny_config(seeds=1, models_per_vmap=1, num_steps=2, warmup_steps=1),
-                    tiny_config(seeds=2, models_per_vmap=1, num_steps=2, warmup_steps=1))]
+          for c in (tiny_causal_lm_config(seeds=1, models_per_vmap=1, num_steps=2, warmup_steps=1),
+                    tiny_causal_lm_config(seeds=2, models_per_vmap=1, num_steps=2, warmup_steps=1))]
   np.testing.assert_array_equal(runs[0].metrics["train_loss"][:, 0],
                                 runs[1].metrics["train_loss"][:, 0])
   jax.tree.map(lambda a, b: np.testing.assert_array_equal(a[0], b[0]), runs[0].state.params,
@@ -196,8 +188,8 @@ def test_a_field_the_run_lacks_or_misses_is_refused():
 
 def test_a_bad_budget_is_refused_before_the_workdir_is_written(tmp_path):
   with pytest.raises(ValueError, match="minutes must be >= 0, got -1"):
-    lm_keys.run(tiny_config(), str(tmp_path / "run"), budget=Budget(minutes=-1))
-  c = tiny_config()
+    lm_keys.run(tiny_causal_lm_config(), str(tmp_path / "run"), budget=Budget(minutes=-1))
+  c = tiny_causal_lm_config()
   c.kind = "sweep"
   with pytest.raises(ValueError, match="config.kind='sweep'"):
     lm_keys.run(c, str(tmp_path / "run"))

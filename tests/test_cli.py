@@ -9,7 +9,8 @@ import pytest
 
 from normattn_jax.train import cli
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import REPO, subprocess_env
+
 
 SCRIPT = textwrap.dedent("""
     from absl import app
@@ -25,7 +26,7 @@ SCRIPT = textwrap.dedent("""
 
 
 def command(*flags):
-  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO)
+  env = subprocess_env()
   env.pop("XLA_FLAGS", None)
   return subprocess.run([sys.executable, "-c", SCRIPT, *flags], capture_output=True, text=True,
                         env=env, cwd=REPO)
@@ -58,8 +59,8 @@ def test_the_default_leaves_a_started_jax_alone():
   from normattn_jax.train import cli
   jax.devices()  # this process's JAX has started
   assert cli.split_cpu(None) is None
-  assert cli.split_cpu(None, environ={"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}) \
-      is None
+  assert (cli.split_cpu(None, environ={"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+          is None)
 
 
 def test_multi_host_flags_without_distributed_are_refused():
@@ -78,8 +79,8 @@ def test_the_compilation_cache_is_on_by_default_under_the_users_cache(tmp_path):
   assert cli.enable_compilation_cache(True, {"XDG_CACHE_HOME": str(tmp_path)}) == given
   try:
     jax.config.update("jax_compilation_cache_dir", None)  # none given to JAX
-    assert cli.enable_compilation_cache(True, {"XDG_CACHE_HOME": str(tmp_path)}) == \
-        str(tmp_path / "normattn_jax" / "jax")
+    assert (cli.enable_compilation_cache(True, {"XDG_CACHE_HOME": str(tmp_path)}) ==
+            str(tmp_path / "normattn_jax" / "jax"))
   finally:
     jax.config.update("jax_compilation_cache_dir", given)
 
@@ -111,7 +112,7 @@ def test_a_value_given_to_a_config_section_says_which_field_to_set():
       [sys.executable, os.path.join(REPO, "experiments", "pretrain.py"),
        "--config=configs/albert_tiny.py", "--config.model.attention=dnas", "--workdir=/nowhere"],
       capture_output=True, text=True, cwd=REPO, timeout=300,
-      env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO))
+      env=subprocess_env())
   assert done.returncode == 1
   assert ("--config.model.attention=dnas: config.model.attention is a section, not a value "
           "(its fields: name, options): set one of its fields, e.g. "

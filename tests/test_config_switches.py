@@ -13,7 +13,7 @@ from normattn_jax.train.checkpoint import WorkdirError, check_workdir, config_js
 from normattn_jax.train.config import SWITCHES, base_config, point_config, static_points
 from normattn_jax.train.migrate import with_boolean_switches, with_current_names
 from normattn_jax.train.grid import Setup
-from test_grid import tiny_config
+from helpers.sweeps import tiny_sweep_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -27,7 +27,7 @@ def test_the_switches_default_to_none_and_refuse_strings():
   assert [c[s][k] for s, k in map(section_and_key, SWITCHES)] == [None] * len(SWITCHES)
   with pytest.raises(TypeError):
     c.model.normalize = "true"  # the config's own type check, at assignment
-  loaded = ml_collections.ConfigDict(json.loads(tiny_config().to_json()))  # e.g. from a file
+  loaded = ml_collections.ConfigDict(json.loads(tiny_sweep_config().to_json()))  # e.g. from a file
   loaded.train.clip = "auto"
   with pytest.raises(ValueError, match=r"config.train.clip='auto': must be True, False or None"):
     validate(loaded)
@@ -40,14 +40,14 @@ def test_the_switches_default_to_none_and_refuse_strings():
     ("mte", True, True, (3, 1.0)),
 ])
 def test_none_is_the_archs_own_choice(arch, warmup, clip, expected):
-  c = tiny_config(**{"train.warmup": warmup, "train.clip": clip})
+  c = tiny_sweep_config(**{"train.warmup": warmup, "train.clip": clip})
   validate(c)
   setup = Setup(arch, c)
   assert (setup.warmup_steps, setup.clip_norm) == expected
 
 
 def test_ablation_stages_set_booleans():
-  c = tiny_config(archs=("bert",))
+  c = tiny_sweep_config(archs=("bert",))
   c.sweep.name, c.sweep.grid = "ablation", (0, 1, 2, 3, 4)
   stages = [point_config(c, point) for point in static_points(c)]
   assert [(s.train.warmup, s.train.clip, s.model.normalize, s.model.attention_gelu)
@@ -92,7 +92,7 @@ def legacy_tree(config, **strings):
 
 
 def test_a_workdir_of_an_old_config_resumes_with_todays(tmp_path):
-  config = tiny_config(**{"task.name": "mode_finding", "task.output": "classes",
+  config = tiny_sweep_config(**{"task.name": "mode_finding", "task.output": "classes",
                           "task.vocab_size": 10})
   with open(tmp_path / "config.json", "w") as f:
     json.dump(legacy_tree(config), f)

@@ -10,7 +10,8 @@ from configs import regularization
 from normattn_jax.train.config import point_config, static_points, validate
 from normattn_jax.train.pretrain import validate_pretrain_config
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import REPO, config_from_file
+
 ALBERT_CONFIGS = sorted(glob.glob(os.path.join(REPO, "configs", "albert_*.py")))
 # configs of other kinds of run, each checked by its kind's tests
 OTHER_KINDS = ("layernorm_majority.py",  # test_analysis_majority's
@@ -23,30 +24,22 @@ CONFIGS = sorted(p for p in glob.glob(os.path.join(REPO, "configs", "*.py"))
                  and not os.path.basename(p).startswith("finetune_"))  # test_finetune's
 
 
-def load(path):
-  import importlib.util
-  spec = importlib.util.spec_from_file_location("config", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config()
-
-
 @pytest.mark.parametrize("path", CONFIGS, ids=os.path.basename)
 def test_config_is_valid(path):
-  validate(load(path))
+  validate(config_from_file(path))
 
 
 @pytest.mark.parametrize("path", ALBERT_CONFIGS, ids=os.path.basename)
 def test_pretraining_config_is_valid(path):
-  validate_pretrain_config(load(path))
+  validate_pretrain_config(config_from_file(path))
 
 
 def test_dnas_paper_pretraining_settings():
-  c = load(os.path.join(REPO, "configs", "albert_large_dnas_paper.py"))
+  c = config_from_file(os.path.join(REPO, "configs", "albert_large_dnas_paper.py"))
   assert (c.model.num_hidden_layers, c.model.hidden_size, c.model.num_attention_heads,
           c.model.embedding_size) == (24, 1024, 16, 1024)
-  assert (c.model.intermediate_size, c.model.num_hidden_groups, c.model.inner_group_num) == \
-      (4096, 24, 1)
+  assert ((c.model.intermediate_size, c.model.num_hidden_groups, c.model.inner_group_num) ==
+           (4096, 24, 1))
   assert (c.train.batch_size, c.train.learning_rate, c.train.num_steps,
           c.train.warmup_steps) == (4096, 0.00176, 125000, 3125)
   assert (c.data.corpus, c.data.vocab_size, c.data.max_seq_length,
@@ -79,7 +72,7 @@ def count_pretraining_params(c):
 @pytest.mark.parametrize("attention,extra", [("softmax", 0), ("dnas", 0), ("hnas", 24 * 16)])
 def test_dnas_paper_model_has_bert_large_size(attention, extra):
   # One set of weights shared by all 24 layers would give 47M; HNAS adds only u per layer and head.
-  c = load(os.path.join(REPO, "configs", "albert_large_dnas_paper.py"))
+  c = config_from_file(os.path.join(REPO, "configs", "albert_large_dnas_paper.py"))
   c.model.attention.name = attention
   n = count_pretraining_params(c)
   assert n == DNAS_CONFIG_PARAMS + extra
@@ -93,7 +86,7 @@ def test_regularization_configs(task, kind):
 
 
 def test_paper_scale_defaults():
-  c = load(os.path.join(REPO, "configs", "case_distinction.py"))
+  c = config_from_file(os.path.join(REPO, "configs", "case_distinction.py"))
   assert c.archs == ("bert", "mte", "nap", "non", "sum", "max")
   assert len(c.learning_rates) == 10 and abs(c.learning_rates[0] - 0.3) < 1e-12
   shape = (c.model.d_model, c.model.num_layers, c.model.num_heads, c.task.seq_len)
@@ -102,23 +95,23 @@ def test_paper_scale_defaults():
 
 
 def test_depth_sweep_reaches_the_papers_depth():
-  c = load(os.path.join(REPO, "configs", "fig15_first_token_lr_x_depth.py"))
+  c = config_from_file(os.path.join(REPO, "configs", "fig15_first_token_lr_x_depth.py"))
   assert (c.sweep.name, c.task.output) == ("model.num_layers", "first")
   assert tuple(c.sweep.grid) == (1, 2, 4, 8, 16, 32, 64)
 
 
 def test_step_scaling_keeps_examples_constant():
-  c = load(os.path.join(REPO, "configs", "fig13_case_lr_x_batch.py"))
+  c = config_from_file(os.path.join(REPO, "configs", "fig13_case_lr_x_batch.py"))
   for values in static_points(c):
     p = point_config(c, values)
     assert p.train.num_steps * p.train.batch_size == 3200 * 32
     assert p.train.num_steps // p.train.eval_every == 32
-  c = load(os.path.join(REPO, "configs", "fig16_mode_lr_x_vocab.py"))
+  c = config_from_file(os.path.join(REPO, "configs", "fig16_mode_lr_x_vocab.py"))
   assert [point_config(c, v).train.num_steps for v in static_points(c)][:3] == [800, 1600, 3200]
 
 
 def test_ablation_stages():
-  c = load(os.path.join(REPO, "configs", "table1_ablation.py"))
+  c = config_from_file(os.path.join(REPO, "configs", "table1_ablation.py"))
   stages = [point_config(c, v) for v in static_points(c)]
   assert [(s.train.warmup, s.train.clip, s.model.normalize, s.model.attention_gelu)
           for s in (stages[0], stages[4])] == [(True, True, False, False),

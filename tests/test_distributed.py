@@ -19,9 +19,10 @@ import numpy as np
 import pytest
 
 from distributed_worker import INTERRUPTED, write_corpus
-from test_workdir import halve
+from helpers.files import halve
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import REPO, subprocess_env
+
 WORKER = os.path.join(REPO, "tests", "distributed_worker.py")
 DEVICES = 2  # per process; the one-process run has them all
 PROCESSES = 2
@@ -36,9 +37,8 @@ def free_port() -> int:
 
 
 def environment(devices: int) -> dict:
-  return dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO,  # the cache: conftest.py's
-              XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
-              + f" --xla_force_host_platform_device_count={devices}")
+  return subprocess_env(XLA_FLAGS=os.environ.get("XLA_FLAGS", "")  # the cache: conftest.py's
+                        + f" --xla_force_host_platform_device_count={devices}")
 
 
 def launch(commands: list[list[str]], logs: str, devices: int = DEVICES) -> list[int]:
@@ -120,8 +120,8 @@ def returned(workdir, process):
 
 
 def assert_same_metrics(workdir, reference):
-  with np.load(os.path.join(reference, "metrics.npz")) as one, \
-      np.load(os.path.join(workdir, "metrics.npz")) as two:
+  with (np.load(os.path.join(reference, "metrics.npz")) as one,
+        np.load(os.path.join(workdir, "metrics.npz")) as two):
     assert sorted(one.files) == sorted(two.files)
     for key in one.files:
       np.testing.assert_array_equal(two[key], one[key], err_msg=key)
@@ -228,8 +228,8 @@ def test_pretraining_on_two_processes(tmp_path):
               str(resumed), expected=INTERRUPTED)
   assert all("pre-training: stopped after 3 of" in text for text in texts)
   run(processes("pretrain", resumed, "--corpus", corpus), str(resumed))
-  assert without_timing(returned(resumed, 0)) == without_timing(returned(resumed, 1)) \
-      == without_timing(summary)
+  assert (without_timing(returned(resumed, 0)) == without_timing(returned(resumed, 1))
+          == without_timing(summary))
   assert history(resumed) == history(whole)
 
 

@@ -11,11 +11,11 @@ import pytest
 from normattn_jax.train import checkpoint, multihost
 from normattn_jax.train.config import base_config
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import REPO, subprocess_env
 
 
 def run_script(*args, cwd=REPO):
-  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO)
+  env = subprocess_env()
   env.pop("XLA_FLAGS", None)
   return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env,
                         cwd=cwd, timeout=600)

@@ -19,7 +19,8 @@ from normattn_jax.attention.registry import Normalization, register, unregister
 from normattn_jax.attention.weights import softmax_weights
 from normattn_jax.train import export_check
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import REPO, subprocess_env
+
 # the normalisations registered when the list was made (other test files register their own
 # when they are collected, after this one)
 LISTED = export_check.attention_registry.names()
@@ -42,8 +43,8 @@ def test_the_list_covers_every_kind_normalisation_and_implementation():
         in_grid = any(n.startswith("grid/") and f"/{name}/{implementation}/{dtype}" in n
                       for n in names)
         # a sweep config refuses bf16 for a normalisation that needs float32
-        assert in_grid == (dtype in export_check.config_dtypes(name, [dtype])), \
-            (name, implementation, dtype)
+        assert in_grid == (dtype in export_check.config_dtypes(name, [dtype])), (
+            name, implementation, dtype)
         assert f"linen/{name}/{implementation}/{dtype}" in names
         assert f"nnx/{name}/{implementation}/{dtype}" in names
   for arch in export_check.GRID_ARCHS:
@@ -135,8 +136,7 @@ def test_the_command_checks_a_plugin_and_names_what_fails(tmp_path):
       "  return softmax_weights(logits, mask)\n"
       "register(Normalization('my_softmax', softmax_weights))\n"
       "register(Normalization('my_noisy', noisy))\n")
-  path = os.pathsep.join([REPO, str(tmp_path), os.environ.get("PYTHONPATH", "")])
-  env = dict(os.environ, PYTHONPATH=path, JAX_PLATFORMS="cpu")
+  env = subprocess_env(tmp_path)
   command = [sys.executable, os.path.join(REPO, "experiments", "export_check.py"),
              "--plugins=my_norms", "--kinds=nnx", "--platforms=cuda"]
   good = subprocess.run(command + ["--normalization=my_softmax"], env=env, capture_output=True,

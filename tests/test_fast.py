@@ -10,7 +10,7 @@ import pytest
 from normattn_jax import MultiHeadAttention
 from normattn_jax.attention import fast
 from normattn_jax.attention import weights as W
-from tests.attention_paths import dense_mask, out_and_grads
+from helpers.attention_paths import dense_mask, out_and_grads
 
 B, H, D, E = 2, 2, 8, 5
 

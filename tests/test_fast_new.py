@@ -9,7 +9,7 @@ import pytest
 
 from normattn_jax.attention import fast
 from normattn_jax.attention.registry import get
-from tests.attention_paths import dense_mask, lengths_mask, out_and_grads
+from helpers.attention_paths import dense_mask, lengths_mask, out_and_grads
 
 B, H, D, E = 2, 2, 4, 3
 BLOCK = 4  # n_q = 7 or 9: the last query block is padded

@@ -15,7 +15,7 @@ from normattn_jax.train import artifacts
 from normattn_jax.train.layout import ModelsAxis
 from normattn_jax.train.plan import SweepPlan
 from normattn_jax.train.scoring import summarise
-from test_grid import tiny_config
+from helpers.sweeps import tiny_sweep_config
 
 BASE = ("train_acc", "val_acc", "train_loss", "diverged")
 
@@ -61,7 +61,7 @@ def legend(ax):
 
 
 def test_the_case_figure_is_the_papers(tmp_path, monkeypatch):
-  config = tiny_config()
+  config = tiny_sweep_config()
   case = tasks.get("case_distinction")
   summary, drawn = draw(config, BASE + case.extra_metrics(), tmp_path, monkeypatch)
   assert set(drawn) == {"accuracy.png", "case_accuracy.png", "learning_curves.png"}
@@ -89,7 +89,7 @@ def parity_task():
 
 
 def test_a_group_of_two_is_drawn_as_its_mean_in_grey(parity_task, tmp_path, monkeypatch):
-  config = tiny_config(**{"task.name": parity_task.name, "archs": ("mte",)})
+  config = tiny_sweep_config(**{"task.name": parity_task.name, "archs": ("mte",)})
   summary, drawn = draw(config, BASE + parity_task.extra_metrics(), tmp_path, monkeypatch)
   assert titles(drawn["case_accuracy.png"]) == ["mte cases N=8", "mte cases N=16"]
   assert [t.get_text() for t in drawn["case_accuracy.png"].texts] == [
@@ -101,12 +101,12 @@ def test_a_group_of_two_is_drawn_as_its_mean_in_grey(parity_task, tmp_path, monk
                   for group in ("even", "odd")], axis=0)
   for channel in range(3):
     np.testing.assert_allclose(image[..., channel], mean, rtol=1e-6)
-  assert [label for label, _ in legend(drawn["learning_curves.png"].axes[1])] == \
-      ["first_acc_even", "first_acc_odd"]
+  assert ([label for label, _ in legend(drawn["learning_curves.png"].axes[1])] ==
+          ["first_acc_even", "first_acc_odd"])
 
 
 def test_a_task_without_groups_has_no_case_figure(tmp_path, monkeypatch):
-  config = tiny_config(**{"task.name": "mode_finding", "task.output": "classes"})
+  config = tiny_sweep_config(**{"task.name": "mode_finding", "task.output": "classes"})
   _, drawn = draw(config, BASE, tmp_path, monkeypatch)
   assert set(drawn) == {"accuracy.png", "learning_curves.png"}
   assert len(drawn["learning_curves.png"].axes) == 2  # one row, two archs
@@ -114,7 +114,7 @@ def test_a_task_without_groups_has_no_case_figure(tmp_path, monkeypatch):
 
 
 def test_learning_curves_are_drawn_at_their_points_own_steps(tmp_path, monkeypatch):
-  config = tiny_config(**{"task.name": "mode_finding", "task.output": "classes",
+  config = tiny_sweep_config(**{"task.name": "mode_finding", "task.output": "classes",
                           "task.vocab_size": 8, "sweep.name": "task.vocab_size",
                           "sweep.grid": (32,), "sweep.steps_scale": "proportional",
                           "sweep.steps_reference": 8})  # 4x the steps at S = 32
@@ -137,7 +137,7 @@ def test_learning_curves_are_drawn_at_their_points_own_steps(tmp_path, monkeypat
 def test_the_pixel_plots_carry_a_key_and_label_a_single_column(tmp_path, monkeypatch):
   """Without a sweep each plot is one column: it is labelled, not left blank; the key says what
   R, G and B are (the NAP paper's: min, mean and max over seeds)."""
-  config = tiny_config()
+  config = tiny_sweep_config()
   _, drawn = draw(config, BASE + tasks.get("case_distinction").extra_metrics(), tmp_path,
                   monkeypatch)
   accuracy, cases = drawn["accuracy.png"], drawn["case_accuracy.png"]
@@ -152,7 +152,7 @@ def test_the_pixel_plots_carry_a_key_and_label_a_single_column(tmp_path, monkeyp
 def test_the_rows_say_where_they_were_measured_and_the_titles_which_cell(tmp_path, monkeypatch):
   """The rows name the length each accuracy was measured at; a title gives the best mean and
   its cell, where the cross is; the case figure's title the weakest case at its best cell."""
-  config = tiny_config()
+  config = tiny_sweep_config()
   summary, drawn = draw(config, BASE + tasks.get("case_distinction").extra_metrics(), tmp_path,
                         monkeypatch)
   plan = SweepPlan.of(config)
@@ -177,15 +177,15 @@ def test_the_rows_say_where_they_were_measured_and_the_titles_which_cell(tmp_pat
 
 
 def test_a_drawn_figure_carries_the_drawing_version(tmp_path, monkeypatch):
-  _, drawn = draw(tiny_config(), BASE + tasks.get("case_distinction").extra_metrics(), tmp_path,
-                  monkeypatch)
+  _, drawn = draw(tiny_sweep_config(), BASE + tasks.get("case_distinction").extra_metrics(),
+                  tmp_path, monkeypatch)
   assert set(drawn) == {"accuracy.png", "case_accuracy.png", "learning_curves.png"}
   for name in drawn:
     assert figures.figure_version(str(tmp_path / name)) == figures.FIGURE_VERSION
 
 
 def test_a_swept_column_is_labelled_by_its_field(tmp_path, monkeypatch):
-  config = tiny_config()
+  config = tiny_sweep_config()
   config.sweep.name, config.sweep.grid = "train.l2", (0.0, 0.1)
   _, drawn = draw(config, BASE + tasks.get("case_distinction").extra_metrics(), tmp_path,
                   monkeypatch)
@@ -197,7 +197,7 @@ def test_a_finished_sweep_is_drawn_from_what_its_workdir_holds(tmp_path, monkeyp
   draw_sweep draws from the run's config.json, summary.json and metrics.npz."""
   from normattn_jax.train.checkpoint import config_json
 
-  config = tiny_config()
+  config = tiny_sweep_config()
   direct = tmp_path / "direct"
   os.makedirs(direct)
   summary, _ = draw(config, BASE + tasks.get("case_distinction").extra_metrics(), direct,

@@ -25,62 +25,14 @@ from normattn_jax.train.driver import Budget, Interrupted
 from normattn_jax.train.config import get_field
 from normattn_jax.train.sections import attention_section
 from normattn_jax.train.grid import model_keys
-from normattn_jax.train.pretrain import base_pretrain_config, run_pretraining
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORDS = ("the king queen castle night sword crown river storm ghost letter garden wine honour "
-         "battle daughter father mother brother sister friend enemy heart tongue").split()
-PLAYS = ("tempest", "henry_v", "hamlet")  # a comedy, a history and a tragedy of the Folio
-HELD_OUT = 0.5  # of the test corpus's documents, so that the task has enough of them
-
-
-def write_plays(folder, lines=640, seed=0):
-  os.makedirs(folder, exist_ok=True)
-  rng = np.random.default_rng(seed)
-  paths = []
-  for play in PLAYS:
-    path = os.path.join(folder, f"{play}_gut.txt")
-    with open(path, "w") as f:
-      for _ in range(lines):
-        f.write(" ".join(rng.choice(WORDS, rng.integers(4, 10))) + ".\n")
-    paths.append(path)
-  return paths
-
-
-def pretraining_config(files):
-  """A tiny pre-training on ``files``, two steps."""
-  c = base_pretrain_config()
-  c.model.update(embedding_size=8, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                 intermediate_size=32, max_position_embeddings=32)
-  c.data.update(corpus="files", files=tuple(files), vocab_size=60, max_seq_length=32,
-                max_predictions_per_seq=4, dupe_factor=1, validation_fraction=HELD_OUT)
-  c.train.update(batch_size=4, num_steps=2, warmup_steps=1, log_every=1, eval_every=2,
-                 eval_batches=1, checkpoint_every=2)
-  return c
-
-
-def pretrained(root):
-  """``root`` with a finished tiny pre-training run (``pretrain``) on text files named as the
-  corpus's plays (``corpus``)."""
-  files = write_plays(str(root / "corpus" / "shakespeare"))
-  run_pretraining(pretraining_config(files), str(root / "pretrain"), show_progress=False,
-                  tensorboard=False)
-  return root
+from helpers import REPO, config_from_file
+from helpers.finetuning import HELD_OUT, PLAYS, pretrained, tiny_finetune_config, write_plays
 
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
   return pretrained(tmp_path_factory.mktemp("finetune"))
-
-
-def tiny_config(root, learning_rates=(1e-3,), num_seeds=1):
-  c = ft.base_finetune_config()
-  c.encoder.update(path=str(root / "pretrain"), dropout=0.1)
-  c.task.update(cache_dir=str(root / "corpus"), max_seq_length=16, validation_fraction=HELD_OUT)
-  c.learning_rates, c.num_seeds = learning_rates, num_seeds
-  c.train.update(batch_size=4, num_steps=6, warmup_steps=1, eval_every=2, eval_batch_size=32,
-                 checkpoint_every=1, models_per_vmap=1)
-  return c
 
 
 def flat(tree):
@@ -170,7 +122,7 @@ def test_pretraining_checkpoint_restores_the_encoder(root):
 
 
 def test_grid_starts_every_model_from_the_checkpoint(root):
-  c = tiny_config(root, learning_rates=(1e-3, 3e-3), num_seeds=2)
+  c = tiny_finetune_config(root, learning_rates=(1e-3, 3e-3), num_seeds=2)
   start = encoders.load_starting_point(c.encoder)
   task = offline.load_genre(start.tokenizer, c.task)
   grid, _ = ft.build_grid(c, task, start, 4)
@@ -192,7 +144,7 @@ def test_grid_starts_every_model_from_the_checkpoint(root):
 def test_an_evaluation_on_non_finite_outputs_counts_as_diverged(root):
   """An infinite learning rate: the one step's loss is finite, the dev predictions after it come
   from NaN parameters. That model is flagged; its peer is not."""
-  c = tiny_config(root, num_seeds=2)
+  c = tiny_finetune_config(root, num_seeds=2)
   start = encoders.load_starting_point(c.encoder)
   task = offline.load_genre(start.tokenizer, c.task)
   grid, _ = ft.build_grid(c, task, start, 2)
@@ -273,7 +225,7 @@ def _minilm(attention):
 # ----- the offline task -----
 
 def test_genre_task_uses_held_out_documents_split_by_document(root):
-  c = tiny_config(root)
+  c = tiny_finetune_config(root)
   files = sorted(glob.glob(str(root / "corpus" / "shakespeare" / "*_gut.txt")))
   documents = offline.held_out_documents(files, HELD_OUT)
   assert documents and all(split_of(d.id, HELD_OUT) == "validation" for d in documents)
@@ -320,12 +272,13 @@ def runs(root):
   """A seed alone, the same seed in a grid, and the alone run interrupted and resumed (its
   program is the alone run's: the compilation cache serves it)."""
   quiet = dict(show_progress=False, tensorboard=False)
-  out = {"alone": ft.run_finetuning(tiny_config(root), str(root / "alone"), **quiet),
-         "grid": ft.run_finetuning(tiny_config(root, (3e-3, 1e-3), 2), str(root / "grid"),
+  out = {"alone": ft.run_finetuning(tiny_finetune_config(root), str(root / "alone"), **quiet),
+         "grid": ft.run_finetuning(tiny_finetune_config(root, (3e-3, 1e-3), 2), str(root / "grid"),
                                    **quiet)}
   with pytest.raises(Interrupted):
-    ft.run_finetuning(tiny_config(root), str(root / "resumed"), budget=Budget(chunks=2), **quiet)
-  out["resumed"] = ft.run_finetuning(tiny_config(root), str(root / "resumed"), **quiet)
+    ft.run_finetuning(tiny_finetune_config(root), str(root / "resumed"), budget=Budget(chunks=2),
+                      **quiet)
+  out["resumed"] = ft.run_finetuning(tiny_finetune_config(root), str(root / "resumed"), **quiet)
   return out
 
 
@@ -350,7 +303,8 @@ def test_resumed_run_equals_uninterrupted(root, runs):
   for name in ("config.json", "summary.json", "metrics.npz", "checkpoints"):
     assert os.path.exists(root / "alone" / name), name
   with pytest.raises(WorkdirError, match="num_seeds"):
-    ft.run_finetuning(tiny_config(root, num_seeds=3), str(root / "alone"), show_progress=False)
+    ft.run_finetuning(tiny_finetune_config(root, num_seeds=3), str(root / "alone"),
+                      show_progress=False)
 
 
 # ----- configs -----
@@ -369,7 +323,7 @@ def test_resumed_run_equals_uninterrupted(root, runs):
     ("task.passage_lines", 65),
 ])
 def test_bad_config_names_the_field_before_anything_is_written(root, tmp_path, field, value):
-  c = tiny_config(root)
+  c = tiny_finetune_config(root)
   section, _, name = field.rpartition(".")
   (get_field(c, section) if section else c)[name] = value
   with pytest.raises(ValueError, match=field.replace(".", r"\.")):
@@ -378,11 +332,11 @@ def test_bad_config_names_the_field_before_anything_is_written(root, tmp_path, f
 
 
 def test_encoder_path_and_held_out_documents_are_checked(root, tmp_path):
-  c = tiny_config(root)
+  c = tiny_finetune_config(root)
   c.encoder.path = str(tmp_path / "nothing")
   with pytest.raises(ValueError, match="encoder.path"):
     ft.validate_finetune_config(c)
-  c = tiny_config(root)
+  c = tiny_finetune_config(root)
   c.task.validation_fraction = 0.05  # not the documents this pre-training run held out
   with pytest.raises(ValueError, match="task.validation_fraction"):
     ft.validate_finetune_config(c)
@@ -393,10 +347,7 @@ CONFIGS = sorted(glob.glob(os.path.join(REPO, "configs", "finetune_*.py")))
 
 @pytest.mark.parametrize("path", CONFIGS, ids=os.path.basename)
 def test_shipped_configs_are_valid(path):
-  spec = importlib.util.spec_from_file_location("config", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  ft.validate_finetune_config(module.get_config(), check_paths=False)
+  ft.validate_finetune_config(config_from_file(path), check_paths=False)
 
 
 # ----- HNAS's u after fine-tuning -----
@@ -430,7 +381,7 @@ def test_hybrid_weights_go_to_their_learning_rates_cells():
 
 @pytest.mark.slow
 def test_a_run_switched_to_hnas_records_its_u(root, tmp_path):
-  c = tiny_config(root, num_seeds=2)
+  c = tiny_finetune_config(root, num_seeds=2)
   c.encoder.attention = attention_section("hnas", hybrid_init=0.25)
   summary = ft.run_finetuning(c, str(tmp_path / "hnas"), show_progress=False, tensorboard=False)
   u = np.asarray(summary["cells"][0]["hybrid_weights"])

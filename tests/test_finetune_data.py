@@ -437,8 +437,8 @@ def test_preparing_race_without_tensorflow_names_what_to_install(wordpiece):
     try:
       raise ModuleNotFoundError("No module named 'tensorflow'", name="tensorflow")
     except ModuleNotFoundError as err:
-      raise ModuleNotFoundError("Error while serializing feature `options`: " + str(err)) \
-          from err
+      raise ModuleNotFoundError(
+          "Error while serializing feature `options`: " + str(err)) from err
 
   with tfds.testing.mock_data(policy=tfds.testing.MockPolicy.USE_CODE), mock.patch.object(
       tfds.core.DatasetBuilder, "download_and_prepare", prepare_without_tensorflow):

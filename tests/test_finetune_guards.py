@@ -19,7 +19,8 @@ from normattn_jax.finetune import train as ft
 from normattn_jax.train.checkpoint import WorkdirError
 from normattn_jax.train.driver import Budget, Interrupted
 from normattn_jax.train.pretrain import run_pretraining
-from test_finetune import WORDS, pretrained, pretraining_config, tiny_config, write_plays
+from helpers.finetuning import (WORDS, pretrained, pretraining_config, tiny_finetune_config,
+                                write_plays)
 
 QUIET = dict(show_progress=False, tensorboard=False)
 
@@ -45,7 +46,7 @@ def test_a_resumed_run_refuses_an_encoder_replaced_under_it(root, tmp_path):
   go on from the old checkpoints on the new encoder."""
   pretraining = str(tmp_path / "pretrain")
   run_pretraining(pretraining_config(corpus_files(root)), pretraining, **QUIET)
-  c = tiny_config(root)
+  c = tiny_finetune_config(root)
   c.encoder.path = pretraining
   workdir = str(tmp_path / "run")
   for _ in range(2):  # started, then resumed on the same encoder
@@ -110,7 +111,7 @@ def test_spread_takes_evenly_spaced_rows():
 
 @pytest.mark.parametrize("load", [offline.load_genre, offline.load_next_line])
 def test_offline_tasks_keep_max_examples_per_split(root, tokenizer, load):
-  c = tiny_config(root)
+  c = tiny_finetune_config(root)
   full = load(tokenizer, c.task)
   c.task.max_examples = 5
   cut = load(tokenizer, c.task)
@@ -128,20 +129,20 @@ def test_offline_tasks_keep_max_examples_per_split(root, tokenizer, load):
 
 def test_the_corrected_command_needs_no_afresh(root, tmp_path):
   workdir = str(tmp_path / "run")
-  c = tiny_config(root)
+  c = tiny_finetune_config(root)
   c.task.dev_fraction = 0.01
   with pytest.raises(ValueError, match=r"config\.task\.dev_fraction=0\.01: puts none of the "
                                        r"\d+ examples of shakespeare_genre in the dev split"):
     ft.run_finetuning(c, workdir, **QUIET)
   assert not os.path.exists(os.path.join(workdir, "config.json"))
   with pytest.raises(Interrupted):  # accepted: it trains
-    ft.run_finetuning(tiny_config(root), workdir, budget=Budget(chunks=1), **QUIET)
+    ft.run_finetuning(tiny_finetune_config(root), workdir, budget=Budget(chunks=1), **QUIET)
 
 
 @pytest.mark.parametrize("task", ["shakespeare_genre", "shakespeare_next_line"])
 def test_a_corpus_too_small_for_the_task_is_refused_first(root, tmp_path, task):
   write_plays(str(tmp_path / "corpus" / "shakespeare"), lines=1)  # one line per play
-  c = tiny_config(root)
+  c = tiny_finetune_config(root)
   c.task.update(name=task, cache_dir=str(tmp_path / "corpus"))
   with pytest.raises(ValueError, match=rf"config\.task\.cache_dir=.*: its corpus gives no "
                                        rf"example of {task}.* the corpus is too small"):
@@ -150,7 +151,7 @@ def test_a_corpus_too_small_for_the_task_is_refused_first(root, tmp_path, task):
 
 
 def test_next_line_with_every_document_on_dev_is_refused_first(root, tmp_path):
-  c = tiny_config(root)
+  c = tiny_finetune_config(root)
   c.task.update(name="shakespeare_next_line", dev_fraction=0.99)
   with pytest.raises(ValueError, match=r"config\.task\.dev_fraction=0\.99: puts all \d+ "
                                        r"examples of shakespeare_next_line in the dev split"):
@@ -261,7 +262,7 @@ def plugin_task(root, tokenizer):
 
 def test_a_plugin_task_with_tokens_beyond_the_vocabulary_fails_before_training(
     root, tmp_path, plugin_task):
-  c = tiny_config(root)
+  c = tiny_finetune_config(root)
   c.task.name = "plugin_genre"
   with pytest.raises(ValueError, match=re.escape(
       f"task 'plugin_genre': the train split's input_ids holds {plugin_task} at example 1, "

@@ -228,8 +228,8 @@ def test_best_null_threshold_by_hand():
   score, threshold = metrics.best_null_threshold(predictions, golds, "exact_match")
   assert score == pytest.approx(3 / 4) and threshold == pytest.approx(1.0)
   texts = metrics.answer_texts(predictions, "v2.0", threshold)
-  assert metrics.squad_scores(dict(enumerate(texts)), dict(enumerate(golds)))["exact_match"] \
-      == pytest.approx(score)
+  assert (metrics.squad_scores(dict(enumerate(texts)), dict(enumerate(golds)))["exact_match"]
+          == pytest.approx(score))
 
 
 # ----- the core install -----

@@ -2,7 +2,6 @@
 offline and the TFDS ones) are in the one task registry as soon as the package is imported, a
 user's head and task join them from a module given to ``--plugins``, and a name already taken is
 refused."""
-import os
 import subprocess
 import sys
 import textwrap
@@ -18,7 +17,8 @@ from normattn_jax.finetune import train as ft
 from normattn_jax.models.bert import BertConfig, BertModel
 from normattn_jax.registry import load_plugins
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import REPO, subprocess_env
+
 PLUGIN = "finetune_registry_plugin"
 
 # A user's module: a head with one logit and a sigmoid loss, and a task of its own (the parity of
@@ -94,7 +94,7 @@ def task_config(**task):
 def test_every_builtin_task_is_registered_once_the_package_is_imported():
   out = subprocess.run(
       [sys.executable, "-c", "from normattn_jax.finetune import task; print(task.names())"],
-      cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True, check=True)
+      cwd=REPO, env=subprocess_env(), capture_output=True, text=True, check=True)
   names = eval(out.stdout)
   assert {"shakespeare_genre", "shakespeare_next_line", "cola", "stsb", "squad_v2.0",
           "race"} <= set(names)

@@ -14,8 +14,8 @@ from normattn_jax import MultiHeadAttention
 from normattn_jax.attention import fused, registry
 from normattn_jax.attention.registry import get
 from normattn_jax.nnx import MultiHeadAttention as NnxAttention
-from tests import attention_paths
-from tests.attention_paths import dense_mask, lengths_mask
+from helpers import attention_paths
+from helpers.attention_paths import dense_mask, lengths_mask
 
 B, H, D, E = 2, 2, 4, 3
 BLOCK = 4

@@ -23,40 +23,10 @@ from normattn_jax.train.scoring import summarise
 from normattn_jax.train.config import point_config, static_points
 from normattn_jax.train.driver import Budget, Interrupted
 from normattn_jax.train.plan import SweepPlan
-from normattn_jax.train.sweep import LOGGED, load_model, resummarise, \
-    run_sweep
+from normattn_jax.train.sweep import LOGGED, load_model, resummarise
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def tiny_config(**overrides):
-  c = base_config()
-  c.archs = ("nap", "sum")
-  c.learning_rates = (0.001, 0.0003)
-  c.num_seeds = 2
-  c.task.seq_len = 8
-  c.model.d_model = 8
-  c.model.num_heads = 2
-  c.model.num_layers = 1
-  c.train.num_steps = 30
-  c.train.eval_every = 10
-  c.train.batch_size = 4
-  c.train.checkpoint_every = 1
-  c.eval.val_batches = 2
-  c.eval.case_set_size = 4
-  for key, value in overrides.items():
-    section, _, field = key.rpartition(".")
-    (c[section] if section else c)[field] = value
-  return c
-
-
-def run(config, workdir, **kwargs):
-  return run_sweep(config, str(workdir), show_progress=False, tensorboard=False, **kwargs)
-
-
-def read(workdir, name="summary.json"):
-  with open(os.path.join(workdir, name)) as f:
-    return json.load(f)
+from helpers import REPO, TESTS, subprocess_env
+from helpers.sweeps import read, run, tiny_sweep_config
 
 
 def history(workdir):
@@ -72,7 +42,7 @@ def history_bytes(workdir):
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
   workdir = tmp_path_factory.mktemp("reference")
-  run(tiny_config(), workdir)
+  run(tiny_sweep_config(), workdir)
   return workdir
 
 
@@ -113,7 +83,7 @@ def test_history_holds_each_learning_rates_means_per_grid_and_evaluation(referen
 
 def test_seeds_are_averaged_before_the_best_over_training_is_taken():
   """The paper's pixel values: two seeds that peak at different evaluations average 0.5, not 1."""
-  c = tiny_config(archs=("nap",), learning_rates=(0.001, 0.0003))
+  c = tiny_sweep_config(archs=("nap",), learning_rates=(0.001, 0.0003))
   curve = lambda *evals: np.array(evals, np.float32)  # [evals, lr x seed]
   history = {"train_acc": curve([1.0, 0.0, 0.2, 0.2], [0.0, 1.0, 0.4, 0.4]),
              "val_acc": curve([0.3, 0.3, 0.9, 0.1], [0.3, 0.3, 0.1, 0.9]),
@@ -157,18 +127,18 @@ def test_resummarise_rebuilds_the_summary_from_the_saved_curves(reference, tmp_p
 
 @pytest.mark.slow  # a run that is not repeatable also fails the resumed run's equality below
 def test_same_config_same_summary(reference, tmp_path):
-  run(tiny_config(), tmp_path)
+  run(tiny_sweep_config(), tmp_path)
   assert read(tmp_path) == read(reference)
 
 
 def test_killed_run_resumes_to_the_same_numbers_and_history(reference, tmp_path):
   with pytest.raises(Interrupted):
     # nap done, sum stopped after one evaluation
-    run(tiny_config(), tmp_path, budget=Budget(chunks=4))
+    run(tiny_sweep_config(), tmp_path, budget=Budget(chunks=4))
   assert not os.path.exists(tmp_path / "summary.json")
-  assert [(row["grid"], row["step"]) for row in history(tmp_path)][-3:] == \
-      [("nap", 30), ("sum", 10), ("sum", 10)]
-  run(tiny_config(), tmp_path)
+  assert ([(row["grid"], row["step"]) for row in history(tmp_path)][-3:] ==
+          [("nap", 30), ("sum", 10), ("sum", 10)])
+  run(tiny_sweep_config(), tmp_path)
   assert read(tmp_path) == read(reference)
   assert history_bytes(tmp_path) == history_bytes(reference)
 
@@ -176,7 +146,7 @@ def test_killed_run_resumes_to_the_same_numbers_and_history(reference, tmp_path)
 def test_rows_past_the_last_checkpoint_are_logged_once(reference, tmp_path):
   """Checkpoints every second evaluation: the killed run logged sum's evaluation 1 past its
   last checkpoint (none); the resumed run trains and logs it again, once."""
-  config = tiny_config(**{"train.checkpoint_every": 2})
+  config = tiny_sweep_config(**{"train.checkpoint_every": 2})
   with pytest.raises(Interrupted):
     run(config, tmp_path, budget=Budget(chunks=4))
   run(config, tmp_path)
@@ -186,7 +156,7 @@ def test_rows_past_the_last_checkpoint_are_logged_once(reference, tmp_path):
 def test_a_sweep_stopped_by_time_keeps_its_last_chunk_and_resumes(reference, tmp_path):
   """--max_minutes (the GPU queue's way to end a loan's sweep): the chunk that passed the time
   is checkpointed though it is no checkpoint_every multiple, and the rerun ends as one run."""
-  config = tiny_config(**{"train.checkpoint_every": 2})
+  config = tiny_sweep_config(**{"train.checkpoint_every": 2})
   with pytest.raises(Interrupted, match="out of time after 1 of"):
     run(config, tmp_path, budget=Budget(minutes=1e-9))
   [grid] = os.listdir(tmp_path / "checkpoints")
@@ -240,14 +210,14 @@ def test_a_grid_of_a_steps_scaled_sweep_validates_as_it_is():
   points = [point_config(c, values) for values in static_points(c)]
   for point in points:
     validate(point)
-  assert [(p.train.batch_size, p.train.num_steps, p.train.eval_every) for p in points[-3:]] == \
-      [(32, 3200, 100), (64, 1600, 50), (128, 800, 25)]
+  assert ([(p.train.batch_size, p.train.num_steps, p.train.eval_every) for p in points[-3:]] ==
+          [(32, 3200, 100), (64, 1600, 50), (128, 800, 25)])
   assert all(p.sweep.name == "" for p in points)
 
 
 def test_a_diverging_model_does_not_disturb_the_others(tmp_path):
-  alone = tiny_config(archs=("mte",), learning_rates=(0.001,), num_seeds=1)
-  together = tiny_config(archs=("mte",), learning_rates=(1e30, 0.001), num_seeds=1)
+  alone = tiny_sweep_config(archs=("mte",), learning_rates=(0.001,), num_seeds=1)
+  together = tiny_sweep_config(archs=("mte",), learning_rates=(1e30, 0.001), num_seeds=1)
   alone.train.checkpoint_every = together.train.checkpoint_every = 0
   run(alone, tmp_path / "alone")
   run(together, tmp_path / "together")
@@ -262,11 +232,11 @@ def test_a_diverging_model_does_not_disturb_the_others(tmp_path):
 
 
 def test_vmapped_sweep_and_static_sweep(tmp_path):
-  c = tiny_config(archs=("mte",), num_seeds=1)
+  c = tiny_sweep_config(archs=("mte",), num_seeds=1)
   c.sweep.name, c.sweep.grid = "train.l2", (0.0, 0.1)
   summary = run(c, tmp_path / "l2")
   assert sorted(cell["params"]["train.l2"] for cell in summary["cells"]) == [0, 0, 0.1, 0.1]
-  c = tiny_config(archs=("max",), num_seeds=1, learning_rates=(0.001,))
+  c = tiny_sweep_config(archs=("max",), num_seeds=1, learning_rates=(0.001,))
   c.sweep.name, c.sweep.grid = "model.d_model", (4, 8)
   summary = run(c, tmp_path / "d")
   assert sorted(cell["params"]["model.d_model"] for cell in summary["cells"]) == [4, 8]
@@ -276,7 +246,7 @@ def test_vmapped_sweep_and_static_sweep(tmp_path):
 
 
 def test_majority_task_trains_with_a_class_per_token(tmp_path):
-  c = tiny_config(archs=("mte",), num_seeds=1, learning_rates=(0.01,))
+  c = tiny_sweep_config(archs=("mte",), num_seeds=1, learning_rates=(0.01,))
   c.task.update(name="majority", output="token_classes", vocab_size=5, min_margin=2)
   c.model.positional = False
   summary = run(c, tmp_path)
@@ -306,14 +276,14 @@ def test_majority_task_trains_with_a_class_per_token(tmp_path):
     ("learning_rates", (float("nan"),), r"config.learning_rates\[0\]=nan: .*finite"),
 ])
 def test_invalid_config_fails_before_compiling_and_writes_nothing(field, value, match, tmp_path):
-  config = tiny_config(**{field: value})
+  config = tiny_sweep_config(**{field: value})
   with pytest.raises(ValueError, match=match):
     run(config, tmp_path / "run")
   assert not os.path.exists(tmp_path / "run")
 
 
 def test_static_sweep_values_are_validated():
-  c = tiny_config()
+  c = tiny_sweep_config()
   c.sweep.name, c.sweep.grid = "model.d_model", (8, 5)
   with pytest.raises(ValueError, match="model.num_heads"):
     validate(c)
@@ -329,7 +299,7 @@ def test_static_sweep_values_are_validated():
     ("train.batch_size", (4, 3), r"grid\[1\]=3 .*config.train.eval_every=13: must divide"),
 ])
 def test_each_swept_value_passes_the_rules_of_its_field(name, values, match):
-  c = tiny_config()
+  c = tiny_sweep_config()
   c.sweep.name, c.sweep.grid = name, values
   if name == "train.batch_size":  # at batch 3, 30 x 4 / 3 = 40 steps and 13 between evaluations
     c.sweep.steps_scale, c.sweep.steps_reference = "inverse", 4
@@ -338,7 +308,7 @@ def test_each_swept_value_passes_the_rules_of_its_field(name, values, match):
 
 
 def test_a_bad_swept_value_fails_before_compiling_and_writes_nothing(tmp_path):
-  c = tiny_config()
+  c = tiny_sweep_config()
   c.sweep.name, c.sweep.grid = "train.l2", (0.0, -0.1)
   with pytest.raises(ValueError, match=r"sweep.grid\[1\]"):
     run(c, tmp_path / "run")
@@ -385,12 +355,11 @@ def test_eight_devices_give_the_same_result_as_one(reference, tmp_path):
   script = textwrap.dedent(f"""
       import jax
       assert jax.device_count() == 8, jax.devices()
-      from test_grid import tiny_config, run
-      run(tiny_config(), {str(tmp_path)!r})
+      from helpers.sweeps import run, tiny_sweep_config
+      run(tiny_sweep_config(), {str(tmp_path)!r})
   """)
-  env = dict(os.environ, XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
-             + " --xla_force_host_platform_device_count=8",
-             JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join([os.path.join(REPO, "tests"), REPO]))
+  env = subprocess_env(TESTS, XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
+                       + " --xla_force_host_platform_device_count=8")
   subprocess.run([sys.executable, "-c", script], check=True, env=env, cwd=REPO)
   one = np.load(os.path.join(reference, "metrics.npz"))
   eight = np.load(tmp_path / "metrics.npz")
@@ -464,7 +433,7 @@ def test_an_evaluation_on_non_finite_logits_counts_as_diverged():
   """An infinite learning rate: the one step's loss is finite, the evaluation after it runs on
   NaN parameters. That model is flagged and scores 0 everywhere; its peer is untouched."""
   from normattn_jax.train.grid import model_keys, train_grid
-  c = tiny_config(archs=("mte",), num_seeds=1, learning_rates=(0.001,),
+  c = tiny_sweep_config(archs=("mte",), num_seeds=1, learning_rates=(0.001,),
                   **{"train.num_steps": 1, "train.eval_every": 1})
   hp = {"learning_rate": np.array([np.inf, 1e-3], np.float32), "l2": np.zeros(2, np.float32)}
   metrics = train_grid(c, "mte", hyperparameters=hp, keys=model_keys(0, np.zeros(2, int))).metrics
@@ -478,7 +447,7 @@ def test_an_evaluation_on_non_finite_logits_counts_as_diverged():
 def test_a_diverged_model_scores_as_failed_at_every_evaluation():
   """Seed 1 scored 0.34 before it diverged: its cell counts it as failed throughout, and a
   learning rate whose every model diverged is never the best."""
-  c = tiny_config(archs=("nap",), learning_rates=(0.01, float("inf")))
+  c = tiny_sweep_config(archs=("nap",), learning_rates=(0.01, float("inf")))
   curve = lambda *evals: np.array(evals, np.float32)  # [evals, lr x seed]
   history = {"train_acc": curve([0.2, 0.3, 0.5, 0.6], [0.3, 0.2, 0.0, 0.0]),
              "val_acc": curve([0.2, 0.3, 0.34, 0.34], [0.3, 0.2, 0.0, 0.0]),
@@ -501,7 +470,7 @@ def test_a_diverged_model_scores_as_failed_at_every_evaluation():
     ("model.d_model", (8, float("inf")), r"config.sweep.grid\[1\]=inf: must be a finite number"),
 ])
 def test_a_non_finite_swept_value_is_refused_by_its_index(name, grid, match):
-  c = tiny_config()
+  c = tiny_sweep_config()
   c.sweep.name, c.sweep.grid = name, grid
   with pytest.raises(ValueError, match=match):
     validate(c)
@@ -509,7 +478,7 @@ def test_a_non_finite_swept_value_is_refused_by_its_index(name, grid, match):
 
 def test_a_non_finite_steps_reference_is_refused():
   import ml_collections
-  c = tiny_config()
+  c = tiny_sweep_config()
   c.sweep = ml_collections.ConfigDict(dict(name="train.batch_size", grid=(4, 8),
                                            steps_scale="inverse", steps_reference=float("inf")))
   with pytest.raises(ValueError, match=r"config.sweep.steps_reference=inf: .*finite"):

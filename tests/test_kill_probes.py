@@ -13,32 +13,31 @@ import time
 import numpy as np
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TESTS = os.path.dirname(os.path.abspath(__file__))
+from helpers import REPO, TESTS, subprocess_env
 
 # Each kind's run of one workdir (argv[1]); the fine-tuning's pre-trained encoder is argv[2].
 RUNS = {
     "sweep": """
         from normattn_jax.train.sweep import run_sweep
-        from test_grid import tiny_config
-        config = tiny_config(**{"archs": ("nap",), "learning_rates": (0.001,),
+        from helpers.sweeps import tiny_sweep_config
+        config = tiny_sweep_config(**{"archs": ("nap",), "learning_rates": (0.001,),
                                 "train.num_steps": 600, "train.eval_every": 20})
         run_sweep(config, sys.argv[1], show_progress=False, tensorboard=False)
         """,
     "pretrain": """
         from normattn_jax.train import pretrain
-        from test_pretrain import FAKE_VOCAB, RandomExamples, tiny_config
+        from helpers.pretraining import FAKE_VOCAB, RandomExamples, tiny_pretrain_config
         splits = {"train": RandomExamples(64, 0), "validation": RandomExamples(16, 1)}
         pretrain.load_data = lambda c, workdir: (FAKE_VOCAB, splits)
-        config = tiny_config("hnas")
+        config = tiny_pretrain_config("hnas")
         config.train.update(num_steps=60, checkpoint_every=2, eval_every=20)
         pretrain.run_pretraining(config, sys.argv[1], show_progress=False, tensorboard=False)
         """,
     "finetune": """
         import pathlib
         from normattn_jax.finetune import train as ft
-        from test_finetune import tiny_config
-        config = tiny_config(pathlib.Path(sys.argv[2]))
+        from helpers.finetuning import tiny_finetune_config
+        config = tiny_finetune_config(pathlib.Path(sys.argv[2]))
         config.train.update(num_steps=60, eval_every=20, checkpoint_every=1)
         ft.run_finetuning(config, sys.argv[1], show_progress=False, tensorboard=False)
         """,
@@ -47,7 +46,7 @@ RUNS = {
 
 def child(kind: str, *args: str) -> subprocess.Popen:
   script = "import sys\n" + textwrap.dedent(RUNS[kind])
-  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join([REPO, TESTS]))
+  env = subprocess_env(TESTS)
   return subprocess.Popen([sys.executable, "-c", script, *args], cwd=REPO, env=env,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
@@ -99,8 +98,7 @@ def outputs(workdir: str) -> dict:
 
 @pytest.fixture(scope="module")
 def encoder(tmp_path_factory):
-  from test_finetune import pretrained
-
+  from helpers.finetuning import pretrained
   return str(pretrained(tmp_path_factory.mktemp("encoder")))
 
 
@@ -134,7 +132,7 @@ def sweep_command(workdir: str, *prefix: str) -> list:
 
 def run_command(command: list) -> subprocess.CompletedProcess:
   return subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=900,
-                        env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO))
+                        env=subprocess_env())
 
 
 def curves(workdir: str) -> dict:
@@ -155,7 +153,7 @@ def test_a_run_resumed_on_one_core_under_taskset_restores_the_two_core_checkpoin
   assert done.returncode == 0, done.stderr
   process = subprocess.Popen(sweep_command(resumed), cwd=REPO, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL,
-                             env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO))
+                             env=subprocess_env())
   try:  # killed once a checkpoint is complete
     while process.poll() is None and not glob.glob(os.path.join(resumed, "checkpoints", "*",
                                                                 "2*")):

@@ -9,7 +9,8 @@ import pytest
 from normattn_jax.reporting import card_stats, leaderboard
 from normattn_jax.reporting.report_card import PROTOCOL
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import REPO, subprocess_env
+
 MACHINE = {"backend": "cpu", "device_kind": "cpu", "device_count": 2, "process_count": 1,
            "jax": "0.10.2", "jaxlib": "0.10.2", "xla_flags": "", "matmul_precision": "None",
            "cpu_model": "Some CPU", "cpu_features": ["avx2"], "cpu_cores": 2}
@@ -83,8 +84,8 @@ def test_the_stability_is_recomputed_from_the_halves():
   # card "a" is softmax's twin: on each half it is not distinguishable from softmax, and below
   # NAP; "b" above both, "c" below both, in either half
   stable = leaderboard.stability(reports, ["task.wide"])
-  first, second = leaderboard.judge(reports, ["task.wide"], 0), \
-      leaderboard.judge(reports, ["task.wide"], 1)
+  first, second = (leaderboard.judge(reports, ["task.wide"], 0),
+                   leaderboard.judge(reports, ["task.wide"], 1))
   agree = sum(first[k]["word"] == second[k]["word"] for k in first)
   assert stable["agree"] == agree and stable["total"] == 6
   assert stable["share"] == pytest.approx(agree / 6)
@@ -109,8 +110,8 @@ def test_the_board_refuses_mixed_machines_and_scales_and_lists_older_cards():
   text = leaderboard.markdown([report("a", 0.0), report("b", 0.2), older])
   assert "## Not yet rerun" in text and "`sink`" in text.split("## Not yet rerun")[1]
   assert "`sink`" not in text.split("## Not yet rerun")[0]
-  assert "A card, its baselines found finished, takes 10 minutes on it (median; 10 to 10 " \
-      "over 2 card(s))." in text
+  assert ("A card, its baselines found finished, takes 10 minutes on it (median; 10 to 10 "
+          "over 2 card(s))." in text)
 
 
 def test_a_card_without_a_column_shows_n_a_and_is_not_judged_on_it():
@@ -127,7 +128,7 @@ def run_leaderboard(*args):
 
   return subprocess.run([sys.executable, os.path.join(REPO, "experiments", "leaderboard.py"),
                          *args], capture_output=True, text=True, cwd=REPO, timeout=300,
-                        env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO))
+                        env=subprocess_env())
 
 
 def test_a_missing_or_empty_cards_folder_is_an_error_and_the_board_stays(tmp_path):

@@ -13,39 +13,11 @@ import jax
 import numpy as np
 import pytest
 
-from normattn_jax.train import base_config, pretrain, validate
+from normattn_jax.train import pretrain, validate
 from normattn_jax.train.grid import data_shards_for, train_grid
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GRID_SHARDS = 4  # of 8 devices: 2 lay out the models, 4 split each model's batch
-LEARNING_RATE = 0.003
-
-
-def grid_config(data_shards: int, batch_size: int = 8, num_steps: int = 6):
-  c = base_config()
-  c.archs, c.learning_rates, c.num_seeds = ("mte",), (LEARNING_RATE,), 3
-  c.task.seq_len = 8
-  c.model.update(d_model=8, num_heads=2, num_layers=1)
-  c.train.update(num_steps=num_steps, eval_every=3, batch_size=batch_size, checkpoint_every=0,
-                 data_shards=data_shards)
-  c.eval.update(val_batches=2, case_set_size=4)
-  return c
-
-
-def pretraining_steps(shard_parameters: bool, steps: int = 4):
-  """Four training steps of a tiny HNAS ALBERT on fixed random examples."""
-  from test_pretrain import VOCAB, RandomExamples, tiny_config
-  c = tiny_config("hnas")
-  c.train.batch_size, c.train.shard_parameters = 8, shard_parameters
-  pretrain.validate_pretrain_config(c)
-  trainer = pretrain.Trainer(c, VOCAB)
-  data = RandomExamples(64, 0)
-  state = trainer.init(jax.random.key(0), trainer.global_batch(data, 0, 8, 0))
-  losses = []
-  for step in range(steps):
-    state, metrics = trainer.train_step(state, trainer.global_batch(data, step, 8, 0))
-    losses.append(float(metrics["loss"]))
-  return losses, state
+from helpers import REPO, subprocess_env
+from helpers.mesh import LEARNING_RATE, grid_config, pretraining_steps
 
 
 def flat(tree) -> np.ndarray:
@@ -54,9 +26,8 @@ def flat(tree) -> np.ndarray:
 
 @pytest.mark.slow  # a process of its own that compiles two grids and a pre-training
 def test_eight_devices_give_the_one_device_numbers_laid_out_as_asked(tmp_path):
-  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO,
-             XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
-             + " --xla_force_host_platform_device_count=8")
+  env = subprocess_env(XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
+                       + " --xla_force_host_platform_device_count=8")
   done = subprocess.run([sys.executable, os.path.join(REPO, "tests", "mesh_worker.py"),
                          str(tmp_path)], env=env, capture_output=True, text=True, timeout=600)
   assert done.returncode == 0, done.stderr[-3000:]

@@ -1,7 +1,6 @@
 """Old config.json files read as today's configs of the same runs: the committed pre-training and
 fine-tuning workdirs, written when a normalisation's options were flat fields beside its name,
 compare equal to today's configs of their commands, so they resume and are not refused."""
-import importlib.util
 import json
 import os
 
@@ -12,14 +11,7 @@ from normattn_jax.train.config import base_config
 from normattn_jax.train.migrate import with_current_names
 from normattn_jax.train.pretrain import base_pretrain_config
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def get_config(name, *arg):
-  spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "configs", name + ".py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(*arg)
+from helpers import REPO, shipped_config
 
 
 def stored(run):
@@ -35,7 +27,7 @@ def differences(run, kind, config):
 @pytest.mark.parametrize("attention", ["softmax", "dnas", "hnas"])
 def test_a_committed_pretraining_is_todays_config(attention):
   assert isinstance(stored(f"albert_tiny/{attention}")["model"]["attention"], str)  # old form
-  config = get_config("albert_tiny")
+  config = shipped_config("albert_tiny")
   config.model.attention.name = attention
   assert differences(f"albert_tiny/{attention}", "pretraining", config) == []
   config.model.attention.options.hybrid_init = 0.25
@@ -44,12 +36,12 @@ def test_a_committed_pretraining_is_todays_config(attention):
 
 @pytest.mark.parametrize("attention", ["softmax", "dnas", "hnas", "nap"])
 def test_a_committed_minilm_fine_tuning_is_todays_config(attention):
-  config = get_config("finetune_minilm_genre", attention)
+  config = shipped_config("finetune_minilm_genre", attention)
   assert differences(f"finetune_minilm_genre/{attention}", "finetuning", config) == []
 
 
 def test_a_committed_fine_tuning_that_keeps_its_encoder_is_todays_config():
-  config = get_config("finetune_shakespeare_genre")
+  config = shipped_config("finetune_shakespeare_genre")
   config.encoder.path = "runs/albert_tiny/hnas"
   assert differences("finetune_genre/hnas", "finetuning", config) == []
 
@@ -113,5 +105,5 @@ def test_a_tree_that_has_the_module_options_keeps_them():
 
 
 def test_a_committed_sweep_reads_as_float32_on_the_auto_path():
-  assert with_current_names(stored("fig3_reduced"), "sweep")["model"].items() >= \
-      SWEEP_COMPUTE.items()
+  assert (with_current_names(stored("fig3_reduced"), "sweep")["model"].items() >=
+          SWEEP_COMPUTE.items())

@@ -74,10 +74,10 @@ def test_hybrid_weight_is_kept_in_unit_interval_and_trainable():
   params["params"]["hybrid_weight"] = jnp.array([1.7, -0.4])
   _, state = layer.apply(params, X, sow_weights=True, mutable=["intermediates"])
   (w,) = state["intermediates"]["attention_weights"]
-  q = jnp.einsum("...d,dhk->...hk", X, params["params"]["query"]["kernel"]) \
-      + params["params"]["query"]["bias"]
-  k = jnp.einsum("...d,dhk->...hk", X, params["params"]["key"]["kernel"]) \
-      + params["params"]["key"]["bias"]
+  q = (jnp.einsum("...d,dhk->...hk", X, params["params"]["query"]["kernel"])
+       + params["params"]["query"]["bias"])
+  k = (jnp.einsum("...d,dhk->...hk", X, params["params"]["key"]["kernel"])
+       + params["params"]["key"]["bias"])
   logits = jnp.einsum("bqhd,bkhd->bhqk", q / jnp.sqrt(8.0), k)
   chex.assert_trees_all_close(w[:, 0], dnas_weights(logits)[:, 0], atol=1e-5)  # u clipped to 1
   chex.assert_trees_all_close(w[:, 1], softmax_weights(logits)[:, 1], atol=1e-5)  # u clipped to 0

@@ -120,7 +120,8 @@ def test_differential_applies_another_normalisation_to_both_maps():
 
 def test_off_the_params_are_flax_and_each_option_adds_only_its_own():
   x = inputs()
-  shapes = lambda module: jax.tree.map(jnp.shape, module.init(jax.random.key(0), x)["params"])
+  shapes = lambda module: jax.tree.map(  # the shapes alone: traced, nothing compiled
+      jnp.shape, jax.eval_shape(module.init, jax.random.key(0), x)["params"])
   flax_tree = shapes(nn.MultiHeadDotProductAttention(num_heads=H))
   off = shapes(MultiHeadAttention(num_heads=H))
   assert off == shapes(MultiHeadAttention(num_heads=H, output_gate=None, qk_norm=None,
@@ -147,8 +148,8 @@ def test_gradients_are_finite_and_reach_every_new_parameter():
   x = inputs()
   layer = MultiHeadAttention(num_heads=H, output_gate="headwise", qk_norm="layer",
                              differential=True, head_norm=True, implementation="quadratic")
-  params = layer.init(jax.random.key(0), x)["params"]
-  grads = jax.grad(lambda p: jnp.sum(jnp.sin(layer.apply({"params": p}, x))))(params)
+  params = jax.jit(layer.init)(jax.random.key(0), x)["params"]  # one program, not op by op
+  grads = jax.jit(jax.grad(lambda p: jnp.sum(jnp.sin(layer.apply({"params": p}, x)))))(params)
   assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree.leaves(grads))
   for name in ("gate", "query_norm", "key_norm", "diff_norm", "lambda_q1", "lambda_k2"):
     assert any(float(jnp.abs(g).sum()) > 0 for g in jax.tree.leaves(grads[name])), name

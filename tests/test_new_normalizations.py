@@ -8,7 +8,7 @@ import pytest
 
 from normattn_jax.attention import AttentionSpec, MultiHeadAttention, get
 from normattn_jax.attention import weights as W
-from test_registry import tiny_grid
+from helpers.sweeps import tiny_registry_grid
 
 NEW = ("sigmoid", "sink", "softpick", "ssmax", "sparsemax", "entmax15", "stickbreaking")
 KEY = jax.random.key(0)
@@ -67,7 +67,7 @@ def test_softpick_epsilon_is_an_option():
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) for n in NEW])
 def test_a_sweep_trains_it(name, tmp_path):
   from normattn_jax.train.sweep import run_sweep
-  summary = run_sweep(tiny_grid(**{"attention.name": name}), str(tmp_path), show_progress=False,
-                      tensorboard=False)
+  summary = run_sweep(tiny_registry_grid(**{"attention.name": name}), str(tmp_path),
+                      show_progress=False, tensorboard=False)
   cell, = summary["cells"]
   assert cell["diverged"] == 0 and np.isfinite(cell["metrics"]["train_loss"]["mean"])

@@ -72,7 +72,8 @@ def test_fast_path_takes_is_causal(implementation):
                                  decode=False, rngs=nnx.Rngs(0))
   other = MultiHeadAttention(H, F, normalization="nap", implementation=implementation,
                              decode=False, rngs=nnx.Rngs(0))
-  np.testing.assert_allclose(other(X, is_causal=True), quadratic(X, is_causal=True), atol=1e-5)
+  causal = nnx.jit(lambda module: module(X, is_causal=True))  # one program, not op by op
+  np.testing.assert_allclose(causal(other), causal(quadratic), atol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["softmax", "nap", "sink"])
@@ -98,9 +99,10 @@ class Tiny(nnx.Module):
 
 def test_seed_ensemble_with_vmap():
   """nnx.vmap over three seeds: three models, three different outputs, one compiled call."""
-  ensemble = nnx.vmap(lambda key: Tiny(nnx.Rngs(key)))(jax.random.split(jax.random.key(0), 3))
+  ensemble = nnx.jit(nnx.vmap(lambda key: Tiny(nnx.Rngs(key))))(
+      jax.random.split(jax.random.key(0), 3))
   assert ensemble.attention.nap_gain.shape == (3, H)
-  outputs = nnx.vmap(lambda model, x: model(x), in_axes=(0, None))(ensemble, X)
+  outputs = nnx.jit(nnx.vmap(lambda model, x: model(x), in_axes=(0, None)))(ensemble, X)
   assert outputs.shape == (3, B, N, 1)
   for i in range(3):
     for j in range(i):
@@ -150,7 +152,7 @@ def test_transforms_see_the_head_params():
   module = MultiHeadAttention(H, F, normalization="hnas", decode=False, rngs=nnx.Rngs(0))
   graphdef, state = nnx.split(module)
   np.testing.assert_array_equal(nnx.merge(graphdef, state)(X), module(X))
-  grads = nnx.grad(lambda m: (m(X, mask=KEY_MASK) ** 2).sum())(module)
+  grads = nnx.jit(nnx.grad(lambda m: (m(X, mask=KEY_MASK) ** 2).sum()))(module)
   assert np.all(np.abs(grads.hybrid_weight[...]) > 0)
   sink = MultiHeadAttention(H, F, normalization="sink", decode=False, rngs=nnx.Rngs(0))
   full = sink(X, is_causal=True)

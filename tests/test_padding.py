@@ -79,8 +79,8 @@ def assert_close(got, want, what, tol=1e-4):
   """Equal to ``tol`` of the largest magnitude: sharp attention amplifies float rounding."""
   got, want = np.asarray(got), np.asarray(want)
   error = float(np.max(np.abs(got - want), initial=0.0))
-  assert error <= tol * (1.0 + float(np.max(np.abs(want), initial=0.0))), \
-      f"{what} differ by {error:.3g} (largest magnitude {np.max(np.abs(want), initial=0.0):.3g})"
+  assert error <= tol * (1.0 + float(np.max(np.abs(want), initial=0.0))),(
+      f"{what} differ by {error:.3g} (largest magnitude {np.max(np.abs(want), initial=0.0):.3g})")
 
 
 # Every normalisation on the post-LN layout, the presets of the other attention archs, and a

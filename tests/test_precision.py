@@ -36,14 +36,15 @@ def outputs_and_gradient(name, implementation, dtype, params, causal):
   def loss(p):
     out = module.apply(p, INPUTS, causal=causal)
     return jnp.sum(out.astype(jnp.float32) * COTANGENT), out
-  (_, out), grad = jax.value_and_grad(loss, has_aux=True)(params)
+  (_, out), grad = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)  # not op by op
   return out, grad
 
 
 @pytest.mark.fast_subset(lambda params: (params["name"], params["implementation"]) in FAST)
 @pytest.mark.parametrize("name,implementation", CASES)
 def test_bf16_keeps_the_tolerances_of_float32(name, implementation):
-  params = MultiHeadAttention(num_heads=4, normalization=name).init(jax.random.key(0), INPUTS)
+  params = jax.jit(MultiHeadAttention(num_heads=4, normalization=name).init)(jax.random.key(0),
+                                                                             INPUTS)
   causal_options = (False,) if registry.get(name).normalizes_over_queries else (False, True)
   for causal in causal_options:
     out32, grad32 = outputs_and_gradient(name, implementation, jnp.float32, params, causal)
@@ -52,8 +53,8 @@ def test_bf16_keeps_the_tolerances_of_float32(name, implementation):
     assert all(g.dtype == jnp.float32 for g in jax.tree.leaves(grad16))  # params stay float32
     error = out16.astype(jnp.float32) - out32
     assert relative(error, out32) <= BF16_TOLERANCES["output_rms"], causal
-    assert float(jnp.max(jnp.abs(error)) / jnp.max(jnp.abs(out32))) <= \
-        BF16_TOLERANCES["output_max"], causal
+    assert (float(jnp.max(jnp.abs(error)) / jnp.max(jnp.abs(out32))) <=
+            BF16_TOLERANCES["output_max"]), causal
     gradient_error = relative(jax.tree.map(jnp.subtract, grad16, grad32), grad32)
     if registry.get(name).needs_float32:  # why its configs refuse bf16
       assert gradient_error > 2 * BF16_TOLERANCES["gradient"], causal

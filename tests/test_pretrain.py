@@ -1,7 +1,5 @@
 """The pre-training run: config validation, resume equality, summary and files."""
-import json
 import os
-import types
 
 import jax
 import numpy as np
@@ -10,47 +8,10 @@ import pytest
 from normattn_jax.train import pretrain
 from normattn_jax.train.config import get_field
 from normattn_jax.train.driver import Budget, Interrupted
-from normattn_jax.train.pretrain import base_pretrain_config, run_pretraining, \
-    validate_pretrain_config
+from normattn_jax.train.pretrain import run_pretraining, validate_pretrain_config
 
-VOCAB, SEQ, PRED = 40, 16, 3
-# stands in for the SentencePiece model: the summary records a vocabulary's path and hash
-FAKE_VOCAB = types.SimpleNamespace(size=VOCAB, path=os.path.abspath(__file__))
-
-
-class RandomExamples:
-  """Fixed random examples with ``PretrainingData``'s batch contract (pure in step)."""
-
-  def __init__(self, num_examples, seed):
-    rng = np.random.default_rng(seed)
-    self.arrays = {
-        "input_ids": rng.integers(5, VOCAB, (num_examples, SEQ)).astype(np.int32),
-        "input_mask": np.ones((num_examples, SEQ), np.int32),
-        "segment_ids": (np.arange(SEQ) >= SEQ // 2).astype(np.int32)[None].repeat(
-            num_examples, 0),
-        "masked_lm_positions": rng.integers(1, SEQ, (num_examples, PRED)).astype(np.int32),
-        "masked_lm_ids": rng.integers(5, VOCAB, (num_examples, PRED)).astype(np.int32),
-        "masked_lm_weights": np.ones((num_examples, PRED), np.float32),
-        "sentence_order_label": rng.integers(0, 2, num_examples).astype(np.int32),
-    }
-    self.num_examples = num_examples
-
-  def batch(self, step, batch_size, *, seed, process_index=0, process_count=1):
-    rows = np.random.default_rng([seed, step]).choice(self.num_examples, batch_size, False)
-    share = batch_size // process_count
-    rows = rows[process_index * share:(process_index + 1) * share]
-    return {k: v[rows] for k, v in self.arrays.items()}
-
-
-def tiny_config(attention="softmax"):
-  c = base_pretrain_config()
-  c.model.update(embedding_size=8, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                 intermediate_size=32, max_position_embeddings=SEQ)
-  c.model.attention.name = attention
-  c.data.update(vocab_size=VOCAB, max_seq_length=SEQ)
-  c.train.update(batch_size=4, num_steps=6, learning_rate=0.01, warmup_steps=2, log_every=1,
-                 eval_every=3, eval_batches=2, checkpoint_every=2)
-  return c
+from helpers.pretraining import (FAKE_VOCAB, VOCAB, RandomExamples, read_history,
+                                 tiny_pretrain_config)
 
 
 @pytest.fixture
@@ -60,14 +21,9 @@ def random_data(monkeypatch):
                       lambda c, workdir: (FAKE_VOCAB, splits))
 
 
-def read_history(workdir):
-  with open(os.path.join(workdir, "history.jsonl")) as f:
-    return [json.loads(line) for line in f]
-
-
 @pytest.mark.slow  # also checked, from a damaged checkpoint, by test_workdir
 def test_resumed_run_equals_uninterrupted(tmp_path, random_data):
-  config = tiny_config("hnas")
+  config = tiny_pretrain_config("hnas")
   whole = run_pretraining(config, str(tmp_path / "whole"), show_progress=False)
   resumed_dir = str(tmp_path / "resumed")
   with pytest.raises(Interrupted):
@@ -81,7 +37,7 @@ def test_resumed_run_equals_uninterrupted(tmp_path, random_data):
 
 
 def test_summary_and_files(tmp_path, random_data):
-  summary = run_pretraining(tiny_config("hnas"), str(tmp_path), show_progress=False)
+  summary = run_pretraining(tiny_pretrain_config("hnas"), str(tmp_path), show_progress=False)
   for name in ("config.json", "summary.json", "history.jsonl", "tensorboard", "checkpoints"):
     assert os.path.exists(tmp_path / name), name
   assert 0 <= summary["mlm_accuracy"] <= 1 and 0 <= summary["sop_accuracy"] <= 1
@@ -98,7 +54,7 @@ def test_training_lowers_the_loss_on_a_fixed_batch(tmp_path, monkeypatch):
   one = RandomExamples(4, 0)  # four examples, seen every step: MLM must memorise them
   monkeypatch.setattr(pretrain, "load_data", lambda c, workdir: (
       FAKE_VOCAB, {"train": one, "validation": one}))
-  config = tiny_config()
+  config = tiny_pretrain_config()
   config.train.update(num_steps=60, eval_every=60, checkpoint_every=0, learning_rate=0.1)
   summary = run_pretraining(config, str(tmp_path), show_progress=False, tensorboard=False)
   rows = [r for r in read_history(str(tmp_path)) if r["split"] == "train"]
@@ -124,7 +80,7 @@ def test_training_lowers_the_loss_on_a_fixed_batch(tmp_path, monkeypatch):
     ("model.dropout", float("nan"), r"model.dropout=nan: must be a finite number"),
 ])
 def test_bad_config_names_the_field_before_anything_is_written(tmp_path, field, value, match):
-  config = tiny_config()
+  config = tiny_pretrain_config()
   section, _, name = field.rpartition(".")
   get_field(config, section)[name] = value
   with pytest.raises(ValueError, match=match):
@@ -135,7 +91,7 @@ def test_bad_config_names_the_field_before_anything_is_written(tmp_path, field, 
 
 
 def test_files_corpus_needs_existing_files():
-  config = tiny_config()
+  config = tiny_pretrain_config()
   config.data.corpus = "files"
   with pytest.raises(ValueError, match="data.files"):
     validate_pretrain_config(config)
@@ -145,6 +101,6 @@ def test_files_corpus_needs_existing_files():
 
 
 def test_batch_is_sharded_over_devices(random_data):
-  trainer = pretrain.Trainer(tiny_config(), VOCAB)
+  trainer = pretrain.Trainer(tiny_pretrain_config(), VOCAB)
   batch = trainer.global_batch(RandomExamples(8, 0), 0, 4, seed=0)
   assert batch["input_ids"].sharding.spec == jax.sharding.PartitionSpec("data")

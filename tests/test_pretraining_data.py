@@ -202,8 +202,8 @@ def test_a_corpus_too_small_for_a_split_says_what_to_change(tmp_path):
 
 def test_vocab_has_albert_special_ids_and_cache_is_reused(prepared):
   folder, files, vocab, _ = prepared
-  assert [vocab.processor.id_to_piece(i) for i in range(5)] == \
-      ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]
+  assert ([vocab.processor.id_to_piece(i) for i in range(5)] ==
+          ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"])
   assert vocab.encode(["The KING"])[0] == vocab.encode(["the king"])[0]  # lower-cased
   stamp = os.path.getmtime(vocab.path)
   again, splits = prepare_pretraining_data(

@@ -10,7 +10,8 @@ import pytest
 
 from normattn_jax import attention, tasks
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import REPO as ROOT, subprocess_env
+
 PAGES = ["README.md"] + sorted(os.path.relpath(p, ROOT)
                                for p in glob.glob(os.path.join(ROOT, "docs", "guides", "*.md")))
 
@@ -75,8 +76,7 @@ def test_the_readmes_commands_parse_into_valid_configs(command, tmp_path):
   arguments = [f"--workdir={workdir}" if a.startswith("--workdir") else a for a in arguments]
   if "--workdir" in arguments:
     arguments[arguments.index("--workdir") + 1] = str(workdir)
-  environment = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, str(tmp_path)]),
-                     JAX_PLATFORMS="cpu")
+  environment = subprocess_env(tmp_path)
   done = subprocess.run([sys.executable, script, *arguments], cwd=ROOT, env=environment,
                         capture_output=True, text=True, timeout=300)
   assert done.returncode != 0

@@ -21,8 +21,9 @@ from normattn_jax.attention import weights as weights_lib
 from normattn_jax.attention.module import fast_is_faster
 from normattn_jax.blocks import TransformerBlock
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TESTS = os.path.dirname(os.path.abspath(__file__))
+from helpers import REPO, TESTS, subprocess_env
+from helpers.sweeps import tiny_registry_grid
+
 KEY = jax.random.key(0)
 
 
@@ -56,14 +57,6 @@ TEMPERED = register(Normalization(
     "tempered", lambda logits, mask, temperature: weights_lib.softmax_weights(
         logits / temperature, mask),
     options=(Option("temperature", 1.0, positive),)))
-
-
-def tiny_grid(**overrides):
-  """One small MTE grid with the registered sparsemax on it."""
-  from test_grid import tiny_config
-  settings = {"archs": ("mte",), "attention.name": "scaled_sparsemax", "learning_rates": (0.003,),
-              "num_seeds": 1, "train.num_steps": 10, "train.eval_every": 5}
-  return tiny_config(**dict(settings, **overrides))
 
 
 def test_the_builtins_are_registered():
@@ -141,15 +134,15 @@ def test_sparsemax_in_a_block_keeps_the_mte_head_norm():
   params = TransformerBlock(num_heads=2, arch="mte", normalization="scaled_sparsemax").init(KEY, x)
   attention = params["params"]["attention"]
   assert "head_norm" in attention and attention["sparsemax_scale"].shape == (2,)
-  grads = jax.grad(lambda p: jnp.sum(TransformerBlock(
-      num_heads=2, arch="mte", normalization="scaled_sparsemax").apply(p, x) ** 2))(params)
+  grads = jax.jit(jax.grad(lambda p: jnp.sum(TransformerBlock(
+      num_heads=2, arch="mte", normalization="scaled_sparsemax").apply(p, x) ** 2)))(params)
   assert np.all(np.isfinite(np.asarray(grads["params"]["attention"]["sparsemax_scale"])))
 
 
 @pytest.mark.slow  # the same sweep as through the command line, below
 def test_a_grid_trains_with_sparsemax_through_the_public_api(tmp_path):
   from normattn_jax.train.sweep import run_sweep
-  summary = run_sweep(tiny_grid(), str(tmp_path), show_progress=False, tensorboard=False)
+  summary = run_sweep(tiny_registry_grid(), str(tmp_path), show_progress=False, tensorboard=False)
   cell, = summary["cells"]
   assert cell["arch"] == "mte"
   assert 0.0 <= cell["metrics"]["train_acc"]["mean"] <= 1.0
@@ -158,7 +151,7 @@ def test_a_grid_trains_with_sparsemax_through_the_public_api(tmp_path):
 
 def _cli(tmp_path, *extra):
   """The sweep CLI on the tiny sparsemax grid, as command-line overrides."""
-  c = tiny_grid()
+  c = tiny_registry_grid()
   overrides = [f"--config.archs={c.archs!r}", "--config.attention.name=scaled_sparsemax",
                f"--config.learning_rates={tuple(c.learning_rates)!r}",
                f"--config.num_seeds={c.num_seeds}"]
@@ -171,7 +164,7 @@ def _cli(tmp_path, *extra):
                 f"--config.train.batch_size={c.train.batch_size}",
                 f"--config.eval.val_batches={c.eval.val_batches}",
                 f"--config.eval.case_set_size={c.eval.case_set_size}"]
-  env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, TESTS]), JAX_PLATFORMS="cpu")
+  env = subprocess_env(TESTS)
   return subprocess.run(
       [sys.executable, os.path.join(REPO, "experiments", "sweep.py"), "--config",
        os.path.join(REPO, "configs", "demo.py"), "--workdir", str(tmp_path / "w"), *overrides,
@@ -244,8 +237,9 @@ def test_the_command_line_sets_an_option_and_refuses_a_misspelt_field(monkeypatc
 
 def test_a_sweep_over_an_option_of_a_plugin_normalisation(tmp_path):
   from normattn_jax.train.sweep import run_sweep
-  config = tiny_grid(**{"attention.name": "tempered", "sweep.name": "attention.options.temperature",
-                        "sweep.grid": (0.5, 4.0)})
+  config = tiny_registry_grid(**{"attention.name": "tempered",
+                                 "sweep.name": "attention.options.temperature",
+                                 "sweep.grid": (0.5, 4.0)})
   summary = run_sweep(config, str(tmp_path), show_progress=False, tensorboard=False)
   cells = summary["cells"]
   assert [c["params"] for c in cells] == [{"attention.options.temperature": 0.5},

@@ -20,8 +20,8 @@ from normattn_jax.reporting import report_card as rc
 from normattn_jax.train import config as config_lib
 from normattn_jax.train.checkpoint import WorkdirError, open_workdir, unlock_workdir
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import FIXTURES, REPO as ROOT, subprocess_env
+
 SPEC = AttentionSpec("tempered_softmax", {"temperature": 2.0})
 DIAGNOSTICS = ("case", "first_token", "mode", "explaining_away", "mode_collapse",
                "unselectable", "cost", "length_generalisation", "attention_sinks",
@@ -100,15 +100,15 @@ def test_every_sweep_of_every_scale_validates(scale):
 
 def test_paper_scale_is_the_nap_papers():
   s = rc.SCALES["paper"]
-  assert (s.seq_len, s.d_model, s.num_heads, s.num_layers, s.batch_size, s.num_steps) == \
-      (128, 128, 4, 2, 32, 3200)
+  assert ((s.seq_len, s.d_model, s.num_heads, s.num_layers, s.batch_size, s.num_steps) ==
+           (128, 128, 4, 2, 32, 3200))
   assert s.learning_rates == config_lib.PAPER_LEARNING_RATES
   assert s.cost_lengths == (128, 1024, 4096)
 
 
 def test_default_baselines_dir_is_shared_beside_the_card_per_machine(tmp_path):
-  assert rc.default_baselines_dir(str(tmp_path / "cards" / "mine"), "cpu", "ab12cd34") == \
-      str(tmp_path / "cards" / "baselines" / "cpu-ab12cd34")
+  assert (rc.default_baselines_dir(str(tmp_path / "cards" / "mine"), "cpu", "ab12cd34") ==
+          str(tmp_path / "cards" / "baselines" / "cpu-ab12cd34"))
 
 
 def test_baselines_of_another_machine_are_refused_before_the_workdir(tmp_path):
@@ -311,10 +311,10 @@ def synthetic_report(trained_by=("x(t=2)",)):
 def test_the_lm_diagnostics_read_each_seed_and_skip_a_diverged_one():
   report = synthetic_report()
   d = report["diagnostics"]
-  assert d["sparsity"]["values"]["card"]["zero_share"] == \
-      pytest.approx([0.3 + 0.001 * i for i in range(SEEDS - 1)] + [None])
-  assert d["attention_sinks"]["values"]["softmax"]["first_token_share"][0] == \
-      pytest.approx(np.mean([0.6, 0.3, 0.6, 0.0]))
+  assert (d["sparsity"]["values"]["card"]["zero_share"] ==
+          pytest.approx([0.3 + 0.001 * i for i in range(SEEDS - 1)] + [None]))
+  assert (d["attention_sinks"]["values"]["softmax"]["first_token_share"][0] ==
+          pytest.approx(np.mean([0.6, 0.3, 0.6, 0.0])))
   assert d["attention_sinks"]["values"]["softmax"]["first_token_share_max"][0] == 0.6
   assert d["massive_activations"]["values"]["nap"]["massive_ratio"][:3] == [40.0, 41.0, 42.0]
   # the newest band of an 8L window is its last (4L..8L)
@@ -369,8 +369,8 @@ def test_verdicts_say_what_the_numbers_show():
                                          "learn all three cases")
   assert "learn all three" not in lines["mode"]
   assert "no different" not in " ".join(lines.values())
-  assert "fails in 1 of 8 seeds (2.5% of keys below it) for x(t=2) (not guaranteed" \
-      in lines["explaining_away"]
+  assert ("fails in 1 of 8 seeds (2.5% of keys below it) for x(t=2) (not guaranteed"
+          in lines["explaining_away"])
   # both pairs, and the words for what the points do
   assert lines["mode_collapse"] == (
       "At the smoke scale, over 2 attention updates of the two-cluster toy at initial "
@@ -378,16 +378,16 @@ def test_verdicts_say_what_the_numbers_show():
       "2 clusters) (softmax collapses to one cluster by update 2, DNAS keeps 2); balanced pair: "
       "x(t=2) collapses to one cluster by update 1 (softmax keeps 2, DNAS keeps 2).")
   # the time over softmax's quadratic path, and over softmax's same path beside it
-  assert "quadratic path 2.00x softmax's quadratic time and 1.00x its memory (2.00x the time " \
-      "of softmax on the same path)" in lines["cost"]
+  assert ("quadratic path 2.00x softmax's quadratic time and 1.00x its memory (2.00x the time "
+          "of softmax on the same path)" in lines["cost"])
   assert "no fast path" in lines["cost"]
-  assert "share of exact zeros among the weights averages 30.3%: above softmax's 0.3%" \
-      in lines["sparsity"]
+  assert ("share of exact zeros among the weights averages 30.3%: above softmax's 0.3%"
+          in lines["sparsity"])
   report["verdicts"] = lines
   md = text.markdown(report)
   assert md.count("**Verdict:**") == len(DIAGNOSTICS)
-  assert "| card | 90.0, 91.0, 92.0, 93.0, 94.0, 95.0, 96.0, 97.0 | 90.0, 90.5, 91.0, 91.5, " \
-      "92.0, 92.5, 93.0, 93.5 | y n y y y y y y |" in md
+  assert ("| card | 90.0, 91.0, 92.0, 93.0, 94.0, 95.0, 96.0, 97.0 | 90.0, 90.5, 91.0, 91.5, "
+          "92.0, 92.5, 93.0, 93.5 | y n y y y y y y |" in md)
   assert "Benjamini-Hochberg's adjusted p over this card's" in md
   assert "baselines" in md and "trained by this card's run" in md
 
@@ -459,7 +459,7 @@ def test_smoke_card_in_process_resumes_without_training(tmp_path, baselines, mon
 def test_smoke_card_from_the_command_line(tmp_path):
   """One command makes a plugin's card, its baselines trained beside it for this machine; killed
   outright once its first sweep has finished, the same command resumes it to the end."""
-  env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, FIXTURES]), JAX_PLATFORMS="cpu")
+  env = subprocess_env(FIXTURES)
   workdir = str(tmp_path / "cli")
   command = [sys.executable, os.path.join(ROOT, "experiments", "report_card.py"),
              "--plugins=card_plugin,broken_diagnostic",
@@ -480,11 +480,11 @@ def test_smoke_card_from_the_command_line(tmp_path):
   done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1200)
   assert done.returncode == 0, done.stderr[-3000:]
   assert "At the smoke scale" in done.stdout
-  assert f"{os.path.join(workdir, 'case', 'select')} holds this config's finished run" in \
-      done.stdout
+  assert (f"{os.path.join(workdir, 'case', 'select')} holds this config's finished run" in
+          done.stdout)
   report = _check_report(workdir, extra=("broken_probe",))
-  assert "RuntimeError: this probe cannot read tempered_softmax(temperature=0.5)" in \
-      report["diagnostics"]["broken_probe"]["error"]
+  assert ("RuntimeError: this probe cannot read tempered_softmax(temperature=0.5)" in
+          report["diagnostics"]["broken_probe"]["error"])
   machine = rc.fingerprint_id(report["machine"])
   assert os.path.exists(tmp_path / "baselines" / f"smoke-{machine}" / rc.MACHINE)
   other = [c.replace("tempered_softmax", "dnas") if c.startswith("--config.attention.name")

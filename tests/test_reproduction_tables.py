@@ -9,7 +9,8 @@ import pytest
 from normattn_jax.reporting import reproduction as rep
 from normattn_jax.reporting import verdicts
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import REPO, subprocess_env
+
 DOCUMENT = os.path.join(REPO, "REPRODUCTION.md")
 RESULTS = os.path.join(REPO, "results")
 
@@ -55,9 +56,9 @@ def test_a_changed_verdict_number_is_found(document, results):
 
 
 def test_numbers_are_read_as_the_document_writes_them():
-  assert verdicts.numbers_in("NAP 94.3 / 85.1 at 2.19e-4 (3.4-8.2%), 1,000 examples, L1, "
-                             "d = 128, 0.3^7, N/2, `results/d128_nap/seeds.json` 5-against-5") \
-      == ["94.3", "85.1", "2.19e-4", "3.4", "8.2", "1,000", "128", "0.3", "5", "5"]
+  assert (verdicts.numbers_in("NAP 94.3 / 85.1 at 2.19e-4 (3.4-8.2%), 1,000 examples, L1, "
+                              "d = 128, 0.3^7, N/2, `results/d128_nap/seeds.json` 5-against-5")
+          == ["94.3", "85.1", "2.19e-4", "3.4", "8.2", "1,000", "128", "0.3", "5", "5"])
 
 
 def test_every_spec_has_its_fence_and_every_fence_its_spec(document):
@@ -123,7 +124,7 @@ def _command(*flags):
   return subprocess.run([sys.executable, os.path.join(REPO, "experiments",
                                                       "reproduction_tables.py"), *flags],
                         capture_output=True, text=True, cwd=REPO, timeout=300,
-                        env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO))
+                        env=subprocess_env())
 
 
 def test_the_command_checks_and_rewrites(document, tmp_path):

@@ -11,37 +11,13 @@ import numpy as np
 import pytest
 
 from normattn_jax._extras import cpu_cores
-from normattn_jax.train import artifacts, base_config
+from normattn_jax.train import artifacts
 from normattn_jax.train import retrain
 from normattn_jax.train.checkpoint import WorkdirError
 from normattn_jax.train.sweep import run_sweep
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FIXTURES = os.path.join(REPO, "tests", "fixtures")
-
-
-def tiny_config():
-  c = base_config()
-  c.archs = ("bert", "sum")
-  c.task.name = "mode_finding"  # no case metrics: a smaller program to compile
-  c.task.vocab_size = 4
-  c.task.output = "classes"
-  c.learning_rates = (0.003, 0.001)
-  c.num_seeds = 2
-  # A static point (grids named "<arch>[model.num_layers=0]"); no blocks, embeddings and output
-  # only: the programs compile in seconds, and BERT still trains with its warm-up and clipping.
-  c.sweep.name = "model.num_layers"
-  c.sweep.grid = (0,)
-  c.task.seq_len = 8
-  c.model.d_model = 8
-  c.model.num_heads = 2
-  c.train.num_steps = 20
-  c.train.eval_every = 10
-  c.train.batch_size = 4
-  c.train.checkpoint_every = 1
-  c.eval.val_batches = 2
-  c.eval.case_set_size = 4
-  return c
+from helpers import FIXTURES, REPO, subprocess_env
+from helpers.sweeps import tiny_retrain_config
 
 
 def metrics(workdir):
@@ -68,7 +44,7 @@ def store_as_older_run(workdir):
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp("sweep"))
-  run_sweep(tiny_config(), workdir, show_progress=False, tensorboard=False)
+  run_sweep(tiny_retrain_config(), workdir, show_progress=False, tensorboard=False)
   store_as_older_run(workdir)
   return workdir, metrics(workdir), read_text(os.path.join(workdir, artifacts.SUMMARY))
 
@@ -195,11 +171,11 @@ def test_the_cpu_is_split_into_the_runs_device_count(tmp_path):
 
 
 def plugin_config_file(tmp_path):
-  """A config file of ``tiny_config`` with a plugin's normalisation (tests/fixtures/card_plugin)
-  on two attention archs."""
+  """A config file of ``tiny_retrain_config`` with a plugin's normalisation
+  (tests/fixtures/card_plugin) on two attention archs."""
   from normattn_jax.train.checkpoint import config_json
 
-  c = tiny_config()
+  c = tiny_retrain_config()
   c.archs = ("mte", "bert")
   c.attention.name = "tempered_softmax"
   c.attention.options.temperature = 2.0
@@ -213,7 +189,7 @@ def plugin_config_file(tmp_path):
 
 
 def script(name, *args):
-  env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, FIXTURES]), JAX_PLATFORMS="cpu")
+  env = subprocess_env(FIXTURES)
   return subprocess.run([sys.executable, os.path.join(REPO, "experiments", name), *args],
                         capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
 

@@ -14,9 +14,10 @@ from normattn_jax.train import artifacts
 from normattn_jax.train.checkpoint import config_json, write_json
 from normattn_jax.train.layout import ModelsAxis
 from normattn_jax.train.plan import SweepPlan
-from test_grid import tiny_config
+from helpers.sweeps import tiny_sweep_config
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import REPO, subprocess_env
+
 
 EPOCHS, RATES, VALUES, SEEDS = 3, 4, 2, 5
 
@@ -73,7 +74,7 @@ def test_learned_counts_seeds_at_the_threshold():
 
 def our_run(tmp_path, d_model=16):
   """A made-up finished sweep of ours at d = 16, its learning rates 0.3^2 and 0.3^4."""
-  c = tiny_config()
+  c = tiny_sweep_config()
   c.archs = ("nap", "bert")
   c.model.d_model = d_model
   c.learning_rates = (0.09, 0.0081)
@@ -217,7 +218,7 @@ def test_the_authors_plots_are_drawn_beside_ours(tmp_path, monkeypatch):
 
 def test_a_diverged_seed_counts_as_failed_at_every_evaluation():
   """Seed 0 scored 0.34 before it diverged: its best over training is 0, not 0.34."""
-  c = tiny_config()
+  c = tiny_sweep_config()
   c.archs, c.learning_rates, c.num_seeds = ("nap",), (0.01,), 2
   curves = {"train_acc": np.array([[0.34, 0.5], [0.0, 0.6]], np.float32),
             "diverged": np.array([[False, False], [True, False]])}
@@ -285,7 +286,7 @@ def test_the_command_names_a_damaged_file_of_our_run(tmp_path):
   done = subprocess.run(
       [sys.executable, os.path.join(REPO, "experiments", "compare_seeds.py"), str(tmp_path)],
       capture_output=True, text=True, cwd=REPO, timeout=300,
-      env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO))
+      env=subprocess_env())
   assert done.returncode != 0
   assert f"{tmp_path / 'config.json'} is not valid JSON" in done.stderr
   assert "Traceback" not in done.stderr
@@ -296,7 +297,7 @@ def test_the_command_refuses_a_missing_authors_folder(tmp_path):
   done = subprocess.run(
       [sys.executable, os.path.join(REPO, "experiments", "compare_seeds.py"),
        f"--authors={tmp_path / 'nowhere'}", str(tmp_path)], capture_output=True, text=True,
-      cwd=REPO, timeout=300, env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO))
+      cwd=REPO, timeout=300, env=subprocess_env())
   assert done.returncode != 0
   assert f"--authors folder {tmp_path / 'nowhere'} does not exist" in done.stderr
 
@@ -307,7 +308,7 @@ def case_run(tmp_path, argmax_of_bert=0.03):
   """A made-up finished case-task sweep (N = 8, 1000 examples per case) whose seeds all reach
   at least 0.9 training accuracy; nap's seeds solve the argmax case (0.3 + 0.01 s), bert's stay
   at ``argmax_of_bert`` on it (seed 4 of the second learning rate once at 0.5)."""
-  c = tiny_config(**{"eval.case_set_size": 1000})
+  c = tiny_sweep_config(**{"eval.case_set_size": 1000})
   c.archs = ("nap", "bert")
   c.model.d_model = 16
   c.learning_rates = (0.09, 0.0081)
@@ -410,7 +411,7 @@ def test_the_authors_seeds_are_not_judged_without_their_cases(tmp_path, guess_ra
 
 
 def test_a_case_task_run_without_case_metrics_keeps_the_training_rule(tmp_path):
-  our_run(tmp_path)  # tiny_config's case task, stored without case_acc_*
+  our_run(tmp_path)  # tiny_sweep_config's case task, stored without case_acc_*
   report = seeds.compare([seeds.OurSweep.read(str(tmp_path))], threshold=0.8)
   assert report["case_rules"] == [] and all("case_rule" not in c for c in report["cells"])
   assert seeds.markdown(report).startswith(

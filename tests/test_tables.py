@@ -6,7 +6,7 @@ import sys
 
 from normattn_jax.reporting.tables import finetuning_tables
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import REPO, subprocess_env
 
 
 def stats(mean, seeds=3):
@@ -53,7 +53,7 @@ def test_the_command_writes_a_task_column(tmp_path):
       [sys.executable, os.path.join(REPO, "experiments", "compare_finetuning.py"),
        f"--workdirs={tmp_path / 'softmax'},{tmp_path / 'mrpc'}", f"--output={tmp_path / 'out'}"],
       capture_output=True, text=True, cwd=REPO, timeout=300,
-      env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO))
+      env=subprocess_env())
   assert done.returncode == 0, done.stderr
   table = (tmp_path / "out" / "comparison.md").read_text()
   assert "| genre | softmax |" in table and "| glue/mrpc | mrpc |" in table
@@ -71,7 +71,7 @@ def test_two_runs_of_one_name_are_refused_with_both_paths(tmp_path):
        f"--workdirs={tmp_path / 'genre/dnas'},{tmp_path / 'next/dnas'}",
        f"--output={tmp_path / 'out'}"],
       capture_output=True, text=True, cwd=REPO, timeout=300,
-      env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO))
+      env=subprocess_env())
   assert done.returncode != 0
   assert str(tmp_path / "genre/dnas") in done.stderr and str(tmp_path / "next/dnas") in done.stderr
   assert not os.path.exists(tmp_path / "out")

@@ -18,7 +18,7 @@ from normattn_jax.train import train_grid, validate
 from normattn_jax.train.grid import Setup
 from normattn_jax.train.optim import learning_rate_of
 from normattn_jax.train.sweep import run_sweep
-from test_grid import tiny_config
+from helpers.sweeps import tiny_sweep_config
 
 COPY_STEPS = 80
 
@@ -55,7 +55,7 @@ def copy_config(**overrides):
               "task.vocab_size": 8, "learning_rates": (0.1,), "num_seeds": 2,
               "train.num_steps": COPY_STEPS, "train.eval_every": COPY_STEPS // 2,
               "train.batch_size": 16, "train.checkpoint_every": 0}
-  return tiny_config(**dict(settings, **overrides))
+  return tiny_sweep_config(**dict(settings, **overrides))
 
 
 def test_the_builtins_are_registered():
@@ -83,7 +83,7 @@ def test_unknown_names_fail_with_the_registered_ones():
   with pytest.raises(ValueError, match="task must be one of .*'copy_first'.*got 'sorting'"):
     tasks.get("sorting")
   with pytest.raises(ValueError, match=r"config.task.name='sorting': choose from .*copy_first"):
-    validate(tiny_config(**{"task.name": "sorting"}))
+    validate(tiny_sweep_config(**{"task.name": "sorting"}))
 
 
 def test_registration_is_checked():
@@ -109,7 +109,7 @@ def test_config_validation_asks_the_task():
   with pytest.raises(ValueError, match="config.task.vocab_size=1: must be >= 2"):
     validate(copy_config(**{"task.vocab_size": 1}))
   with pytest.raises(ValueError, match="config.task.vocab_size=60: must exceed 64"):
-    validate(tiny_config(**{"task.vocab_size": 60}))
+    validate(tiny_sweep_config(**{"task.vocab_size": 60}))
   c = copy_config()  # a swept value passes the task's rules too
   c.sweep.name, c.sweep.grid = "task.vocab_size", (8, 1)
   with pytest.raises(ValueError, match=r"sweep.grid\[1\]=1 .*config.task.vocab_size=1"):
@@ -158,7 +158,7 @@ def test_a_position_label_past_the_sequence_is_refused():
 ])
 def test_the_task_decides_positional_embeddings_unless_the_config_does(task, output, positional,
                                                                        expected):
-  c = tiny_config(**{"task.name": task, "task.output": output, "task.vocab_size": 70,
+  c = tiny_sweep_config(**{"task.name": task, "task.output": output, "task.vocab_size": 70,
                      "model.positional": positional})
   setup = Setup("mte", c)
   params = jax.eval_shape(setup.model().init, jax.random.key(0),
@@ -172,7 +172,8 @@ def test_a_task_may_set_its_number_of_classes():
       "count_parity", lambda key, b, n, s: (jnp.zeros((b, n), jnp.int32), jnp.zeros(b, jnp.int32)),
       outputs=("classes",), num_classes=lambda settings: 2))
   try:
-    c = tiny_config(**{"task.name": parity.name, "task.output": "classes", "task.vocab_size": 9})
+    c = tiny_sweep_config(**{"task.name": parity.name, "task.output": "classes",
+                             "task.vocab_size": 9})
     params = jax.eval_shape(Setup("nap", c).model().init, jax.random.key(0),
                             jnp.zeros((1, 8), jnp.int32))
     assert params["params"]["head"]["kernel"].shape == (8, 2)

@@ -13,20 +13,20 @@ import numpy as np
 import pytest
 
 from normattn_jax.train import pretrain
-from normattn_jax.train.checkpoint import LOCK, DamagedCheckpointWarning, MAY_DIFFER, \
-    WorkdirError, config_json, config_differences, lock_workdir, open_workdir, unlock_workdir
+from normattn_jax.train.checkpoint import (LOCK, DamagedCheckpointWarning, MAY_DIFFER,
+    WorkdirError, config_json, config_differences, lock_workdir, open_workdir, unlock_workdir)
 from normattn_jax.train.config import get_field
 from normattn_jax.train.pretrain import run_pretraining
 from normattn_jax.train.driver import Budget, Interrupted
-from test_grid import read, run, tiny_config as grid_config
-from test_pretrain import FAKE_VOCAB, RandomExamples, read_history, \
-    tiny_config as albert_config
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import REPO, subprocess_env
+from helpers.files import halve
+from helpers.sweeps import read, run, tiny_sweep_config
+from helpers.pretraining import (FAKE_VOCAB, RandomExamples, read_history,
+                                 tiny_pretrain_config)
 
 
 def sweep_config(**overrides):
-  return grid_config(archs=("nap",), **overrides)
+  return tiny_sweep_config(archs=("nap",), **overrides)
 
 
 def snapshot(workdir) -> dict:
@@ -42,14 +42,6 @@ def snapshot(workdir) -> dict:
 
 def copy(workdir, tmp_path):
   return shutil.copytree(workdir, tmp_path / "run")
-
-
-def halve(paths):
-  """Cut each of ``paths`` (at least one) to half its size."""
-  assert paths
-  for path in paths:
-    with open(path, "r+b") as f:
-      f.truncate(os.path.getsize(path) // 2)
 
 
 def truncate_array_file(step_dir):
@@ -74,9 +66,9 @@ DAMAGES = [truncate_array_file, truncate_metadata, empty_step_folder]
 def test_differences_name_each_field_and_ignore_only_the_listed_ones():
   stored = {"train": {"seed": 0, "log_every": 1}, "archs": ["nap"]}
   new = {"train": {"seed": 1, "log_every": 5, "l2": 0.0}, "archs": ["nap"]}
-  assert [(f, repr(a), b) for f, a, b in config_differences(stored, new, ("train.log_every",))] \
-      == [("train.l2", "(absent)", 0.0), ("train.seed", "0", 1)]
-  for kind, config in (("sweep", sweep_config()), ("pretraining", albert_config())):
+  assert ([(f, repr(a), b) for f, a, b in config_differences(stored, new, ("train.log_every",))]
+          == [("train.l2", "(absent)", 0.0), ("train.seed", "0", 1)])
+  for kind, config in (("sweep", sweep_config()), ("pretraining", tiny_pretrain_config())):
     assert config_differences(config_json(config), config_json(config)) == []
     every_field = {field for field, _, _ in config_differences({}, config_json(config))}
     assert set(MAY_DIFFER[kind]) <= every_field, kind
@@ -190,7 +182,7 @@ def train_albert(config, workdir, **kwargs):
 @pytest.fixture(scope="module")
 def finished_pretraining(tmp_path_factory, random_data):
   workdir = tmp_path_factory.mktemp("pretraining")
-  train_albert(albert_config("hnas"), workdir)
+  train_albert(tiny_pretrain_config("hnas"), workdir)
   return workdir
 
 
@@ -199,7 +191,7 @@ def interrupted_pretraining(tmp_path_factory, random_data):
   """Killed after five of six steps: checkpoints 2 and 4."""
   workdir = tmp_path_factory.mktemp("interrupted_pretraining")
   with pytest.raises(Interrupted):
-    train_albert(albert_config("hnas"), workdir, budget=Budget(chunks=5))
+    train_albert(tiny_pretrain_config("hnas"), workdir, budget=Budget(chunks=5))
   assert sorted(os.listdir(workdir / "checkpoints")) == ["2", "4"]
   return workdir
 
@@ -214,7 +206,7 @@ def interrupted_pretraining(tmp_path_factory, random_data):
 def test_pretraining_refuses_another_config_and_touches_nothing(
     state, field, value, named, finished_pretraining, interrupted_pretraining):
   workdir = finished_pretraining if state == "finished" else interrupted_pretraining
-  config = albert_config("hnas")
+  config = tiny_pretrain_config("hnas")
   section, _, name = field.rpartition(".")
   get_field(config, section)[name] = value
   before = snapshot(workdir)
@@ -225,7 +217,7 @@ def test_pretraining_refuses_another_config_and_touches_nothing(
 
 def test_pretraining_rerun_of_a_finished_run_leaves_it_as_it_was(finished_pretraining):
   before = snapshot(finished_pretraining)
-  config = albert_config("hnas")
+  config = tiny_pretrain_config("hnas")
   config.train.update(log_every=2, eval_every=6, checkpoint_every=3)  # these may differ
   summary = train_albert(config, finished_pretraining)
   assert snapshot(finished_pretraining) == before
@@ -237,7 +229,7 @@ def test_pretraining_afresh_moves_the_old_workdir_aside(finished_pretraining, ra
                                                         tmp_path):
   workdir = copy(finished_pretraining, tmp_path)
   before = snapshot(workdir)
-  config = albert_config("hnas")
+  config = tiny_pretrain_config("hnas")
   config.model.attention.options.hybrid_init = 0.25
   summary = train_albert(config, workdir, afresh=True)
   [old] = glob.glob(str(tmp_path / "run.replaced-*"))
@@ -255,7 +247,7 @@ def test_pretraining_resumes_past_a_damaged_latest_checkpoint(
   workdir = copy(interrupted_pretraining, tmp_path)
   damage(str(workdir / "checkpoints" / "4"))
   with pytest.warns(DamagedCheckpointWarning, match=re.escape(f"{workdir}/checkpoints/4: ")):
-    summary = train_albert(albert_config("hnas"), workdir)
+    summary = train_albert(tiny_pretrain_config("hnas"), workdir)
   assert read_history(str(workdir)) == read_history(str(finished_pretraining))
   with open(finished_pretraining / "summary.json") as f:
     whole = json.load(f)
@@ -316,7 +308,7 @@ def test_a_workdir_in_use_by_a_live_run_is_refused_and_taken_over_once_that_run_
       [sys.executable, "-c", "import sys, time; from normattn_jax.train.checkpoint import "
        "lock_workdir; lock_workdir(sys.argv[1]); print('locked', flush=True); time.sleep(120)",
        str(workdir)], stdout=subprocess.PIPE, text=True, cwd=REPO,
-      env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO))
+      env=subprocess_env())
   try:
     assert holder.stdout.readline().strip() == "locked"
     with pytest.raises(WorkdirError, match=re.escape(

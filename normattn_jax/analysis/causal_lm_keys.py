@@ -513,8 +513,8 @@ def _train_and_analyse(c: ml_collections.ConfigDict, workdir: str, budget: Budge
   train_seconds = time.perf_counter() - began
   losses = {name: run.metrics["train_loss"] for name, run in trained.items()}
   states = {name: run.state for name, run in trained.items()}
-  initial = {name: initial_states(c, grid) for name, grid in grids.items()} \
-      if a.init_sequences else {}
+  initial = ({name: initial_states(c, grid) for name, grid in grids.items()}
+             if a.init_sequences else {})
   results = {}
   for name, model in models.items():
     results[name] = []

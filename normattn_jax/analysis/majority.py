@@ -57,8 +57,8 @@ from normattn_jax.train.run_log import RunLog, read_history
 from normattn_jax.train.runs import RunContext
 from normattn_jax.train.state import TRAIN_STREAM, TrainState
 from normattn_jax.train.sections import check_known_fields
-from normattn_jax.validation import RULES, check_config_float, check_config_int, check_fields, \
-    check_int, fail_config
+from normattn_jax.validation import (RULES, check_config_float, check_config_int, check_fields,
+                                     check_int, fail_config)
 
 # An optional package: without it, the error names the extra that installs it.
 ml_collections = require("ml_collections", "analysis")
@@ -301,8 +301,8 @@ class MajorityEncoder(nn.Module):
     """[types, d]: ``norm(e_t) W_Q W_K^T / sqrt(d)``, the vector each type's query dots with
     the normalised keys (``qQK`` of the paper's code)."""
     h = pre_attention_norm(self.embedding.embedding, variant)
-    return h @ self.query.variables["params"]["kernel"] \
-        @ self.key.variables["params"]["kernel"].T / math.sqrt(self.d_model)
+    return (h @ self.query.variables["params"]["kernel"]
+            @ self.key.variables["params"]["kernel"].T / math.sqrt(self.d_model))
 
 
 def query_angles(queries: Array) -> Array:

@@ -622,8 +622,8 @@ def frequency_correlation(ratios: Sequence[Mapping[str, np.ndarray]], ranks, val
   out = {}
   for method in METHODS:
     mean = np.mean([np.asarray(r[method], np.float64) for r in ratios], axis=0)
-    rho = lambda sel: float(spearmanr(ranks[sel], mean[sel]).statistic) if sel.sum() > 2 \
-        else float("nan")
+    rho = (lambda sel: float(spearmanr(ranks[sel], mean[sel]).statistic) if sel.sum() > 2
+           else float("nan"))
     out[method] = {"with_special": rho(keep), "without_special": rho(plain),
                    "tokens": int(keep.sum())}
   return out

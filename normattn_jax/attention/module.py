@@ -801,8 +801,8 @@ class MultiHeadAttention(nn.Module):
     vector = lambda name: self.param(name, init, (map_dim,), self.param_dtype).astype(
         jnp.float32)
     dot = lambda a, b: jnp.exp(jnp.sum(vector(a) * vector(b)))
-    return dot("lambda_q1", "lambda_k1") - dot("lambda_q2", "lambda_k2") \
-        + lambda_init(self.layer_index)
+    return (dot("lambda_q1", "lambda_k1") - dot("lambda_q2", "lambda_k2")
+            + lambda_init(self.layer_index))
 
   @property
   def spec(self) -> AttentionSpec:

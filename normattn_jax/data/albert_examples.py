@@ -27,8 +27,8 @@ from typing import Sequence
 import numpy as np
 
 from normattn_jax.data import tfds_text
-from normattn_jax.data.sentencepiece_vocab import CLS, MASK, NUM_SPECIAL, SEP, Vocab, \
-    train_sentencepiece
+from normattn_jax.data.sentencepiece_vocab import (CLS, MASK, NUM_SPECIAL, SEP, Vocab,
+                                                   train_sentencepiece)
 from normattn_jax.validation import int_problem
 
 FIELDS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",

@@ -144,8 +144,8 @@ def _check(head: Head) -> None:
   if head.labels not in LABEL_KINDS:
     raise ValueError(f"head {head.name!r}: labels must be one of {LABEL_KINDS}, got "
                      f"{head.labels!r}")
-  if not isinstance(head.label_fields, tuple) or not head.label_fields \
-      or not all(isinstance(f, str) and f for f in head.label_fields):
+  if (not isinstance(head.label_fields, tuple) or not head.label_fields
+      or not all(isinstance(f, str) and f for f in head.label_fields)):
     raise ValueError(f"head {head.name!r}: label_fields must be a non-empty tuple of field "
                      f"names, got {head.label_fields!r}")
 

@@ -38,8 +38,8 @@ from normattn_jax.train import grid as grid_lib
 from normattn_jax.train import kinds, multihost, runs
 from normattn_jax.train.checkpoint import WorkdirError, write_json
 from normattn_jax.train.migrate import with_attention_section
-from normattn_jax.train.optim import lamb_adapted, scale_by_adam_without_bias_correction, \
-    schedule_shape
+from normattn_jax.train.optim import (lamb_adapted, scale_by_adam_without_bias_correction,
+                                      schedule_shape)
 from normattn_jax.train.driver import Budget, RunHooks
 from normattn_jax.train.layout import GroupSeedAxis
 from normattn_jax.train.run_log import RunLog
@@ -491,8 +491,8 @@ def train_finetuning(c: ml_collections.ConfigDict, context: RunContext) -> Finet
     to the next (the first of a call compiles: not counted)."""
     now = time.perf_counter()
     if timing["last"] is not None:
-      timing["chunks"], timing["seconds"] = timing["chunks"] + 1, timing["seconds"] + now - \
-          timing["last"]
+      timing["chunks"], timing["seconds"] = (timing["chunks"] + 1,
+                                             timing["seconds"] + now - timing["last"])
     timing["last"] = now
     predictions = out["predictions"].reshape((num_models, -1) + out["predictions"].shape[3:])
     scores = [_score(task, predictions[m, :num_dev], bool(out["diverged"][m]))

@@ -333,8 +333,8 @@ def _checkpoint_names(path: tuple) -> tuple[str, ...]:
       raise ValueError(f"the BertModel parameter {'/'.join(path)} has no HuggingFace name")
     module = f"encoder.layer.{modules[0][len('layer_'):]}.{table[modules[-1]]}"
   if module.endswith("LayerNorm"):
-    return (f"{module}.weight", f"{module}.gamma") if leaf == "scale" else \
-        (f"{module}.bias", f"{module}.beta")
+    return ((f"{module}.weight", f"{module}.gamma") if leaf == "scale" else
+             (f"{module}.bias", f"{module}.beta"))
   return (f"{module}.{'bias' if leaf == 'bias' else 'weight'}",)
 
 

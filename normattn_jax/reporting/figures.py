@@ -306,8 +306,8 @@ def curve_colours(count: int) -> tuple[str, ...]:
   Returns:
     ``count`` matplotlib colour names.
   """
-  return ("tab:red", "tab:green", "tab:blue") if count == 3 else \
-      tuple(f"C{i}" for i in range(count))
+  return (("tab:red", "tab:green", "tab:blue") if count == 3 else
+           tuple(f"C{i}" for i in range(count)))
 
 
 def learning_curves_figure(plan: SweepPlan, summary, metrics_path, path, groups=()):

@@ -53,14 +53,16 @@ from normattn_jax.analysis.unselectable import unselectable
 from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.reporting import card_stats
 from normattn_jax.reporting import diagnostics as diagnostics_lib
+from normattn_jax.reporting import report_card_text as text
 from normattn_jax.reporting import seeds as seeds_lib
+from normattn_jax.reporting.card_names import ARMS, BASELINES, CARD_TASKS, CASES, TASK_METRIC
 from normattn_jax.tasks.synthetic import case_guess_rate
 from normattn_jax.train import artifacts, kinds, runs
 from normattn_jax.train.checkpoint import WorkdirError, write_json
 from normattn_jax.train.config import PAPER_LEARNING_RATES, base_config
 from normattn_jax.train.grid import Setup
-from normattn_jax.train.sections import attention_section, attention_spec, \
-    check_known_fields
+from normattn_jax.train.sections import (attention_section, attention_spec,
+                                         check_known_fields)
 from normattn_jax.train.sweep import load_models, run_sweep
 from normattn_jax.validation import fail_config
 
@@ -71,10 +73,6 @@ KIND = "report_card"  # the kind of run (train.kinds)
 PROTOCOL = 2  # selection seeds apart from evaluation seeds; report.json's "protocol"
 CARD_ARCH = "mte"
 BASELINE_ARCHS = ("mte", "nap")  # softmax in the MTE layout, and NAP
-ARMS = ("card", "softmax", "nap")
-BASELINES = ("softmax", "nap")
-CASES = ("argmin", "first", "argmax")
-EPSILON = ea.EPSILON
 # The base seeds of the two stages: the evaluation seeds share no model key with the selection's.
 SELECTION_SEED, EVALUATION_SEED = 0, 1
 # A seed learns a case when its best accuracy on that case beats chance (the best guess that
@@ -83,9 +81,6 @@ SELECTION_SEED, EVALUATION_SEED = 0, 1
 # shared with experiments/compare_seeds.py).
 CASE_VOCAB = 100  # the case tasks' vocabulary (sweep_config)
 UNSELECTABLE_TOL = 1e-6  # float32 keys (analysis.unselectable)
-# Normalisations whose every key keeps a total weight >= 1/N by construction (Theorem 2 of the
-# DNAS paper and its corollaries): for them the bound is a check of the code, not a finding.
-BOUND_BY_CONSTRUCTION = ("dnas", "hnas", "sinkhorn")
 REPORT_MD, REPORT_JSON, SUMMARY = "report.md", "report.json", artifacts.SUMMARY
 MACHINE, PROVENANCE = "machine.json", "provenance.json"
 
@@ -160,11 +155,6 @@ SCALES = {
                    cost_lengths=(128, 1024, 4096), cost_repeats=5, clusters=(500, 50),
                    lm=card_lm.LM_SIZES["paper"]),
 }
-# task of a card -> (registered task, output)
-CARD_TASKS = {"case": ("case_distinction", "tokens"), "first_token": ("case_distinction", "first"),
-              "mode": ("mode_finding", "classes")}
-# the metric each task is judged on (the paper's: training accuracy; the mode task's at 2N)
-TASK_METRIC = {"case": "train_acc", "first_token": "train_acc", "mode": "val_acc"}
 
 
 def base_card_config() -> ml_collections.ConfigDict:
@@ -262,11 +252,11 @@ def sweep_config(task: str, scale: str, archs: tuple, spec: Optional[AttentionSp
   if spec is not None:
     c.attention = attention_section(spec.name, **dict(spec.options))
   if learning_rate is None:
-    c.learning_rates, c.num_seeds, c.seed = tuple(s.learning_rates), s.selection_seeds, \
-        SELECTION_SEED
+    c.learning_rates, c.num_seeds, c.seed = (tuple(s.learning_rates), s.selection_seeds,
+                                             SELECTION_SEED)
   else:
-    c.learning_rates, c.num_seeds, c.seed = (float(learning_rate),), s.evaluation_seeds, \
-        EVALUATION_SEED
+    c.learning_rates, c.num_seeds, c.seed = ((float(learning_rate),), s.evaluation_seeds,
+                                              EVALUATION_SEED)
   c.task.name, c.task.output = CARD_TASKS[task]
   c.task.seq_len = s.seq_len
   c.task.vocab_size = 2 * s.seq_len if task == "mode" else CASE_VOCAB
@@ -813,13 +803,11 @@ def make_card(config: ml_collections.ConfigDict, context) -> dict:
 
 def summarise_card(config: ml_collections.ConfigDict, report: dict) -> dict:
   """The report card kind's ``summary.json``: where its report is, and its verdicts."""
-  from normattn_jax.reporting import report_card_text as text  # matplotlib only when writing
   return {"report": REPORT_JSON, "verdicts": text.verdicts(report)}
 
 
 def write_card(workdir: str, config: ml_collections.ConfigDict, report: dict) -> None:
   """The report card kind's ``save``: ``report.md``, ``report.json`` and its figure."""
-  from normattn_jax.reporting import report_card_text as text  # matplotlib only when writing
   text.write_report(report, workdir)
 
 

@@ -14,8 +14,8 @@ import numpy as np
 
 from normattn_jax._extras import fingerprint_id
 from normattn_jax.reporting import card_stats
-from normattn_jax.reporting.report_card import ARMS, BASELINES, BOUND_BY_CONSTRUCTION, \
-    CARD_TASKS, CASES, EPSILON, TASK_METRIC
+from normattn_jax.reporting.card_names import (ARMS, BASELINES, BOUND_BY_CONSTRUCTION,
+                                               CARD_TASKS, CASES, EPSILON, TASK_METRIC)
 from normattn_jax.reporting.seeds import LEARNED_SE
 from normattn_jax.train.checkpoint import write_json
 
@@ -102,8 +102,8 @@ def collapse_outcome(counts: list, short: bool = False) -> str:
   start, end = counts[0], counts[-1]
   if end == 1 and start > 1:
     step = next(i for i, c in enumerate(counts) if c == 1 and all(x == 1 for x in counts[i:]))
-    return f"collapses by update {step}" if short else \
-        f"collapses to one cluster by update {step}"
+    return (f"collapses by update {step}" if short else
+            f"collapses to one cluster by update {step}")
   if end == start:
     return f"keeps {start}"
   if end == 0 or end > start:

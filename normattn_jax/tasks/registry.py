@@ -273,8 +273,8 @@ def check_batches(task: Task, settings, output: str, classes: int, lengths) -> N
     if inputs.shape != (4, n) or inputs.dtype.kind not in "iu":
       raise ValueError(f"task {task.name!r}: a batch of 4 at N = {n} must have integer tokens of "
                        f"shape (4, {n}), got {inputs.dtype} {inputs.shape}")
-    limit, what = (n, f"the N = {n} positions") if output in ("tokens", "first") else \
-        (classes, f"the {classes} classes")
+    limit, what = ((n, f"the N = {n} positions") if output in ("tokens", "first") else
+                    (classes, f"the {classes} classes"))
     for field, values, top, of in (("tokens", inputs, vocab, f"config.task.vocab_size={vocab}"),
                                    ("labels", labels, limit, what)):
       bad = (values < 0) | (values >= top)

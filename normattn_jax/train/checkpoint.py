@@ -188,8 +188,8 @@ def _read_lock(path: str) -> Optional[dict]:
     return None
   except (OSError, ValueError):
     return {}
-  ok = isinstance(holder, dict) and isinstance(holder.get("pid"), int) \
-      and isinstance(holder.get("host"), str)
+  ok = (isinstance(holder, dict) and isinstance(holder.get("pid"), int)
+        and isinstance(holder.get("host"), str))
   return holder if ok else {}
 
 

@@ -13,7 +13,6 @@ from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import jax
 from absl import app, flags, logging
-from jax._src import xla_bridge
 from ml_collections import config_flags
 
 from normattn_jax._extras import cpu_cores
@@ -65,6 +64,19 @@ QUICK_COMPILE_FLAGS = ("--xla_backend_optimization_level=0",
                        "--xla_cpu_parallel_codegen_split_count=1")
 
 
+def backends_started() -> bool:
+  """Whether JAX's backends have started, after which XLA has read its flags and the CPU's
+  device count is fixed; asked through JAX's public config, whose ``jax_num_cpu_devices``
+  refuses a change from then on."""
+  current = jax.config.jax_num_cpu_devices
+  try:
+    jax.config.update("jax_num_cpu_devices", current + 1)
+  except RuntimeError:
+    return True
+  jax.config.update("jax_num_cpu_devices", current)
+  return False
+
+
 def quick_compile(environ=os.environ) -> None:
   """Compile this process's programs for a short compile rather than a fast run
   (``QUICK_COMPILE_FLAGS``), where compiling is most of the time: call it before JAX's backends
@@ -73,7 +85,7 @@ def quick_compile(environ=os.environ) -> None:
   Raises:
     RuntimeError: if JAX's backends have started already (XLA reads its flags once).
   """
-  if xla_bridge.backends_are_initialized():
+  if backends_started():
     raise RuntimeError("quick_compile() must come before JAX's first computation: XLA reads "
                        "its flags when its backends start")
   environ["XLA_FLAGS"] = " ".join([environ.get("XLA_FLAGS", ""), *QUICK_COMPILE_FLAGS]).strip()
@@ -104,7 +116,7 @@ def split_cpu(requested: Optional[int], divides: Sequence[int] = (),
     The count set, or None when it was left alone.
   """
   if requested is None:
-    if (xla_bridge.backends_are_initialized()
+    if (backends_started()
         or "xla_force_host_platform_device_count" in environ.get("XLA_FLAGS", "")):
       return None
     requested = default_cpu_devices(cpu_cores(), divides)

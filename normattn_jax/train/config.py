@@ -192,8 +192,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
     try:
       _validate_fields(_swept_config(config, value))
     except ValueError as err:
-      raise ValueError(f"config.sweep.grid[{i}]={value!r} (as {config.sweep.name}): {err}") \
-          from None
+      raise ValueError(
+          f"config.sweep.grid[{i}]={value!r} (as {config.sweep.name}): {err}") from None
 
 
 def _validate_fields(config) -> None:
@@ -206,8 +206,8 @@ def _validate_fields(config) -> None:
       _fail("archs", config.archs, f"unknown arch {arch!r}; choose from {tuple(ARCHITECTURES)}")
   if len(set(archs)) != len(archs):
     _fail("archs", config.archs, "lists an architecture twice")
-  if attention_spec(config.attention, "attention", keep=True) is not None \
-      and any(ARCHITECTURES[a].mixer != "attention" for a in archs):
+  if (attention_spec(config.attention, "attention", keep=True) is not None
+      and any(ARCHITECTURES[a].mixer != "attention" for a in archs)):
     _fail("attention.name", config.attention.name, "applies to attention archs only")
   _validate_attention_options(config.model, "model", archs)
   _validate_compute(config, archs)
@@ -224,8 +224,8 @@ def _validate_fields(config) -> None:
   if config.task.output not in task.outputs:
     _fail("task.output", config.task.output,
           f"the {config.task.name} task needs one of {task.outputs}")
-  if isinstance(config.task.min_margin, bool) or config.task.min_margin < 0 \
-      or config.task.min_margin > config.task.seq_len:
+  if (isinstance(config.task.min_margin, bool) or config.task.min_margin < 0
+      or config.task.min_margin > config.task.seq_len):
     _fail("task.min_margin", config.task.min_margin, "must lie in [0, task.seq_len]")
   for field in SWITCHES:
     _switch(config, field)
@@ -410,8 +410,8 @@ def _validate_shapes(c) -> None:
     _fail("train.eval_every", c.train.eval_every,
           f"must divide train.num_steps ({c.train.num_steps})")
   check_config_float("train.dropout", c.train.dropout, 0, 1, open_high=True)
-  if any(ARCHITECTURES[a].mixer == "attention" for a in c.archs) \
-      and c.model.d_model % c.model.num_heads:
+  if (any(ARCHITECTURES[a].mixer == "attention" for a in c.archs)
+      and c.model.d_model % c.model.num_heads):
     _fail("model.num_heads", c.model.num_heads, f"must divide model.d_model ({c.model.d_model})")
   if c.model.differential and (c.model.d_model // c.model.num_heads) % 2:
     _fail("model.differential", c.model.differential,

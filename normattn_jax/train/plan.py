@@ -152,5 +152,5 @@ class SweepPlan:
   @property
   def total_model_steps(self) -> int:
     """Training steps of every model of every grid: the sweep's progress in model-steps."""
-    return sum(self.point_config(g.point).train.num_steps for g in self.grids) \
-        * self.axis.num_models
+    return (sum(self.point_config(g.point).train.num_steps for g in self.grids)
+            * self.axis.num_models)

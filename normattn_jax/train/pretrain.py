@@ -30,8 +30,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from normattn_jax.attention.module import IMPLEMENTATIONS, check_fusable
 from normattn_jax.attention.module_spec import AttentionModuleSpec
 from normattn_jax.attention.registry import AttentionSpec
-from normattn_jax.models.albert import DTYPES, AlbertConfig, AlbertForPretraining, \
-    pretraining_loss
+from normattn_jax.models.albert import (DTYPES, AlbertConfig, AlbertForPretraining,
+                                        pretraining_loss)
 from normattn_jax.models.bert import ACTIVATIONS
 from normattn_jax.precision import check_compute_dtype
 from normattn_jax.train import kinds, multihost, runs

@@ -1,0 +1,35 @@
+"""Runs laid out on a (models x data) mesh (``tests/test_mesh.py``, ``tests/mesh_worker.py``)."""
+import jax
+
+from normattn_jax.train import base_config, pretrain
+from helpers.pretraining import VOCAB, RandomExamples, tiny_pretrain_config
+
+GRID_SHARDS = 4  # of 8 devices: 2 lay out the models, 4 split each model's batch
+LEARNING_RATE = 0.003
+
+
+def grid_config(data_shards: int, batch_size: int = 8, num_steps: int = 6):
+  """Three seeds of one small MTE grid, each model's batch split over ``data_shards``."""
+  c = base_config()
+  c.archs, c.learning_rates, c.num_seeds = ("mte",), (LEARNING_RATE,), 3
+  c.task.seq_len = 8
+  c.model.update(d_model=8, num_heads=2, num_layers=1)
+  c.train.update(num_steps=num_steps, eval_every=3, batch_size=batch_size, checkpoint_every=0,
+                 data_shards=data_shards)
+  c.eval.update(val_batches=2, case_set_size=4)
+  return c
+
+
+def pretraining_steps(shard_parameters: bool, steps: int = 4):
+  """Four training steps of a tiny HNAS ALBERT on fixed random examples."""
+  c = tiny_pretrain_config("hnas")
+  c.train.batch_size, c.train.shard_parameters = 8, shard_parameters
+  pretrain.validate_pretrain_config(c)
+  trainer = pretrain.Trainer(c, VOCAB)
+  data = RandomExamples(64, 0)
+  state = trainer.init(jax.random.key(0), trainer.global_batch(data, 0, 8, 0))
+  losses = []
+  for step in range(steps):
+    state, metrics = trainer.train_step(state, trainer.global_batch(data, step, 8, 0))
+    losses.append(float(metrics["loss"]))
+  return losses, state
