@@ -377,8 +377,7 @@ def validate_config(c: ml_collections.ConfigDict) -> None:
       its rule.
   """
   check_known_fields(c, base_config())
-  if c.get("kind", KIND) != KIND:
-    fail_config("kind", c.kind, f"the majority run's kind is {KIND!r}")
+  kinds.check_kind(c, KIND, absent_is_expected=True)
   check_fields(c, ("num_seeds", "seed"))
   for field, rule in _SHARED_RULES.items():
     RULES[rule].check(field, c[field])

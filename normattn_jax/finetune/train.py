@@ -121,8 +121,7 @@ def validate_finetune_config(c: ml_collections.ConfigDict, check_paths: bool = T
       offline task's corpus gives both splits examples).
   """
   check_known_fields(c, base_finetune_config(), free=("encoder.attention.options",))
-  if c.get("kind", "finetuning") != "finetuning":
-    _fail("kind", c.kind, "a fine-tuning config's kind is 'finetuning'")
+  kinds.check_kind(c, "finetuning", absent_is_expected=True)
   e = c.encoder
   if e.kind not in encoders.ENCODER_KINDS:
     _fail("encoder.kind", e.kind, f"must be one of {encoders.ENCODER_KINDS}")

@@ -179,8 +179,7 @@ def validate_config(c: ml_collections.ConfigDict) -> AttentionSpec:
     ValueError: ``config.<field>=<value>: <why>`` for the first unknown or bad field.
   """
   check_known_fields(c, base_card_config(), free=("attention.options",))
-  if c.get("kind", KIND) != KIND:
-    fail_config("kind", c.kind, f"a report card's kind is {KIND!r}")
+  kinds.check_kind(c, KIND, absent_is_expected=True)
   if c.scale not in SCALES:
     fail_config("scale", c.scale, f"choose from {tuple(SCALES)}")
   for field in ("baselines_dir", "cache_dir"):

@@ -16,6 +16,7 @@ from normattn_jax.attention.module_spec import ADDITIONS, AttentionModuleSpec
 from normattn_jax.blocks import ARCHITECTURES
 from normattn_jax.models.sequence import OUTPUTS
 from normattn_jax.precision import DTYPES, check_compute_dtype
+from normattn_jax.train import kinds
 from normattn_jax.train.sections import attention_section, attention_spec, check_known_fields
 from normattn_jax.validation import check_config_float, check_config_int, check_fields
 from normattn_jax.validation import fail_config as _fail
@@ -184,8 +185,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   """
   check_known_fields(config, with_task_settings(base_config(), config.task.name),
                      free=(OPTION_SWEEP[:-1],))
-  if config.get("kind", "sweep") != "sweep":
-    _fail("kind", config.kind, "a sweep config's kind is 'sweep'")
+  kinds.check_kind(config, "sweep", absent_is_expected=True)
   _validate_fields(config)
   _validate_sweep(config)
   for i, value in enumerate(config.sweep.grid):

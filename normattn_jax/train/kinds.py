@@ -151,13 +151,21 @@ def kind_of(config: ml_collections.ConfigDict) -> RunKind:
   return fail_config("kind", name, f"must name a kind of run, one of {names()}")
 
 
-def check_kind(config: ml_collections.ConfigDict, expected: str) -> None:
-  """Refuse a config of another kind than the one a kind-specific entry point runs.
+def check_kind(config: ml_collections.ConfigDict, expected: str, *,
+               absent_is_expected: bool = False) -> None:
+  """Refuse a config of another kind than the one a kind-specific entry point (``run_sweep``,
+  ...) or a kind's ``validate`` takes.
+
+  Args:
+    config: the config.
+    expected: the kind's name.
+    absent_is_expected: take a config without a ``kind`` field as one of ``expected`` (a kind's
+      ``validate``: a config built by hand, or stored before configs named their kind).
 
   Raises:
     ValueError: ``config.kind=<value>: ...``, for a config whose ``kind`` is not ``expected``.
   """
-  if config.get("kind") != expected:
+  if config.get("kind", expected if absent_is_expected else None) != expected:
     fail_config("kind", config.get("kind"), f"this runs a {expected!r} config")
 
 

@@ -80,8 +80,7 @@ def base_pretrain_config() -> ml_collections.ConfigDict:
 def validate_pretrain_config(c: ml_collections.ConfigDict) -> None:
   """Check every field before anything is built; errors name the field and the value."""
   check_known_fields(c, base_pretrain_config(), free=("model.attention.options",))
-  if c.get("kind", "pretraining") != "pretraining":
-    _fail("kind", c.kind, "a pre-training config's kind is 'pretraining'")
+  kinds.check_kind(c, "pretraining", absent_is_expected=True)
   spec = attention_spec(c.model.attention, "model.attention")
   for name in ("embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                "intermediate_size", "num_hidden_groups", "inner_group_num",
