@@ -23,10 +23,11 @@ RUNS = {
     "engine_compile": ["--rounds", "1", "--chunks", "1", "--sizes", "test"],
     "cpu_levers": ["--levers", "default,processes", "--rounds", "1", "--num_models", "2",
                    "--steps", "1", "--repeats", "1", "--d_model", "16"],
+    "suite_profile": ["tests/test_norms.py", "-n", "0"],
 }
 LAST_LINE = {"attention_scaling": "dnas_fused_over_softmax_fused_at_128=",
              "grid_throughput": "speedup_at_2=", "cpu_levers": "processes",
-             "engine_compile": "chunk_speedup_test="}
+             "engine_compile": "chunk_speedup_test=", "suite_profile": "programs_compiled="}
 
 
 @pytest.mark.slow
