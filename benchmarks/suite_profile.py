@@ -1,8 +1,8 @@
 """Where the test suite's time goes: per test file, the seconds its tests spent tracing programs,
 lowering them to MLIR and compiling them (JAX's own monitoring events; a compile that the
 persistent cache answers counts its fetch), the rest (running, Python, files, the processes
-that tests start), and how many programs were compiled. A program is compiled per function and
-shapes: an operation run outside ``jit`` is one program per new shape.
+that tests start), and how many programs were compiled or fetched. A program is compiled per
+function and shapes: an operation run outside ``jit`` is one program per new shape.
 
   python benchmarks/suite_profile.py                      # make test's suite
   python benchmarks/suite_profile.py tests/test_grid.py -n 0
@@ -106,14 +106,15 @@ def table(total: dict, rows: int = 30) -> list[str]:
         f"{sums[c]:.0f}" if c == "programs" else f"{sums[c]:.1f}" for c in COLUMNS) + " |")
   suite = sum(total.values(), collections.Counter())
   suite["rest"] = suite["wall"] - suite["trace"] - suite["lower"] - suite["compile"]
-  lines.append(f"| all {len(total)} | " + " | ".join(
+  files = sum(name != "(collection)" for name in total)
+  lines.append(f"| all ({files} files) | " + " | ".join(
       f"{suite[c]:.0f}" if c == "programs" else f"{suite[c]:.1f}" for c in COLUMNS) + " |")
   wall = max(suite["wall"], 1e-9)
   lines.append("shares of the tests' time: " + ", ".join(
       f"{phase} {suite[phase] / wall:.0%}" for phase in ("trace", "lower", "compile", "rest")))
   lines.append(f"the persistent cache: {suite['fetches']:.0f} programs fetched in "
                f"{suite['cache_fetch']:.1f} s, sparing {suite['cache_saved']:.1f} s of compiling")
-  lines.append(f"programs_compiled={suite['programs']:.0f} "
+  lines.append(f"programs={suite['programs']:.0f} "
                f"compile_pipeline_share={1 - suite['rest'] / wall:.2f}")
   return lines
 
