@@ -15,8 +15,6 @@ import json
 import os
 import sys
 
-WORDS = ("the king queen castle night sword crown river storm ghost letter garden wine honour "
-         "battle daughter father mother brother sister friend enemy heart tongue").split()
 INTERRUPTED = 3
 
 
@@ -32,17 +30,6 @@ def sweep_config():
   c.train.update(num_steps=30, eval_every=10, batch_size=4, checkpoint_every=1)
   c.eval.update(val_batches=2)
   return c
-
-
-def write_corpus(folder, files=2, lines=800):
-  """Random sentences of ``WORDS`` in ``folder/play_<i>.txt``, enough for 26 documents."""
-  import numpy as np
-  rng = np.random.default_rng(0)
-  os.makedirs(folder, exist_ok=True)
-  for f in range(files):
-    with open(os.path.join(folder, f"play_{f}.txt"), "w") as out:
-      for _ in range(lines):
-        out.write(" ".join(rng.choice(WORDS, rng.integers(4, 12))) + ".\n")
 
 
 def pretrain_config(corpus):

@@ -18,8 +18,9 @@ import time
 import numpy as np
 import pytest
 
-from distributed_worker import INTERRUPTED, write_corpus
+from distributed_worker import INTERRUPTED
 from helpers.files import halve
+from helpers.texts import write_corpus
 
 from helpers import REPO, subprocess_env
 
@@ -211,7 +212,7 @@ def history(workdir):
 @pytest.mark.slow
 def test_pretraining_on_two_processes(tmp_path):
   corpus = str(tmp_path / "corpus")
-  write_corpus(corpus)
+  write_corpus(corpus, lines=800)  # enough for 26 documents
   one, whole, resumed = tmp_path / "one", tmp_path / "whole", tmp_path / "resumed"
   run([worker("pretrain", one, "--corpus", corpus, devices=PROCESSES * DEVICES)], str(one))
 

@@ -19,8 +19,8 @@ from normattn_jax.finetune import train as ft
 from normattn_jax.train.checkpoint import WorkdirError
 from normattn_jax.train.driver import Budget, Interrupted
 from normattn_jax.train.pretrain import run_pretraining
-from helpers.finetuning import (WORDS, pretrained, pretraining_config, tiny_finetune_config,
-                                write_plays)
+from helpers.finetuning import pretrained, pretraining_config, tiny_finetune_config, write_plays
+from helpers.texts import WORDS
 
 QUIET = dict(show_progress=False, tensorboard=False)
 

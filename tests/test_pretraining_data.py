@@ -9,20 +9,7 @@ from normattn_jax.data import (PretrainingData, Vocab, create_examples, mask_tok
 from normattn_jax.data.sentencepiece_vocab import CLS, SEP
 from normattn_jax.data.tfds_text import split_of
 
-WORDS = ("the king queen castle night sword crown river storm ghost letter garden wine honour "
-         "battle daughter father mother brother sister friend enemy heart tongue").split()
-
-
-def write_corpus(folder, files=2, lines=120, seed=0):
-  rng = np.random.default_rng(seed)
-  paths = []
-  for f in range(files):
-    path = os.path.join(folder, f"play_{f}.txt")
-    with open(path, "w") as out:
-      for _ in range(lines):
-        out.write(" ".join(rng.choice(WORDS, rng.integers(4, 12))) + ".\n")
-    paths.append(path)
-  return paths
+from helpers.texts import write_corpus
 
 
 @pytest.fixture(scope="module")

@@ -6,23 +6,19 @@ import numpy as np
 from normattn_jax.finetune import train as ft
 from normattn_jax.train.pretrain import base_pretrain_config, run_pretraining
 
-WORDS = ("the king queen castle night sword crown river storm ghost letter garden wine honour "
-         "battle daughter father mother brother sister friend enemy heart tongue").split()
+from helpers.texts import write_sentences
+
 PLAYS = ("tempest", "henry_v", "hamlet")  # a comedy, a history and a tragedy of the Folio
 HELD_OUT = 0.5  # of the test corpus's documents, so that the task has enough of them
 
 
 def write_plays(folder, lines=640, seed=0):
-  """Text files named as the corpus's plays, of ``lines`` random lines of ``WORDS``."""
+  """Text files named as the corpus's plays, of ``lines`` random sentences."""
   os.makedirs(folder, exist_ok=True)
   rng = np.random.default_rng(seed)
-  paths = []
-  for play in PLAYS:
-    path = os.path.join(folder, f"{play}_gut.txt")
-    with open(path, "w") as f:
-      for _ in range(lines):
-        f.write(" ".join(rng.choice(WORDS, rng.integers(4, 10))) + ".\n")
-    paths.append(path)
+  paths = [os.path.join(folder, f"{play}_gut.txt") for play in PLAYS]
+  for path in paths:
+    write_sentences(path, lines, rng, words=(4, 10))
   return paths
 
 
