@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping, Optional, Union
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from normattn_jax.attention import fast as fast_lib
 from normattn_jax.attention import fused as fused_lib
@@ -77,14 +78,59 @@ def unit_interval(value) -> Optional[str]:
 class Option:
   """A setting of one normalisation, owned by it: its name, default and rule.
 
-  - ``problem(value)``: why ``value`` is refused ("must be ..."), or None when it is accepted.
-  - init_only: only the per-head parameters' initialisers read it (HNAS's ``hybrid_init``); the
-    weight and fast functions are not passed it.
+  A value is checked where an ``AttentionSpec`` is made: it must be of the default's kind (a
+  number, True or False, a string; ``kind_problem``) and pass ``problem``.
+
+  Attributes:
+    name: the keyword the weight, fast and fused functions take it by.
+    default: the value where a spec leaves it out; it must pass its own rule.
+    problem: ``problem(value)``: why ``value`` is refused ("must be ..."), or None when it is
+      accepted.
+    init_only: only the per-head parameters' initialisers read it (HNAS's ``hybrid_init``);
+      the weight and fast functions are not passed it.
   """
   name: str
   default: Any
   problem: Callable[[Any], Optional[str]] = any_value
   init_only: bool = False
+
+  def refusal(self, value) -> Optional[str]:
+    """Why ``value`` is refused: of another kind than the default (``kind_problem``), or by
+    the option's rule; None when it is accepted.
+
+    Args:
+      value: the value given for this option.
+
+    Returns:
+      "must be ..." or None.
+    """
+    return kind_problem(self.default, value) or self.problem(value)
+
+
+def _is_number(value) -> bool:
+  """A real number that is not a bool (numpy's scalars included)."""
+  return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def kind_problem(default, value) -> Optional[str]:
+  """Why ``value`` is not of its option's kind, which the default sets: a number (int or
+  float alike), True or False, or a string; None for any other default (None, a tuple, ...)
+  or a value of its kind.
+
+  Args:
+    default: the option's default.
+    value: the value given.
+
+  Returns:
+    "must be a number", "must be True or False" or "must be a string"; or None.
+  """
+  if isinstance(default, bool):
+    return None if isinstance(value, (bool, np.bool_)) else "must be True or False"
+  if _is_number(default):
+    return None if _is_number(value) else "must be a number"
+  if isinstance(default, str):
+    return None if isinstance(value, str) else "must be a string"
+  return None
 
 
 def non_negative(value) -> Optional[str]:
@@ -184,12 +230,12 @@ class Normalization:
     given = dict(given)
     unknown = sorted(set(given) - set(self.option_names))
     if unknown:
-      raise ValueError(f"normalization {self.name!r} has no option {unknown[0]!r}; its options "
-                       f"are {self.option_names}")
+      raise ValueError(f"normalization {self.name!r} has no option {unknown[0]!r} (given "
+                       f"{given[unknown[0]]!r}); its options are {self.option_names}")
     resolved = {}
     for option in self.options:
       value = given.get(option.name, option.default)
-      problem = option.problem(value)
+      problem = option.refusal(value)
       if problem:
         raise ValueError(f"normalization {self.name!r}: option {option.name} {problem}, got "
                          f"{value!r}")
@@ -408,6 +454,19 @@ class AttentionSpec:
   ``AttentionSpec("sinkhorn", {"sinkhorn_iters": 5})``; a plain name wherever a spec is taken
   means the normalisation at its defaults. The options are stored sorted as ``(name, value)``
   pairs, so that equal specs compare and hash equal (flax module fields, jit caches).
+
+  A spec is checked when it is made: the name must be registered, and each option must be one
+  the normalisation has, of its default's kind (a number, a bool, a string) and accepted by its
+  rule, so that a bad value is named where it is written, not at ``init``.
+
+  Attributes:
+    name: a registered normalisation (``names()``).
+    options: option values by name; the ones left out take their defaults.
+
+  Raises:
+    ValueError: naming the normalisation, the option and the value, for an unknown name, an
+      option the normalisation does not have, or a value of another kind or refused by the
+      option's rule.
   """
   name: str
   options: Union[Mapping[str, Any], tuple] = ()
@@ -422,6 +481,7 @@ class AttentionSpec:
       raise ValueError(f"attention options must be a mapping of names to values, got "
                        f"{self.options!r}") from None
     object.__setattr__(self, "options", pairs)
+    self.resolved()
 
   @classmethod
   def of(cls, value: Union[str, "AttentionSpec", Mapping[str, Any]]) -> "AttentionSpec":
