@@ -101,8 +101,9 @@ def test_the_readme_is_a_page():
 
 def test_every_link_of_the_readme_reaches_a_file():
   links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", read("README.md"))
-  assert links
-  missing = [link for link in links if not os.path.exists(os.path.join(ROOT, link))]
+  files = [link for link in links if not re.match(r"https?://", link)]
+  assert files
+  missing = [link for link in files if not os.path.exists(os.path.join(ROOT, link))]
   assert not missing, missing
 
 
@@ -124,6 +125,8 @@ def test_the_tutorials_are_notebooks_the_docs_execute():
 def test_the_version_is_the_installed_one():
   assert normattn_jax.__version__ == importlib.metadata.version("normattn_jax")
   assert f"## {normattn_jax.__version__}" in read("CHANGELOG.md")
+  assert f"\nversion: {normattn_jax.__version__}\n" in read("CITATION.cff")
+  assert f"version = {{{normattn_jax.__version__}}}" in read("README.md")  # its BibTeX
 
 
 CORE_EXAMPLE = """

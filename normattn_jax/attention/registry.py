@@ -182,6 +182,9 @@ class Normalization:
   - needs_float32: why a model with this normalisation must compute in float32 (a config asking
     for bfloat16 is refused with it, ``normattn_jax.precision``); None: bf16 keeps it within
     ``precision.BF16_TOLERANCES``.
+  - paper: ``(citation, address)`` of the paper that defines it, e.g. ``("Ding et al. 2020",
+    "https://arxiv.org/abs/2009.14308")``, for the tables of the docs
+    (``attention.properties``); None for none.
   """
   name: str
   weights: Callable[..., Array]
@@ -195,6 +198,7 @@ class Normalization:
   fused: Optional[Callable[..., Array]] = None
   fused_auto_kernels: tuple = ()
   needs_float32: Optional[str] = None
+  paper: Optional[tuple] = None
 
   @property
   def param_names(self) -> tuple:
@@ -382,6 +386,9 @@ def _field_problem(normalization: Normalization) -> Optional[tuple[str, str]]:
        and all(k in fused_lib.KERNELS for k in n.fused_auto_kernels)
        and (n.fused is not None or not n.fused_auto_kernels),
        f"a tuple of the kernels {fused_lib.KERNELS} (empty without a fused path)"),
+      ("paper", n.paper is None or (isinstance(n.paper, tuple) and len(n.paper) == 2
+                                    and all(isinstance(part, str) for part in n.paper)),
+       "None or a (citation, address) pair of strings"),
   )
   for field, ok, must in rules:
     if not ok:
@@ -563,6 +570,15 @@ def _row_local_pays_off(q_len, k_len, head_dim, causal, num_logits) -> bool:
 CUDNN = ("cudnn",)  # "auto" takes the fused path on cuDNN's kernel only (fused.py)
 
 
+def _paper(citation: str, arxiv_id: str) -> tuple:
+  """``Normalization.paper`` of a paper on arXiv."""
+  return citation, f"https://arxiv.org/abs/{arxiv_id}"
+
+
+RICHTER = _paper("Richter & Wattenhofer 2020", "2005.09561")  # NAP, NON
+DING = _paper("Ding et al. 2020", "2009.14308")  # DNAS, HNAS, Sinkhorn
+
+
 def _unblocked(fn):
   """A linear fast path takes no ``block_size``."""
   return lambda q, k, v, *, block_size, **kwargs: fn(q, k, v, **kwargs)
@@ -571,11 +587,12 @@ def _unblocked(fn):
 SOFTMAX = register(Normalization(  # "auto" keeps it quadratic (as flax computes it) but on cuDNN
     "softmax", weights_lib.softmax_weights,
     fast=fast_lib.softmax_attention, fused=fused_lib.softmax_attention,
-    fused_auto_kernels=CUDNN))
+    fused_auto_kernels=CUDNN, paper=_paper("Vaswani et al. 2017", "1706.03762")))
 DNAS = register(Normalization(
     "dnas", weights_lib.dnas_weights,
     fast=fast_lib.dnas_attention, fast_pays_off=_blockwise_pays_off,
-    normalizes_over_queries=True, fused=fused_lib.dnas_attention, fused_auto_kernels=CUDNN))
+    normalizes_over_queries=True, fused=fused_lib.dnas_attention, fused_auto_kernels=CUDNN,
+    paper=DING))
 HNAS = register(Normalization(
     "hnas", lambda logits, mask, hybrid_weight: weights_lib.hnas_weights(
         logits, hybrid_weight, mask),
@@ -588,7 +605,7 @@ HNAS = register(Normalization(
     fast_pays_off=_blockwise_pays_off, normalizes_over_queries=True,
     fused=lambda q, k, v, hybrid_weight, **kw: fused_lib.hnas_attention(q, k, v, hybrid_weight,
                                                                        **kw),
-    fused_auto_kernels=CUDNN))
+    fused_auto_kernels=CUDNN, paper=DING))
 SINKHORN = register(Normalization(
     "sinkhorn", lambda logits, mask, sinkhorn_iters: weights_lib.sinkhorn_weights(
         logits, sinkhorn_iters, mask),
@@ -598,7 +615,7 @@ SINKHORN = register(Normalization(
     normalizes_over_queries=True,
     # exact, but its 2 k - 1 blockwise offset passes outweigh the fused one: never "auto"
     fused=lambda q, k, v, sinkhorn_iters, **kw: fused_lib.sinkhorn_attention(
-        q, k, v, sinkhorn_iters, **kw)))
+        q, k, v, sinkhorn_iters, **kw), paper=DING))
 NAP = register(Normalization(
     "nap", lambda logits, mask, nap_gain, nap_bias: weights_lib.nap_weights(
         logits, nap_gain, nap_bias, mask),
@@ -607,12 +624,12 @@ NAP = register(Normalization(
     params=(HeadParam("nap_gain", lambda options: nn.initializers.ones),
             HeadParam("nap_bias", lambda options: nn.initializers.zeros)),
     scale_logits=False,  # NAP's normalisation makes the scale moot (as in the paper's code)
-    fast_pays_off=_linear_pays_off))
+    fast_pays_off=_linear_pays_off, paper=RICHTER))
 NON = register(Normalization(
     "non", weights_lib.non_weights,
     fast=_unblocked(fast_lib.non_attention),
     head_norm=False,  # its 1/sqrt(N) inside non_weights replaces the MTE head LayerNorm
-    fast_pays_off=_linear_pays_off))
+    fast_pays_off=_linear_pays_off, paper=RICHTER))
 
 # Today's wave. Learned per-head parameters start where each paper puts its constant: sigmoid's
 # bias offset at 0 (so the bias is -log(n)), the sink logit at 0 (softmax_1), Scalable-Softmax's
@@ -626,21 +643,21 @@ SIGMOID = register(Normalization(
     fast=lambda q, k, v, sigmoid_bias, **kw: fast_lib.sigmoid_attention(q, k, v, sigmoid_bias,
                                                                        **kw),
     params=(HeadParam("sigmoid_bias", lambda options: nn.initializers.zeros),),
-    fast_pays_off=_row_local_pays_off))
+    fast_pays_off=_row_local_pays_off, paper=_paper("Ramapuram et al. 2024", "2409.04431")))
 SINK = register(Normalization(
     "sink", lambda logits, mask, sink_logit: weights_lib.sink_weights(logits, sink_logit, mask),
     fast=lambda q, k, v, sink_logit, **kw: fast_lib.sink_attention(q, k, v, sink_logit, **kw),
     params=(HeadParam("sink_logit", lambda options: nn.initializers.zeros),),
     fast_pays_off=_row_local_pays_off,
     fused=lambda q, k, v, sink_logit, **kw: fused_lib.sink_attention(q, k, v, sink_logit, **kw),
-    fused_auto_kernels=CUDNN))
+    fused_auto_kernels=CUDNN, paper=_paper("Xiao et al. 2023", "2309.17453")))
 SOFTPICK = register(Normalization(
     "softpick", lambda logits, mask, softpick_eps: weights_lib.softpick_weights(
         logits, mask, softpick_eps),
     fast=lambda q, k, v, softpick_eps, **kw: fast_lib.softpick_attention(q, k, v, softpick_eps,
                                                                         **kw),
     options=(Option("softpick_eps", 1e-6, non_negative),),
-    fast_pays_off=_row_local_pays_off))
+    fast_pays_off=_row_local_pays_off, paper=_paper("Zuhri et al. 2025", "2504.20966")))
 SSMAX = register(Normalization(
     "ssmax", lambda logits, mask, ssmax_scale: weights_lib.ssmax_weights(
         logits, ssmax_scale, mask),
@@ -649,16 +666,19 @@ SSMAX = register(Normalization(
     fast_pays_off=_row_local_pays_off,
     fused=lambda q, k, v, ssmax_scale, **kw: fused_lib.ssmax_attention(q, k, v, ssmax_scale,
                                                                        **kw),
-    fused_auto_kernels=CUDNN))
+    fused_auto_kernels=CUDNN, paper=_paper("Nakanishi 2025", "2501.19399")))
 SPARSEMAX = register(Normalization(
     "sparsemax", weights_lib.sparsemax_weights,
     needs_float32="its gradient flows through the keys in the support alone, and bf16's rounding "
                   "of the logits moves keys in and out of it: 9% off the float32 gradient "
-                  "(tests/test_precision.py)"))
-ENTMAX15 = register(Normalization("entmax15", weights_lib.entmax15_weights))
+                  "(tests/test_precision.py)",
+    paper=_paper("Martins & Astudillo 2016", "1602.02068")))
+ENTMAX15 = register(Normalization("entmax15", weights_lib.entmax15_weights,
+                                  paper=_paper("Peters et al. 2019", "1905.05702")))
 STICKBREAKING = register(Normalization(
     "stickbreaking", weights_lib.stickbreaking_weights,
-    fast=fast_lib.stickbreaking_attention, fast_pays_off=_blockwise_pays_off))
+    fast=fast_lib.stickbreaking_attention, fast_pays_off=_blockwise_pays_off,
+    paper=_paper("Tan et al. 2024", "2410.17980")))
 
 #: The names above, fixed -- what the library ships, whatever a user registers later.
 BUILTIN_NORMALIZATIONS = names()
