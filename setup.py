@@ -82,8 +82,10 @@ setup(
         "all": sorted(set(PRETRAIN + ANALYSIS)),
         "test": ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100", "ruff>=0.6", "build>=1.2",
                  "twine>=5"],
-        # make docs: Sphinx with MyST notebooks, as flax's and optax's docs are built
-        "docs": ["sphinx>=8", "myst-nb>=1.1", "sphinx-book-theme>=1.1", "ipykernel>=6"],
+        # make docs: Sphinx with MyST notebooks, as flax's and optax's docs are built; the
+        # tutorials' outputs cached by jupyter-cache
+        "docs": ["sphinx>=8", "myst-nb>=1.1", "sphinx-book-theme>=1.1", "ipykernel>=6",
+                 "jupyter-cache>=1.0"],
         # normattn_jax.pytorch_peer and benchmarks/pytorch_peer.py; not part of "all"
         "peer": EXPERIMENTS + ["torch"],
     },

@@ -33,6 +33,8 @@ from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.norms import LayerNorm
 from normattn_jax.validation import check_int
 
+__all__ = ["ARCHITECTURES", "Architecture", "TransformerBlock", "resolve_architecture"]
+
 Array = jax.Array
 
 
