@@ -35,7 +35,7 @@ myst_heading_anchors = 3
 # keeps). make test-all executes every tutorial afresh (NB_EXECUTION_MODE=force). A cell that
 # raises stops the build with the cell and its traceback.
 nb_execution_mode = os.environ.get("NB_EXECUTION_MODE", "cache")
-nb_execution_timeout = 300
+nb_execution_timeout = 1800  # a guard against a hung cell, not a budget: a busy machine is slow
 nb_execution_raise_on_error = True
 nb_execution_show_tb = True
 nb_merge_streams = True
@@ -137,7 +137,11 @@ intersphinx_timeout = 10
 
 html_theme = "sphinx_book_theme"
 html_title = "normattn_jax"
-html_theme_options = {"show_toc_level": 2, "navigation_with_keys": False}
+# The sidebar shows the pages down to the API's module pages, not the page of each name: the
+# theme renders the navigation tree into every page, and the ~200 pages of names made that most
+# of a build's time.
+html_theme_options = {"show_toc_level": 2, "navigation_with_keys": False,
+                      "max_navbar_depth": 2, "collapse_navbar": True}
 
 
 def _skip_function_fields(app, what, name, obj, skip, options):
