@@ -28,8 +28,9 @@ from absl import app, flags
 
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from normattn_jax.train.config import base_config
-from normattn_jax.train.grid import Setup, make_programs, over_models
+from normattn_jax.sweep.config import base_config
+from normattn_jax.sweep.programs import Setup, make_programs
+from normattn_jax.train.grid import over_models
 
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed calls per variant.", lower_bound=1)
 _STEPS = flags.DEFINE_integer("steps", 4, "training steps per timed call", lower_bound=1)

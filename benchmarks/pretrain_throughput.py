@@ -1,6 +1,6 @@
 """Pre-training throughput of ALBERT with UNAS (softmax), DNAS and HNAS attention.
 
-Times the compiled train step of ``normattn_jax.train.pretrain.Trainer`` (forward, backward,
+Times the compiled train step of ``normattn_jax.pretrain.train.Trainer`` (forward, backward,
 ALBERT's LAMB) on random batches of the config's shape, the schemes interleaved round by round
 (each round starts with the next, so that no scheme always runs first),
 and prints the median tokens/s of each, its ratio to softmax and XLA's cost analysis of the
@@ -18,8 +18,8 @@ import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
-from normattn_jax.train import cli
-from normattn_jax.train.pretrain import Trainer, validate_pretrain_config
+from normattn_jax.cli import flags as cli
+from normattn_jax.pretrain.train import Trainer, validate_pretrain_config
 
 _CONFIG = cli.define_config_flag("configs/albert_tiny.py", "Path to a configs/albert_*.py file.")
 _ATTENTIONS = flags.DEFINE_list("attentions", ["softmax", "dnas", "hnas"],

@@ -1,6 +1,6 @@
 """ALBERT-base (768 hidden, 12 layers, 12 heads, FFN 3072, E = 128) with the paper's optimiser
 settings, on the bundled Shakespeare corpus unless --config.data.corpus=wikipedia."""
-from normattn_jax.train.pretrain import base_pretrain_config
+from normattn_jax.pretrain.train import base_pretrain_config
 
 
 def get_config():

@@ -6,7 +6,7 @@ paper's model is BERT-large with about 334M parameters (its Appendix C.2), not A
 cross-layer sharing. The paper pre-trains on BookCorpus and English Wikipedia; TFDS has no
 BookCorpus, so this reads Wikipedia alone (needs a network; a TPU pod in practice).
 --config.model.attention.name=dnas|hnas picks the scheme."""
-from normattn_jax.train.pretrain import base_pretrain_config
+from normattn_jax.pretrain.train import base_pretrain_config
 
 
 def get_config():

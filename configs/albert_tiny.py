@@ -1,7 +1,7 @@
 """A tiny ALBERT that pre-trains in minutes on 2 CPU cores: E = 64, hidden 128, 4 shared layers,
 4 heads, sequences of 128, an 8k SentencePiece vocabulary of the bundled Shakespeare corpus,
 batch 32. LAMB as the paper, with lr and warm-up scaled to the short run."""
-from normattn_jax.train.pretrain import base_pretrain_config
+from normattn_jax.pretrain.train import base_pretrain_config
 
 
 def get_config():

@@ -1,6 +1,6 @@
 """`make run`: all six architectures, a few learning rates and seeds, small d and N (~5 min on
 2 CPU cores). The case-distinction task with all-token output, validated at N/2."""
-from normattn_jax.train.config import base_config
+from normattn_jax.sweep.config import base_config
 
 
 def get_config():

@@ -8,7 +8,7 @@ The config's argument is ``encoder.attention.name``: "" or "softmax" keeps MiniL
     --workdir runs/finetune_minilm_genre/hnas
 """
 from normattn_jax.finetune.train import base_finetune_config
-from normattn_jax.train.sections import attention_section
+from normattn_jax.attention.section import attention_section
 
 
 def get_config(attention: str = ""):

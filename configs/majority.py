@@ -2,7 +2,7 @@
 50 tokens of 20 types, the majority type (leading by at least 6) predicted at every position,
 d = 8, one layer, one head, no positional embedding, Adam 1e-3. The paper's own model (one pre-LN
 layer, LayerNorm with vs without projection) is a different block."""
-from normattn_jax.train.config import base_config
+from normattn_jax.sweep.config import base_config
 
 
 def get_config():

@@ -1,6 +1,6 @@
 """The mode-finding task at the NAP paper's defaults: S=10, no positional embedding, the first
 token projected to S classes, validated at 2N."""
-from normattn_jax.train.config import base_config
+from normattn_jax.sweep.config import base_config
 
 
 def get_config():

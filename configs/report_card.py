@@ -6,7 +6,7 @@ minutes) or paper (the NAP paper's sizes, for a GPU); --config.baselines_dir hol
 and NAP runs that every card of a scale shares on one machine ("" for
 <parent of workdir>/baselines/<scale>-<machine fingerprint>); --config.cache_dir keeps the LM's
 corpus ("" for ~/.cache/normattn_jax)."""
-from normattn_jax.reporting.report_card import base_card_config
+from normattn_jax.card.train import base_card_config
 
 
 def get_config():

@@ -2,7 +2,7 @@
 across all tokens: BERT, - warm up, - grad. clip, + normalize, + GELU. The sweep axis is the
 ablation stage at the default d=128 (the paper takes the best over learning rate x d)."""
 from configs import case_distinction
-from normattn_jax.train.config import ABLATION_STAGES
+from normattn_jax.sweep.config import ABLATION_STAGES
 
 
 def get_config():

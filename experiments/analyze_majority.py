@@ -17,7 +17,7 @@ normattn_jax/analysis/majority.py.
 
 from absl import app, flags
 
-from normattn_jax.train import cli
+from normattn_jax.cli import flags as cli
 
 _CONFIG = cli.define_config_flag("configs/layernorm_majority.py",
                                  "A config of the majority run (the paper's by default).")

@@ -15,7 +15,7 @@ up to one per core, that divides the seeds, so that no device trains a padding c
 
 from absl import app
 
-from normattn_jax.train import cli
+from normattn_jax.cli import flags as cli
 
 _CONFIG = cli.define_config_flag("configs/unselectable_lm.py", "Path to the run's config file.")
 _RUN = cli.define_run_flags()

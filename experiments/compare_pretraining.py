@@ -21,9 +21,9 @@ import numpy as np
 
 from normattn_jax.registry import load_plugins
 from normattn_jax.reporting import training_figures
-from normattn_jax.train import cli
+from normattn_jax.cli import flags as cli
 from normattn_jax.train.checkpoint import WorkdirError
-from normattn_jax.train.pretrain import pretrain_each, throughput, validation_rows
+from normattn_jax.pretrain.train import pretrain_each, throughput, validation_rows
 
 _CONFIG = cli.define_config_flag("configs/albert_tiny.py", "Path to a configs/albert_*.py file.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the runs and the comparison.")

@@ -7,7 +7,7 @@ accuracy over training, how many seeds learned the task and the paper's pixel va
 / max over seeds), ours and the authors' for the same cell; then one-sided Mann-Whitney U tests
 between archs, each at its best learning rate. On the case task each seed's best argmin / first /
 argmax accuracy is printed too, and a seed has learned when it learned all three cases (each
-above chance by a margin: ``reporting.seeds.case_rule``, the report card's rule), the NAP paper's
+above chance by a margin: ``sweep.seeds.case_rule``, the report card's rule), the NAP paper's
 criterion; the authors stored no per-case accuracies, so their seeds are not judged by it.
 Elsewhere a seed has learned when its best training accuracy reaches ``--threshold``.
 ``--authors`` is a folder of OliverRichter/normalized-attention's ``paper_results`` (e.g.
@@ -23,7 +23,8 @@ on one grid (their whole sweep, with the cells we ran in place).
 """
 from absl import app, flags
 
-from normattn_jax.reporting import figures, seeds
+from normattn_jax.reporting import figures
+from normattn_jax.sweep import seeds
 from normattn_jax.train.checkpoint import write_json
 
 _AUTHORS = flags.DEFINE_string("authors", None, "A folder of the authors' paper_results pickles.")

@@ -2,7 +2,7 @@
 python experiments/export_check.py [--platforms tpu,cuda] [--normalization NAME]
   [--kinds grid,pretrain,...] [--plugins module]
 
-Lists the programs (``train.export_check.programs``: the sweep grids, pre-training, fine-tuning,
+Lists the programs (``cli.export_check.programs``: the sweep grids, pre-training, fine-tuning,
 the Linen and NNX modules, a decode step, the report card's measurements), exports each with
 ``jax.export`` for each platform and checks it: no host callback in a training step, cuDNN's
 fused attention in the CUDA export of every bf16 "fused" program, the configured dtypes. Prints a
@@ -15,7 +15,7 @@ import time
 from absl import app, flags
 
 from normattn_jax.registry import load_plugins
-from normattn_jax.train import export_check
+from normattn_jax.cli import export_check
 
 _PLATFORMS = flags.DEFINE_list("platforms", list(export_check.PLATFORMS),
                                "Platforms to export for (tpu, cuda).")

@@ -19,7 +19,7 @@ for --config.encoder.attention.name=<its name>, or a task
 
 from absl import app
 
-from normattn_jax.train import cli
+from normattn_jax.cli import flags as cli
 
 _CONFIG = cli.define_config_flag(None, "Path to a configs/finetune_*.py file.")
 _RUN = cli.define_run_flags()

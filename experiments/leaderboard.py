@@ -12,8 +12,8 @@ import os
 from absl import app, flags
 
 from normattn_jax.reporting import leaderboard
-from normattn_jax.reporting.report_card import PROTOCOL
-from normattn_jax.reporting.report_card_text import write_report
+from normattn_jax.card.train import PROTOCOL
+from normattn_jax.card.text import write_report
 
 _CARDS = flags.DEFINE_string("cards", "results/report_cards", "Folder of the cards' folders.")
 _OUT = flags.DEFINE_string("out", "REPORT_CARDS.md", "The table's file.")

@@ -13,7 +13,7 @@ for --config.model.attention.name=<its name>.
 
 from absl import app
 
-from normattn_jax.train import cli
+from normattn_jax.cli import flags as cli
 
 _CONFIG = cli.define_config_flag("configs/albert_tiny.py", "Path to a configs/albert_*.py file.")
 _RUN = cli.define_run_flags()

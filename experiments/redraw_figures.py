@@ -16,8 +16,9 @@ import os
 
 from absl import app, flags
 
-from normattn_jax.reporting import figures, seeds
-from normattn_jax.train import artifacts
+from normattn_jax.reporting import figures
+from normattn_jax.sweep import seeds
+from normattn_jax.sweep import artifacts
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

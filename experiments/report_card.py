@@ -20,11 +20,11 @@ default), cpu (2 cores), paper (the NAP paper's sizes, for a GPU);
 --config.show_progress=False hides the sweeps' progress bars. A killed card resumes when run
 again; a workdir of another normalisation, options, scale or machine is refused (exit code 2)
 unless --afresh moves it aside. The config: configs/report_card.py; the library:
-normattn_jax/reporting/report_card.py.
+normattn_jax/card/train.py.
 """
 from absl import app
 
-from normattn_jax.train import cli
+from normattn_jax.cli import flags as cli
 
 _CONFIG = cli.define_config_flag("configs/report_card.py", "A report card's config.")
 _RUN = cli.define_run_flags(budget=False)

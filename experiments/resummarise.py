@@ -7,8 +7,8 @@ as one stored after.
 from absl import app
 
 from normattn_jax.reporting import figures
-from normattn_jax.train.scoring import best_lines
-from normattn_jax.train.sweep import resummarise
+from normattn_jax.sweep.scoring import best_lines
+from normattn_jax.sweep.train import resummarise
 
 
 def main(argv):

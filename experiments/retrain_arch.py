@@ -8,7 +8,7 @@ it. It trains on the devices each run was made on: a CPU is split into the devic
 versions.json records (runs of different counts: one command per count), and a run of other
 devices than this process has is refused (exit code 2), as is one whose normalisation or task is
 not registered: --plugins=my_norms imports the modules that register them first. The library:
-normattn_jax/train/retrain.py.
+normattn_jax/sweep/retrain.py.
 """
 import sys
 
@@ -16,9 +16,10 @@ from absl import app, flags, logging
 
 from normattn_jax.registry import load_plugins
 from normattn_jax.reporting import figures
-from normattn_jax.train import cli, retrain
+from normattn_jax.cli import flags as cli
+from normattn_jax.sweep import retrain
 from normattn_jax.train.checkpoint import WorkdirError
-from normattn_jax.train.scoring import best_lines
+from normattn_jax.sweep.scoring import best_lines
 
 _ARCH = flags.DEFINE_string("arch", None, "The arch to train again, one of each run's archs.")
 _PLUGINS = cli.define_plugins_flag()

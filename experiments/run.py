@@ -13,7 +13,7 @@ first, e.g. one that registers a normalisation, a task or a kind of run of your 
 """
 from absl import app
 
-from normattn_jax.train import cli
+from normattn_jax.cli import flags as cli
 
 _CONFIG = cli.define_config_flag(None, "Path to a configs/*.py file (its kind picks the run).")
 _RUN = cli.define_run_flags()

@@ -14,7 +14,7 @@ for --config.attention.name=<its name> (its options: --config.attention.options.
 
 from absl import app
 
-from normattn_jax.train import cli
+from normattn_jax.cli import flags as cli
 
 _CONFIG = cli.define_config_flag(None, "Path to a configs/*.py file.")
 _RUN = cli.define_run_flags()

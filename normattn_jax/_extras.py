@@ -20,12 +20,15 @@ EXTRAS = ("experiments", "pretrain", "bert", "analysis", "all", "peer")
 # The extra each part of the library needs (the longest matching module prefix wins; a module
 # of none needs the core install only). A part may use a larger extra in some calls, and then
 # names it with ``require`` there: e.g. models.bert's tokenizer (``bert``), the rank test of
-# reporting.seeds (``analysis``).
+# sweep.seeds (``analysis``).
 NEEDED = {
     "normattn_jax.train": "experiments",
-    "normattn_jax.train.pretrain": "pretrain",
+    "normattn_jax.sweep": "experiments",
+    "normattn_jax.pretrain": "pretrain",
     "normattn_jax.reporting": "experiments",
-    "normattn_jax.reporting.report_card": "analysis",
+    "normattn_jax.reporting.leaderboard": "analysis",
+    "normattn_jax.card": "analysis",
+    "normattn_jax.cli": "experiments",
     "normattn_jax.data": "pretrain",
     "normattn_jax.analysis": "analysis",
     # a pre-training encoder's SentencePiece, a HuggingFace encoder's tokenizers, TFDS tasks

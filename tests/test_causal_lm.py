@@ -108,12 +108,13 @@ def test_bad_fields_raise_naming_them():
 
 
 def test_the_fields_a_resumed_run_may_change_exist():
-  from normattn_jax.train.checkpoint import MAY_DIFFER, config_differences, config_json
+  from normattn_jax.train import kinds
+  from normattn_jax.train.checkpoint import config_differences, config_json
 
   every_field = {field for field, _, _ in config_differences(
       {}, config_json(unselectable_lm.get_config()))}
-  assert set(MAY_DIFFER["causal_lm"]) <= every_field
-  assert "train.log_every" not in MAY_DIFFER["causal_lm"]  # it numbers the checkpoints
+  assert set(kinds.get("causal_lm").may_differ) <= every_field
+  assert "train.log_every" not in kinds.get("causal_lm").may_differ  # it numbers the checkpoints
 
 
 def test_a_tiny_training_lowers_the_loss_of_both_variants(tmp_path):

@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from configs import regularization
-from normattn_jax.train.config import point_config, static_points, validate
-from normattn_jax.train.pretrain import validate_pretrain_config
+from normattn_jax.sweep.config import point_config, static_points, validate
+from normattn_jax.pretrain.train import validate_pretrain_config
 
 from helpers import REPO, config_from_file
 
@@ -61,7 +61,7 @@ def count_pretraining_params(c):
   import jax.numpy as jnp
   import numpy as np
 
-  from normattn_jax.train.pretrain import build_model
+  from normattn_jax.pretrain.train import build_model
   model = build_model(c, c.data.vocab_size)
   batch = {k: jnp.zeros((1, 8), jnp.int32) for k in ("input_ids", "input_mask", "segment_ids")}
   batch["masked_lm_positions"] = jnp.zeros((1, 2), jnp.int32)

@@ -64,8 +64,8 @@ def test_the_api_reference_covers_the_named_parts():
   modules = api_modules()
   for name in ("normattn_jax", "normattn_jax.attention", "normattn_jax.nnx",
                "normattn_jax.models.sequence", "normattn_jax.registry", "normattn_jax.tasks",
-               "normattn_jax.train.sweep", "normattn_jax.train.pretrain",
-               "normattn_jax.finetune.train", "normattn_jax.reporting.report_card"):
+               "normattn_jax.sweep.train", "normattn_jax.pretrain.train",
+               "normattn_jax.finetune.train", "normattn_jax.card.train"):
     assert name in modules, f"docs/api.md does not document {name}"
 
 
@@ -145,7 +145,7 @@ print("core ok", na.__version__)
 EXPERIMENTS_EXAMPLE = """
 import tempfile
 from configs import demo
-from normattn_jax.train.sweep import load_model, run_sweep
+from normattn_jax.sweep.train import load_model, run_sweep
 c = demo.get_config()
 c.archs, c.learning_rates, c.num_seeds = ("nap",), (0.01,), 2
 c.task.seq_len, c.model.d_model = 8, 8

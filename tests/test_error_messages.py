@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from normattn_jax.train import checkpoint, multihost
-from normattn_jax.train.config import base_config
+from normattn_jax.sweep.config import base_config
 
 from helpers import REPO, subprocess_env
 
@@ -110,8 +110,8 @@ def test_the_comparison_scripts_name_a_damaged_summary(tmp_path):
 
 
 def test_a_sweeps_damaged_files_are_named(tmp_path):
-  from normattn_jax.train import artifacts
-  from normattn_jax.train.plan import SweepPlan
+  from normattn_jax.sweep import artifacts
+  from normattn_jax.sweep.plan import SweepPlan
   path = write(tmp_path / "config.json", "{")
   with pytest.raises(ValueError, match=re.escape(f"{path} is not valid JSON")):
     artifacts.read_config(str(tmp_path))
@@ -215,7 +215,7 @@ def test_per_head_parameters_may_not_repeat_or_take_an_argument_name():
 # ----- pre-training on too little text -----
 
 def test_too_little_text_for_pre_training_names_the_config_field(tmp_path):
-  from normattn_jax.train import pretrain
+  from normattn_jax.pretrain import train as pretrain
   corpus = write(tmp_path / "tiny.txt", "".join(f"line {i}.\n" for i in range(10)))
   c = pretrain.base_pretrain_config()
   c.data.corpus, c.data.files, c.data.validation_fraction = "files", (corpus,), 0.2

@@ -1,4 +1,4 @@
-"""Every compiled program of the library exports for TPU and CUDA (``train.export_check``):
+"""Every compiled program of the library exports for TPU and CUDA (``cli.export_check``):
 without a host callback in a training step, with cuDNN's fused attention in the CUDA export of
 every bf16 "fused" program, and in the dtypes configured. ``make test`` exports a subset that
 reaches every kind of program and every check; ``make test-all`` all of them. The checks fail
@@ -17,7 +17,7 @@ import pytest
 from normattn_jax.attention import fused as fused_lib
 from normattn_jax.attention.registry import Normalization, register, unregister
 from normattn_jax.attention.weights import softmax_weights
-from normattn_jax.train import export_check
+from normattn_jax.cli import export_check
 
 from helpers import REPO, subprocess_env
 

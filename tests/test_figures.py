@@ -11,10 +11,10 @@ from matplotlib.colors import to_rgb
 
 from normattn_jax import tasks
 from normattn_jax.reporting import figures
-from normattn_jax.train import artifacts
-from normattn_jax.train.layout import ModelsAxis
-from normattn_jax.train.plan import SweepPlan
-from normattn_jax.train.scoring import summarise
+from normattn_jax.sweep import artifacts
+from normattn_jax.sweep.layout import ModelsAxis
+from normattn_jax.sweep.plan import SweepPlan
+from normattn_jax.sweep.scoring import summarise
 from helpers.sweeps import tiny_sweep_config
 
 BASE = ("train_acc", "val_acc", "train_loss", "diverged")

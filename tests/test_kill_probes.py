@@ -18,14 +18,14 @@ from helpers import REPO, TESTS, subprocess_env
 # Each kind's run of one workdir (argv[1]); the fine-tuning's pre-trained encoder is argv[2].
 RUNS = {
     "sweep": """
-        from normattn_jax.train.sweep import run_sweep
+        from normattn_jax.sweep.train import run_sweep
         from helpers.sweeps import tiny_sweep_config
         config = tiny_sweep_config(**{"archs": ("nap",), "learning_rates": (0.001,),
                                 "train.num_steps": 600, "train.eval_every": 20})
         run_sweep(config, sys.argv[1], show_progress=False, tensorboard=False)
         """,
     "pretrain": """
-        from normattn_jax.train import pretrain
+        from normattn_jax.pretrain import train as pretrain
         from helpers.pretraining import FAKE_VOCAB, RandomExamples, tiny_pretrain_config
         splits = {"train": RandomExamples(64, 0), "validation": RandomExamples(16, 1)}
         pretrain.load_data = lambda c, workdir: (FAKE_VOCAB, splits)

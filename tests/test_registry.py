@@ -141,7 +141,7 @@ def test_sparsemax_in_a_block_keeps_the_mte_head_norm():
 
 @pytest.mark.slow  # the same sweep as through the command line, below
 def test_a_grid_trains_with_sparsemax_through_the_public_api(tmp_path):
-  from normattn_jax.train.sweep import run_sweep
+  from normattn_jax.sweep.train import run_sweep
   summary = run_sweep(tiny_registry_grid(), str(tmp_path), show_progress=False, tensorboard=False)
   cell, = summary["cells"]
   assert cell["arch"] == "mte"
@@ -208,7 +208,7 @@ def test_an_option_reaches_the_weights_and_is_checked():
 
 
 def test_specs_compare_by_value_and_read_from_a_config():
-  from normattn_jax.train.sections import attention_section
+  from normattn_jax.attention.section import attention_section
   spec = AttentionSpec("tempered", {"temperature": 2.0})
   assert spec == AttentionSpec.of(attention_section("tempered", temperature=2.0))
   assert hash(spec) == hash(AttentionSpec("tempered", (("temperature", 2.0),)))
@@ -219,8 +219,8 @@ def test_specs_compare_by_value_and_read_from_a_config():
 
 def test_the_command_line_sets_an_option_and_refuses_a_misspelt_field(monkeypatch):
   from absl import flags as absl_flags
-  from normattn_jax.train import cli
-  from normattn_jax.train.config import validate
+  from normattn_jax.cli import flags as cli
+  from normattn_jax.sweep.config import validate
   argv = ["prog", "--config.attention.name=tempered", "--config.attention.options.temperature=2.5",
           "--config.archs=('mte',)"]
   monkeypatch.setattr(sys, "argv", argv)  # where the config flag finds its overrides
@@ -236,7 +236,7 @@ def test_the_command_line_sets_an_option_and_refuses_a_misspelt_field(monkeypatc
 
 
 def test_a_sweep_over_an_option_of_a_plugin_normalisation(tmp_path):
-  from normattn_jax.train.sweep import run_sweep
+  from normattn_jax.sweep.train import run_sweep
   config = tiny_registry_grid(**{"attention.name": "tempered",
                                  "sweep.name": "attention.options.temperature",
                                  "sweep.grid": (0.5, 4.0)})
@@ -245,8 +245,8 @@ def test_a_sweep_over_an_option_of_a_plugin_normalisation(tmp_path):
   assert [c["params"] for c in cells] == [{"attention.options.temperature": 0.5},
                                           {"attention.options.temperature": 4.0}]
   assert all(np.isfinite(c["metrics"]["train_loss"]["mean"]) for c in cells)
-  from normattn_jax.train.config import point_config, static_points
-  from normattn_jax.train.grid import Setup
+  from normattn_jax.sweep.config import point_config, static_points
+  from normattn_jax.sweep.programs import Setup
   assert [Setup("mte", point_config(config, p)).model().normalization
           for p in static_points(config)] == [AttentionSpec("tempered", {"temperature": t})
                                               for t in (0.5, 4.0)]

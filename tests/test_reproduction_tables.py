@@ -177,7 +177,7 @@ def test_a_committed_seed_report_is_recomputed_from_the_runs_metrics(path):
   runs' ``metrics.npz``: every cell and test of ours."""
   import json
 
-  from normattn_jax.reporting import seeds
+  from normattn_jax.sweep import seeds
 
   with open(path) as f:
     stored = json.load(f)
@@ -195,7 +195,7 @@ def test_a_committed_seed_table_is_its_report_as_markdown(path):
   """Each ``seeds.md`` beside a ``seeds.json`` is ``seeds.markdown`` of it, as drawn now."""
   import json
 
-  from normattn_jax.reporting import seeds
+  from normattn_jax.sweep import seeds
 
   with open(path) as f:
     report = json.load(f)

@@ -1,4 +1,4 @@
-"""train.retrain (experiments/retrain_arch.py): one arch of a finished sweep trained again and
+"""sweep.retrain (experiments/retrain_arch.py): one arch of a finished sweep trained again and
 merged back, on the run's own devices and normalisation or not at all."""
 import json
 import os
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from normattn_jax._extras import cpu_cores
-from normattn_jax.train import artifacts
-from normattn_jax.train import retrain
+from normattn_jax.sweep import artifacts
+from normattn_jax.sweep import retrain
 from normattn_jax.train.checkpoint import WorkdirError
-from normattn_jax.train.sweep import run_sweep
+from normattn_jax.sweep.train import run_sweep
 
 from helpers import FIXTURES, REPO, subprocess_env
 from helpers.sweeps import tiny_retrain_config

@@ -11,7 +11,7 @@ import pytest
 
 from normattn_jax.registry import load_plugins
 from normattn_jax.train import kinds, runs
-from normattn_jax.train.checkpoint import MAY_DIFFER, WorkdirError
+from normattn_jax.train.checkpoint import WorkdirError
 from normattn_jax.train.driver import Budget, Interrupted
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -112,7 +112,7 @@ def test_a_plugins_kind_stopped_by_its_budget_resumes_to_the_uninterrupted_numbe
 
 
 def test_a_plugins_kind_owns_its_workdir_rules(plugin, tmp_path):
-  assert MAY_DIFFER["random_walk"] == {"checkpoint_every"}
+  assert kinds.get("random_walk").may_differ == {"checkpoint_every"}
   workdir = str(tmp_path / "run")
   runs.run(walk_config(), workdir)
   with pytest.raises(WorkdirError, match="steps was 6, now 5"):
@@ -154,7 +154,8 @@ def test_a_kind_declares_what_may_differ():
 
 
 def test_every_shipped_config_names_a_registered_kind():
-  names = kinds.names()
+  from normattn_jax.cli.flags import load_builtin_kinds
+  names = load_builtin_kinds()
   for path in sorted(os.listdir(os.path.join(REPO, "configs"))):
     if path.endswith(".py") and not path.startswith("_"):
       spec = importlib.util.spec_from_file_location(path[:-3],

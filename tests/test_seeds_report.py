@@ -1,4 +1,4 @@
-"""reporting.seeds: the authors' stored sweeps read cell by cell, our seeds beside theirs, and the
+"""sweep.seeds: the authors' stored sweeps read cell by cell, our seeds beside theirs, and the
 rank test between archs. From made-up curves in both formats, no training."""
 import os
 import pickle
@@ -9,11 +9,12 @@ import sys
 import numpy as np
 import pytest
 
-from normattn_jax.reporting import figures, seeds
-from normattn_jax.train import artifacts
+from normattn_jax.reporting import figures
+from normattn_jax.sweep import seeds
+from normattn_jax.sweep import artifacts
 from normattn_jax.train.checkpoint import config_json, write_json
-from normattn_jax.train.layout import ModelsAxis
-from normattn_jax.train.plan import SweepPlan
+from normattn_jax.sweep.layout import ModelsAxis
+from normattn_jax.sweep.plan import SweepPlan
 from helpers.sweeps import tiny_sweep_config
 
 from helpers import REPO, subprocess_env

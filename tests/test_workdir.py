@@ -12,11 +12,13 @@ import sys
 import numpy as np
 import pytest
 
-from normattn_jax.train import pretrain
-from normattn_jax.train.checkpoint import (LOCK, DamagedCheckpointWarning, MAY_DIFFER,
-    WorkdirError, config_json, config_differences, lock_workdir, open_workdir, unlock_workdir)
-from normattn_jax.train.config import get_field
-from normattn_jax.train.pretrain import run_pretraining
+from normattn_jax.pretrain import train as pretrain
+from normattn_jax.train import kinds
+from normattn_jax.train.checkpoint import (LOCK, DamagedCheckpointWarning, WorkdirError,
+                                           config_differences, config_json, lock_workdir,
+                                           open_workdir, unlock_workdir)
+from normattn_jax.sweep.config import get_field
+from normattn_jax.pretrain.train import run_pretraining
 from normattn_jax.train.driver import Budget, Interrupted
 from helpers import REPO, subprocess_env
 from helpers.files import halve
@@ -71,7 +73,7 @@ def test_differences_name_each_field_and_ignore_only_the_listed_ones():
   for kind, config in (("sweep", sweep_config()), ("pretraining", tiny_pretrain_config())):
     assert config_differences(config_json(config), config_json(config)) == []
     every_field = {field for field, _, _ in config_differences({}, config_json(config))}
-    assert set(MAY_DIFFER[kind]) <= every_field, kind
+    assert set(kinds.get(kind).may_differ) <= every_field, kind
 
 
 # Sweeps

@@ -37,7 +37,7 @@ from normattn_jax.train import kinds, runs
 from normattn_jax.train.driver import Budget, RunHooks
 from normattn_jax.train.run_log import RunLog
 from normattn_jax.train.runs import RunContext
-from normattn_jax.train.sections import check_known_fields, flat_fields
+from normattn_jax.validation import check_known_fields, flat_fields
 from normattn_jax.train.state import DROPOUT_STREAM, TRAIN_STREAM, TrainState
 from normattn_jax.validation import check_config_float, check_config_int, check_fields
 from normattn_jax.validation import fail_config as _fail
@@ -595,13 +595,6 @@ def write_table(summary: dict, workdir: str) -> str:
   return table
 
 
-def draw(workdir: str, summary: dict) -> None:
-  """The kind's figures: ``table1.md`` and ``train_loss.png``."""
-  from normattn_jax.reporting import analysis_figures
-  write_table(summary, workdir)
-  analysis_figures.causal_lm_loss(summary, os.path.join(workdir, "train_loss.png"))
-
-
 def describe(summary: dict) -> list[str]:
   """The tables beside the paper's, and each seed's final training and held-out losses."""
   lines = [table_markdown(summary, PAPER)]
@@ -623,7 +616,6 @@ CAUSAL_LM = kinds.register(kinds.RunKind(
     train=train_and_analyse,
     summary_format={"indent": 1},
     describe=describe,
-    figures=draw,
     divides=lambda c: (c.train.seeds,),
     # the seeds per vmap came with the grid engine: a config without it ran at the auto width
     added={"train.models_per_vmap": 0}))

@@ -56,7 +56,7 @@ from normattn_jax.train.layout import GroupSeedAxis
 from normattn_jax.train.run_log import RunLog, read_history
 from normattn_jax.train.runs import RunContext
 from normattn_jax.train.state import TRAIN_STREAM, TrainState
-from normattn_jax.train.sections import check_known_fields
+from normattn_jax.validation import check_known_fields
 from normattn_jax.validation import (RULES, check_config_float, check_config_int, check_fields,
                                      check_int, fail_config)
 
@@ -798,14 +798,6 @@ def read_curves(workdir: str) -> dict:
   return curves(read_history(os.path.join(workdir, "history.jsonl")), config)
 
 
-def draw(workdir: str, summary: dict) -> None:
-  """The kind's figure: ``majority.png``, every evaluation so far."""
-  from normattn_jax.reporting import analysis_figures
-  config = read_json(os.path.join(workdir, "config.json"))
-  analysis_figures.majority(read_curves(workdir), config["num_seeds"],
-                            os.path.join(workdir, "majority.png"))
-
-
 def describe(summary: dict) -> list[str]:
   """The summary without its per-variant details."""
   return [json.dumps({k: summary[k] for k in summary if k != "variants"}, indent=1)]
@@ -860,6 +852,5 @@ MAJORITY = kinds.register(kinds.RunKind(
     summary_file=SUMMARY,
     summary_format={"indent": 1},
     describe=describe,
-    figures=draw,
     # a config from before the kinds gave its steps on the command line alone
     added={"steps": 14_000}))

@@ -91,7 +91,7 @@ def pretraining_config(workdir: str) -> ml_collections.ConfigDict:
       another kind of run (a sweep's, a fine-tuning run's).
   """
   from normattn_jax.train.migrate import with_current_names
-  from normattn_jax.train.pretrain import base_pretrain_config
+  from normattn_jax.pretrain.train import base_pretrain_config
   path = os.path.join(workdir, "config.json")
   stored = _read_json(path, f"encoder.path={workdir!r}")
   sections = sorted(set(base_pretrain_config()) - {"kind"})
@@ -131,7 +131,7 @@ def pretraining_vocab_path(workdir: str, config: ml_collections.ConfigDict,
 
 def _recorded_vocab(workdir: str, record: dict) -> str:
   """The vocabulary file a pre-training summary names, if it is still the one it trained."""
-  from normattn_jax.train.pretrain import file_sha256
+  from normattn_jax.pretrain.train import file_sha256
   path = os.path.normpath(os.path.join(workdir, record["path"]))
   if not os.path.isfile(path):
     raise FileNotFoundError(f"encoder.path={workdir!r}: the run's vocabulary {path} (its "
@@ -160,7 +160,7 @@ def from_pretraining(workdir: str, *, attention: Union[str, AttentionSpec, None]
     SentencePiece tokenizer.
   """
   from normattn_jax.data.sentencepiece_vocab import Vocab
-  from normattn_jax.train import pretrain
+  from normattn_jax.pretrain import train as pretrain
   from normattn_jax.train.checkpoint import restore_newest_state
 
   config = pretraining_config(workdir)
@@ -213,7 +213,7 @@ def from_huggingface(folder, *, attention: Union[str, AttentionSpec, None] = Non
 
 def load_starting_point(encoder: ml_collections.ConfigDict) -> StartingPoint:
   """The starting point a fine-tuning config's ``encoder`` section names."""
-  from normattn_jax.train.sections import attention_spec
+  from normattn_jax.attention.section import attention_spec
   options = dict(attention=attention_spec(encoder.attention, "encoder.attention", keep=True),
                  dropout=encoder.dropout)
   if encoder.kind == "pretraining":

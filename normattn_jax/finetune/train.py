@@ -37,14 +37,15 @@ from normattn_jax.finetune import task as task_lib
 from normattn_jax.train import grid as grid_lib
 from normattn_jax.train import kinds, multihost, runs
 from normattn_jax.train.checkpoint import WorkdirError, write_json
-from normattn_jax.train.migrate import with_attention_section
+from normattn_jax.attention.section import with_attention_section
 from normattn_jax.train.optim import (lamb_adapted, scale_by_adam_without_bias_correction,
                                       schedule_shape)
 from normattn_jax.train.driver import Budget, RunHooks
 from normattn_jax.train.layout import GroupSeedAxis
 from normattn_jax.train.run_log import RunLog
 from normattn_jax.train.runs import RunContext
-from normattn_jax.train.sections import attention_section, attention_spec, check_known_fields
+from normattn_jax.attention.section import attention_section, attention_spec
+from normattn_jax.validation import check_known_fields
 from normattn_jax.train.state import TRAIN_STREAM, TrainState
 from normattn_jax.validation import check_config_float, check_config_int, check_fields
 from normattn_jax.validation import fail_config as _fail
@@ -550,13 +551,6 @@ def describe(summary: dict) -> list[str]:
   return lines
 
 
-def draw_curves(workdir: str, summary: dict) -> None:
-  """The fine-tuning kind's figure: ``curves.png`` from ``metrics.npz``."""
-  from normattn_jax.reporting import training_figures
-  training_figures.finetuning_curves(summary, os.path.join(workdir, "metrics.npz"),
-                                     os.path.join(workdir, "curves.png"))
-
-
 def migrate_finetuning(tree: dict) -> dict:
   """An old fine-tuning ``config.json`` tree's flat ``encoder.attention`` as one section."""
   return with_attention_section(tree, "encoder", "attention", "attention", ("hybrid_init",))
@@ -572,7 +566,6 @@ FINETUNING = kinds.register(kinds.RunKind(
     save=lambda workdir, config, results: save_metrics(os.path.join(workdir, "metrics.npz"),
                                                        config, results.history),
     describe=describe,
-    figures=draw_curves,
     migrate=migrate_finetuning))
 
 

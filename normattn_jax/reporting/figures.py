@@ -13,8 +13,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from normattn_jax import tasks  # noqa: E402
-from normattn_jax.train import artifacts  # noqa: E402
-from normattn_jax.train.plan import SweepPlan  # noqa: E402
+from normattn_jax.sweep import artifacts  # noqa: E402
+from normattn_jax.sweep.plan import SweepPlan  # noqa: E402
 
 # What a pixel's colour means, under every pixel plot (the NAP paper's key).
 PIXEL_KEY = ("R, G, B = min, mean, max over seeds of the accuracy at each evaluation, each at its "
@@ -393,7 +393,7 @@ def card_accuracy(report: dict, path: str) -> None:
   validation accuracy at 2N.
 
   Args:
-    report: ``reporting.report_card.run``'s report.
+    report: ``card.train.run``'s report.
     path: the image file to write.
   """
   tasks_ = list(report["tasks"])

@@ -24,9 +24,9 @@ import os
 import numpy as np
 
 from normattn_jax._extras import fingerprint_id
-from normattn_jax.reporting import card_stats
-from normattn_jax.reporting.report_card import BASELINES, PROTOCOL
-from normattn_jax.reporting.report_card_text import collapse_outcome
+from normattn_jax.card import stats as card_stats
+from normattn_jax.card.train import BASELINES, PROTOCOL
+from normattn_jax.card.text import collapse_outcome
 
 STABILITY_GOAL = 0.9  # the share of verdict words two halves of the seeds should agree on
 MARKS = {"above": "▲", "below": "▼", "not distinguishable": ""}

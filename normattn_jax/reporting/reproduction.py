@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from normattn_jax.analysis.causal_lm_keys import layer_statistics
-from normattn_jax.reporting import seeds as seeds_lib
+from normattn_jax.sweep import seeds as seeds_lib
 from normattn_jax.reporting.tables import REGULARIZERS, regularization_scores
 
 TABLE_START = re.compile(r"^<!-- table: ([\w-]+) -->$")

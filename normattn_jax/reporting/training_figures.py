@@ -15,7 +15,7 @@ def pretraining_curves(rows: dict, path: str) -> None:
 
   Args:
     rows: ``{label: the run's validation rows of history.jsonl}``
-      (``train.pretrain.validation_rows``).
+      (``pretrain.train.validation_rows``).
     path: the image file to write.
   """
   fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))

@@ -27,9 +27,8 @@ from etils import epath
 
 from normattn_jax._extras import versions
 from normattn_jax.train import kinds, multihost
-from normattn_jax.train.kinds import MAY_DIFFER  # noqa: F401  (each kind owns its entry)
 from normattn_jax.train.migrate import with_current_names
-from normattn_jax.train.sections import flat_fields
+from normattn_jax.validation import flat_fields
 
 _SHOWN = 8  # differing fields named in an error, the rest counted
 ITEM = "default"  # the folder of a step that holds the tree (orbax's single item)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from normattn_jax.train import config as config_lib
-from normattn_jax.train.plan import SweepPlan
+from normattn_jax.sweep import config as config_lib
+from normattn_jax.sweep.plan import SweepPlan
 
 LOWER_IS_BETTER = ("train_loss",)  # the metrics whose best over training is the lowest
 

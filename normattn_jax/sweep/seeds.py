@@ -31,11 +31,10 @@ import numpy as np
 
 from normattn_jax._extras import require
 from normattn_jax.tasks import synthetic
-from normattn_jax.train import artifacts
-from normattn_jax.train.config import get_field, point_label
-from normattn_jax.train.plan import SweepPlan
-from normattn_jax.train.scoring import (LOWER_IS_BETTER, best_over_training,
-                                        failed_where_diverged)
+from normattn_jax.sweep import artifacts
+from normattn_jax.sweep.config import get_field, point_label
+from normattn_jax.sweep.plan import SweepPlan
+from normattn_jax.sweep.scoring import LOWER_IS_BETTER, best_over_training, failed_where_diverged
 
 # Our architecture names -> the authors' file names.
 AUTHORS_NAMES = {"bert": "BERT", "mte": "MTE", "nap": "NAP", "non": "NON", "sum": "sum",

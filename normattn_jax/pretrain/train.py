@@ -36,13 +36,14 @@ from normattn_jax.models.bert import ACTIVATIONS
 from normattn_jax.precision import check_compute_dtype
 from normattn_jax.train import kinds, multihost, runs
 from normattn_jax.train.checkpoint import check_workdir
-from normattn_jax.train.config import validate_attention_options
+from normattn_jax.sweep.config import validate_attention_options
 from normattn_jax.train.driver import Budget, RunHooks
-from normattn_jax.train.migrate import with_attention_section
+from normattn_jax.attention.section import with_attention_section
 from normattn_jax.train.optim import albert_lamb, albert_schedule
 from normattn_jax.train.run_log import RunLog, read_history
 from normattn_jax.train.runs import RunContext
-from normattn_jax.train.sections import attention_section, attention_spec, check_known_fields
+from normattn_jax.attention.section import attention_section, attention_spec
+from normattn_jax.validation import check_known_fields
 from normattn_jax.train.state import TRAIN_STREAM, TrainState
 from normattn_jax.validation import check_config_float, check_config_int, check_fields
 from normattn_jax.validation import fail_config as _fail

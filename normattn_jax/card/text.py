@@ -13,10 +13,10 @@ import os
 import numpy as np
 
 from normattn_jax._extras import fingerprint_id
-from normattn_jax.reporting import card_stats
-from normattn_jax.reporting.card_names import (ARMS, BASELINES, BOUND_BY_CONSTRUCTION,
-                                               CARD_TASKS, CASES, EPSILON, TASK_METRIC)
-from normattn_jax.reporting.seeds import LEARNED_SE
+from normattn_jax.card import stats as card_stats
+from normattn_jax.card.names import (ARMS, BASELINES, BOUND_BY_CONSTRUCTION, CARD_TASKS, CASES,
+                                     EPSILON, TASK_METRIC)
+from normattn_jax.sweep.seeds import LEARNED_SE
 from normattn_jax.train.checkpoint import write_json
 
 TASK_TITLES = {"case": "Case task (NAP paper Fig. 3: argmin / first / argmax, output per token)",
@@ -376,12 +376,10 @@ def markdown(report: dict) -> str:
 
 
 def write_report(report: dict, folder: str) -> None:
-  """A card's words and figure from its numbers: the verdicts (into ``report``),
-  ``accuracy.png`` (``figures.card_accuracy``), ``report.md`` and ``report.json``. A finished
-  card's words are written again this way after a change of wording, its numbers untouched."""
-  from normattn_jax.reporting import figures
+  """A card's words from its numbers: the verdicts (into ``report``), ``report.md`` and
+  ``report.json`` (its figure: ``reporting.drawers``). A finished card's words are written again
+  this way after a change of wording, its numbers untouched."""
   report["verdicts"] = verdicts(report)
-  figures.card_accuracy(report, os.path.join(folder, "accuracy.png"))
   with open(os.path.join(folder, "report.md"), "w") as f:
     f.write(markdown(report))
   write_json(os.path.join(folder, "report.json"), report, indent=1)

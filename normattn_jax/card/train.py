@@ -10,8 +10,8 @@ counts twice. Each sweep has its own folder (the sweep engine resumes each); the
 folder is shared by every card of one scale **on one machine** (``machine.json``: the
 fingerprint of ``_extras.machine_fingerprint``; the default folder is named by it, a named
 folder of another machine is refused), and ``provenance.json`` there says which card trained
-each baseline. A small causal LM per arm (``analysis.card_lm``) serves the registered
-diagnostics (``reporting.diagnostics``: length generalisation, attention sinks, massive
+each baseline. A small causal LM per arm (``card.lm``) serves the registered
+diagnostics (``card.diagnostics``: length generalisation, attention sinks, massive
 activations, sparsity, and a plugin's own).
 
 Then it scores, each against softmax and NAP with ``card_stats.compare`` (the difference of the
@@ -45,25 +45,26 @@ import jax.numpy as jnp
 import numpy as np
 
 from normattn_jax._extras import fingerprint_id, machine_fingerprint, require
-from normattn_jax.analysis import card_lm
+from normattn_jax.card import lm as card_lm
 from normattn_jax.analysis import cost as cost_lib
 from normattn_jax.analysis import explaining_away as ea
 from normattn_jax.analysis import mode_collapse as mc
 from normattn_jax.analysis.unselectable import unselectable
 from normattn_jax.attention.registry import AttentionSpec
-from normattn_jax.reporting import card_stats
-from normattn_jax.reporting import diagnostics as diagnostics_lib
-from normattn_jax.reporting import report_card_text as text
-from normattn_jax.reporting import seeds as seeds_lib
-from normattn_jax.reporting.card_names import ARMS, BASELINES, CARD_TASKS, CASES, TASK_METRIC
+from normattn_jax.card import stats as card_stats
+from normattn_jax.card import diagnostics as diagnostics_lib
+from normattn_jax.card import text
+from normattn_jax.sweep import seeds as seeds_lib
+from normattn_jax.card.names import ARMS, BASELINES, CARD_TASKS, CASES, TASK_METRIC
 from normattn_jax.tasks.synthetic import case_guess_rate
-from normattn_jax.train import artifacts, kinds, runs
+from normattn_jax.sweep import artifacts
+from normattn_jax.train import kinds, runs
 from normattn_jax.train.checkpoint import WorkdirError, write_json
-from normattn_jax.train.config import PAPER_LEARNING_RATES, base_config
-from normattn_jax.train.grid import Setup
-from normattn_jax.train.sections import (attention_section, attention_spec,
-                                         check_known_fields)
-from normattn_jax.train.sweep import load_models, run_sweep
+from normattn_jax.sweep.config import PAPER_LEARNING_RATES, base_config
+from normattn_jax.sweep.programs import Setup
+from normattn_jax.attention.section import attention_section, attention_spec
+from normattn_jax.validation import check_known_fields
+from normattn_jax.sweep.train import load_models, run_sweep
 from normattn_jax.validation import fail_config
 
 # Optional packages: without them, the error names the extra that installs them.
@@ -243,7 +244,7 @@ def sweep_config(task: str, scale: str, archs: tuple, spec: Optional[AttentionSp
       seeds, base seed ``EVALUATION_SEED``).
 
   Returns:
-    A sweep config (``train.config``).
+    A sweep config (``sweep.config``).
   """
   s = SCALES[scale]
   c = base_config()
@@ -339,6 +340,22 @@ def arms(workdir: str, baselines_dir: str, task: str) -> dict:
              for label, arch in zip(BASELINES, BASELINE_ARCHS)}}
 
 
+def sweep_folders(workdir: str, report: dict) -> list:
+  """Every sweep folder of a finished card, its arm's and its baselines': their selection and
+  evaluation sweeps (what the card's figures are drawn of, ``reporting.drawers``).
+
+  Args:
+    workdir: the card's folder.
+    report: its ``report.json`` (``finished_report``), which says where its baselines are.
+
+  Returns:
+    The folders, the card's first.
+  """
+  baselines_dir = os.path.normpath(os.path.join(workdir, report["baselines"]["dir"]))
+  return [folder for task in CARD_TASKS for arm in arms(workdir, baselines_dir, task).values()
+          for folder in (arm.select_dir, arm.evaluate_dir)]
+
+
 def selection_means(run: seeds_lib.OurSweep, arch: str) -> list:
   """Each learning rate's mean training accuracy over the seeds (each at its best over
   training); None where every seed failed."""
@@ -405,7 +422,7 @@ def task_scores(task: str, scale: str, task_arms: dict) -> dict:
 def final_states(arm: Arm) -> tuple:
   """The arm's evaluation sweep config, its models' parameters (one per evaluation seed) and
   the ``Setup`` that builds its model, restored by the sweep's own loader
-  (``train.sweep.load_models``: its selected, only, learning rate).
+  (``sweep.train.load_models``: its selected, only, learning rate).
 
   Args:
     arm: an arm whose evaluation sweep finished with checkpoints.
@@ -572,8 +589,8 @@ def _run_key(label: str, what: str, suffix: str) -> str:
 
 
 def train_all(spec: AttentionSpec, scale: str, trainer: Trainer, show_progress: bool) -> None:
-  """Every task's two stages for the baselines (shared, trained once per machine) and the card,
-  each sweep's figures drawn when it finishes.
+  """Every task's two stages for the baselines (shared, trained once per machine) and the card
+  (their figures: ``reporting.drawers``).
 
   Args:
     spec: the card's normalisation.
@@ -581,15 +598,9 @@ def train_all(spec: AttentionSpec, scale: str, trainer: Trainer, show_progress: 
     trainer: the card's ``Trainer``.
     show_progress: progress bars.
   """
-  from normattn_jax.reporting import figures  # matplotlib only when drawing
-
   def sweep(key, folder, config):
-    def train():
-      finished = os.path.exists(os.path.join(folder, SUMMARY))
-      run_sweep(config, folder, show_progress=show_progress, tensorboard=False)
-      if not finished:
-        figures.draw_finished_sweep(folder)
-    trainer(key, folder, train)
+    trainer(key, folder, lambda: run_sweep(config, folder, show_progress=show_progress,
+                                           tensorboard=False))
 
   for task in CARD_TASKS:
     task_arms = arms(trainer.workdir, trainer.baselines_dir, task)
@@ -806,7 +817,7 @@ def summarise_card(config: ml_collections.ConfigDict, report: dict) -> dict:
 
 
 def write_card(workdir: str, config: ml_collections.ConfigDict, report: dict) -> None:
-  """The report card kind's ``save``: ``report.md``, ``report.json`` and its figure."""
+  """The report card kind's ``save``: ``report.md`` and ``report.json``."""
   text.write_report(report, workdir)
 
 

@@ -4,7 +4,7 @@ and NAP like every other number of the card (``card_stats``).
 
 A diagnostic names its quantities and gives ``measure(context) -> {arm: {quantity: [per seed]}}``
 for the arms "card", "softmax" and "nap". The built-in ones read the small causal LMs that the
-card trains per arm (``analysis.card_lm``, in ``context.lm``):
+card trains per arm (``card.lm``, in ``context.lm``):
 
 - length generalisation (Scalable-Softmax, Nakanishi 2025; stick-breaking attention, Tan et al.
   2024): the loss of a window of mL tokens on its newest positions (mL/2 to mL; 0 to L for m = 1),
@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from normattn_jax.registry import Registry
-from normattn_jax.reporting import card_stats
+from normattn_jax.card import stats as card_stats
 
 ARMS = ("card", "softmax", "nap")
 

@@ -306,7 +306,7 @@ def config_dtypes(name: Optional[str], dtypes: Sequence[str]) -> tuple:
 
 def grid_config(arch: str, normalization: Optional[str], implementation: str, dtype: str):
   """A small sweep config of one arch (a sweep's programs have the same ops at any size)."""
-  from normattn_jax.train import config as config_lib
+  from normattn_jax.sweep import config as config_lib
   c = config_lib.base_config()
   c.archs = (arch,)
   if normalization is not None:
@@ -323,12 +323,12 @@ def grid_config(arch: str, normalization: Optional[str], implementation: str, dt
 
 def _grid_build(arch: str, normalization: Optional[str], implementation: str, dtype: str):
   def build():
-    from normattn_jax.train import grid as grid_lib
+    from normattn_jax.sweep import programs
     c = grid_config(arch, normalization, implementation, dtype)
-    grid = grid_lib.Grid.build(grid_lib.Setup(arch, c), 1)
+    grid = programs.build_grid(programs.Setup(arch, c), 1)
     keys = jax.ShapeDtypeStruct((grid.padded, 2), jnp.uint32)
     hp = {name: jax.ShapeDtypeStruct((grid.padded,), jnp.float32)
-          for name in grid_lib.HYPERPARAMETERS}
+          for name in programs.HYPERPARAMETERS}
     state = jax.eval_shape(grid.init, keys, hp, *grid.shared)
     return grid.chunk_program, (state, hp) + tuple(grid.shared)
   return build
@@ -369,7 +369,7 @@ def grid_programs(normalizations: Sequence[str], dtypes: Sequence[str] = COMPUTE
 
 def pretraining_config(normalization: str, implementation: str, dtype: str):
   """A small pre-training config (ALBERT's ops at any size)."""
-  from normattn_jax.train.pretrain import base_pretrain_config
+  from normattn_jax.pretrain.train import base_pretrain_config
   c = base_pretrain_config()
   c.model.update(embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                  intermediate_size=64, max_position_embeddings=16, dtype=dtype,
@@ -391,7 +391,7 @@ def _pretraining_batch(c) -> dict:
 
 def _pretraining_build(normalization: str, implementation: str, dtype: str, step: str):
   def build():
-    from normattn_jax.train import pretrain
+    from normattn_jax.pretrain import train as pretrain
     c = pretraining_config(normalization, implementation, dtype)
     pretrain.validate_pretrain_config(c)
     trainer = pretrain.Trainer(c, c.data.vocab_size)
@@ -422,7 +422,7 @@ def _finetune_build(normalization: str, implementation: str, dtype: str):
   def build():
     from normattn_jax.finetune import encoders, task as task_lib, train as finetune
     from normattn_jax.models.albert import AlbertModel
-    from normattn_jax.train.pretrain import model_config
+    from normattn_jax.pretrain.train import model_config
     pc = pretraining_config(normalization, implementation, dtype)
     c = finetune.base_finetune_config()
     c.learning_rates, c.num_seeds = (1e-3,), 1
@@ -533,7 +533,7 @@ def decode_programs(normalizations: Sequence[str], dtypes: Sequence[str] = COMPU
 
 def _card_build(normalization: str, measure: str):
   def build():
-    from normattn_jax.analysis import card_lm
+    from normattn_jax.card import lm as card_lm
     sizes = card_lm.LM_SIZES["smoke"]
     model = card_lm.build_model(attention_registry.AttentionSpec.of(normalization), sizes, 32)
     losses, probe = card_lm.measure_programs(model)

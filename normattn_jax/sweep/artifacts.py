@@ -11,7 +11,7 @@ import numpy as np
 
 from normattn_jax.train.checkpoint import read_json, write_json
 from normattn_jax.train.migrate import with_current_names
-from normattn_jax.train.plan import SweepPlan
+from normattn_jax.sweep.plan import SweepPlan
 
 METRICS = "metrics.npz"
 SUMMARY = "summary.json"

@@ -29,11 +29,11 @@ import ml_collections
 from normattn_jax import tasks
 from normattn_jax._extras import cpu_cores
 from normattn_jax.attention import registry as attention_registry
-from normattn_jax.train import artifacts
+from normattn_jax.sweep import artifacts
 from normattn_jax.train.checkpoint import WorkdirError, write_json
-from normattn_jax.train.config import base_config
-from normattn_jax.train.plan import SweepPlan
-from normattn_jax.train.sweep import resummarise, run_sweep
+from normattn_jax.sweep.config import base_config
+from normattn_jax.sweep.plan import SweepPlan
+from normattn_jax.sweep.train import resummarise, run_sweep
 
 RECORD = "retrained.json"
 VERSIONS = "versions.json"

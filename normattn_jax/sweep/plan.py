@@ -15,8 +15,8 @@ from typing import Any, Optional
 
 import ml_collections
 
-from normattn_jax.train import config as config_lib
-from normattn_jax.train.layout import ModelsAxis, grid_name
+from normattn_jax.sweep import config as config_lib
+from normattn_jax.sweep.layout import ModelsAxis, grid_name
 
 # A static point as the results key holds it: ((field, value), ...), () without a static sweep.
 PointItems = tuple[tuple[str, Any], ...]

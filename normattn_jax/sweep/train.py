@@ -1,7 +1,7 @@
 """Run a whole sweep: for every static point (shape sweeps) and architecture, train the grid of
-models (``grid.train_grid``), resuming from checkpoints, then score it (``scoring``) and write
-``metrics.npz`` and ``summary.json`` (``artifacts``); the caller draws the figures
-(``normattn_jax.reporting.figures``).
+models (``programs.build_grid`` on the engine's ``run_grid``), resuming from checkpoints, then
+score it (``scoring``) and write ``metrics.npz`` and ``summary.json`` (``artifacts``); the
+command line draws the figures (``normattn_jax.reporting.drawers``).
 
 One ``RunLog`` per workdir logs every grid: ``history.jsonl`` and TensorBoard get, per grid,
 learning rate and evaluation, the mean over that learning rate's models of ``LOGGED``. A resumed
@@ -20,17 +20,19 @@ import jax
 import ml_collections
 import numpy as np
 
-from normattn_jax.train import artifacts, kinds, multihost, runs
-from normattn_jax.train import config as config_lib
+from normattn_jax.sweep import artifacts
+from normattn_jax.sweep import config as config_lib
+from normattn_jax.sweep.layout import ModelsAxis
+from normattn_jax.sweep.migrate import migrate_sweep
+from normattn_jax.sweep.plan import SweepGrid, SweepPlan
+from normattn_jax.sweep.programs import Setup, build_grid
+from normattn_jax.sweep.scoring import best_lines, summarise
+from normattn_jax.train import kinds, multihost, runs
 from normattn_jax.train.checkpoint import restore_newest_state
 from normattn_jax.train.driver import Budget, RunHooks
-from normattn_jax.train.grid import Setup, model_keys, train_grid
-from normattn_jax.train.layout import ModelsAxis
-from normattn_jax.train.migrate import with_attention_section, with_boolean_switches
-from normattn_jax.train.plan import SweepGrid, SweepPlan
+from normattn_jax.train.grid import model_keys, run_grid
 from normattn_jax.train.run_log import RunLog
 from normattn_jax.train.runs import RunContext
-from normattn_jax.train.scoring import best_lines, summarise
 
 # The metrics a sweep's history.jsonl and TensorBoard follow, per grid and learning rate.
 LOGGED = ("train_loss", "train_acc", "val_acc")
@@ -87,9 +89,9 @@ def train_point(plan: SweepPlan, grid: SweepGrid, workdir, log: RunLog,
   with RunHooks(os.path.join(workdir, "checkpoints", name), point.train.checkpoint_every,
                 num_chunks, metrics_like=metrics_like, record=record, budget=budget,
                 name=name) as hooks:
-    return train_grid(point, grid.arch, hyperparameters=axis.hyperparameters(),
-                      keys=model_keys(point.seed, axis.seed_indices()), resume=hooks.resume,
-                      on_chunk=hooks.on_chunk).metrics
+    programs = build_grid(Setup(grid.arch, point), axis.num_models)
+    return run_grid(programs, model_keys(point.seed, axis.seed_indices()), axis.hyperparameters(),
+                    num_chunks, resume=hooks.resume, on_chunk=hooks.on_chunk).metrics
 
 
 def resummarise(workdir: str) -> dict:
@@ -207,21 +209,10 @@ def save_results(workdir: str, config: ml_collections.ConfigDict, results: dict)
   artifacts.save_metrics(os.path.join(workdir, artifacts.METRICS), SweepPlan.of(config), results)
 
 
-def draw_figures(workdir: str, summary: dict) -> None:
-  """The sweep kind's figures (``reporting.figures.draw_finished_sweep``)."""
-  from normattn_jax.reporting import figures
-  figures.draw_finished_sweep(workdir)
-
-
 def describe(summary: dict) -> list[str]:
   """What the command line prints of a finished sweep: each arch's best, and its figures."""
   return best_lines(summary) + ["figures: accuracy.png (and case_accuracy.png, "
                                 "learning_curves.png) in the workdir"]
-
-
-def migrate_sweep(tree: dict) -> dict:
-  """An old sweep ``config.json`` tree's switches as booleans and its attention as one section."""
-  return with_attention_section(with_boolean_switches(tree), "", "normalization", "attention", ())
 
 
 SWEEP = kinds.register(kinds.RunKind(
@@ -234,7 +225,6 @@ SWEEP = kinds.register(kinds.RunKind(
     summarise=lambda config, results: summarise(SweepPlan.of(config), results),
     save=save_results,
     describe=describe,
-    figures=draw_figures,
     summary_format={"indent": 2, "sort_keys": True},
     renamed={"sweep.values": "sweep.grid"},
     added={"model.output_gate": None, "model.qk_norm": None, "model.differential": False,

@@ -1,11 +1,13 @@
-"""What the run scripts (``experiments/run.py`` and its aliases ``sweep.py``, ``pretrain.py``,
-``finetune.py``, ...) share on the command line: the workdir, budget, multi-host and plugin flags,
-and the preamble before a run, so that every script joins hosts, loads plugins, refuses a workdir
-and stops on its budget alike (``run_kind``: any kind of run, ``train.kinds``).
+"""What the run commands (``normattn-run`` and its aliases ``normattn-sweep``,
+``normattn-pretrain``, ``normattn-finetune``, ...) share on the command line: the workdir, budget,
+multi-host and plugin flags, and the preamble before a run, so that every command joins hosts,
+loads plugins, refuses a workdir and stops on its budget alike (``run_kind``: any kind of run,
+``train.kinds``), and draws what the kind's drawer draws (``reporting.drawers``).
 """
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 import re
 import sys
@@ -25,6 +27,26 @@ T = TypeVar("T")
 WORKDIR_ERROR_EXIT = 2
 INTERRUPTED_EXIT = 3  # a run stopped by its time budget (--max_minutes): rerun to resume
 CACHE_ENV = "NORMATTN_JAX_COMPILATION_CACHE"  # "0" turns the persistent cache off
+
+
+# The packages that register the built-in kinds of run as they are imported.
+BUILTIN_KINDS = ("normattn_jax.sweep", "normattn_jax.pretrain", "normattn_jax.finetune.train",
+                 "normattn_jax.analysis.causal_lm_keys", "normattn_jax.analysis.majority",
+                 "normattn_jax.card")
+
+
+def load_builtin_kinds() -> tuple:
+  """Register every built-in kind of run whose extra is installed (``BUILTIN_KINDS``).
+
+  Returns:
+    The registered kinds' names.
+  """
+  for module in BUILTIN_KINDS:
+    try:
+      importlib.import_module(module)
+    except ImportError:  # its extra is missing (_extras.require): it cannot run here
+      pass
+  return kinds.names()
 
 
 def compilation_cache_dir(environ=os.environ) -> str:
@@ -143,7 +165,7 @@ def define_config_flag(default: Optional[str], help_string: str,
                        flag_values: flags.FlagValues = flags.FLAGS):
   """``--config``, a ``configs/*.py`` file whose every field the command line overrides; new
   keys are taken (an attention section's options: ``--config.attention.options.alpha=1.5``) and
-  the run's validation refuses those outside an options section (``sections.check_known_fields``).
+  the run's validation refuses those outside an options section (``validation.check_known_fields``).
 
   Args:
     default: the config file, or None to make the flag required.
@@ -322,8 +344,10 @@ def run_kind(config: Any, run_flags: RunFlags, expected: Optional[str] = None) -
     app.UsageError: naming the field and value, for a config of no registered kind or of another
       kind than ``expected``.
   """
-  from normattn_jax.train import runs  # the driver imports the kinds' modules lazily
-  if config.get("kind") not in kinds.KINDS and config.get("kind") not in kinds.BUILTIN:
+  from normattn_jax.reporting import drawers  # matplotlib only once a run has finished
+  from normattn_jax.train import runs
+  load_builtin_kinds()
+  if config.get("kind") not in kinds.KINDS:
     load_plugins(run_flags.plugins.value)  # a plugin's kind: loaded before the CPU is split
   try:
     kind = kinds.kind_of(config)
@@ -338,8 +362,8 @@ def run_kind(config: Any, run_flags: RunFlags, expected: Optional[str] = None) -
 
   summary = run_command(run, config, run_flags, divides=kind.divides(config))
   workdir = run_flags.workdir.value
-  if multihost.is_chief() and kind.figures is not None:  # on several hosts, one draws
-    kind.figures(workdir, summary)
+  if multihost.is_chief():  # on several hosts, one draws
+    drawers.draw(kind.name, workdir, summary)
   print("\n".join(kind.describe(summary)))
   print(f"results in {workdir}")
   return summary

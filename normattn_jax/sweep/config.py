@@ -17,7 +17,8 @@ from normattn_jax.blocks import ARCHITECTURES
 from normattn_jax.models.sequence import OUTPUTS
 from normattn_jax.precision import DTYPES, check_compute_dtype
 from normattn_jax.train import kinds
-from normattn_jax.train.sections import attention_section, attention_spec, check_known_fields
+from normattn_jax.attention.section import attention_section, attention_spec
+from normattn_jax.validation import check_known_fields
 from normattn_jax.validation import check_config_float, check_config_int, check_fields
 from normattn_jax.validation import fail_config as _fail
 
