@@ -7,7 +7,7 @@ and prints the median tokens/s of each, its ratio to softmax and XLA's cost anal
 compiled step (GFLOP and GB of memory traffic per step: where a time ratio disagrees with the work
 done, these say which program does more):
 
-  python benchmarks/pretrain_throughput.py [--config configs/albert_tiny.py] [--rounds 5]
+  python benchmarks/pretrain_throughput.py [--config albert_tiny] [--rounds 5]
       [--steps 5] [--config.model.dtype=float32|bfloat16] [--config.train.batch_size=64]
 """
 import statistics
@@ -18,10 +18,10 @@ import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
-from normattn_jax.cli import flags as cli
+from normattn_jax.cli import command as cli
 from normattn_jax.pretrain.train import Trainer, validate_pretrain_config
 
-_CONFIG = cli.define_config_flag("configs/albert_tiny.py", "Path to a configs/albert_*.py file.")
+_CONFIG = cli.define_config_flag("albert_tiny", "An ALBERT pre-training config (albert_*).")
 _ATTENTIONS = flags.DEFINE_list("attentions", ["softmax", "dnas", "hnas"],
                                 "Attention normalisations to time; the first is the reference.")
 _ROUNDS = flags.DEFINE_integer("rounds", 5, "Timed rounds, the schemes interleaved in each.")

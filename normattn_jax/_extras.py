@@ -29,6 +29,9 @@ NEEDED = {
     "normattn_jax.reporting.leaderboard": "analysis",
     "normattn_jax.card": "analysis",
     "normattn_jax.cli": "experiments",
+    "normattn_jax.cli.leaderboard": "analysis",
+    "normattn_jax.configs": "experiments",
+    "normattn_jax.configs.report_card": "analysis",
     "normattn_jax.data": "pretrain",
     "normattn_jax.analysis": "analysis",
     # a pre-training encoder's SentencePiece, a HuggingFace encoder's tokenizers, TFDS tasks

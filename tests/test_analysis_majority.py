@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from configs import layernorm_majority
+from normattn_jax.configs import layernorm_majority
 from normattn_jax.analysis import majority as m
 from normattn_jax.train.checkpoint import WorkdirError, open_workdir, unlock_workdir
 from normattn_jax.train.driver import Budget, Interrupted

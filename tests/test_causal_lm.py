@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from configs import unselectable_lm
+from normattn_jax.configs import unselectable_lm
 from normattn_jax.analysis import causal_lm_keys as lm_keys
 from normattn_jax.analysis.unselectable import unselectable
 from normattn_jax.models.causal_lm import CausalLM, capture_attention_inputs, init_params
@@ -164,7 +164,7 @@ def test_a_seed_trains_alike_alone_and_beside_other_seeds(tmp_path):
 
 def test_the_committed_run_resumes_under_todays_config():
   """``results/unselectable_lm/config.json`` (from before ``train.models_per_vmap``) reads as
-  today's ``configs/unselectable_lm.py``."""
+  today's ``normattn_jax/configs/unselectable_lm.py``."""
   workdir = os.path.join(REPO, "results", "unselectable_lm")
   c = unselectable_lm.get_config()
   lm_keys.validate_config(c)

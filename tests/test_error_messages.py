@@ -1,7 +1,6 @@
 """Bad input from a user's files and flags is refused with an error that names the field, flag
 or file at fault and its value, instead of failing later with an error that hides the cause."""
 import json
-import os
 import re
 import subprocess
 import sys
@@ -104,7 +103,7 @@ def test_a_damaged_summary_of_a_finished_run_is_named(tmp_path):
 
 def test_the_comparison_scripts_name_a_damaged_summary(tmp_path):
   path = write(tmp_path / "summary.json", "not json")
-  done = run_script(os.path.join(REPO, "experiments", "regularization_table.py"), str(tmp_path))
+  done = run_script("-m", "normattn_jax.cli.regularization_table", str(tmp_path))
   assert done.returncode != 0
   assert f"{path} is not valid JSON" in done.stderr and "Traceback" not in done.stderr
 
@@ -159,11 +158,11 @@ def test_damaged_hf_weights_and_tokenizer_are_named(hf_folder):
     bert.load_tokenizer(hf_folder)
 
 
-# ----- experiments/analyze_unselectable.py -----
+# ----- normattn-unselectable -----
 
 def test_unselectable_flags_are_checked_before_anything_is_written(tmp_path):
   workdir = tmp_path / "w"
-  done = run_script(os.path.join(REPO, "experiments", "analyze_unselectable.py"),
+  done = run_script("-m", "normattn_jax.cli.unselectable",
                     f"--workdir={workdir}", "--dims=0", "--ns=3", "--runs=1")
   assert done.returncode != 0
   assert "--dims=0: 0 is below 2, the smallest it takes" in done.stderr

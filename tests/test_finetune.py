@@ -342,7 +342,7 @@ def test_encoder_path_and_held_out_documents_are_checked(root, tmp_path):
     ft.validate_finetune_config(c)
 
 
-CONFIGS = sorted(glob.glob(os.path.join(REPO, "configs", "finetune_*.py")))
+CONFIGS = sorted(glob.glob(os.path.join(REPO, "normattn_jax", "configs", "finetune_*.py")))
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=os.path.basename)

@@ -205,7 +205,7 @@ def test_a_budget_of_minutes_lets_each_call_run_a_chunk():
 def test_a_grid_of_a_steps_scaled_sweep_validates_as_it_is():
   """Fig. 13's batch sizes, each with its own steps (scaled once): the point, not the sweep
   again, is validated."""
-  from configs import fig13_case_lr_x_batch
+  from normattn_jax.configs import fig13_case_lr_x_batch
   c = fig13_case_lr_x_batch.get_config()
   validate(c)
   points = [point_config(c, values) for values in static_points(c)]

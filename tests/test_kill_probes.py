@@ -116,7 +116,7 @@ def test_a_run_killed_while_writing_a_checkpoint_resumes_bit_for_bit(kind, tmp_p
   assert outputs(killed) == outputs(whole)
 
 
-SWEEP_FLAGS = ["--config=configs/case_distinction.py", "--config.archs=('nap',)",
+SWEEP_FLAGS = ["--config=case_distinction", "--config.archs=('nap',)",
                "--config.learning_rates=(0.001,)", "--config.num_seeds=2",
                "--config.task.seq_len=8", "--config.model.d_model=8", "--config.model.num_heads=2",
                "--config.model.num_layers=1", "--config.train.num_steps=400",
@@ -126,7 +126,7 @@ SWEEP_FLAGS = ["--config=configs/case_distinction.py", "--config.archs=('nap',)"
 
 
 def sweep_command(workdir: str, *prefix: str) -> list:
-  return [*prefix, sys.executable, os.path.join(REPO, "experiments", "sweep.py"),
+  return [*prefix, sys.executable, "-m", "normattn_jax.cli.sweep",
           f"--workdir={workdir}", *SWEEP_FLAGS]
 
 

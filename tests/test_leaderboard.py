@@ -127,7 +127,7 @@ def run_leaderboard(*args):
   import subprocess
   import sys
 
-  return subprocess.run([sys.executable, os.path.join(REPO, "experiments", "leaderboard.py"),
+  return subprocess.run([sys.executable, "-m", "normattn_jax.cli.leaderboard",
                          *args], capture_output=True, text=True, cwd=REPO, timeout=300,
                         env=subprocess_env())
 

@@ -166,8 +166,8 @@ def _cli(tmp_path, *extra):
                 f"--config.eval.case_set_size={c.eval.case_set_size}"]
   env = subprocess_env(TESTS)
   return subprocess.run(
-      [sys.executable, os.path.join(REPO, "experiments", "sweep.py"), "--config",
-       os.path.join(REPO, "configs", "demo.py"), "--workdir", str(tmp_path / "w"), *overrides,
+      [sys.executable, "-m", "normattn_jax.cli.sweep", "--config",
+       "demo", "--workdir", str(tmp_path / "w"), *overrides,
        *extra], capture_output=True, text=True, cwd=REPO, env=env)
 
 
@@ -219,13 +219,13 @@ def test_specs_compare_by_value_and_read_from_a_config():
 
 def test_the_command_line_sets_an_option_and_refuses_a_misspelt_field(monkeypatch):
   from absl import flags as absl_flags
-  from normattn_jax.cli import flags as cli
+  from normattn_jax.cli import command as cli
   from normattn_jax.sweep.config import validate
   argv = ["prog", "--config.attention.name=tempered", "--config.attention.options.temperature=2.5",
           "--config.archs=('mte',)"]
   monkeypatch.setattr(sys, "argv", argv)  # where the config flag finds its overrides
   parsed = absl_flags.FlagValues()
-  holder = cli.define_config_flag(os.path.join(REPO, "configs", "demo.py"), "", parsed)
+  holder = cli.define_config_flag("demo", "", parsed)
   parsed(argv)
   config = holder.value
   assert config.attention.to_dict() == {"name": "tempered", "options": {"temperature": 2.5}}

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from configs import report_card as card_configs
+from normattn_jax.configs import report_card as card_configs
 from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.registry import load_plugins
 from normattn_jax.card import diagnostics as diagnostics_lib
@@ -43,8 +43,8 @@ def baselines(tmp_path_factory):
 
 
 def card(name="tempered_softmax", scale="smoke", **fields):
-  """configs/report_card.py's config of a card of ``name`` at ``scale``; ``options`` among
-  ``fields`` go to the attention section, the rest are top-level fields."""
+  """The report_card config of a card of ``name`` at ``scale``; ``options`` among ``fields`` go
+  to the attention section, the rest are top-level fields."""
   c = card_configs.get_config()
   c.attention.name, c.scale = name, scale
   c.attention.options.update(fields.pop("options", {}))
@@ -461,7 +461,7 @@ def test_smoke_card_from_the_command_line(tmp_path):
   outright once its first sweep has finished, the same command resumes it to the end."""
   env = subprocess_env(FIXTURES)
   workdir = str(tmp_path / "cli")
-  command = [sys.executable, os.path.join(ROOT, "experiments", "report_card.py"),
+  command = [sys.executable, "-m", "normattn_jax.cli.card",
              "--plugins=card_plugin,broken_diagnostic",
              "--config.attention.name=tempered_softmax",
              "--config.attention.options.temperature=0.5", f"--workdir={workdir}",

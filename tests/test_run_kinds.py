@@ -1,6 +1,6 @@
 """The kinds of run (``train.kinds``) and their one driver (``train.runs.run``): a kind that a
 plugin module registers runs, stops on its budget and resumes to the numbers of an uninterrupted
-run, as a built-in one does, from Python and from ``experiments/run.py --plugins``."""
+run, as a built-in one does, from Python and from ``normattn-run --plugins``."""
 import importlib.util
 import json
 import os
@@ -126,7 +126,7 @@ def test_run_py_dispatches_on_the_kind_a_plugin_registers(plugin, tmp_path):
   whole = runs.run(walk_config(), str(tmp_path / "whole"))
   env = dict(os.environ, JAX_PLATFORMS="cpu",
              PYTHONPATH=os.pathsep.join([REPO, str(plugin)]))
-  command = [sys.executable, os.path.join(REPO, "experiments", "run.py"), "--plugins=walk_plugin",
+  command = [sys.executable, "-m", "normattn_jax.cli.run", "--plugins=walk_plugin",
              "--config", str(plugin / "walk_config.py"), "--workdir", str(tmp_path / "cli"),
              "--nocompilation_cache"]
   done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
@@ -154,12 +154,12 @@ def test_a_kind_declares_what_may_differ():
 
 
 def test_every_shipped_config_names_a_registered_kind():
-  from normattn_jax.cli.flags import load_builtin_kinds
+  from normattn_jax.cli.command import load_builtin_kinds
   names = load_builtin_kinds()
-  for path in sorted(os.listdir(os.path.join(REPO, "configs"))):
+  for path in sorted(os.listdir(os.path.join(REPO, "normattn_jax", "configs"))):
     if path.endswith(".py") and not path.startswith("_"):
-      spec = importlib.util.spec_from_file_location(path[:-3],
-                                                    os.path.join(REPO, "configs", path))
+      spec = importlib.util.spec_from_file_location(
+          path[:-3], os.path.join(REPO, "normattn_jax", "configs", path))
       module = importlib.util.module_from_spec(spec)
       spec.loader.exec_module(module)
       assert module.get_config().kind in names, path

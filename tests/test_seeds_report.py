@@ -285,7 +285,7 @@ def test_the_command_names_a_damaged_file_of_our_run(tmp_path):
   our_run(tmp_path)
   (tmp_path / "config.json").write_text('{"archs": ')
   done = subprocess.run(
-      [sys.executable, os.path.join(REPO, "experiments", "compare_seeds.py"), str(tmp_path)],
+      [sys.executable, "-m", "normattn_jax.cli.compare_seeds", str(tmp_path)],
       capture_output=True, text=True, cwd=REPO, timeout=300,
       env=subprocess_env())
   assert done.returncode != 0
@@ -296,7 +296,7 @@ def test_the_command_names_a_damaged_file_of_our_run(tmp_path):
 def test_the_command_refuses_a_missing_authors_folder(tmp_path):
   our_run(tmp_path)
   done = subprocess.run(
-      [sys.executable, os.path.join(REPO, "experiments", "compare_seeds.py"),
+      [sys.executable, "-m", "normattn_jax.cli.compare_seeds",
        f"--authors={tmp_path / 'nowhere'}", str(tmp_path)], capture_output=True, text=True,
       cwd=REPO, timeout=300, env=subprocess_env())
   assert done.returncode != 0

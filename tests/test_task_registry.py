@@ -13,7 +13,7 @@ from absl import flags
 
 from normattn_jax import tasks
 from normattn_jax.registry import load_plugins
-from normattn_jax.cli import flags as cli
+from normattn_jax.cli import command as cli
 from normattn_jax.sweep import train_grid, validate
 from normattn_jax.sweep.programs import Setup
 from normattn_jax.train.optim import learning_rate_of

@@ -66,7 +66,7 @@ def test_check_fields_names_the_field_and_value_by_its_rule():
 
 def _validators():
   """Each kind of run's default config and validator."""
-  from configs import unselectable_lm
+  from normattn_jax.configs import unselectable_lm
   from normattn_jax.analysis import causal_lm_keys, majority
   from normattn_jax.finetune import train as finetune
   from normattn_jax.card import train as report_card

@@ -58,7 +58,7 @@ PAPER = {"w/o scaling (paper)": [51.0, 32.2, 34.7, 36.8],
 
 
 def base_config() -> ml_collections.ConfigDict:
-  """Every field of the run (``configs/unselectable_lm.py``): the reduced run for 2 CPU cores,
+  """Every field of the run (the ``unselectable_lm`` config): the reduced run for 2 CPU cores,
   the paper's sizes where they are cheap (d = 8, 4 layers, 4 heads, GPT-2's block), fewer steps,
   shorter windows and a smaller vocabulary elsewhere. ``analysis.tolerance`` is the LP's
   relative margin, above float32 rounding (the keys without scaling lie in the ones-orthogonal
@@ -87,7 +87,7 @@ def check_field_names(c: ml_collections.ConfigDict) -> None:
   check_known_fields(c, base)
   given = flat_fields(c.to_dict())
   for field in sorted(flat_fields(base.to_dict()).keys() - given.keys()):
-    _fail(field, None, "missing; the run needs every field of configs/unselectable_lm.py")
+    _fail(field, None, "missing; the run needs every field of the unselectable_lm config")
 
 
 def validate_config(c: ml_collections.ConfigDict) -> None:
@@ -470,7 +470,7 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, afresh: bool = False,
   stopped run resumes from its checkpoints to the numbers of an uninterrupted one.
 
   Args:
-    c: the config (``configs/unselectable_lm.py``'s ``get_config`` with overrides).
+    c: the config (``normattn_jax/configs/unselectable_lm.py``'s ``get_config`` with overrides).
     workdir: the run's folder; a finished run's summary is returned untouched, one of another
       config is refused (``WorkdirError``) unless ``afresh`` moves it aside.
     afresh: move an existing workdir aside first.

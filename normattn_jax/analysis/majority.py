@@ -25,7 +25,7 @@ epoch smaller), all seeds and variants as one grid of the engine (``build_grid``
 ``normattn_jax.train.grid.run_grid``), the data sets shared by every model.
 
 A run is the kind of run "majority" (``train.kinds``; ``runs.run`` or ``run``): it takes its
-settings as a config (``base_config``, the paper's, which ``configs/layernorm_majority.py``
+settings as a config (``base_config``, the paper's, which the ``layernorm_majority`` config
 gives; checked by ``validate_config``), whose ``config.json`` guards its workdir as every run's
 does (``train.checkpoint.open_workdir``; its target, ``steps``, may differ); it logs every
 evaluation to ``history.jsonl``, resumes from its checkpoints (also for more steps than it ran)
@@ -338,7 +338,7 @@ def pair_sums(logits: Array, pairs: Pairs, labels: Array) -> tuple[Array, Array]
 
 def base_config() -> ml_collections.ConfigDict:
   """Every field that fixes the results of a run, at the paper's values
-  (``configs/layernorm_majority.py``); a config holds these fields and no others."""
+  (``normattn_jax/configs/layernorm_majority.py``); a config holds these fields and no others."""
   return ml_collections.ConfigDict({
       "kind": KIND,  # the kind of run (train.kinds)
       "steps": 14_000,  # the target, rounded up to whole evaluation intervals; it may grow

@@ -79,7 +79,7 @@ SELECTION_SEED, EVALUATION_SEED = 0, 1
 # A seed learns a case when its best accuracy on that case beats chance (the best guess that
 # ignores the input, synthetic.case_guess_rate) by at least chance itself and by
 # seeds.LEARNED_SE binomial standard errors of chance on the case set (seeds.learned_threshold,
-# shared with experiments/compare_seeds.py).
+# shared with normattn-compare-seeds).
 CASE_VOCAB = 100  # the case tasks' vocabulary (sweep_config)
 UNSELECTABLE_TOL = 1e-6  # float32 keys (analysis.unselectable)
 REPORT_MD, REPORT_JSON, SUMMARY = "report.md", "report.json", artifacts.SUMMARY
@@ -159,7 +159,7 @@ SCALES = {
 
 
 def base_card_config() -> ml_collections.ConfigDict:
-  """A card's fields (``configs/report_card.py``): the ``attention`` section of every run kind
+  """A card's fields (the ``report_card`` config): the ``attention`` section of every run kind
   (the normalisation, "" until one is named, and its options), the ``scale`` (a key of
   ``SCALES``), ``baselines_dir`` ("" for ``default_baselines_dir``), ``cache_dir`` (where the
   LM's corpus is kept; "" for ``~/.cache/normattn_jax``) and ``show_progress`` (the sweeps'

@@ -3,7 +3,7 @@ tokenizer its vocabulary belongs to.
 
 Three sources:
 
-- a workdir of ``experiments/pretrain.py``: its ``config.json`` rebuilds ``AlbertForPretraining``,
+- a workdir of ``normattn-pretrain``: its ``config.json`` rebuilds ``AlbertForPretraining``,
   the newest orbax checkpoint gives its parameters, and the ``albert`` part of them (the encoder
   without the MLM and SOP heads) is the starting point; the run's SentencePiece model tokenises;
 - a HuggingFace BERT folder (``config.json``, ``model.safetensors``, ``tokenizer.json``) through
@@ -101,7 +101,7 @@ def pretraining_config(workdir: str) -> ml_collections.ConfigDict:
     raise ValueError(f"encoder.path={workdir!r} is not a pre-training workdir: its {path} has "
                      f"the sections {sorted(set(stored) - {'kind'})} (kind {kind!r}), a "
                      f"pre-training run's has {sections}; give a workdir of "
-                     f"experiments/pretrain.py")
+                     f"normattn-pretrain")
   config = ml_collections.ConfigDict(with_current_names(stored, "pretraining"))
   config.data.files = tuple(config.data.files)
   return config
@@ -146,7 +146,7 @@ def _recorded_vocab(workdir: str, record: dict) -> str:
 
 def from_pretraining(workdir: str, *, attention: Union[str, AttentionSpec, None] = None,
                      dropout: float = 0.0) -> StartingPoint:
-  """The ALBERT encoder of a finished ``experiments/pretrain.py`` run.
+  """The ALBERT encoder of a finished ``normattn-pretrain`` run.
 
   Args:
     workdir: the pre-training run's workdir (``config.json``, ``summary.json``,
@@ -166,7 +166,7 @@ def from_pretraining(workdir: str, *, attention: Union[str, AttentionSpec, None]
   config = pretraining_config(workdir)
   if not os.path.isfile(os.path.join(workdir, "summary.json")):
     raise FileNotFoundError(f"encoder.path={workdir!r}: the pre-training run has not finished "
-                            f"(no summary.json); finish it with experiments/pretrain.py first")
+                            f"(no summary.json); finish it with normattn-pretrain first")
   summary = _read_json(os.path.join(workdir, "summary.json"), "encoder.path")
   vocab_path = pretraining_vocab_path(workdir, config, summary)
   vocab_size = Vocab.load(vocab_path).size

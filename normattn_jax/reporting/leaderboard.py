@@ -281,8 +281,8 @@ def markdown(reports: list[dict]) -> str:
   """
   lines = ["# Report cards", "",
            "Every registered normalisation put through the four papers' diagnostics and today's "
-           "papers' own claims by `experiments/report_card.py`; this page is generated from "
-           "`results/report_cards/*/report.json` by `experiments/leaderboard.py` (a test checks "
+           "papers' own claims by `normattn-card`; this page is generated from "
+           "`results/report_cards/*/report.json` by `normattn-leaderboard` (a test checks "
            "that it matches them). Each card's `report.md` has the seeds, the selection, every "
            "comparison and a verdict line per diagnostic.", ""]
   older = [r for r in reports if r.get("protocol") != PROTOCOL]

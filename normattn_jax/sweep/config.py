@@ -48,7 +48,7 @@ def base_config() -> ml_collections.ConfigDict:
     ``eval``) for an experiment config to change.
   """
   c = ml_collections.ConfigDict()
-  c.kind = "sweep"  # the kind of run (train.kinds): experiments/run.py dispatches on it
+  c.kind = "sweep"  # the kind of run (train.kinds): normattn-run dispatches on it
   c.archs = PAPER_ARCHS
   # attention.name: "" keeps each arch's own; else e.g. "dnas" on attention archs, with its
   # options in attention.options (e.g. --config.attention.options.sinkhorn_iters=5)

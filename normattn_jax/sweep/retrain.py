@@ -1,4 +1,4 @@
-"""One arch of a finished sweep trained again and merged back (``experiments/retrain_arch.py``).
+"""One arch of a finished sweep trained again and merged back (``normattn-retrain``).
 
 Each arch of a sweep trains as its own grids, with model keys that do not depend on the arch, so
 training one arch again with today's code gives the numbers a whole rerun would give it, on the

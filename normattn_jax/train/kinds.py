@@ -94,7 +94,7 @@ KINDS: Registry[RunKind] = Registry("run kind", RunKind, _check)
 
 
 def register(kind: RunKind, *, replace: bool = False) -> RunKind:
-  """Make ``kind`` available by its name everywhere (``experiments/run.py``, the workdir
+  """Make ``kind`` available by its name everywhere (``normattn-run``, the workdir
   checks); returns it. A built-in kind registers itself as its module loads."""
   return KINDS.register(kind, replace=replace)
 
