@@ -5,7 +5,6 @@ reaches every kind of program and every check; ``make test-all`` all of them. Th
 where they should: a plugin with a debug print, a fused export traced without cuDNN, a float32
 program with a bf16 matmul."""
 import contextlib
-import os
 import re
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from normattn_jax.attention.registry import Normalization, register, unregister
 from normattn_jax.attention.weights import softmax_weights
 from normattn_jax.cli import exports
 
-from helpers import REPO, subprocess_env
+from helpers import subprocess_env
 
 # the normalisations registered when the list was made (other test files register their own
 # when they are collected, after this one)

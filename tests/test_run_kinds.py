@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from normattn_jax.cli.command import load_builtin_kinds
 from normattn_jax.registry import load_plugins
 from normattn_jax.train import kinds, runs
 from normattn_jax.train.checkpoint import WorkdirError
@@ -42,11 +43,10 @@ def validate(c):
 def train(c, context):
   keys = jax.random.split(jax.random.key(c.seed), c.seeds)
   state = {"position": jnp.zeros(c.seeds)}
-  zeros = lambda *_: {"position": np.zeros((c.steps, c.seeds), np.float32)}
-  with RunHooks(context.path("checkpoints"), c.checkpoint_every, c.steps, metrics_like=zeros,
-                record=lambda *_: None, budget=context.budget, name="random walk") as hooks:
+  with RunHooks(context.path("checkpoints"), c.checkpoint_every, c.steps, budget=context.budget,
+                name="random walk") as hooks:
     done, state, metrics = hooks.resume(None, state, None)
-    metrics = metrics or zeros()
+    metrics = metrics or {"position": np.zeros((c.steps, c.seeds), np.float32)}
     for step in range(done, c.steps):
       moves = jax.vmap(lambda key: jax.random.normal(jax.random.fold_in(key, step)))(keys)
       state = {"position": state["position"] + moves}
@@ -136,6 +136,7 @@ def test_run_py_dispatches_on_the_kind_a_plugin_registers(plugin, tmp_path):
 
 
 def test_a_config_of_no_kind_is_refused_naming_the_field(tmp_path):
+  load_builtin_kinds()  # as the command line does
   config = kinds.get("sweep").base_config()
   config.kind = "sweeep"
   with pytest.raises(ValueError, match=r"config.kind='sweeep': must name a kind of run, one of "
@@ -149,12 +150,12 @@ def test_a_kind_declares_what_may_differ():
     kinds.RunKind(name="forgetful")  # the missing field is the point
   with pytest.raises(TypeError, match="the string 'steps'"):
     kinds.RunKind(name="careless", may_differ="steps")
+  load_builtin_kinds()
   with pytest.raises(ValueError, match="run kind 'sweep' is already registered"):
     kinds.register(kinds.RunKind(name="sweep", may_differ=()))
 
 
 def test_every_shipped_config_names_a_registered_kind():
-  from normattn_jax.cli.command import load_builtin_kinds
   names = load_builtin_kinds()
   for path in sorted(os.listdir(os.path.join(REPO, "normattn_jax", "configs"))):
     if path.endswith(".py") and not path.startswith("_"):

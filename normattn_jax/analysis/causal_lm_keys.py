@@ -338,8 +338,8 @@ def build_grid(c: ml_collections.ConfigDict, model: CausalLM,
 
 
 def chunk_metrics(out: dict) -> dict:
-  """A chunk's outputs as recorded: each model's mean training loss over the chunk's steps
-  (taken on the host, in float32) and whether it diverged."""
+  """A chunk's outputs as recorded: each model's mean training loss over the
+  chunk's steps (taken on the host, in float32) and whether it diverged."""
   return {"train_loss": np.asarray(out["losses"], np.float32).mean(axis=1),
           "diverged": np.asarray(out["diverged"], bool)}
 
@@ -378,15 +378,10 @@ def train_variant(c: ml_collections.ConfigDict, name: str, grid: grid_lib.Grid, 
       log(f"{LABELS[name]}: step {step}/{t.num_steps}: loss {losses.mean():.3f} "
           f"({time.perf_counter() - began:.0f} s)")
 
-  def metrics_like(*_):
-    return {"train_loss": np.zeros((chunks, t.seeds), np.float32),
-            "diverged": np.zeros((chunks, t.seeds), bool)}
-
-  with RunHooks(os.path.join(workdir, "checkpoints", name), t.checkpoint_every // t.log_every,
-                chunks, metrics_like=metrics_like, record=record, budget=budget,
-                name=LABELS[name]) as hooks:
-    return grid_lib.run_grid(grid, model_keys(c), per_model_settings(c), chunks,
-                             resume=hooks.resume, on_chunk=hooks.on_chunk, on_host=chunk_metrics)
+  hooks = RunHooks(os.path.join(workdir, "checkpoints", name), t.checkpoint_every // t.log_every,
+                   chunks, record=record, budget=budget,
+                   name=LABELS[name])
+  return hooks.train(grid, model_keys(c), per_model_settings(c), on_host=chunk_metrics)
 
 
 def initial_states(c: ml_collections.ConfigDict, grid: grid_lib.Grid) -> TrainState:

@@ -744,27 +744,23 @@ def train_majority(config: ml_collections.ConfigDict, context: RunContext) -> Ma
   history = None
   log = context.log
 
-  with RunHooks(context.path("checkpoints"), 1, target, record=lambda *_: None,
-                budget=context.budget, name=KIND, state_only=True, may_grow=True) as hooks:
+  def on_resume(grid, done, states, settings):
+    nonlocal history
+    history = RunLog(context.workdir, resume_from=done * chunk_steps, tensorboard=False,
+                     progress=False)
+    if not history.rows():
+      before = grid.program(programs.evaluate)(states, settings)
+      history.record(0, rounded(checked({k: grid_lib.to_host(v)[:num_models(config)]
+                                         for k, v in before.items()})))
+    log(f"data: {data.train_counts.shape[1]} train / {data.test_counts.shape[1]} test "
+        f"sequences per seed, {statistics}; {num_models(config)} models; from step "
+        f"{done * chunk_steps} to {target * chunk_steps}")
+    tick[0] = time.time()
 
-    def resume(grid, states, settings):
-      nonlocal history
-      done, states, _ = hooks.resume(grid, states, settings)
-      history = RunLog(context.workdir, resume_from=done * chunk_steps, tensorboard=False,
-                       progress=False)
-      if not history.rows():
-        before = grid.program(programs.evaluate)(states, settings)
-        history.record(0, rounded(checked({k: grid_lib.to_host(v)[:num_models(config)]
-                                           for k, v in before.items()})))
-      log(f"data: {data.train_counts.shape[1]} train / {data.test_counts.shape[1]} test "
-          f"sequences per seed, {statistics}; {num_models(config)} models; from step "
-          f"{done * chunk_steps} to {target * chunk_steps}")
-      tick[0] = time.time()
-      return done, states, {}
-
-    def on_chunk(done, states, metrics_so_far):
-      metrics = checked({k: v[done - 1] for k, v in metrics_so_far.items()})
-      step = done * chunk_steps
+  def record(indices, metrics_so_far):  # each chunk as it ends (a resume replays none)
+    for index in indices:
+      metrics = checked({k: v[index] for k, v in metrics_so_far.items()})
+      step = (index + 1) * chunk_steps
       history.record(step, rounded(metrics))
       now = time.time()
       speed.append(num_models(config) * chunk_steps / (now - tick[0]))
@@ -773,14 +769,14 @@ def train_majority(config: ml_collections.ConfigDict, context: RunContext) -> Ma
       log(f"step {step}: test accuracy " + ", ".join(
           f"{n} {a:.3f}" for n, a in zip(config.variants, accuracy))
           + f"; {speed[-1]:.1f} model-steps/s")
-      hooks.on_chunk(done, states, metrics_so_far)  # checkpoint, then pay from the budget
 
-    try:
-      grid_lib.run_grid(grid, model_keys(config), per_model_settings(config), target,
-                        resume=resume, on_chunk=on_chunk)
-    finally:
-      if history is not None:
-        history.close()
+  hooks = RunHooks(context.path("checkpoints"), 1, target, record=record, on_resume=on_resume,
+                   budget=context.budget, name=KIND, state_only=True, may_grow=True)
+  try:
+    hooks.train(grid, model_keys(config), per_model_settings(config))
+  finally:
+    if history is not None:
+      history.close()
   extra = {"data": statistics | {"train_size": int(data.train_counts.shape[1]),
                                  "test_size": int(data.test_counts.shape[1])},
            "eval_every_steps": chunk_steps,

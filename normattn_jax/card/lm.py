@@ -313,17 +313,10 @@ def train_seeds(spec: AttentionSpec, sizes: LMSizes, model: CausalLM, train_ids:
       log(f"{spec}: step {(index + 1) * sizes.log_every}/{sizes.num_steps}: loss "
           f"{np.mean(metrics['train_loss'][index]):.3f} ({time.perf_counter() - began:.0f} s)")
 
-  def metrics_like(*_):
-    return {"train_loss": np.zeros((chunks, num_seeds), np.float32),
-            "diverged": np.zeros((chunks, num_seeds), bool)}
-
-  keys = grid_lib.model_keys(seed, np.arange(num_seeds))
-  with RunHooks(os.path.join(workdir, "checkpoints"), max(1, chunks // CHECKPOINTS), chunks,
-                metrics_like=metrics_like, record=record, budget=budget,
-                name=str(spec)) as hooks:
-    return grid_lib.run_grid(grid, keys, {"seed": np.arange(num_seeds, dtype=np.int32)},
-                             chunks, resume=hooks.resume, on_chunk=hooks.on_chunk,
-                             on_host=chunk_metrics)
+  hooks = RunHooks(os.path.join(workdir, "checkpoints"), max(1, chunks // CHECKPOINTS), chunks,
+                   record=record, budget=budget, name=str(spec))
+  return hooks.train(grid, grid_lib.model_keys(seed, np.arange(num_seeds)),
+                     {"seed": np.arange(num_seeds, dtype=np.int32)}, on_host=chunk_metrics)
 
 
 # ----- measuring a trained model -----

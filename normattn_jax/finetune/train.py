@@ -477,7 +477,6 @@ def train_finetuning(c: ml_collections.ConfigDict, context: RunContext) -> Finet
   num_dev = len(task.dev["input_ids"])
   n_train = len(task.train["input_ids"])
   num_evals = t.num_steps // t.eval_every
-  names = ("train_loss", "diverged") + tuple(task.metrics)
 
   def per_model(index: int) -> dict:
     rows = np.stack([batch_rows(c.seed, int(s), index * t.eval_every, t.eval_every,
@@ -511,15 +510,11 @@ def train_finetuning(c: ml_collections.ConfigDict, context: RunContext) -> Finet
       shown = f"{np.mean(main[np.isfinite(main)]):.3f}" if np.isfinite(main).any() else "n/a"
       log.advance(t.eval_every, **{task.metrics[0]: shown})
 
-  metrics_like = lambda *_: {name: np.zeros((num_evals, num_models), np.float64)
-                             for name in names}
+  hooks = RunHooks(os.path.join(workdir, "checkpoints"), t.checkpoint_every, num_evals,
+                   record=record, budget=context.budget, name="fine-tuning")
   try:
-    with RunHooks(os.path.join(workdir, "checkpoints"), t.checkpoint_every, num_evals,
-                  metrics_like=metrics_like, record=record, budget=context.budget,
-                  name="fine-tuning") as hooks:
-      finished_run = grid_lib.run_grid(grid, grid_lib.model_keys(c.seed, seeds), per_model,
-                                       num_evals, resume=hooks.resume, on_chunk=hooks.on_chunk,
-                                       on_host=on_host)
+    finished_run = hooks.train(grid, grid_lib.model_keys(c.seed, seeds), per_model,
+                               on_host=on_host)
   finally:
     log.close()
   history = finished_run.metrics

@@ -402,8 +402,7 @@ def train_pretraining(c: ml_collections.ConfigDict, context: RunContext) -> dict
   tokens_per_step = t.batch_size * c.data.max_seq_length
   timed_steps, timed_seconds = 0, 0.0
   with RunHooks(context.path("checkpoints"), t.checkpoint_every, t.num_steps,
-                record=lambda *_: None, budget=context.budget, name="pre-training",
-                state_only=True) as hooks:
+                budget=context.budget, name="pre-training", state_only=True) as hooks:
     start, state, _ = hooks.resume(None, state, None)
     with RunLog(context.workdir, total=t.num_steps, resume_from=start, unit="step",
                 tensorboard=context.tensorboard, progress=context.show_progress) as log:

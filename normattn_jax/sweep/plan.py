@@ -15,6 +15,8 @@ from typing import Any, Optional
 
 import ml_collections
 
+from normattn_jax.attention.registry import AttentionSpec
+from normattn_jax.attention.section import attention_spec
 from normattn_jax.sweep import config as config_lib
 from normattn_jax.sweep.layout import ModelsAxis, grid_name
 
@@ -98,6 +100,13 @@ class SweepPlan:
     """Each static point's own config (``config.point_config``: its value applied, its steps
     scaled), made when first asked for."""
     return {point: config_lib.point_config(self.config, dict(point)) for point in self.points}
+
+  @functools.cached_property
+  def attention(self) -> dict[PointItems, Optional[AttentionSpec]]:
+    """Each static point's normalisation (its ``attention`` section as a spec, None for the
+    archs' own), made once from the validated config: the grids' ``programs.Setup`` carry it."""
+    return {point: attention_spec(self.point_config(point).attention, "attention", keep=True)
+            for point in self.points}
 
   def point_config(self, point: PointItems = ()) -> ml_collections.ConfigDict:
     """The config that the grids at ``point`` train with.

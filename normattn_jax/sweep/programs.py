@@ -9,7 +9,7 @@ weight are data (``HYPERPARAMETERS``), so one compilation serves every cell.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +19,7 @@ import optax
 
 from normattn_jax import tasks
 from normattn_jax.attention.module_spec import AttentionModuleSpec
+from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.attention.section import attention_spec
 from normattn_jax.models.sequence import SequenceModel
 from normattn_jax.precision import DTYPES
@@ -39,11 +40,31 @@ def _own(value: Optional[bool], default: bool) -> bool:
   return default if value is None else bool(value)
 
 
+# ``Setup.attention``'s default: the spec that the config's attention section names.
+FROM_CONFIG = "from the config"
+
+
 @dataclasses.dataclass(frozen=True)
 class Setup:
-  """The static part of a grid: one architecture at one point of the shape sweeps."""
+  """The static part of a grid: one architecture at one point of the shape sweeps.
+
+  Attributes:
+    arch: the architecture.
+    config: the (point) config.
+    attention: the normalisation the arch's attention is swapped to (None: the arch's own), as
+      the sweep's plan made it once from the config (``plan.SweepPlan.attention``); by default
+      read from ``config.attention`` here.
+  """
   arch: str
   config: ml_collections.ConfigDict
+  attention: Union[AttentionSpec, None, str] = FROM_CONFIG
+
+  @property
+  def spec(self) -> Optional[AttentionSpec]:
+    """The normalisation of the model's attention (None: the arch's own)."""
+    if self.attention is FROM_CONFIG:
+      return attention_spec(self.config.attention, "attention", keep=True)
+    return self.attention
 
   @property
   def task(self) -> tasks.Task:
@@ -88,7 +109,7 @@ class Setup:
         vocab_size=self.settings.vocab_size,
         max_len=max(self.settings.seq_len, self.val_len), d_model=c.model.d_model,
         num_layers=c.model.num_layers, num_heads=c.model.num_heads, arch=self.arch,
-        normalization=attention_spec(c.attention, "attention", keep=True),
+        normalization=self.spec,
         normalize=c.model.normalize,
         attention_gelu=c.model.attention_gelu, output=self.settings.output,
         num_classes=None if task.num_classes is None else task.num_classes(self.settings),

@@ -30,7 +30,7 @@ from normattn_jax.sweep.scoring import best_lines, summarise
 from normattn_jax.train import kinds, multihost, runs
 from normattn_jax.train.checkpoint import restore_newest_state
 from normattn_jax.train.driver import Budget, RunHooks
-from normattn_jax.train.grid import model_keys, run_grid
+from normattn_jax.train.grid import model_keys
 from normattn_jax.train.run_log import RunLog
 from normattn_jax.train.runs import RunContext
 
@@ -78,20 +78,15 @@ def train_point(plan: SweepPlan, grid: SweepGrid, workdir, log: RunLog,
   every = point.train.eval_every
   num_chunks = point.train.num_steps // every
 
-  def metrics_like(grid, state, hp):
-    return {k: np.zeros((num_chunks, grid.num_models), v.dtype)
-            for k, v in grid.metric_shapes(state, hp).items()}
-
   def record(indices, metrics):
     log_evaluations(log, name, axis, every, metrics, indices)
     log.advance(len(indices) * every * axis.num_models)
 
-  with RunHooks(os.path.join(workdir, "checkpoints", name), point.train.checkpoint_every,
-                num_chunks, metrics_like=metrics_like, record=record, budget=budget,
-                name=name) as hooks:
-    programs = build_grid(Setup(grid.arch, point), axis.num_models)
-    return run_grid(programs, model_keys(point.seed, axis.seed_indices()), axis.hyperparameters(),
-                    num_chunks, resume=hooks.resume, on_chunk=hooks.on_chunk).metrics
+  hooks = RunHooks(os.path.join(workdir, "checkpoints", name), point.train.checkpoint_every,
+                   num_chunks, record=record, budget=budget, name=name)
+  setup = Setup(grid.arch, point, plan.attention[grid.point])
+  return hooks.train(build_grid(setup, axis.num_models),
+                     model_keys(point.seed, axis.seed_indices()), axis.hyperparameters()).metrics
 
 
 def resummarise(workdir: str) -> dict:

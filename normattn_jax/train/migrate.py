@@ -7,19 +7,20 @@ was a flat field before it was an ``attention`` section); ``with_current_names``
 from __future__ import annotations
 
 import copy
+from typing import Union
 
 from normattn_jax import _moved
 from normattn_jax.train import kinds
 from normattn_jax.validation import dotted_holder
 
 
-def with_current_names(stored: dict, kind: str) -> dict:
+def with_current_names(stored: dict, kind: Union[kinds.RunKind, str]) -> dict:
   """A stored ``config.json`` tree as today's config of the same run would store it.
 
   Args:
     stored: the tree as read from a workdir's ``config.json`` (not changed).
-    kind: the kind of run (``kinds.get``), which owns its renames, added fields and
-      migration (``RunKind.renamed``, ``added``, ``migrate``).
+    kind: the kind of run (a ``RunKind``, or its registered name), which owns its renames,
+      added fields and migration (``RunKind.renamed``, ``added``, ``migrate``).
 
   Returns:
     A copy of ``stored`` naming its kind (``kind``, a field every config has had since), with
@@ -27,9 +28,9 @@ def with_current_names(stored: dict, kind: str) -> dict:
     behaviour, and the kind's own migration applied (a sweep's switches as booleans, the
     attention as one section); a tree already of today's form stays as it is.
   """
-  run_kind = kinds.get(kind)
+  run_kind = kinds.get(kind) if isinstance(kind, str) else kind
   tree = copy.deepcopy(stored)
-  tree.setdefault("kind", kind)
+  tree.setdefault("kind", run_kind.name)
   for old, new in run_kind.renamed.items():
     (source, old_key), (target, new_key) = dotted_holder(tree, old), dotted_holder(tree, new)
     if source is not None and old_key in source and target is not None and new_key not in target:

@@ -72,7 +72,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, afresh: bool = False
   """
   kind = prepare(config)
   owner = config if kind.workdir_config is None else kind.workdir_config(config, workdir)
-  finished = open_workdir(workdir, owner, kind.name, afresh=afresh)
+  finished = open_workdir(workdir, owner, kind, afresh=afresh)
   if finished is not None:
     return finished
   context = RunContext(workdir, budget or Budget(), show_progress, tensorboard, log)
