@@ -34,11 +34,13 @@ class Mutation:
   edits: tuple[tuple[int, int, str], ...]
 
   def apply(self, document: str) -> str:
+    """The document with the edits made."""
     for start, end, new in sorted(self.edits, reverse=True):
       document = document[:start] + new + document[end:]
     return document
 
   def describe(self, document: str) -> str:
+    """"'28.7' -> '40.0'; '40.0' -> '28.7'": the edits, with the document's text they replace."""
     return "; ".join(f"{document[start:end]!r} -> {new!r}" for start, end, new in self.edits)
 
 
@@ -137,9 +139,11 @@ class Measure:
     return out + [f"quote {q!r} lost" for q in self.quotes[verdict.id] if q not in flat]
 
   def caught(self, mutation: Mutation) -> bool:
+    """Whether the check reports the mutation."""
     return bool(self.problems(mutation))
 
   def all_mutations(self) -> list[Mutation]:
+    """Every edit of every kind in every verdict paragraph."""
     return [m for v in self.specs.values() for m in mutations(self.document, v)]
 
 

@@ -124,6 +124,7 @@ def numbers_in(paragraph: str) -> list[str]:
 
 
 def paragraphs(document: str) -> list[str]:
+  """The document's paragraphs (split at blank lines), stripped."""
   return [p.strip() for p in PARAGRAPH.split(document) if p.strip()]
 
 
@@ -269,6 +270,7 @@ def one_value(*values: str) -> str:
 
 def p_test(r: Results, path: str, better: str, worse: str, point: str, split: str = "train_acc",
            source: str = "ours") -> str:
+  """A one-sided test's p of a ``compare_seeds`` report, as the document writes it."""
   return rep.p_value(rep.one_sided_test(r.json(path), better, worse, point, source)[split])
 
 
