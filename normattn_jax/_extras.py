@@ -85,8 +85,8 @@ def versions() -> dict:
 
   Returns:
     ``{"python", "platform", "backend", "device_kind", "device_count", "process_count",
-    "cpu_cores", "packages"}``; ``packages`` maps each installed distribution of ``RECORDED``
-    to its version.
+    "cpu_cores", "packages"}`` and, on a CPU, ``"cpu_model"`` (``cpu_description``);
+    ``packages`` maps each installed distribution of ``RECORDED`` to its version.
   """
   import jax
 
@@ -97,10 +97,13 @@ def versions() -> dict:
     except importlib.metadata.PackageNotFoundError:
       pass
   devices = jax.devices()
-  return {"python": platform.python_version(), "platform": platform.platform(),
-          "backend": jax.default_backend(), "device_kind": devices[0].device_kind,
-          "device_count": len(devices), "process_count": jax.process_count(),
-          "cpu_cores": cpu_cores(), "packages": packages}
+  out = {"python": platform.python_version(), "platform": platform.platform(),
+         "backend": jax.default_backend(), "device_kind": devices[0].device_kind,
+         "device_count": len(devices), "process_count": jax.process_count(),
+         "cpu_cores": cpu_cores(), "packages": packages}
+  if out["backend"] == "cpu":  # a CPU device's kind is "cpu": the model names the machine
+    out["cpu_model"] = cpu_description()[0]
+  return out
 
 
 # CPU features that decide which kernels XLA's CPU compiler emits, and so a CPU run's float
