@@ -33,7 +33,6 @@ and writes its summary to ``majority.json``.
 """
 from __future__ import annotations
 
-import copy
 import json
 import math
 import os
@@ -799,12 +798,11 @@ def describe(summary: dict) -> list[str]:
   return [json.dumps({k: summary[k] for k in summary if k != "variants"}, indent=1)]
 
 
-def run(config: ml_collections.ConfigDict, workdir: str, *, steps: int,
-        budget: Optional[Budget] = None, afresh: bool = False,
-        log: Callable = print) -> tuple[dict, dict]:
-  """``runs.run`` of a majority config for ``steps`` steps (its ``steps`` field): train (or
-  resume) every variant and seed, logging every evaluation to ``history.jsonl``, and write its
-  summary to ``majority.json``.
+def run(config: ml_collections.ConfigDict, workdir: str, *, budget: Optional[Budget] = None,
+        afresh: bool = False, log: Callable = print) -> tuple[dict, dict]:
+  """``runs.run`` of a majority config: train (or resume) every variant and seed to its
+  ``steps`` field (rounded up to whole evaluation intervals), logging every evaluation to
+  ``history.jsonl``, and write its summary to ``majority.json``.
 
   The workdir is the run's (``train.checkpoint.open_workdir``): one of another config is
   refused unless ``afresh`` moves it aside; ``steps`` may grow between parts of a run.
@@ -812,7 +810,6 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, steps: int,
   Args:
     config: the run's config (``base_config`` with overrides).
     workdir: its folder: config.json, versions.json, history.jsonl, checkpoints/, majority.json.
-    steps: training steps, rounded up to whole evaluation intervals, >= 1.
     budget: the evaluation intervals and/or minutes this call may run (``Budget``) before
       ``Interrupted``, its checkpoint written; the run resumes when started again.
     afresh: move an existing workdir aside first.
@@ -823,13 +820,10 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, steps: int,
     curves of every evaluation so far (``curves``).
 
   Raises:
-    ValueError: for a bad config field or ``steps``, before anything is written.
+    ValueError: for a bad config field, before anything is written.
     WorkdirError: for a workdir of another config.
     Interrupted: when the budget stops the run.
   """
-  check_int("steps", steps, low=1)
-  config = copy.deepcopy(config)
-  config.steps = steps
   kinds.check_kind(config, KIND)
   summary = runs.run(config, workdir, afresh=afresh, budget=budget, show_progress=False,
                      tensorboard=False, log=log)

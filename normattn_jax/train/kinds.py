@@ -93,27 +93,10 @@ def _check(kind: RunKind) -> None:
 KINDS: Registry[RunKind] = Registry("run kind", RunKind, _check)
 
 
-def register(kind: RunKind, *, replace: bool = False) -> RunKind:
-  """Make ``kind`` available by its name everywhere (``normattn-run``, the workdir
-  checks); returns it. A built-in kind registers itself as its module loads."""
-  return KINDS.register(kind, replace=replace)
-
-
-def get(name: str) -> RunKind:
-  """The kind registered as ``name``.
-
-  Raises:
-    ValueError: naming the registered kinds, for a name that is none of them.
-  """
-  if name not in KINDS:
-    raise ValueError(f"run kind must be one of {names()}, got {name!r} (a kind registers as "
-                     f"its package is imported)")
-  return KINDS.get(name)
-
-
-def names() -> tuple:
-  """Every registered kind's name, in the order they registered."""
-  return KINDS.names()
+# Make a kind available by its name everywhere (the command line, the workdir checks); a kind
+# registers itself as its package is imported. ``get`` refuses an unregistered name, naming the
+# registered ones.
+register, unregister, get, names = KINDS.register, KINDS.unregister, KINDS.get, KINDS.names
 
 
 def kind_of(config: ml_collections.ConfigDict) -> RunKind:
