@@ -63,7 +63,7 @@ kinds.register(kinds.RunKind(
     describe=lambda summary: [f"final positions {summary['positions'][-1]}"]))
 '''
 
-CONFIG_FILE = '''
+CONFIG_FILE = '''"""Random walks, e.g. Fig. 1 of a paper on walks. Their positions."""
 import walk_plugin
 
 
@@ -133,6 +133,9 @@ def test_run_py_dispatches_on_the_kind_a_plugin_registers(plugin, tmp_path):
   done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
   assert done.returncode == 0, done.stderr
   assert f"final positions {whole['positions'][-1]}" in done.stdout
+  # the run's figures name the experiment its config file says it runs
+  assert read(tmp_path / "cli" / "about.json") == {
+      "experiment": "Random walks, e.g. Fig. 1 of a paper on walks."}
   assert read(tmp_path / "cli" / "summary.json") == whole
 
 

@@ -6,6 +6,7 @@ loads plugins, refuses a workdir and stops on its budget alike (``run_kind``: an
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import importlib
 import os
@@ -193,6 +194,31 @@ def with_config_paths(argv: list) -> list:
     elif arg == "--config" and i + 1 < len(out):
       out[i + 1] = config_path(out[i + 1])
   return out
+
+
+def config_description(flag_values: flags.FlagValues = flags.FLAGS) -> str:
+  """The first sentence of ``--config``'s file's docstring (a shipped config's says which paper's
+  figure or table it runs: "Fig. 3: learning rate x model dimension ..."), or "" without one."""
+  if "config" not in flag_values:
+    return ""
+  path = config_flags.get_config_filename(flag_values["config"])
+  try:
+    with open(path) as f:
+      return first_sentence(ast.get_docstring(ast.parse(f.read())))
+  except (OSError, SyntaxError):
+    return ""
+
+
+# A sentence ends at a full stop before a capital letter, not one of an abbreviation.
+_SENTENCE_END = re.compile(r"(?<!Fig)(?<!al)(?<!Eq)(?<!Sec)(?<!e\.g)(?<!i\.e)\. (?=[A-Z])")
+
+
+def first_sentence(docstring: Optional[str]) -> str:
+  """A docstring's first sentence on one line ("" for none): what a command or a config says it
+  runs, as a run's figures name their experiment (``reporting.provenance.write_note``)."""
+  paragraph = " ".join((docstring or "").strip().split("\n\n")[0].split())
+  head, _, _ = _SENTENCE_END.sub(".\0", paragraph, count=1).partition("\0")
+  return head
 
 
 def shipped_configs() -> list:
@@ -406,7 +432,9 @@ def run_kind(config: Any, run_flags: RunFlags, expected: Optional[str] = None) -
 
   summary = run_command(run, config, run_flags, divides=kind.divides(config))
   workdir = run_flags.workdir.value
-  if multihost.is_chief():  # on several hosts, one draws
+  if multihost.is_chief():  # on several hosts, one notes and draws
+    from normattn_jax.reporting import provenance
+    provenance.write_note(workdir, experiment=config_description())
     drawers.draw(kind.name, workdir, summary)
   print("\n".join(kind.describe(summary)))
   print(f"results in {workdir}")

@@ -10,8 +10,9 @@ import os
 
 from absl import app, flags
 
+from normattn_jax.cli.command import first_sentence
 from normattn_jax.analysis import explaining_away as ea
-from normattn_jax.reporting import analysis_figures
+from normattn_jax.reporting import analysis_figures, provenance
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the json and the figure.")
 _STEPS = flags.DEFINE_integer("steps", 800, "Training steps of each model.")
@@ -27,6 +28,7 @@ def _main(argv):
           for flag in (_WORKDIR, _STEPS, _SEQ_LEN, _D_MODEL, _LEARNING_RATE)}
   workdir, seq_len = args["workdir"], args["seq_len"]
   os.makedirs(workdir, exist_ok=True)
+  provenance.write_note(workdir, experiment=first_sentence(__doc__))
   result, sums = {}, {}
   for name, normalization in ea.SCHEMES.items():
     sums[name], result[name] = ea.trained_key_sums(

@@ -9,8 +9,9 @@ import os
 
 from absl import app, flags
 
+from normattn_jax.cli.command import first_sentence
 from normattn_jax.analysis import geometry
-from normattn_jax.reporting import analysis_figures
+from normattn_jax.reporting import analysis_figures, provenance
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the json and the figures.")
 flags.mark_flags_as_required(["workdir"])
@@ -20,6 +21,7 @@ def _main(argv):
   del argv
   workdir = _WORKDIR.value
   os.makedirs(workdir, exist_ok=True)
+  provenance.write_note(workdir, experiment=first_sentence(__doc__))
   sinkhorn = geometry.sinkhorn_by_logit_scale()
   analysis_figures.sinkhorn(sinkhorn, os.path.join(workdir, "sinkhorn.png"))
   scales = geometry.pooled_output_scales()

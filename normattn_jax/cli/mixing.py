@@ -26,9 +26,10 @@ import time
 
 from absl import app, flags
 
+from normattn_jax.cli.command import first_sentence
 from normattn_jax.analysis import mixing as mx
 from normattn_jax.models import bert
-from normattn_jax.reporting import analysis_figures
+from normattn_jax.reporting import analysis_figures, provenance
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -67,6 +68,7 @@ def _main(argv):
   if not 0 <= _FIGURE_LINE.value < len(texts):
     raise app.UsageError(f"--figure_line must lie in [0, {len(texts)}), got {_FIGURE_LINE.value}")
   os.makedirs(workdir, exist_ok=True)
+  provenance.write_note(workdir, experiment=first_sentence(__doc__))
   start = time.perf_counter()
   model, params = bert.from_pretrained(model_dir)
   tokenizer = bert.load_tokenizer(model_dir)

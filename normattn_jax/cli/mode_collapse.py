@@ -9,8 +9,9 @@ import os
 
 from absl import app, flags
 
+from normattn_jax.cli.command import first_sentence
 from normattn_jax.analysis import mode_collapse as mc
-from normattn_jax.reporting import analysis_figures
+from normattn_jax.reporting import analysis_figures, provenance
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the json and the figures.")
 flags.mark_flags_as_required(["workdir"])
@@ -20,6 +21,7 @@ def _main(argv):
   del argv
   workdir = _WORKDIR.value
   os.makedirs(workdir, exist_ok=True)
+  provenance.write_note(workdir, experiment=first_sentence(__doc__))
   result = {}
   for name, (n0, n1) in mc.CLOUDS.items():
     points, labels = mc.two_gaussians(n0=n0, n1=n1)

@@ -9,8 +9,9 @@ import time
 
 from absl import app, flags
 
+from normattn_jax.cli.command import first_sentence
 from normattn_jax.analysis.unselectable import fraction_grids
-from normattn_jax.reporting import analysis_figures
+from normattn_jax.reporting import analysis_figures, provenance
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the json and the figure.")
 _RUNS = flags.DEFINE_integer("runs", 100, "draws per cell (the paper: 100)", lower_bound=1)
@@ -40,6 +41,7 @@ def _main(argv):
   dims, ns = integers(_DIMS, 2), integers(_NS, 1)
   workdir, runs = _WORKDIR.value, _RUNS.value
   os.makedirs(workdir, exist_ok=True)
+  provenance.write_note(workdir, experiment=first_sentence(__doc__))
   start = time.perf_counter()
   result = {"dims": dims, "ns": ns, "runs": runs, **fraction_grids(dims, ns, runs)}
   with open(os.path.join(workdir, "unselectable.json"), "w") as f:

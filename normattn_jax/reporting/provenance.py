@@ -74,6 +74,17 @@ def note(folder: str, figure: str = "") -> dict:
           **noted.get("figures", {}).get(figure, {})}
 
 
+def write_note(folder: str, **fields: str) -> None:
+  """Add ``fields`` (e.g. ``experiment="Fig. 3: ..."``) to a run folder's ``about.json`` where
+  it has none of its own: what a command knows of its run that the run's files do not hold."""
+  noted = read_json(os.path.join(folder, ABOUT)) or {}
+  added = {k: v for k, v in fields.items() if v and k not in noted}
+  if added:
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, ABOUT), "w") as f:
+      json.dump({**noted, **added}, f, indent=1)
+
+
 def about(folder: str, figure: str = "") -> dict:
   """What a folder's note and its parent's say of a figure (the folder's own keys win)."""
   parent = os.path.dirname(os.path.abspath(folder))
