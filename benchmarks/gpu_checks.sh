@@ -84,8 +84,8 @@ paper_scale() {  # paper_scale <folder> <dry 0|1> <seconds>: the sweeps one afte
           --config.eval.case_set_size=4 --config.model.d_model=8 --config.task.seq_len=16)
   fi
   local -a names=(table5_n128 fig5_remaining_d fig3_full)
-  local -a configs=(configs/fig16_mode_lr_x_vocab.py configs/fig5_first_token_lr_x_d.py
-                    configs/fig3_case_lr_x_d.py)
+  local -a configs=(normattn_jax/configs/fig16_mode_lr_x_vocab.py normattn_jax/configs/fig5_first_token_lr_x_d.py
+                    normattn_jax/configs/fig3_case_lr_x_d.py)
   local -a extra=("--config.task.seq_len=128" "--config.sweep.grid=(8,16,32,256,512,1024)" "")
   if [[ $2 == 1 ]]; then
     extra=("--config.sweep.grid=(2,4)" "--config.sweep.grid=(8,16)" "--config.sweep.grid=(8,)")
@@ -99,10 +99,10 @@ paper_scale() {  # paper_scale <folder> <dry 0|1> <seconds>: the sweeps one afte
       echo "-- ${names[$i]}: left for the next loan"
       return 124
     fi
-    echo "-- ${names[$i]}: $PY experiments/sweep.py --config ${configs[$i]} ${extra[$i]}" \
+    echo "-- ${names[$i]}: $PY -m normattn_jax.cli.sweep --config ${configs[$i]} ${extra[$i]}" \
       "--max_minutes $minutes"
     # the dry run's own settings come last, so that they win over the queue's
-    $PY experiments/sweep.py --config "${configs[$i]}" --workdir "$workdir" \
+    $PY -m normattn_jax.cli.sweep --config "${configs[$i]}" --workdir "$workdir" \
       --max_minutes "$minutes" ${extra[$i]:+"${extra[$i]}"} "${tiny[@]}" || code=$?
     ((code == 0)) || return $code
   done
@@ -116,7 +116,7 @@ if [[ $dry == 1 ]]; then
     refuse_bf16"
   step b_grid 160 $PY benchmarks/grid_throughput.py --sizes small --models 1,2 --steps 1 \
     --repeats 1 --cpu_devices 1 --peak_sizes 256
-  step c_pretrain 90 $PY benchmarks/pretrain_throughput.py --config configs/albert_tiny.py \
+  step c_pretrain 90 $PY benchmarks/pretrain_throughput.py --config albert_tiny \
     --config.model.num_hidden_layers=1 --config.model.hidden_size=32 \
     --config.model.intermediate_size=64 --config.model.embedding_size=16 \
     --config.train.batch_size=2 --config.data.max_seq_length=32 \
@@ -131,7 +131,7 @@ else
     tests/test_export_check.py tests/test_precision.py"
   step b_grid 160 $PY benchmarks/grid_throughput.py --sizes small --sizes defaults \
     --models 1,50 --steps 10 --repeats 3
-  step c_pretrain 90 $PY benchmarks/pretrain_throughput.py --config configs/albert_base.py \
+  step c_pretrain 90 $PY benchmarks/pretrain_throughput.py --config albert_base \
     --config.model.dtype=bfloat16 --config.train.batch_size=64 --rounds 3 --steps 3
   step d_fused_dnas 50 $PY benchmarks/attention_scaling.py --dtype bfloat16 --batch 8 \
     --normalizations softmax,dnas --min_n 512 --max_n 2048 --repeats 10

@@ -1,4 +1,4 @@
-"""The run scripts' shared command line (normattn_jax.train.cli)."""
+"""The run scripts' shared command line (normattn_jax.cli.command)."""
 import os
 import subprocess
 import sys
@@ -7,14 +7,14 @@ import textwrap
 import jax
 import pytest
 
-from normattn_jax.train import cli
+from normattn_jax.cli import command as cli
 
 from helpers import REPO, subprocess_env
 
 
 SCRIPT = textwrap.dedent("""
     from absl import app
-    from normattn_jax.train import cli
+    from normattn_jax.cli import command as cli
     RUN = cli.define_run_flags()
 
     def run(config, workdir, afresh):
@@ -40,12 +40,12 @@ def test_cpu_devices_splits_the_cpu_before_the_run_starts():
 
 
 def test_a_run_uses_one_device_per_core_by_default():
-  from normattn_jax.train import cli
+  from normattn_jax.cli import command as cli
   assert f"devices {cli.cpu_cores()} " in command("--workdir=w").stdout
 
 
 def test_the_default_device_count_divides_a_data_parallel_batch():
-  from normattn_jax.train import cli
+  from normattn_jax.cli import command as cli
   assert cli.default_cpu_devices(16) == 16
   assert cli.default_cpu_devices(6, divides=(32, 64)) == 4
   assert cli.default_cpu_devices(3, divides=(30,)) == 3
@@ -56,7 +56,7 @@ def test_the_default_device_count_divides_a_data_parallel_batch():
 
 def test_the_default_leaves_a_started_jax_alone():
   import jax
-  from normattn_jax.train import cli
+  from normattn_jax.cli import command as cli
   jax.devices()  # this process's JAX has started
   assert cli.split_cpu(None) is None
   assert (cli.split_cpu(None, environ={"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
@@ -83,7 +83,7 @@ def test_multi_host_flags_without_distributed_are_refused():
 
 def test_the_compilation_cache_is_on_by_default_under_the_users_cache(tmp_path):
   import jax
-  from normattn_jax.train import cli
+  from normattn_jax.cli import command as cli
   assert cli.compilation_cache_dir({"XDG_CACHE_HOME": "/x"}) == "/x/normattn_jax/jax"
   assert cli.compilation_cache_dir({}).endswith(os.path.join(".cache", "normattn_jax", "jax"))
   assert cli.enable_compilation_cache(False) is None
@@ -122,8 +122,8 @@ def test_a_value_given_to_a_config_section_says_which_field_to_set():
   """--config.model.attention=dnas (the flag before attention became a section) names the
   section's fields and the flag to write, not ml_collections' "malformed node or string"."""
   done = subprocess.run(
-      [sys.executable, os.path.join(REPO, "experiments", "pretrain.py"),
-       "--config=configs/albert_tiny.py", "--config.model.attention=dnas", "--workdir=/nowhere"],
+      [sys.executable, "-m", "normattn_jax.cli.pretrain",
+       "--config=albert_tiny", "--config.model.attention=dnas", "--workdir=/nowhere"],
       capture_output=True, text=True, cwd=REPO, timeout=300,
       env=subprocess_env())
   assert done.returncode == 1
@@ -135,7 +135,7 @@ def test_a_value_given_to_a_config_section_says_which_field_to_set():
 
 def test_other_flag_errors_are_absls_own():
   message = "flag --cpu_devices=x: invalid literal for int() with base 10: 'x'"
-  from normattn_jax.train import cli
+  from normattn_jax.cli import command as cli
 
   assert cli.section_hint(message) == message
 

@@ -6,10 +6,11 @@ import os
 
 import pytest
 
-from normattn_jax.train.checkpoint import ABSENT, MAY_DIFFER, config_differences, config_json
-from normattn_jax.train.config import base_config
+from normattn_jax.train import kinds
+from normattn_jax.train.checkpoint import ABSENT, config_differences, config_json
+from normattn_jax.sweep.config import base_config
 from normattn_jax.train.migrate import with_current_names
-from normattn_jax.train.pretrain import base_pretrain_config
+from normattn_jax.pretrain.train import base_pretrain_config
 
 from helpers import REPO, shipped_config
 
@@ -21,7 +22,7 @@ def stored(run):
 
 def differences(run, kind, config):
   return config_differences(with_current_names(stored(run), kind), config_json(config),
-                            MAY_DIFFER[kind])
+                            kinds.get(kind).may_differ)
 
 
 @pytest.mark.parametrize("attention", ["softmax", "dnas", "hnas"])
@@ -82,13 +83,13 @@ def test_a_config_from_before_the_module_options_is_todays_config_with_them_off(
   old = config_json(today)
   for key in OPTIONS_OFF:  # as written before the options existed
     del old["model"][key]
-  assert config_differences(old, config_json(today), MAY_DIFFER[kind]) == [
+  assert config_differences(old, config_json(today), kinds.get(kind).may_differ) == [
       (f"model.{key}", ABSENT, value) for key, value in sorted(OPTIONS_OFF.items())]
   assert config_differences(with_current_names(old, kind), config_json(today),
-                            MAY_DIFFER[kind]) == []  # it resumes
+                            kinds.get(kind).may_differ) == []  # it resumes
   today.model.output_gate = "headwise"
   assert config_differences(with_current_names(old, kind), config_json(today),
-                            MAY_DIFFER[kind]) == [("model.output_gate", None, "headwise")]
+                            kinds.get(kind).may_differ) == [("model.output_gate", None, "headwise")]
 
 
 @pytest.mark.parametrize("run", ["fig3_reduced", "table3_first_token_d64_n128_nap"])

@@ -13,11 +13,11 @@ from absl import flags
 
 from normattn_jax import tasks
 from normattn_jax.registry import load_plugins
-from normattn_jax.train import cli
-from normattn_jax.train import train_grid, validate
-from normattn_jax.train.grid import Setup
+from normattn_jax.cli import command as cli
+from normattn_jax.sweep import train_grid, validate
+from normattn_jax.sweep.programs import Setup
 from normattn_jax.train.optim import learning_rate_of
-from normattn_jax.train.sweep import run_sweep
+from normattn_jax.sweep.train import run_sweep
 from helpers.sweeps import tiny_sweep_config
 
 COPY_STEPS = 80
@@ -254,7 +254,7 @@ tasks.register(tasks.Task("first_plus_offset", first_plus_offset, outputs=("clas
 '''
 
 OFFSET_CONFIG = '''
-from normattn_jax.train.config import base_config
+from normattn_jax.sweep.config import base_config
 
 
 def get_config():

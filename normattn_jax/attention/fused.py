@@ -77,7 +77,7 @@ def tracing_for_cudnn(cudnn: bool = True) -> Iterator[None]:
   """Programs traced inside take cuDNN's kernel (``cudnn``) wherever it would take the call on
   an Ampere or later NVIDIA GPU, or never (``cudnn=False``), whatever this machine's devices
   are: what ``jax.export`` of a program for platform "cuda" needs on a machine without one, and
-  for "tpu" on a machine with one (``train.export_check``). Never needed to run a program, where
+  for "tpu" on a machine with one (``cli.exports``). Never needed to run a program, where
   ``cudnn_device`` sees the device itself."""
   token = _TRACING_FOR_CUDNN.set(bool(cudnn))
   try:
