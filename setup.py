@@ -42,6 +42,8 @@ setup(
     # configs/ ships as a package: a config builds on another (``from configs import ...``)
     # whether it is imported or given by path to --config, from any working directory.
     packages=find_packages(include=["normattn_jax", "normattn_jax.*", "configs"]),
+    # the kernel rules measured on accelerators (normattn_jax.kernels.rules)
+    package_data={"normattn_jax.kernels": ["measured.json"]},
     python_requires=">=3.10",
     install_requires=[
         "jax>=0.4.35",

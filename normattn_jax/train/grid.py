@@ -96,7 +96,8 @@ class Setup:
         attention_gelu=c.model.attention_gelu, output=self.settings.output,
         num_classes=None if task.num_classes is None else task.num_classes(self.settings),
         positional=self.positional, dropout_rate=c.train.dropout,
-        attention_module=AttentionModuleSpec.from_config(c.model), dtype=DTYPES[c.model.dtype])
+        attention_module=AttentionModuleSpec.from_config(c.model), dtype=DTYPES[c.model.dtype],
+        ffn_implementation=c.model.ffn_implementation)
 
   def sample(self, key: Array, batch_size: int, seq_len: int):
     """(inputs, labels) for one batch of the task.
@@ -481,8 +482,12 @@ def over_models(fn: Callable, per_vmap: int, mesh: Optional[Mesh] = None) -> Cal
 
   def run(x, per_model, *shared):
     specs = (P(MODELS_AXIS), P(MODELS_AXIS)) + (P(),) * len(shared)
-    return jax.shard_map(on_device, mesh=mesh, in_specs=specs,
-                         out_specs=P(MODELS_AXIS))(x, per_model, *shared)
+    # check_vma=False: jax's Pallas kernels (the TPU flash attention of ``attention.fused``)
+    # declare no varying mesh axes, which the check needs; nothing inside is differentiated
+    # through a collective (data shards average their gradients by an explicit pmean), so the
+    # check guards nothing here, and the compiled program is the same without it
+    return jax.shard_map(on_device, mesh=mesh, in_specs=specs, out_specs=P(MODELS_AXIS),
+                         check_vma=False)(x, per_model, *shared)
   return run
 
 

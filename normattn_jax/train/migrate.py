@@ -13,6 +13,8 @@ compared field by field with today's config of the same run.
   or pre-training's config without them ran without them (``model.*`` None, None, False).
 - the causal-LM analysis (``analysis.causal_lm_keys``) took ``train.models_per_vmap`` when it
   moved onto the grid engine: a config without it reads as 0, the engine's auto width.
+- a sweep's ``model.ffn_implementation`` came with the feed-forward kernels: a config without it
+  ran XLA's ops ("xla").
 """
 from __future__ import annotations
 
