@@ -18,12 +18,15 @@ One line per case, in the order of their value (bf16 first, d = 128 first):
 
   kernel=ffn layout=mte dtype=bfloat16 d=128 n=128 models=50 xla_ms=... kernel_ms=... speedup=...
 
-``speedup`` is the XLA path's time over the kernel's. With --out FILE the rules file is written
+``speedup`` is the XLA path's time over the kernel's; ``gradient_error`` the kernel's gradients'
+distance from the XLA path's (error norm over norm, every parameter and the input): a case whose
+kernel fails to compile or run, or disagrees (``AGREEMENT``), is printed and not written, so
+"auto" never takes it. With --out FILE the rules file is written
 after every case, under this device's kind (``jax.devices()[0].device_kind``), so a run stopped
 early keeps what it measured, and a rerun with the same FILE measures only the cases it lacks.
 --merge FILE puts a file's measurements into the rules shipped with the library
 (``normattn_jax/kernels/measured.json``), each device's replacing that device's, and exits.
-The last line is ``cases=<measured in this run> of <total>``.
+The last line is ``cases=<measured in this run> of <total> failed=<failed or disagreeing>``.
 
   python benchmarks/kernel_speed.py [--sizes 128,32] [--dtypes bfloat16,float32] [--models 50]
       [--batch 32] [--repeats 10] [--layouts mte,bert] [--normalizations softmax,dnas,hnas]
@@ -45,9 +48,13 @@ from absl import app, flags
 from normattn_jax.attention.module_spec import AttentionModuleSpec
 from normattn_jax.blocks import TransformerBlock
 from normattn_jax.kernels import rules as rules_lib
-from normattn_jax.precision import DTYPES
+from normattn_jax.precision import BF16_TOLERANCES, DTYPES
 
 NUM_HEADS = 4
+# How far a kernel's gradients may lie from the XLA path's (error norm over norm) for its
+# measurement to count: twice the bf16 tolerance in bf16 (both paths round), 1% in float32
+# (a GPU's float32 matmuls may run in TF32 on either path).
+AGREEMENT = {"bfloat16": 2 * BF16_TOLERANCES["gradient"], "float32": 0.01}
 _SIZES = flags.DEFINE_list("sizes", ["128", "32"], "d = N of the blocks measured.")
 _DTYPES = flags.DEFINE_list("dtypes", ["bfloat16", "float32"], "Compute dtypes.")
 _MODELS = flags.DEFINE_integer("models", 50, "Models vmapped together.", lower_bound=1)
@@ -90,8 +97,10 @@ def program(block, models: int, batch: int, n: int, dtype):
   keys = jax.random.split(jax.random.key(1), models)
   params = jax.vmap(lambda k, x: block.init(k, x))(keys, x)
 
-  def loss(p, x):
-    return jnp.sum(jnp.square(block.apply(p, x).astype(jnp.float32)))
+  probe = jax.random.normal(jax.random.key(2), x.shape[1:], jnp.float32)
+
+  def loss(p, x):  # a random direction: every gradient matters (a sum of squares of a
+    return jnp.sum(block.apply(p, x).astype(jnp.float32) * probe)  # LayerNorm's is flat)
   step = jax.jit(jax.vmap(jax.grad(loss, argnums=(0, 1))))
   return step.lower(params, x).compile(), (params, x)
 
@@ -102,17 +111,26 @@ def seconds(compiled, args) -> float:
   return time.perf_counter() - start
 
 
-def measure(xla_block, kernel_block, n: int, dtype: str) -> tuple[float, float]:
-  """Median seconds of the XLA and the kernel program, timed in turn after a warm-up call."""
+def gradient_error(want, got) -> float:
+  """The gradients' error norm over their norm (every parameter and the input, float32)."""
+  flat = lambda tree: jnp.concatenate([jnp.ravel(x).astype(jnp.float32)
+                                       for x in jax.tree.leaves(tree)])
+  want, got = flat(want), flat(got)
+  return float(jnp.linalg.norm(got - want) / jnp.linalg.norm(want))
+
+
+def measure(xla_block, kernel_block, n: int, dtype: str) -> tuple[float, float, float]:
+  """Median seconds of the XLA and the kernel program, timed in turn after a warm-up call, and
+  the kernel's gradient error against the XLA path's (``gradient_error``)."""
   programs = [program(b, _MODELS.value, _BATCH.value, n, DTYPES[dtype])
               for b in (xla_block, kernel_block)]
-  for compiled, args in programs:
-    seconds(compiled, args)
+  results = [compiled(*args) for compiled, args in programs]
+  error = gradient_error(*results)
   samples = ([], [])
   for _ in range(_REPEATS.value):
     for (compiled, args), sample in zip(programs, samples):
       sample.append(seconds(compiled, args))
-  return statistics.median(samples[0]), statistics.median(samples[1])
+  return statistics.median(samples[0]), statistics.median(samples[1]), error
 
 
 def read(path: str) -> dict:
@@ -155,22 +173,36 @@ def main(argv):
   print(f"devices: {jax.devices()}; {_MODELS.value} models x batch {_BATCH.value}, "
         f"{NUM_HEADS} heads")
   todo = cases(sizes, _DTYPES.value, _NORMALIZATIONS.value, _LAYOUTS.value)
-  done = 0
+  done = failed = 0
   for kernel, fields, n, xla_block, kernel_block in todo:
     entries = device.setdefault(kernel, [])
     if any(all(e[k] == v for k, v in fields.items()) for e in entries):
       continue
-    xla_s, kernel_s = measure(xla_block, kernel_block, n, fields["dtype"])
-    entry = dict(fields, speedup=round(xla_s / kernel_s, 3), xla_ms=round(xla_s * 1e3, 3),
-                 kernel_ms=round(kernel_s * 1e3, 3), models=_MODELS.value, batch=_BATCH.value)
-    entries.append(entry)
+    name = f"kernel={kernel} " + " ".join(f"{k}={v}" for k, v in fields.items())
+    try:
+      xla_s, kernel_s, error = measure(xla_block, kernel_block, n, fields["dtype"])
+    except Exception as err:  # a kernel this device cannot compile or run: not a rule
+      failed += 1
+      print(f"{name} failed: {type(err).__name__}: {str(err).splitlines()[0][:300]}",
+            flush=True)
+      continue
+    line = (f"{name} n={n} models={_MODELS.value} xla_ms={xla_s * 1e3:.3f} "
+            f"kernel_ms={kernel_s * 1e3:.3f} speedup={xla_s / kernel_s:.3f} "
+            f"gradient_error={error:.2e}")
+    if not error <= AGREEMENT[fields["dtype"]]:  # a wrong kernel is never a faster one
+      failed += 1
+      print(f"{line} disagrees with the XLA path (tolerance {AGREEMENT[fields['dtype']]}): "
+            f"not written", flush=True)
+      continue
+    entries.append(dict(fields, speedup=round(xla_s / kernel_s, 3),
+                        xla_ms=round(xla_s * 1e3, 3), kernel_ms=round(kernel_s * 1e3, 3),
+                        gradient_error=float(f"{error:.3g}"), models=_MODELS.value,
+                        batch=_BATCH.value))
     done += 1
-    print(f"kernel={kernel} " + " ".join(f"{k}={v}" for k, v in fields.items())
-          + f" n={n} models={_MODELS.value} xla_ms={xla_s * 1e3:.3f} "
-          f"kernel_ms={kernel_s * 1e3:.3f} speedup={xla_s / kernel_s:.3f}", flush=True)
+    print(line, flush=True)
     if _OUT.value:
       write(_OUT.value, tree)
-  print(f"cases={done} of {len(todo)}")
+  print(f"cases={done} of {len(todo)} failed={failed}")
 
 
 if __name__ == "__main__":
