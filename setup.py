@@ -73,6 +73,8 @@ setup(
     # normattn_jax.configs ships with the package: --config takes a config's name or a path,
     # and a config builds on another (``from normattn_jax.configs import ...``).
     packages=find_packages(include=["normattn_jax", "normattn_jax.*"]),
+    # the kernel rules measured on accelerators (normattn_jax.kernels.rules)
+    package_data={"normattn_jax.kernels": ["measured.json"]},
     python_requires=">=3.10",
     install_requires=[
         "jax>=0.4.35",

@@ -7,6 +7,10 @@
 #                         one after another (goal >= 30x)
 #   c_pretrain      90 s  UNAS / DNAS / HNAS time ratios, each round starting with the next scheme
 #   d_fused_dnas    50 s  fused DNAS against fused softmax at N = 512 .. 2048 (goal <= 1.1x)
+#   f_kernels       60 s  each kernel (feed-forward, fused attention) against the XLA path at the
+#                         grids' shapes, written as kernel rules (f_kernels/rules.json; a killed
+#                         run keeps its cases and the next loan measures the rest); merge with
+#                         benchmarks/kernel_speed.py --merge <out>/f_kernels/rules.json
 #   e_paper_scale  rest   the paper-scale sweeps: Table 5 at N = 128, Fig. 5's remaining d, Fig. 3
 #
 # Each step prints its budget, writes everything under <out>/<step>/ (log.txt; the sweeps'
@@ -27,7 +31,7 @@ if [[ ${1:-} == --dry-run ]]; then dry=1; shift; fi
 if [[ $dry == 1 ]]; then default_out=gpu_checks_dry; else default_out=gpu_logs; fi
 out=${1:-$default_out}
 shift || true
-steps=${*:-a_tests b_grid c_pretrain d_fused_dnas e_paper_scale}
+steps=${*:-a_tests b_grid c_pretrain d_fused_dnas f_kernels e_paper_scale}
 QUEUE_SECONDS=${QUEUE_SECONDS:-540}
 MIN_STEP_SECONDS=${MIN_STEP_SECONDS:-30}
 KILL_GRACE=15  # seconds a step that overran gets between TERM and KILL
@@ -123,6 +127,8 @@ if [[ $dry == 1 ]]; then
     --config.model.max_position_embeddings=32 --rounds 2 --steps 1
   step d_fused_dnas 50 $PY benchmarks/attention_scaling.py --normalizations softmax,dnas \
     --max_n 256 --min_n 256 --repeats 1
+  step f_kernels 60 $PY benchmarks/kernel_speed.py --sizes 8 --dtypes float32 --layouts mte \
+    --normalizations softmax --models 2 --batch 2 --repeats 1 --out "$out/f_kernels/rules.json"
   step e_paper_scale $QUEUE_SECONDS bash -c 'paper_scale "$1" 1 "$2"' _ "$out/e_paper_scale" \
     "$((QUEUE_SECONDS - SECONDS - KILL_GRACE))"
 else
@@ -135,6 +141,7 @@ else
     --config.model.dtype=bfloat16 --config.train.batch_size=64 --rounds 3 --steps 3
   step d_fused_dnas 50 $PY benchmarks/attention_scaling.py --dtype bfloat16 --batch 8 \
     --normalizations softmax,dnas --min_n 512 --max_n 2048 --repeats 10
+  step f_kernels 60 $PY benchmarks/kernel_speed.py --out "$out/f_kernels/rules.json"
   step e_paper_scale $QUEUE_SECONDS bash -c 'paper_scale "$1" 0 "$2"' _ "$out/e_paper_scale" \
     "$((QUEUE_SECONDS - SECONDS - KILL_GRACE))"
 fi

@@ -25,10 +25,15 @@ RUNS = {
     "cpu_levers": ["--levers", "default,processes", "--rounds", "1", "--num_models", "2",
                    "--steps", "1", "--repeats", "1", "--d_model", "16"],
     "suite_profile": ["tests/test_norms.py", "-n", "0"],
+    "kernel_speed": ["--sizes", "8", "--dtypes", "float32", "--layouts", "mte",
+                     "--normalizations", "softmax", "--models", "2", "--batch", "2",
+                     "--repeats", "1"],
+    "hlo_arrays": ["--archs", "nap", "--implementations", "auto"],
 }
 LAST_LINE = {"attention_scaling": "dnas_fused_over_softmax_fused_at_128=",
              "grid_throughput": "speedup_at_2=", "cpu_levers": "processes",
-             "engine_compile": "chunk_speedup_test=", "suite_profile": "programs="}
+             "engine_compile": "chunk_speedup_test=", "suite_profile": "programs=",
+             "kernel_speed": "cases=2 of 2", "hlo_arrays": "nxn_arrays=0"}
 
 
 @pytest.mark.slow

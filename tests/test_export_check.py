@@ -1,9 +1,10 @@
 """Every compiled program of the library exports for TPU and CUDA (``cli.exports``):
 without a host callback in a training step, with cuDNN's fused attention in the CUDA export of
-every bf16 "fused" program, and in the dtypes configured. ``make test`` exports a subset that
-reaches every kind of program and every check; ``make test-all`` all of them. The checks fail
-where they should: a plugin with a debug print, a fused export traced without cuDNN, a float32
-program with a bf16 matmul."""
+every bf16 "fused" program, the Pallas kernels where claimed (the TPU flash attention of every
+"fused" program, the feed-forward kernels), and in the dtypes configured. ``make test`` exports
+a subset that reaches every kind of program and every check; ``make test-all`` all of them. The
+checks fail where they should: a plugin with a debug print, a fused export traced without cuDNN,
+a float32 program with a bf16 matmul, a Pallas kernel missing."""
 import contextlib
 import re
 import subprocess
@@ -29,7 +30,8 @@ PROGRAMS = {p.name: p for p in exports.programs()}
 FAST = {"grid/mte/dnas/fused/bfloat16", "pretrain/hnas/fused/bfloat16/train",
         "pretrain/dnas/fused/bfloat16/eval",
         "finetune/softmax/quadratic/float32", "linen/sink/fused/bfloat16",
-        "nnx/softmax/fused/bfloat16", "decode/softmax/fused/bfloat16", "card/softmax/probe"}
+        "nnx/softmax/fused/bfloat16", "decode/softmax/fused/bfloat16", "card/softmax/probe",
+        "grid/mte/softmax/quadratic/bfloat16/pallas_ffn"}
 
 
 def test_the_list_covers_every_kind_normalisation_and_implementation():
@@ -51,6 +53,9 @@ def test_the_list_covers_every_kind_normalisation_and_implementation():
   for scheme in ("softmax", "dnas", "hnas"):
     assert f"pretrain/{scheme}/fused/bfloat16/train" in names
   assert not any(n.startswith(("decode/dnas", "decode/hnas", "card/dnas")) for n in names)
+  for arch in export_check.FFN_ARCHS:
+    for dtype in export_check.COMPUTE_DTYPES:
+      assert PROGRAMS[f"grid/{arch}/softmax/quadratic/{dtype}/pallas_ffn"].ffn == "pallas"
 
 
 @pytest.mark.fast_subset(lambda params: params["name"] in FAST)
@@ -65,6 +70,8 @@ def test_program_exports_for_tpu_and_cuda(name):
   else:
     assert not any(t.startswith("__cudnn") for t in cuda.targets)
   assert not any(t.startswith("__cudnn") for t in results[0].targets)  # never on a TPU
+  for result, platform in zip(results, export_check.PLATFORMS):
+    assert set(PROGRAMS[name].expects_kernels(platform)) <= set(result.targets)
 
 
 def test_without_tracing_for_cudnn_the_fused_export_is_caught(monkeypatch):
@@ -169,6 +176,18 @@ def test_the_cudnn_version_stand_in_lives_only_inside_an_export():
   [result] = exports.check([PROGRAMS["linen/softmax/fused/bfloat16"]], ("cuda",))
   assert not result.problems and exports.CUDNN_BACKWARD in result.targets
   assert cudnn_attention.check_cudnn_version is before
+
+
+def test_a_missing_pallas_kernel_is_named():
+  """The TPU flash kernel in a fused program, Triton's call where the feed-forward kernels are
+  claimed: their absence is a problem (the export held XLA's ops instead)."""
+  ffn = PROGRAMS["grid/mte/softmax/quadratic/float32/pallas_ffn"]
+  assert export_check.module_problems(ffn, "cuda", "", ()) == [
+      "custom_call ['__gpu$xla.gpu.triton'] missing: XLA's ops in place of a Pallas kernel"]
+  fused_program = PROGRAMS["linen/softmax/fused/float32"]
+  assert export_check.module_problems(fused_program, "tpu", "", ()) == [
+      "custom_call ['tpu_custom_call'] missing: XLA's ops in place of a Pallas kernel"]
+  assert export_check.module_problems(fused_program, "cuda", "", ()) == []
 
 
 def test_a_callback_custom_call_is_named_even_past_the_jaxpr():

@@ -49,8 +49,10 @@ def test_a_committed_fine_tuning_that_keeps_its_encoder_is_todays_config():
 
 # The attention module's options, absent from a config.json written before them: off.
 OPTIONS_OFF = {"output_gate": None, "qk_norm": None, "differential": False}
-# A sweep's compute dtype and attention path, absent before them: float32, "auto".
-SWEEP_COMPUTE = {"dtype": "float32", "attention_implementation": "auto"}
+# A sweep's compute dtype, attention path and feed-forward path, absent before them: float32,
+# "auto", "xla".
+SWEEP_COMPUTE = {"dtype": "float32", "attention_implementation": "auto",
+                 "ffn_implementation": "xla"}
 
 
 def test_flat_options_become_the_section_keeping_only_what_differs_from_the_defaults():
@@ -100,7 +102,8 @@ def test_a_committed_sweep_reads_with_the_module_options_off(run):
 
 def test_a_tree_that_has_the_module_options_keeps_them():
   tree = {"model": {"output_gate": "elementwise", "qk_norm": "rms", "differential": True,
-                    "dtype": "bfloat16", "attention_implementation": "fused"}}
+                    "dtype": "bfloat16", "attention_implementation": "fused",
+                    "ffn_implementation": "pallas"}}
   for kind in ("sweep", "pretraining"):
     assert with_current_names(tree, kind)["model"] == tree["model"]
 

@@ -5,7 +5,8 @@ normattn-export-check [--platforms tpu,cuda] [--normalization NAME]
 Lists the programs (``cli.exports.programs``: the sweep grids, pre-training, fine-tuning,
 the Linen and NNX modules, a decode step, the report card's measurements), exports each with
 ``jax.export`` for each platform and checks it: no host callback in a training step, cuDNN's
-fused attention in the CUDA export of every bf16 "fused" program, the configured dtypes. Prints a
+fused attention in the CUDA export of every bf16 "fused" program, the Pallas kernels where
+claimed (the TPU flash attention, the feed-forward kernels), the configured dtypes. Prints a
 line per export and the counts per kind; exits 1 naming the program, the op and the platform of
 every failure. A plugin's normalisation: ``--plugins my_module --normalization my_name``.
 """

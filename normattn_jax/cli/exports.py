@@ -18,6 +18,10 @@ backward; a decode step with the key/value cache; the report card's measurement 
   ``cudnn/fused_attention_stablehlo.py`` lowers ``dot_product_attention(implementation=
   "cudnn")`` to: without it, XLA's composite fallback would run, several times slower and, for
   DNAS, with the offsets rounded into the logits;
+* a Pallas kernel's custom call where one is claimed: on a TPU, jax's flash attention kernel
+  (Mosaic's ``tpu_custom_call``, ``MOSAIC_TARGET``) in every "fused" program; the feed-forward
+  kernels (``kernels.ffn``) in a grid program whose ``model.ffn_implementation`` is "pallas"
+  (Triton's ``__gpu$xla.gpu.triton`` on CUDA, ``TRITON_TARGET``);
 * the dtypes are the configured ones: a float32 program has no bf16 ``dot_general``, a bf16 one
   has bf16 ``dot_general`` ops (the projections), and every ``exponential`` and ``log`` (the
   weight functions' and the losses') is float32 (``normattn_jax.precision``'s policy).
@@ -43,6 +47,7 @@ import numpy as np
 
 from normattn_jax.attention import fused as fused_lib
 from normattn_jax.attention import registry as attention_registry
+from normattn_jax.kernels import platform as kernel_platform
 from normattn_jax.precision import DTYPES
 
 PLATFORMS = ("tpu", "cuda")
@@ -52,6 +57,10 @@ PLATFORMS = ("tpu", "cuda")
 CUDNN_FORWARD = "__cudnn$fmhaSoftmax"
 CUDNN_BACKWARD = "__cudnn$fmhaSoftmaxBackward"
 CUDNN_TARGETS = (CUDNN_FORWARD, CUDNN_BACKWARD)
+# The custom calls of Pallas kernels: Triton's on CUDA (like cuDNN's, without jax's
+# compatibility guarantee, so exported with that check off), Mosaic's on a TPU.
+TRITON_TARGET = "__gpu$xla.gpu.triton"
+MOSAIC_TARGET = "tpu_custom_call"
 # The custom-call targets of host callbacks: every target naming a callback (jax/_src/callback.py
 # names them xla_ffi{_partial}_python_{cpu,gpu}_callback; older ones xla_python_*_callback and
 # xla_buffer_python_*_callback).
@@ -74,6 +83,7 @@ class Program:
     fused kernel is chosen while tracing, so no trace may be shared between platforms).
   - training: a training step, in which no host callback may run.
   - differentiated: its attention is differentiated (cuDNN's backward call is expected too).
+  - ffn: its blocks' ``ffn_implementation`` ("pallas": the feed-forward kernels are expected).
   """
   name: str
   kind: str
@@ -83,6 +93,19 @@ class Program:
   build: Callable[[], tuple]
   training: bool = True
   differentiated: bool = True
+  ffn: str = "xla"
+
+  def expects_kernels(self, platform: str) -> tuple:
+    """The Pallas kernels' custom calls its export must hold on ``platform``: the feed-forward
+    kernels' where ``ffn`` is "pallas", and on a TPU the flash attention kernel wherever the
+    attention is "fused" (``fused.kernel_for``)."""
+    wanted = set()
+    if self.ffn == "pallas":
+      wanted.add(TRITON_TARGET if platform == "cuda" else MOSAIC_TARGET)
+    if (platform == "tpu" and self.implementation == "fused"
+        and attention_registry.get(self.normalization).fused is not None):
+      wanted.add(MOSAIC_TARGET)
+    return tuple(sorted(wanted))
 
   def expects_cudnn(self, platform: str) -> bool:
     """Whether its CUDA export must hold cuDNN's call: "fused" in bf16, where ``kernel_for``
@@ -185,8 +208,9 @@ def _cudnn_version_assumed() -> Iterator[None]:
 @contextlib.contextmanager
 def tracing_for(platform: str) -> Iterator[None]:
   """The trace-time choices of ``platform``, whatever this machine is: cuDNN's kernel for
-  "cuda", never for "tpu" (``fused.tracing_for_cudnn``)."""
-  with fused_lib.tracing_for_cudnn(platform == "cuda"):
+  "cuda", never for "tpu" (``fused.tracing_for_cudnn``), and the Pallas kernels lowered for it
+  (``kernels.platform.tracing_for``)."""
+  with fused_lib.tracing_for_cudnn(platform == "cuda"), kernel_platform.tracing_for(platform):
     if platform == "cuda":
       with _cudnn_version_assumed():
         yield
@@ -216,6 +240,9 @@ def module_problems(program: Program, platform: str, text: str, targets: tuple) 
     if missing:
       problems.append(f"custom_call {missing} missing: XLA's fallback in place of cuDNN's "
                       f"fused attention")
+  kernels = [t for t in program.expects_kernels(platform) if t not in targets]
+  if kernels:
+    problems.append(f"custom_call {kernels} missing: XLA's ops in place of a Pallas kernel")
   return problems + dtype_problems(text, program.dtype)
 
 
@@ -237,7 +264,8 @@ def export_one(program: Program, platform: str) -> Result:
         if called:
           problems.append(f"host callback in a training step: {sorted(set(called))}")
       if not problems:
-        disabled = [jax.export.DisabledSafetyCheck.custom_call(t) for t in CUDNN_TARGETS]
+        disabled = [jax.export.DisabledSafetyCheck.custom_call(t)
+                    for t in CUDNN_TARGETS + (TRITON_TARGET,)]
         exported = jax.export.export(fn, platforms=(platform,), disabled_checks=disabled)(*args)
         text = exported.mlir_module()
         targets = tuple(sorted(set(custom_call_targets(text))))
@@ -304,7 +332,8 @@ def config_dtypes(name: Optional[str], dtypes: Sequence[str]) -> tuple:
   return tuple(dtypes)
 
 
-def grid_config(arch: str, normalization: Optional[str], implementation: str, dtype: str):
+def grid_config(arch: str, normalization: Optional[str], implementation: str, dtype: str,
+                ffn: str = "xla"):
   """A small sweep config of one arch (a sweep's programs have the same ops at any size)."""
   from normattn_jax.sweep import config as config_lib
   c = config_lib.base_config()
@@ -314,17 +343,18 @@ def grid_config(arch: str, normalization: Optional[str], implementation: str, dt
   c.learning_rates, c.num_seeds = (0.01,), 1
   c.task.seq_len = 16
   c.model.update(d_model=32, num_layers=1, num_heads=4, dtype=dtype,
-                 attention_implementation=implementation)
+                 attention_implementation=implementation, ffn_implementation=ffn)
   c.train.update(num_steps=2, eval_every=1, batch_size=4)
   c.eval.update(val_batches=1, case_set_size=4)
   config_lib.validate(c)
   return c
 
 
-def _grid_build(arch: str, normalization: Optional[str], implementation: str, dtype: str):
+def _grid_build(arch: str, normalization: Optional[str], implementation: str, dtype: str,
+                ffn: str = "xla"):
   def build():
     from normattn_jax.sweep import programs
-    c = grid_config(arch, normalization, implementation, dtype)
+    c = grid_config(arch, normalization, implementation, dtype, ffn)
     grid = programs.build_grid(programs.Setup(arch, c), 1)
     keys = jax.ShapeDtypeStruct((grid.padded, 2), jnp.uint32)
     hp = {name: jax.ShapeDtypeStruct((grid.padded,), jnp.float32)
@@ -365,6 +395,20 @@ def grid_programs(normalizations: Sequence[str], dtypes: Sequence[str] = COMPUTE
                            used or "softmax", implementation, dtype,
                            _grid_build(arch, name, implementation, dtype)))
   return out
+
+
+FFN_ARCHS = ("mte", "bert")  # the two layouts of the feed-forward sub-block
+
+
+def ffn_programs(dtypes: Sequence[str] = COMPUTE_DTYPES, archs: Sequence[str] = FFN_ARCHS
+                 ) -> list:
+  """A sweep grid's chunk with the feed-forward kernels (``model.ffn_implementation="pallas"``)
+  for each layout, in each dtype."""
+  from normattn_jax.blocks import ARCHITECTURES
+  return [Program(f"grid/{arch}/{ARCHITECTURES[arch].normalization}/quadratic/{dtype}/pallas_ffn",
+                  "grid", ARCHITECTURES[arch].normalization, "quadratic", dtype,
+                  _grid_build(arch, None, "quadratic", dtype, "pallas"), ffn="pallas")
+          for arch in archs for dtype in dtypes]
 
 
 def pretraining_config(normalization: str, implementation: str, dtype: str):
@@ -436,8 +480,10 @@ def _finetune_build(normalization: str, implementation: str, dtype: str):
     task = task_lib.FinetuneTask("export_check", "classification", 2, split, split,
                                  lambda predictions: {"accuracy": 0.0}, ("accuracy",))
     encoder = AlbertModel(model_config(pc, pc.data.vocab_size), dtype=DTYPES[dtype])
-    # concrete: the grid places the pre-trained parameters on the devices (a few KB here)
-    params = encoder.init(jax.random.key(0), jnp.asarray(split["input_ids"][:1]))["params"]
+    # concrete: the grid places the pre-trained parameters on the devices (a few KB here); made
+    # by running the encoder here, so with this machine's kernels (a TPU's would not run here)
+    with kernel_platform.tracing_for("cpu"):
+      params = encoder.init(jax.random.key(0), jnp.asarray(split["input_ids"][:1]))["params"]
     start = encoders.StartingPoint(encoder, params, None, "export check", n)
     grid, _ = finetune.build_grid(c, task, start, 1)
     keys = jax.ShapeDtypeStruct((grid.padded, 2), jnp.uint32)
@@ -581,7 +627,8 @@ def programs(normalizations: Optional[Sequence[str]] = None,
     attention_registry.get(name)  # refuses an unknown name, listing the registered ones
   schemes = tuple(normalizations) if normalizations else tuple(PRETRAINING_SCHEMES.values())
   archs = () if normalizations else GRID_ARCHS
-  makers = {"grid": lambda: grid_programs(names, archs=archs),
+  makers = {"grid": lambda: grid_programs(names, archs=archs) + (ffn_programs() if archs
+                                                                   else []),
             "pretrain": lambda: pretraining_programs(schemes),
             "finetune": lambda: finetune_programs(schemes),
             "linen": lambda: [p for p in module_programs(names) if p.kind == "linen"],

@@ -14,6 +14,7 @@ from normattn_jax import tasks
 from normattn_jax.attention.module import check_fusable
 from normattn_jax.attention.module_spec import ADDITIONS, AttentionModuleSpec
 from normattn_jax.blocks import ARCHITECTURES
+from normattn_jax.feedforward import check_ffn_implementation
 from normattn_jax.models.sequence import OUTPUTS
 from normattn_jax.precision import DTYPES, check_compute_dtype
 from normattn_jax.train import kinds
@@ -87,6 +88,9 @@ def base_config() -> ml_collections.ConfigDict:
   # and the attention's path ("auto" | "quadratic" | "fast" | "fused", attention.module)
   c.model.dtype = "float32"
   c.model.attention_implementation = "auto"
+  # the feed-forward sub-block's path ("xla" | "pallas" | "auto": normattn_jax.feedforward; the
+  # Pallas kernels only where measured faster on the device at hand with "auto")
+  c.model.ffn_implementation = "xla"
 
   c.train = ml_collections.ConfigDict()
   c.train.num_steps = 3200
@@ -294,6 +298,8 @@ def _validate_compute(config, archs: tuple) -> None:
       check_fusable(chosen or own.normalization, implementation,
                     f"config.model.attention_implementation (arch {arch!r})")
       check_compute_dtype(chosen or own.normalization, config.model.dtype, "model.dtype")
+  check_ffn_implementation(config.model.ffn_implementation, config.train.dropout,
+                           "config.model.ffn_implementation", "config.train.dropout")
 
 
 def _validate_sweep(config):

@@ -224,7 +224,7 @@ SWEEP = kinds.register(kinds.RunKind(
     renamed={"sweep.values": "sweep.grid"},
     added={"model.output_gate": None, "model.qk_norm": None, "model.differential": False,
            "model.dtype": "float32", "model.attention_implementation": "auto",
-           "train.data_shards": 1},
+           "train.data_shards": 1, "model.ffn_implementation": "xla"},
     migrate=migrate_sweep))
 
 
