@@ -190,6 +190,7 @@ def test_unselectable_fractions_refuse_impossible_sizes():
     (dict(scale_logits="yes"), "scale_logits must be True or False, got 'yes'"),
     (dict(normalizes_over_queries=None), "normalizes_over_queries must be True or False"),
     (dict(fast_pays_off=None), "fast_pays_off must be a function"),
+    (dict(paper="https://arxiv.org/abs/1"), "paper must be None or a (citation, address) pair"),
 ])
 def test_a_normalisation_that_could_not_work_is_refused_naming_the_field(fields, match):
   from normattn_jax.attention import registry

@@ -53,8 +53,8 @@ def test_the_list_covers_every_kind_normalisation_and_implementation():
   for scheme in ("softmax", "dnas", "hnas"):
     assert f"pretrain/{scheme}/fused/bfloat16/train" in names
   assert not any(n.startswith(("decode/dnas", "decode/hnas", "card/dnas")) for n in names)
-  for arch in export_check.FFN_ARCHS:
-    for dtype in export_check.COMPUTE_DTYPES:
+  for arch in exports.FFN_ARCHS:
+    for dtype in exports.COMPUTE_DTYPES:
       assert PROGRAMS[f"grid/{arch}/softmax/quadratic/{dtype}/pallas_ffn"].ffn == "pallas"
 
 
@@ -70,7 +70,7 @@ def test_program_exports_for_tpu_and_cuda(name):
   else:
     assert not any(t.startswith("__cudnn") for t in cuda.targets)
   assert not any(t.startswith("__cudnn") for t in results[0].targets)  # never on a TPU
-  for result, platform in zip(results, export_check.PLATFORMS):
+  for result, platform in zip(results, exports.PLATFORMS):
     assert set(PROGRAMS[name].expects_kernels(platform)) <= set(result.targets)
 
 
@@ -182,12 +182,12 @@ def test_a_missing_pallas_kernel_is_named():
   """The TPU flash kernel in a fused program, Triton's call where the feed-forward kernels are
   claimed: their absence is a problem (the export held XLA's ops instead)."""
   ffn = PROGRAMS["grid/mte/softmax/quadratic/float32/pallas_ffn"]
-  assert export_check.module_problems(ffn, "cuda", "", ()) == [
+  assert exports.module_problems(ffn, "cuda", "", ()) == [
       "custom_call ['__gpu$xla.gpu.triton'] missing: XLA's ops in place of a Pallas kernel"]
   fused_program = PROGRAMS["linen/softmax/fused/float32"]
-  assert export_check.module_problems(fused_program, "tpu", "", ()) == [
+  assert exports.module_problems(fused_program, "tpu", "", ()) == [
       "custom_call ['tpu_custom_call'] missing: XLA's ops in place of a Pallas kernel"]
-  assert export_check.module_problems(fused_program, "cuda", "", ()) == []
+  assert exports.module_problems(fused_program, "cuda", "", ()) == []
 
 
 def test_a_callback_custom_call_is_named_even_past_the_jaxpr():

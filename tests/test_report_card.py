@@ -22,7 +22,7 @@ from normattn_jax.train.checkpoint import WorkdirError, open_workdir, unlock_wor
 
 from helpers import FIXTURES, REPO as ROOT, subprocess_env
 
-SPEC = AttentionSpec("tempered_softmax", {"temperature": 2.0})
+SPEC = None  # the plugin's spec, made by the plugin fixture once it is registered
 DIAGNOSTICS = ("case", "first_token", "mode", "explaining_away", "mode_collapse",
                "unselectable", "cost", "length_generalisation", "attention_sinks",
                "massive_activations", "sparsity")
@@ -30,8 +30,10 @@ DIAGNOSTICS = ("case", "first_token", "mode", "explaining_away", "mode_collapse"
 
 @pytest.fixture(scope="module", autouse=True)
 def plugin():
+  global SPEC
   sys.path.insert(0, FIXTURES)
   load_plugins(["card_plugin"])
+  SPEC = AttentionSpec("tempered_softmax", {"temperature": 2.0})
   yield
   sys.path.remove(FIXTURES)
 
