@@ -39,7 +39,7 @@ CONFIDENCE = 0.95     # the intervals' level (the test inverted at 1 - CONFIDENC
 FDR_METHOD = "Benjamini-Hochberg"
 ESTIMAND = "Hodges-Lehmann shift"
 TEST = "two-sided Mann-Whitney U"
-WORDS = ("above", "below", "equivalent", "not resolved", "identical")
+WORDS = ("above", "below", "equivalent", "not resolved", "identical", "not ranked")
 
 
 def _stats():
@@ -249,8 +249,10 @@ def phrase(comparison: dict, baseline: str, unit: str = "", scale: float = 1.0,
     scale: the numbers' factor (100 for a share shown in percent).
     ranks: whether the comparison's column ranks (else no direction is stated).
   """
-  w = word(comparison, ranks)
+  w = comparison.get("word") if comparison.get("word") == "not ranked" else word(comparison, ranks)
   shown = numbers(comparison, unit, scale)
+  if w == "not ranked":
+    return f"not ranked against {baseline} ({shown})"
   if w == "identical":
     return f"identical to {baseline} on every seed"
   if w == "equivalent":

@@ -16,7 +16,8 @@ each pair is judged once. Then:
    (``card_stats.compare``); "above" / "below" where its column ranks and its q (BH over every
    pair of the ranked columns) is below ALPHA; "equivalent" where the two one-sided tests within
    the measure's declared margin give q (BH over every pair with a margin) below ALPHA;
-   "identical" where both arms take one value on every seed; otherwise "not resolved".
+   "identical" where both arms take one value on every seed; "not ranked" on a column whose
+   controls keep it from ranking; otherwise "not resolved".
 3. **Stability.** ``stability`` judges every word again on random halves of each arm's seeds
    (the whole procedure, within each half), ``STABILITY_SPLITS`` times: the agreement of the two
    halves on the words that can disagree, and each half's agreement with the full word.
@@ -305,7 +306,7 @@ def _words(cols: dict, judged: list, data: dict, batch: int) -> dict:
     if len(arms) >= 2:
       kw_p[i] = card_stats.kruskal_p(arms)
   kw_q = np.asarray(card_stats.controlled(kw_p, axis=0)) if keys else kw_p
-  ranks = {}
+  ranks, gated = {}, {}
   for i, key in enumerate(keys):
     c = cols[key]
     means = np.stack([np.nanmean(data[(key, arm)], axis=-1) for arm in c.values]) \
@@ -313,6 +314,7 @@ def _words(cols: dict, judged: list, data: dict, batch: int) -> dict:
     ceiling = (np.all(means >= c.top - CEILING_GAP, axis=0) if c.top is not None and means.size
                else np.zeros(batch, bool))
     controls_ok = not c.phenomenon or (c.controls is not None and c.controls["separate"])
+    gated[key] = not controls_ok
     ranks[key] = (kw_q[i] < ALPHA) & ~ceiling & controls_ok
   p, p_eq, identical, sign = _pair_tests(cols, judged, data, batch)
   q = {pair: np.ones(batch) for pair in judged}
@@ -321,19 +323,21 @@ def _words(cols: dict, judged: list, data: dict, batch: int) -> dict:
     family = [pair for pair in judged if ranks[pair[1]][s] and not identical[pair][s]]
     for pair, value in zip(family, card_stats.controlled([p[pair][s] for pair in family])):
       q[pair][s] = value
-    family = [pair for pair in judged if cols[pair[1]].margin and not identical[pair][s]]
+    family = [pair for pair in judged if cols[pair[1]].margin and not gated[pair[1]]
+              and not identical[pair][s]]
     for pair, value in zip(family, card_stats.controlled([p_eq[pair][s] for pair in family])):
       q_eq[pair][s] = value
   words = {}
   for pair in judged:
-    w = np.full(batch, "not resolved", object)
-    w[q_eq[pair] < ALPHA] = "equivalent"
+    # a column its controls keep from ranking: no difference is judged there, whatever the seeds
+    w = np.full(batch, "not ranked" if gated[pair[1]] else "not resolved", object)
+    w[(q_eq[pair] < ALPHA) & (not gated[pair[1]])] = "equivalent"
     differ = ranks[pair[1]] & (q[pair] < ALPHA)
     w[differ & (sign[pair] > 0)] = "above"
     w[differ & (sign[pair] < 0)] = "below"
     w[identical[pair]] = "identical"
     words[pair] = w
-  return {"ranks": ranks, "kw": {k: (kw_p[i], kw_q[i]) for i, k in enumerate(keys)},
+  return {"ranks": ranks, "gated": gated, "kw": {k: (kw_p[i], kw_q[i]) for i, k in enumerate(keys)},
           "words": words, "p": p, "p_equivalent": p_eq, "q": q, "q_equivalent": q_eq,
           "identical": identical}
 
@@ -400,8 +404,8 @@ def judge(reports: list, splits: int = 0) -> dict:
     c = card_stats.compare(cols[key].values[arm], cols[key].values[base], cols[key].margin)
     tested = not c["identical"]
     c.update(q=float(found["q"][pair][0]) if tested and found["ranks"][key][0] else None,
-             q_equivalent=(float(found["q_equivalent"][pair][0]) if tested and cols[key].margin
-                           else None),
+             q_equivalent=(float(found["q_equivalent"][pair][0])
+                           if tested and cols[key].margin and not found["gated"][key] else None),
              word=str(found["words"][pair][0]))
     comparisons[pair] = c
   table = {}
@@ -420,6 +424,7 @@ def judge(reports: list, splits: int = 0) -> dict:
                     "difference": sum(1 for pair in judged if found["ranks"][pair[1]][0]
                                       and not found["identical"][pair][0]),
                     "equivalence": sum(1 for pair in judged if cols[pair[1]].margin
+                                       and not found["gated"][pair[1]]
                                        and not found["identical"][pair][0]),
                     "columns": len(cols)}}
   if splits:
@@ -454,7 +459,8 @@ def stability(cols: dict, judged: list, full: dict, splits: int = STABILITY_SPLI
   each half, ``splits`` times.
 
   Returns:
-    ``{"splits", "words": non-trivial words, "agreement": {"mean", "p5", "p95", "below_goal"}``
+    ``{"splits", "words": the words that can disagree (not identical on every seed, not on a
+    column its controls keep from ranking), "agreement": {"mean", "p5", "p95", "below_goal"}``
     (the two halves' agreement per split), ``"with_full": {...}`` (each half's agreement with the
     full word), ``"by_column": {key: mean agreement}``, ``"unstable": [pair, ...]`` (words
     whose halves agree in fewer than ``STABILITY_GOAL`` of the splits)}``.
@@ -465,7 +471,8 @@ def stability(cols: dict, judged: list, full: dict, splits: int = STABILITY_SPLI
     for arm, v in c.values.items():
       first[(key, arm)], second[(key, arm)] = _halves(v, rng, splits)
   a, b = _words(cols, judged, first, splits), _words(cols, judged, second, splits)
-  real = [pair for pair in judged if not full["identical"][pair][0]]
+  real = [pair for pair in judged if not full["identical"][pair][0]
+          and not full["gated"][pair[1]]]
   if not real:
     return {"splits": splits, "words": 0}
   same = np.stack([a["words"][pair] == b["words"][pair] for pair in real])  # [words, splits]
