@@ -7,6 +7,8 @@
 #                         one after another (goal >= 30x)
 #   c_pretrain      90 s  UNAS / DNAS / HNAS time ratios, each round starting with the next scheme
 #   d_fused_dnas    50 s  fused DNAS against fused softmax at N = 512 .. 2048 (goal <= 1.1x)
+#   f_card_lm       90 s  the report cards' LM part at the gpu scale (experiments/card_lms.py),
+#                         a slice per loan: it stops itself and resumes from its checkpoints
 #   e_paper_scale  rest   the paper-scale sweeps: Table 5 at N = 128, Fig. 5's remaining d, Fig. 3
 #
 # Each step prints its budget, writes everything under <out>/<step>/ (log.txt; the sweeps'
@@ -27,7 +29,7 @@ if [[ ${1:-} == --dry-run ]]; then dry=1; shift; fi
 if [[ $dry == 1 ]]; then default_out=gpu_checks_dry; else default_out=gpu_logs; fi
 out=${1:-$default_out}
 shift || true
-steps=${*:-a_tests b_grid c_pretrain d_fused_dnas e_paper_scale}
+steps=${*:-a_tests b_grid c_pretrain d_fused_dnas f_card_lm e_paper_scale}
 QUEUE_SECONDS=${QUEUE_SECONDS:-540}
 MIN_STEP_SECONDS=${MIN_STEP_SECONDS:-30}
 KILL_GRACE=15  # seconds a step that overran gets between TERM and KILL
@@ -107,7 +109,15 @@ paper_scale() {  # paper_scale <folder> <dry 0|1> <seconds>: the sweeps one afte
     ((code == 0)) || return $code
   done
 }
-export -f paper_scale
+card_lms() {  # card_lms <folder> <scale> <seconds> [names]: the LM part stops itself (--max_minutes)
+  # half a minute before the step's limit, its checkpoints written (exit 3: not done, the next
+  # loan resumes); done once every arm is and lm_board.json is written
+  local minutes
+  minutes=$(awk "BEGIN { m = ($3 - 30) / 60; print (m > 0.1 ? m : 0.1) }")
+  $PY experiments/card_lms.py --scale="$2" --workdir="$1" --max_minutes="$minutes" \
+    ${4:+--names="$4"}
+}
+export -f paper_scale card_lms
 export PY
 
 if [[ $dry == 1 ]]; then
@@ -123,6 +133,8 @@ if [[ $dry == 1 ]]; then
     --config.model.max_position_embeddings=32 --rounds 2 --steps 1
   step d_fused_dnas 50 $PY benchmarks/attention_scaling.py --normalizations softmax,dnas \
     --max_n 256 --min_n 256 --repeats 1
+  step f_card_lm 90 bash -c 'card_lms "$1" smoke "$2" ssmax' _ "$out/f_card_lm/run" \
+    "$((90 < QUEUE_SECONDS - SECONDS - KILL_GRACE ? 90 : QUEUE_SECONDS - SECONDS - KILL_GRACE))"
   step e_paper_scale $QUEUE_SECONDS bash -c 'paper_scale "$1" 1 "$2"' _ "$out/e_paper_scale" \
     "$((QUEUE_SECONDS - SECONDS - KILL_GRACE))"
 else
@@ -135,6 +147,8 @@ else
     --config.model.dtype=bfloat16 --config.train.batch_size=64 --rounds 3 --steps 3
   step d_fused_dnas 50 $PY benchmarks/attention_scaling.py --dtype bfloat16 --batch 8 \
     --normalizations softmax,dnas --min_n 512 --max_n 2048 --repeats 10
+  step f_card_lm 90 bash -c 'card_lms "$1" gpu "$2"' _ "$out/f_card_lm/run" \
+    "$((90 < QUEUE_SECONDS - SECONDS - KILL_GRACE ? 90 : QUEUE_SECONDS - SECONDS - KILL_GRACE))"
   step e_paper_scale $QUEUE_SECONDS bash -c 'paper_scale "$1" 0 "$2"' _ "$out/e_paper_scale" \
     "$((QUEUE_SECONDS - SECONDS - KILL_GRACE))"
 fi
