@@ -233,6 +233,20 @@ def test_a_committed_card_is_this_config_s(tmp_path, name, monkeypatch):
     rc.run(card(report["name"], "smoke", options=report["options"]), workdir)
 
 
+@pytest.mark.parametrize("name", [n for n in committed_cards()
+                                  if os.path.isdir(os.path.join(ROOT, "results", "report_cards",
+                                                                n, rc.RECORD))])
+def test_a_committed_cards_lm_numbers_come_from_its_committed_files(name):
+  """The board's LM numbers are recomputed from the committed per-seed LM results alone."""
+  folder = os.path.join(ROOT, "results", "report_cards", name)
+  with open(os.path.join(folder, "report.json")) as f:
+    report = json.load(f)
+  found = rc.diagnostics_from_record(report, os.path.join(folder, rc.RECORD),
+                                     os.path.join(ROOT, "results", "report_cards", "baselines"))
+  for diagnostic, entry in report["diagnostics"].items():
+    assert found[diagnostic].get("values") == entry.get("values"), diagnostic
+
+
 def test_mode_collapse_runs_for_a_plugin():
   counts = rc.mode_collapse_scores(SPEC, (40, 4), steps=2)
   assert set(counts) == {"unbalanced", "balanced"}
@@ -620,6 +634,15 @@ def _check_report(workdir, extra=()):
   assert report["protocol"] == rc.PROTOCOL and report["machine"]
   assert "learned_all" in report["tasks"]["first_token"]["arms"]["card"]
   assert set(report["attention"]) == set(rc.ARMS)
+  # every seed key and small file recorded; the LM numbers recomputed from them alone
+  record = os.path.join(workdir, rc.RECORD)
+  assert os.path.exists(os.path.join(record, "seeds.json"))
+  baselines = os.path.normpath(os.path.join(workdir, report["baselines"]["dir"], rc.RECORD))
+  found = rc.diagnostics_from_record(report, record, baselines)
+  for name, entry in report["diagnostics"].items():
+    assert found[name].get("values") == entry.get("values"), name
+  assert report["family"]["scope"] == "card" and report["controls"]
+  assert any(name == "tensorboard" for _, folders, _ in os.walk(workdir) for name in folders)
   with open(os.path.join(workdir, "report.md")) as f:
     text = f.read()
   for heading in ("Case task", "First-token task", "Mode task", "Explaining away",
@@ -674,6 +697,8 @@ def test_smoke_card_from_the_command_line(tmp_path):
   done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1200)
   assert done.returncode == 0, done.stderr[-3000:]
   assert "At the smoke scale" in done.stdout
+  assert "phase 7 of 7" in done.stdout and "baselines: " in done.stdout
+  assert "No verdict" in done.stdout
   assert (f"{os.path.join(workdir, 'case', 'select')} holds this config's finished run" in
           done.stdout)
   report = _check_report(workdir, extra=("broken_probe",))

@@ -478,7 +478,8 @@ def _stability_section(judged: dict, sizes: dict) -> list:
            f"within each half: Kruskal-Wallis, both families), {st['splits']} random halvings "
            f"of the {sizes['evaluation_seeds']} evaluation seeds, on the {st['words']} words "
            f"that can disagree (no self-comparison, no mirror, no pair identical on every "
-           f"seed or on a column its controls keep from ranking): **the two halves agree on {100 * a['mean']:.0f}% of them on average "
+           f"seed or on a column its controls keep from ranking): **the two halves agree on "
+           f"{100 * a['mean']:.0f}% of them on average "
            f"(5-95%: {100 * a['p5']:.0f}-{100 * a['p95']:.0f}%; below "
            f"{100 * card_verdicts.STABILITY_GOAL:.0f}% in {100 * a['below_goal']:.0f}% of the "
            f"halvings; the goal of a mean of {100 * card_verdicts.STABILITY_GOAL:.0f}% "
@@ -530,18 +531,15 @@ def _lm_sections(reports: list, judged: dict) -> list:
 
 def _selection_section(reports: list) -> list:
   rows, edges, total = [], 0, 0
-  for r in reports:
-    for task, scores in r["tasks"].items():
-      for label, arm in scores["arms"].items():
-        if label != "card" and r is not reports[0]:
-          continue  # the baselines' selections once
-        if label == "card" and card_verdicts.twin(r):
-          continue
-        outcome = selection_outcome(arm["selection"], arm["learning_rate"])
-        total += 1
-        edges += "edge" in outcome or "capped" in outcome
-        who = r["normalization"] if label == "card" else f"{label} (baseline)"
-        rows.append([who, task, f"{arm['learning_rate']:.3g}", outcome])
+  entries = [(f"{label} (baseline)", task, scores["arms"][label])
+             for label in BASELINES for task, scores in reports[0]["tasks"].items()]
+  entries += [(r["normalization"], task, scores["arms"]["card"]) for r in reports
+              if not card_verdicts.twin(r) for task, scores in r["tasks"].items()]
+  for who, task, arm in entries:
+    outcome = selection_outcome(arm["selection"], arm["learning_rate"])
+    total += 1
+    edges += "edge" in outcome or "capped" in outcome
+    rows.append([who, task, f"{arm['learning_rate']:.3g}", outcome])
   return (["", "## Learning-rate selections", "",
            f"Each arm's selected rate per task and how its selection ended: {edges} of {total} "
            f"on an edge of their grid (not extended, or at the cap).", ""]

@@ -879,9 +879,9 @@ def train_lms(spec: AttentionSpec, plan: LMPlan, trainer: Trainer, corpus: tuple
   for label, folder in lm_dirs(trainer.workdir, trainer.baselines_dir, twin).items():
     if label == "card" and spec.normalization.normalizes_over_queries:
       continue
-    key = "card/lm" if label == "card" and twin is None else f"baselines/lm_{twin or label}"
-    out[label] = lm_part(specs[twin or label] if label == "card" else specs[label], plan,
-                         folder, corpus, corpus_name, trainer, key)
+    own = twin if label == "card" else label  # the baseline whose LM this is, or None
+    key = "card/lm" if own is None else f"baselines/lm_{own}"
+    out[label] = lm_part(specs[own or "card"], plan, folder, corpus, corpus_name, trainer, key)
   return out
 
 
@@ -1192,6 +1192,37 @@ def write_record(workdir: str, report: dict) -> None:
     os.makedirs(target)
     write_json(os.path.join(target, "seeds.json"), seeds_record(report["sizes"]), indent=1)
     copy_small_files(folder, target)
+
+
+def diagnostics_from_record(report: dict, card_record: str, baselines_record: str) -> dict:
+  """The card's LM diagnostics measured again from the committed files alone: each arm's
+  evaluation ``lm.json`` and the LM references in the card's and its baselines' ``record/``
+  (``write_record``); equal to ``report["diagnostics"]`` for a card whose files are whole.
+
+  Raises:
+    FileNotFoundError: naming a file the record lacks.
+  """
+  twin = report.get("twin")
+  folders = {"card": (baselines_record, f"lm_{twin}") if twin else (card_record, "lm"),
+             **{label: (baselines_record, f"lm_{label}") for label in BASELINES}}
+  lms = {}
+  for label, (root, name) in folders.items():
+    path = os.path.join(root, name, "evaluate", card_lm.RESULT)
+    if label == "card" and not os.path.exists(path) and not twin:
+      lms[label] = None  # a normalisation with no causal LM
+      continue
+    with open(path) as f:
+      lms[label] = json.load(f)
+  refs = sorted(n for n in os.listdir(baselines_record) if n.startswith("lm_references-"))
+  if not refs:
+    raise FileNotFoundError(f"{baselines_record} holds no lm_references-*.json")
+  with open(os.path.join(baselines_record, refs[0])) as f:
+    references = json.load(f)
+  spec = AttentionSpec(report["name"], report.get("options", {}))
+  sizes = dataclasses.replace(SCALES[report["scale"]],
+                              evaluation_seeds=report["sizes"]["evaluation_seeds"])
+  return run_diagnostics(diagnostics_lib.CardContext(spec, report["scale"], sizes, lms,
+                                                     references))
 
 
 LM_BOARD = "lm_board.json"  # the LM part alone, every causal normalisation: written last
