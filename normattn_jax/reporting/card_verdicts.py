@@ -53,7 +53,7 @@ TASK_RULES = (
     (r"^unselectable\.", {"margin": 0.005, "top": None}),
 )
 RULE_FIELDS = {"margin": None, "top": None, "context_dependent": False, "phenomenon": "",
-               "on_board": True, "in_verdict": True}
+               "on_board": True, "in_verdict": True, "in_softmax": True}
 
 
 # ----- the measures and the arms -----
@@ -69,7 +69,8 @@ def measure_rules(key: str) -> dict:
     for q in diagnostics_lib.get(name).quantities:
       if q.key == quantity:
         return dict(RULE_FIELDS, margin=q.margin, context_dependent=q.context_dependent,
-                    phenomenon=q.phenomenon, on_board=q.on_board, in_verdict=q.in_verdict)
+                    phenomenon=q.phenomenon, on_board=q.on_board, in_verdict=q.in_verdict,
+                    in_softmax=q.in_softmax)
   return dict(RULE_FIELDS)
 
 

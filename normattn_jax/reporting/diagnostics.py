@@ -57,6 +57,9 @@ class Quantity:
       controls for it (``Diagnostic.controls``); "" for a quantity without controls.
     in_verdict: said in the diagnostic's verdict line (else in its tables alone: e.g. the
       loss levels past L, which the claim reads through their growth).
+    in_softmax: the phenomenon is softmax's own, which the card's normalisation claims to
+      remove (a sink, massive activations, a growing loss): the claim can be checked only where
+      softmax shows it. False where the claim is of the card's own (exact zeros).
   """
   key: str
   label: str
@@ -66,6 +69,7 @@ class Quantity:
   context_dependent: bool = False
   phenomenon: str = ""
   in_verdict: bool = True
+  in_softmax: bool = True
 
 
 class NotApplicable(Exception):
@@ -321,7 +325,8 @@ BUILT_IN = (
                "Martins & Astudillo (2016) and Peters et al. (2019) give exact zeros by "
                "construction, and so weights a reader can inspect",
                (Quantity("zero_share", "share of exact zeros among the weights", percent=True,
-                         on_board=True, margin=0.005, phenomenon="exact zeros"),),
+                         on_board=True, margin=0.005, phenomenon="exact zeros",
+                         in_softmax=False),),
                _sparsity, _sparsity_controls),
 )
 for _diagnostic in BUILT_IN:

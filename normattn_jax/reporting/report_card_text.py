@@ -235,6 +235,8 @@ def _premise(report: dict, key: str) -> str:
             f"shows {m['phenomenon']}")
   if not checks["separate"]:
     return f"its controls do not separate ({checks['why']}): the probe cannot tell here"
+  if not m.get("in_softmax", True):  # the claim is of the card's own, not softmax's
+    return ""
   shown = card_verdicts.phenomenon_shown(m["values"]["softmax"], checks)
   negatives = ", ".join(f"{label} {_fmt(mean, m['percent'])}"
                         for label, mean in shown["negatives"])
