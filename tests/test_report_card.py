@@ -663,7 +663,7 @@ def test_smoke_card_in_process_resumes_without_training(tmp_path, baselines, mon
   assert report["normalization"] == "tempered_softmax(temperature=2.0)"
   _check_report(workdir)
   assert os.path.exists(os.path.join(baselines, "case", "select", "summary.json"))
-  assert os.path.exists(os.path.join(baselines, "lm_nap", "lm.json"))
+  assert os.path.exists(os.path.join(baselines, "lm_nap", "evaluate", "lm.json"))
   with open(os.path.join(baselines, rc.PROVENANCE)) as f:
     assert {e["trained_by"] for e in json.load(f).values()} == {report["normalization"]}
   monkeypatch.setattr(rc, "run_sweep", lambda *a, **k: pytest.fail("trained again"))
