@@ -66,7 +66,7 @@ def test_other_coordinator_addresses_are_refused_by_value(address):
 
 
 def test_the_run_scripts_refuse_a_coordinator_address_by_flag(tmp_path):
-  script = ("from absl import app\nfrom normattn_jax.train import cli\n"
+  script = ("from absl import app\nfrom normattn_jax.cli import command as cli\n"
             "RUN = cli.define_run_flags()\n"
             "app.run(lambda argv: cli.run_command(lambda *a, **k: print('ran'), None, RUN))\n")
   done = run_script("-c", script, f"--workdir={tmp_path / 'w'}", "--distributed",
