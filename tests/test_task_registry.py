@@ -240,6 +240,7 @@ OFFSET_PLUGIN = '''
 import jax
 import jax.numpy as jnp
 from normattn_jax import tasks
+from normattn_jax.validation import integer
 
 
 def first_plus_offset(key, batch_size, seq_len, settings):
@@ -250,7 +251,7 @@ def first_plus_offset(key, batch_size, seq_len, settings):
 
 tasks.register(tasks.Task("first_plus_offset", first_plus_offset, outputs=("classes",),
                           positional=False,
-                          settings=(tasks.Setting("offset", 1, tasks.positive_int),)))
+                          settings=(tasks.Option("offset", 1, integer(1)),)))
 '''
 
 OFFSET_CONFIG = '''
@@ -308,8 +309,9 @@ def test_a_plugin_task_owns_a_setting_the_command_line_sets(offset_plugin, monke
 
 
 @pytest.mark.parametrize("override, said", [
-    ("--config.task.offset=0", r"config.task.offset=0: must be an integer >= 1"),
-    ("--config.task.offset=1.5", r"config.task.offset=1.5: must be an integer >= 1"),
+    ("--config.task.offset=0", r"config.task.offset=0: must be a positive integer"),
+    ("--config.task.offset=1.5", r"config.task.offset=1.5: must be a positive integer"),
+    ("--config.task.offset='3'", r"config.task.offset='3': must be a number"),
     ("--config.task.ofset=2", r"config.task.ofset=2: no such field"),
 ])
 def test_a_bad_task_setting_is_refused_naming_the_field(offset_plugin, monkeypatch, override,
@@ -327,6 +329,6 @@ def test_a_setting_is_the_tasks_own_and_registration_checks_them(offset_plugin, 
   with pytest.raises(ValueError, match=r"config.task.offset=2: no such field"):
     validate(c)
   sample = lambda key, b, n, s: (jnp.zeros((b, n), jnp.int32), jnp.zeros(b, jnp.int32))
-  with pytest.raises(ValueError, match="settings must be Setting objects of distinct names"):
+  with pytest.raises(ValueError, match="settings must be Option objects of distinct names"):
     tasks.register(tasks.Task("twice", sample, outputs=("classes",),
-                              settings=(tasks.Setting("k", 1), tasks.Setting("k", 2))))
+                              settings=(tasks.Option("k", 1), tasks.Option("k", 2))))

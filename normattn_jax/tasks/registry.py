@@ -3,9 +3,9 @@
 The grid engine, the config validation and the figures look a task up here instead of testing
 for its name, so a task registered from user code (``register(Task(...))``) trains through
 ``run_sweep`` and the sweep CLI (``--plugins=my_tasks``) like a built-in one. A task owns its
-settings as a normalisation owns its options (``Setting``: name, default, rule): a sweep sets
-them in its ``task`` section (``--config.task.<setting>=...``), and the task's functions read
-them, defaults filled in, from ``resolved_settings``.
+settings as a normalisation owns its options (``validation.Option``: name, default, rule): a
+sweep sets them in its ``task`` section (``--config.task.<setting>=...``), and the task's
+functions read them, defaults filled in, from ``resolved_settings``.
 """
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from typing import Any, Callable, Optional
 import jax
 import numpy as np
 
+from normattn_jax import _moved
 from normattn_jax.models.sequence import OUTPUTS
 from normattn_jax.registry import Registry
-from normattn_jax.validation import fail_config
+from normattn_jax.validation import Option, fail_config
 
 Array = jax.Array
 # sample(key, batch_size, seq_len, settings) -> (inputs [batch, seq_len] int32, labels)
@@ -36,46 +37,6 @@ def fail(field: str, value, why: str):
     ValueError: always.
   """
   fail_config(f"task.{field}", value, why)
-
-
-def any_value(value) -> Optional[str]:
-  """The default ``Setting.problem``: accept any value.
-
-  Args:
-    value: the setting's value (ignored).
-
-  Returns:
-    None.
-  """
-  del value
-  return None
-
-
-def positive_int(value) -> Optional[str]:
-  """``Setting.problem`` of an integer >= 1 (e.g. a period or a count).
-
-  Args:
-    value: the setting's value.
-
-  Returns:
-    None, or why ``value`` is refused.
-  """
-  if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1:
-    return None
-  return "must be an integer >= 1"
-
-
-@dataclasses.dataclass(frozen=True)
-class Setting:
-  """A setting of one task, owned by it: its name in a config's ``task`` section, its default
-  and its rule.
-
-  - ``problem(value)``: why ``value`` is refused ("must be ..."), or None when it is accepted;
-    called by the config validation before anything compiles.
-  """
-  name: str
-  default: Any
-  problem: Callable[[Any], Optional[str]] = any_value
 
 
 def same_length(seq_len: int) -> int:
@@ -154,7 +115,7 @@ class Task:
       run with; called by the config validation before anything compiles.
     grouped_eval: extra evaluation sets scored per group, or None.
     num_classes: ``settings -> classes`` of a class output, or None for one per token type.
-    settings: the settings the task owns (``Setting``), in the config's ``task`` section
+    settings: the settings the task owns (``Option``), in the config's ``task`` section
       beside the fields every task shares; its functions find them there, each at its default
       where the config leaves it out.
   """
@@ -166,7 +127,7 @@ class Task:
   check: Callable[[Any], None] = no_rules
   grouped_eval: Optional[GroupedEval] = None
   num_classes: Optional[Callable[[Any], int]] = None
-  settings: tuple[Setting, ...] = ()
+  settings: tuple[Option, ...] = ()
 
   def setting_defaults(self) -> dict[str, Any]:
     """Each setting the task owns -> its default."""
@@ -200,15 +161,15 @@ class Task:
 
 
 def _check(task: Task) -> None:
-  """A task's labels must match one of the output heads; its settings are ``Setting`` objects
+  """A task's labels must match one of the output heads; its settings are ``Option`` objects
   of distinct names."""
   if not task.outputs or any(output not in OUTPUTS for output in task.outputs):
     raise ValueError(f"task {task.name!r}: outputs must be a non-empty tuple from {OUTPUTS}, "
                      f"got {task.outputs!r}")
   setting_names = [getattr(setting, "name", None) for setting in task.settings]
-  if (not all(isinstance(s, Setting) for s in task.settings)
+  if (not all(isinstance(s, Option) for s in task.settings)
       or len(set(setting_names)) != len(setting_names)):
-    raise ValueError(f"task {task.name!r}: settings must be Setting objects of distinct names, "
+    raise ValueError(f"task {task.name!r}: settings must be Option objects of distinct names, "
                      f"got {task.settings!r}")
 
 
@@ -224,7 +185,7 @@ def check_settings(task: Task, section) -> None:
   """
   for setting in task.settings:
     if setting.name in section:
-      why = setting.problem(section[setting.name])
+      why = setting.refusal(section[setting.name])
       if why:
         fail(setting.name, section[setting.name], why)
 
@@ -291,3 +252,8 @@ unregister = REGISTRY.unregister
 get = REGISTRY.get
 names = REGISTRY.names
 TASKS = REGISTRY.view  #: the live, tuple-like view of the names
+
+
+def __getattr__(name: str):
+  """The previous release's names of this module (``normattn_jax._moved``)."""
+  return _moved.moved_attribute(__name__, name)
