@@ -113,6 +113,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.eval = ml_collections.ConfigDict()
   c.eval.val_batches = 32
   c.eval.case_set_size = 1000   # per case, at the training and at the validation length
+  # the case sets at the validation length too (no paper reads them; half the sets' work)
+  c.eval.validation_case_sets = False
   return c
 
 
@@ -219,6 +221,8 @@ def _validate_fields(config) -> None:
   check_fields(config, ("learning_rates", "num_seeds", "seed"))
   for field in ("eval.val_batches", "eval.case_set_size"):
     _positive_int(config, field)
+  if not isinstance(config.eval.validation_case_sets, bool):
+    _fail("eval.validation_case_sets", config.eval.validation_case_sets, "must be True or False")
   _validate_shapes(config)
   check_fields(config, ("train.models_per_vmap", "train.checkpoint_every"))
   _non_negative_int(config, "train.data_shards")

@@ -224,7 +224,8 @@ SWEEP = kinds.register(kinds.RunKind(
     renamed={"sweep.values": "sweep.grid"},
     added={"model.output_gate": None, "model.qk_norm": None, "model.differential": False,
            "model.dtype": "float32", "model.attention_implementation": "auto",
-           "train.data_shards": 1, "model.ffn_implementation": "xla"},
+           "train.data_shards": 1, "model.ffn_implementation": "xla",
+           "eval.validation_case_sets": True},
     migrate=migrate_sweep))
 
 
