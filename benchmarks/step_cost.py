@@ -18,7 +18,14 @@ last line, first_over_case_flops=<the largest ratio over the cases>, is the firs
 FLOPs over the case step's at the same arch, size and dtype.
 
   python benchmarks/step_cost.py [--archs mte,nap] [--sizes 32,128]
-      [--dtypes float32,bfloat16] [--batch_size 32]
+      [--dtypes float32,bfloat16] [--batch_size 32] [--evaluation]
+
+``--evaluation`` adds, per arch and size (float32, the case task's all-token head, the sweep's
+defaults: an evaluation every 100 steps of 32 validation batches and 1000 sequences per case),
+the GFLOP of one interval's training steps and of its evaluation's parts:
+
+  arch=mte d=128 n=128 train_gflop=... val_gflop=... case_sets_gflop=...
+  validation_case_sets_gflop=...
 """
 from __future__ import annotations
 
@@ -37,6 +44,8 @@ _ARCHS = flags.DEFINE_list("archs", ["mte", "nap"], "Architectures (blocks.ARCHI
 _SIZES = flags.DEFINE_list("sizes", ["32", "128"], "d = N values.")
 _DTYPES = flags.DEFINE_list("dtypes", list(DTYPES), f"Compute dtypes, from {tuple(DTYPES)}.")
 _BATCH = flags.DEFINE_integer("batch_size", 32, "Sequences per step.", lower_bound=1)
+_EVALUATION = flags.DEFINE_boolean("evaluation", False, "Also the GFLOP of an evaluation's "
+                                   "parts beside its interval's training.")
 
 # The case task's heads: the name printed -> task.output.
 HEADS = {"case": "tokens", "first": "first"}
@@ -122,6 +131,30 @@ def step_cost(arch: str, size: int, head: str, dtype: str, batch_size: int) -> d
           "kernels": kernels(compiled.as_text())}
 
 
+def forward_gflop(setup: Setup, batch: int, length: int) -> float:
+  """XLA's GFLOP of one forward pass of ``batch`` sequences of ``length`` tokens."""
+  model = setup.model()
+  tokens = jax.ShapeDtypeStruct((batch, length), jnp.int32)
+  params = jax.eval_shape(model.init, jax.random.key(0), tokens)
+  cost = jax.jit(model.apply).lower(params, tokens).compile().cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  return float(cost["flops"]) / 1e9
+
+
+def evaluation_line(arch: str, size: int, batch_size: int) -> str:
+  """One evaluation interval's training and evaluation GFLOP at the sweep's defaults."""
+  c = step_config(arch, size, "tokens", "float32", batch_size)
+  setup = Setup(arch, c)
+  train = step_cost(arch, size, "case", "float32", batch_size)["gflop"] * c.train.eval_every
+  chunk = 250  # grid.eval_sets_for's sets go through the model 250 sequences at a time
+  per_set = len(setup.task.grouped_eval.groups) * c.eval.case_set_size / chunk
+  val = c.eval.val_batches * forward_gflop(setup, batch_size, setup.val_len)
+  at_n = per_set * forward_gflop(setup, chunk, size)
+  at_validation = per_set * forward_gflop(setup, chunk, setup.val_len)
+  return (f"arch={arch} d={size} n={size} train_gflop={train:.1f} val_gflop={val:.1f} "
+          f"case_sets_gflop={at_n:.1f} validation_case_sets_gflop={at_validation:.1f}")
+
+
 def line(arch, head, size, dtype, cost) -> str:
   """One case as the benchmark prints it."""
   return (f"arch={arch} task={head} d={size} n={size} dtype={dtype} "
@@ -147,6 +180,8 @@ def main(argv):
         for head, cost in costs.items():
           print(line(arch, head, size, dtype, cost), flush=True)
         ratios.append(costs["first"]["gflop"] / costs["case"]["gflop"])
+      if _EVALUATION.value:
+        print(evaluation_line(arch, size, _BATCH.value), flush=True)
   print(f"first_over_case_flops={max(ratios):.3f}")
 
 
