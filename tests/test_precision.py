@@ -10,8 +10,10 @@ import pytest
 
 from normattn_jax.attention import registry
 from normattn_jax.attention.module import MultiHeadAttention
-from normattn_jax.precision import BF16_TOLERANCES, DTYPES, check_compute_dtype
+from normattn_jax.precision import (AUTO, BF16_TOLERANCES, DTYPES, check_compute_dtype,
+                                    resolve_dtype)
 from normattn_jax.sweep import config as config_lib
+from normattn_jax.train import kinds
 from normattn_jax.cli.exports import implementations
 from normattn_jax.sweep.programs import Setup
 from normattn_jax.pretrain.train import base_pretrain_config, validate_pretrain_config
@@ -95,6 +97,22 @@ def test_configs_refuse_bf16_for_a_normalisation_that_needs_float32():
     validate_pretrain_config(p)
   check_compute_dtype("sparsemax", "float32", "model.dtype")
   check_compute_dtype(registry.AttentionSpec.of("hnas"), "bfloat16", "model.dtype")
+
+
+def test_auto_is_bf16_on_an_accelerator_where_the_normalisations_allow_it():
+  assert resolve_dtype(AUTO, ["nap", registry.AttentionSpec.of("hnas")], "gpu") == "bfloat16"
+  assert resolve_dtype(AUTO, [], "tpu") == "bfloat16"  # pooling alone
+  assert resolve_dtype(AUTO, ["softmax", "sparsemax"], "gpu") == "float32"
+  assert resolve_dtype(AUTO, ["nap"], "cpu") == "float32"
+  assert resolve_dtype("float32", ["nap"], "gpu") == "float32"
+  c = sweep_config("sparsemax", AUTO)  # never refused: it resolves to float32 there
+  config_lib.validate(c)
+  assert config_lib.compute_dtype(c) == "float32"
+  c = sweep_config("dnas", AUTO)
+  recorded = kinds.get("sweep").workdir_config(c, "unused")  # what its workdir records
+  assert recorded.model.dtype == config_lib.compute_dtype(c) == resolve_dtype(AUTO, ["dnas"])
+  assert c.model.dtype == AUTO  # the config itself unchanged
+  assert Setup("mte", c).model().dtype == DTYPES[recorded.model.dtype]
 
 
 def test_only_the_normalisations_measured_off_in_bf16_need_float32():

@@ -114,8 +114,8 @@ class Setup:
         attention_gelu=c.model.attention_gelu, output=self.settings.output,
         num_classes=None if task.num_classes is None else task.num_classes(self.settings),
         positional=self.positional, dropout_rate=c.train.dropout,
-        attention_module=AttentionModuleSpec.from_config(c.model), dtype=DTYPES[c.model.dtype],
-        ffn_implementation=c.model.ffn_implementation)
+        attention_module=AttentionModuleSpec.from_config(c.model),
+        dtype=DTYPES[config_lib.compute_dtype(c)], ffn_implementation=c.model.ffn_implementation)
 
   def sample(self, key: Array, batch_size: int, seq_len: int):
     """(inputs, labels) for one batch of the task.

@@ -216,6 +216,7 @@ SWEEP = kinds.register(kinds.RunKind(
     may_differ={"train.checkpoint_every"},
     base_config=config_lib.base_config,
     validate=config_lib.validate,
+    workdir_config=config_lib.with_compute_dtype,  # "auto" recorded as the dtype it ran in
     train=train_sweep,
     summarise=lambda config, results: summarise(SweepPlan.of(config), results),
     save=save_results,
