@@ -38,10 +38,10 @@ class SequenceModel(nn.Module):
 
   Padding positions (``mask`` False) get the logit -1e9 in the two position heads.
   For the heads that read token 0 alone (``FIRST_TOKEN_OUTPUTS``) the last block computes token
-  0 alone (``TransformerBlock``'s ``first_only``: its queries token 0, its keys and values every
-  token), the same logits for about half the work; ``all_tokens`` (or ``sow_weights``, whose
-  weights analyses read over every query) computes every token of it, for analyses that capture
-  the last block's intermediates.
+  0 alone (``TransformerBlock``'s ``first_only``: its query token 0, its keys and values every
+  token), the same logits for 0.57-0.59x the FLOPs of a training step (BENCHMARKS.md);
+  ``all_tokens`` (or ``sow_weights``, whose weights analyses read over every query) computes
+  every token of it, for analyses that capture the last block's intermediates.
   ``attention_module`` carries ``MultiHeadAttention``'s own options into every block (its
   additions for attention archs only; block l, counted from 1, is differential attention's
   layer l); ``ffn_implementation`` how every block computes its feed-forward sub-block
