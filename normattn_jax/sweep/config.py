@@ -86,9 +86,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.differential = False
   # the compute dtype ("float32" | "bfloat16" | "auto": normattn_jax.precision's policy,
   # parameters float32; "auto" is bfloat16 on an accelerator where the normalisations allow it,
-  # recorded resolved in the workdir) and the attention's path ("auto" | "quadratic" | "fast" |
-  # "fused", attention.module)
-  c.model.dtype = "float32"
+  # float32 on a CPU, recorded resolved in the workdir) and the attention's path ("auto" |
+  # "quadratic" | "fast" | "fused", attention.module)
+  c.model.dtype = "auto"
   c.model.attention_implementation = "auto"
   # the feed-forward sub-block's path ("xla" | "pallas" | "auto": normattn_jax.feedforward; the
   # Pallas kernels only where measured faster on the device at hand with "auto")
