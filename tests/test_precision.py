@@ -117,3 +117,20 @@ def test_auto_is_bf16_on_an_accelerator_where_the_normalisations_allow_it():
 
 def test_only_the_normalisations_measured_off_in_bf16_need_float32():
   assert [n for n in registry.names() if registry.get(n).needs_float32] == ["sparsemax"]
+
+
+def test_the_precision_comparison_calls_a_tie_within_the_seeds_spread_the_same_cell():
+  """experiments/compare_precision.py's rule: the two bests within the spread, at one learning
+  rate or at two that tie (each dtype's mean at the other's rate within the spread)."""
+  import importlib.util
+  import os
+  path = os.path.join(os.path.dirname(__file__), "..", "experiments", "compare_precision.py")
+  spec = importlib.util.spec_from_file_location("compare_precision", path)
+  cp = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(cp)
+  fp32 = {0.1: (0.90, 0.05), 0.01: (0.88, 0.02)}  # lr: (mean, spread)
+  assert cp.compare(fp32, {0.1: (0.89, 0.04), 0.01: (0.70, 0.1)})["same"]
+  tie = cp.compare(fp32, {0.1: (0.86, 0.03), 0.01: (0.87, 0.02)})
+  assert tie["same"] and tie["bfloat16"] == (0.87, 0.01) and tie["spread"] == 0.05
+  assert not cp.compare(fp32, {0.1: (0.60, 0.03), 0.01: (0.87, 0.02)})["same"]  # no tie
+  assert not cp.compare(fp32, {0.1: (0.80, 0.01), 0.01: (0.70, 0.01)})["same"]  # 0.10 apart
