@@ -37,8 +37,8 @@ import numpy as np
 from absl import app, flags
 
 from normattn_jax.precision import DTYPES
-from normattn_jax.train import config as config_lib
-from normattn_jax.train.grid import Setup, make_programs
+from normattn_jax.sweep import config as config_lib
+from normattn_jax.sweep.programs import Setup, make_programs
 
 _ARCHS = flags.DEFINE_list("archs", ["mte", "nap"], "Architectures (blocks.ARCHITECTURES).")
 _SIZES = flags.DEFINE_list("sizes", ["32", "128"], "d = N values.")

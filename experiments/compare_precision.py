@@ -52,7 +52,7 @@ PAPER_NORMALIZATIONS = ("softmax", "dnas", "hnas", "sinkhorn", "nap", "non")
 def grid_config(grid: str, dtype: str, num_steps: int):
   """One reduced grid in one dtype: the case task (all-token output, N = 32, validated at 16)
   or the mode task (S = 10, N = 32, validated at 64), d = 32, L = 2, H = 4, batch 32."""
-  from configs import case_distinction, mode_finding
+  from normattn_jax.configs import case_distinction, mode_finding
   if grid not in ("case", "mode"):
     raise app.UsageError(f"--grids: {grid!r} is not one of ('case', 'mode')")
   c = case_distinction.get_config() if grid == "case" else mode_finding.get_config()
@@ -91,7 +91,7 @@ def compare(cells32: dict, cells16: dict) -> dict:
 
 def train_grids(workdir: str, grids, num_steps: int) -> dict:
   """Each grid in each dtype, trained (or read back); grid -> dtype -> summary."""
-  from normattn_jax.train.sweep import run_sweep
+  from normattn_jax.sweep.train import run_sweep
   out = {}
   for grid in grids:
     for dtype in DTYPES:
