@@ -17,7 +17,7 @@ from normattn_jax.attention.module_spec import AttentionModuleSpec
 from normattn_jax.blocks import TransformerBlock, check_layer_fields
 from normattn_jax.validation import check_int
 
-__all__ = ["OUTPUTS", "SequenceModel"]
+__all__ = ["FIRST_TOKEN_OUTPUTS", "OUTPUTS", "SequenceModel"]
 
 Array = jax.Array
 
