@@ -240,11 +240,18 @@ class TransformerBlock(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array, mask: Optional[Array] = None, deterministic: bool = True,
-               sow_weights: bool = False) -> Array:
+               sow_weights: bool = False, first_only: bool = False) -> Array:
     """``mask [..., N]`` marks valid (True) and padding (False) positions: the attention's
     ``padding_mask`` (padded queries and keys both masked) or the positions the pooling skips,
     so padding never changes the valid outputs; ``sow_weights`` stores the attention weights in
-    the 'intermediates' collection."""
+    the 'intermediates' collection.
+
+    ``first_only`` computes the output at token 0 alone (``[..., 1, d]``), all a head that
+    reads token 0 needs: the attention's one query is token 0, its keys and values every token
+    (a normalisation over the queries, DNAS, HNAS or Sinkhorn, attends from every query and
+    keeps token 0's row, which depends on the others), pooling pools every token, and the
+    residuals and the feed-forward run on token 0. Token 0 of the full call, to float rounding;
+    with dropout the masks are drawn for the positions computed."""
     spec = self.spec
     d_model = x.shape[-1]
     norm = lambda name: LayerNorm(epsilon=self.layer_norm_epsilon, param_dtype=self.param_dtype,
@@ -257,18 +264,25 @@ class TransformerBlock(nn.Module):
     if spec.mixer == "attention":
       if d_model % self.num_heads:
         raise ValueError(f"num_heads ({self.num_heads}) must divide d_model ({d_model})")
-      h = MultiHeadAttention(
+      weights = AttentionSpec.of(spec.normalization).normalization
+      attention = MultiHeadAttention(
           num_heads=self.num_heads, normalization=spec.normalization,
           kernel_init=self.kernel_init, dropout_rate=self.dropout_rate,
           broadcast_dropout=False,  # a mask per example and head, as Keras' Dropout in the NAP code
-          head_norm=spec.normalize and AttentionSpec.of(spec.normalization).normalization.head_norm,
+          head_norm=spec.normalize and weights.head_norm,
           head_norm_epsilon=self.layer_norm_epsilon,
           head_activation=_gelu if spec.attention_gelu else None,
           dtype=self.dtype, param_dtype=self.param_dtype, name="attention",
-          layer_index=self.layer_index, **self.attention_module.module_kwargs(),
-      )(x, padding_mask=mask, deterministic=deterministic, sow_weights=sow_weights)
+          layer_index=self.layer_index, **self.attention_module.module_kwargs())
+      if first_only and not weights.normalizes_over_queries:
+        h = attention(x[..., :1, :], x, query_mask=None if mask is None else mask[..., :1],
+                      key_mask=mask, deterministic=deterministic, sow_weights=sow_weights)
+      else:
+        h = attention(x, padding_mask=mask, deterministic=deterministic, sow_weights=sow_weights)
     else:
       h = pool(x, spec.mixer, mask)
+    if first_only:
+      x, h = x[..., :1, :], h[..., :1, :]
 
     ffn_features = self.ffn_features or default_ffn_features(d_model, spec.mixer)
     layout = "mte" if spec.normalize else "bert"

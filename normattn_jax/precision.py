@@ -11,18 +11,25 @@ run in the compute dtype; the weight functions (``attention.weights``), the bloc
 float32 before any exponential, log-sum-exp, column or row sum, and cast the weights back; the
 LayerNorms' statistics and the loss are float32 too. ``BF16_TOLERANCES`` states how far a bf16
 model's outputs may lie from the same model's in float32 (tests/test_precision.py checks every
-normalisation on every implementation against them).
+normalisation on every implementation against them). A sweep's ``model.dtype`` may also be
+"auto" (``resolve_dtype``): bfloat16 on an accelerator where its normalisations allow it,
+float32 on a CPU.
 """
 from __future__ import annotations
 
+from typing import Iterable, Optional
+
+import jax
 import jax.numpy as jnp
 
 from normattn_jax.attention.registry import AttentionSpec
 
-__all__ = ["BF16_TOLERANCES", "DTYPES", "check_compute_dtype"]
+__all__ = ["AUTO", "BF16_TOLERANCES", "DTYPES", "check_compute_dtype", "resolve_dtype"]
 
 #: A config's compute dtypes by name (``model.dtype``).
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+#: A sweep's ``model.dtype`` chosen by the machine and the normalisations (``resolve_dtype``).
+AUTO = "auto"
 #: How far a bf16 model's attention may lie from the same parameters' float32 attention, per
 #: normalisation and implementation (tests/test_precision.py: MultiHeadAttention, 4 heads of 8,
 #: 64 tokens, unit-normal inputs): ``output_rms`` the error's RMS over the output's RMS,
@@ -40,7 +47,8 @@ def check_compute_dtype(normalization, dtype: str, field: str) -> None:
 
   Args:
     normalization: a registered name or an ``AttentionSpec``.
-    dtype: the config's compute dtype, a key of ``DTYPES``.
+    dtype: the config's compute dtype, a key of ``DTYPES`` or ``AUTO`` (which resolves to
+      float32 for such a normalisation, so is never refused).
     field: the config field that holds it, for the message (e.g. "model.dtype").
 
   Raises:
@@ -48,6 +56,29 @@ def check_compute_dtype(normalization, dtype: str, field: str) -> None:
   """
   spec = AttentionSpec.of(normalization)
   reason = spec.normalization.needs_float32
-  if dtype != "float32" and reason:
+  if dtype == "bfloat16" and reason:
     raise ValueError(f"config.{field}={dtype!r}: normalization {spec.name!r} needs float32: "
                      f"{reason}; use {field}='float32'")
+
+
+def resolve_dtype(dtype: str, normalizations: Iterable, backend: Optional[str] = None) -> str:
+  """The compute dtype that a config's ``dtype`` names: itself, or for "auto" bfloat16 on an
+  accelerator (GPU, TPU: bf16 matmuls at several times float32's rate, half the bytes to move)
+  where no normalisation of the model needs float32, else float32 (a CPU computes bf16 no
+  faster; BENCHMARKS.md).
+
+  Args:
+    dtype: a key of ``DTYPES``, or ``AUTO``.
+    normalizations: the model's attention normalisations (names or ``AttentionSpec``s; none
+      for pooling).
+    backend: the platform (``jax.default_backend()`` when None).
+
+  Returns:
+    A key of ``DTYPES``.
+  """
+  if dtype != AUTO:
+    return dtype
+  if (backend or jax.default_backend()) == "cpu" or any(
+      AttentionSpec.of(n).normalization.needs_float32 for n in normalizations):
+    return "float32"
+  return "bfloat16"

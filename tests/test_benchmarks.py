@@ -29,11 +29,13 @@ RUNS = {
                      "--normalizations", "softmax", "--models", "2", "--batch", "2",
                      "--repeats", "1"],
     "hlo_arrays": ["--archs", "nap", "--implementations", "auto"],
+    "step_cost": ["--archs", "mte", "--sizes", "8", "--dtypes", "float32", "--batch_size", "2"],
 }
 LAST_LINE = {"attention_scaling": "dnas_fused_over_softmax_fused_at_128=",
              "grid_throughput": "speedup_at_2=", "cpu_levers": "processes",
              "engine_compile": "chunk_speedup_test=", "suite_profile": "programs=",
-             "kernel_speed": "cases=2 of 2", "hlo_arrays": "nxn_arrays=0"}
+             "kernel_speed": "cases=2 of 2", "hlo_arrays": "nxn_arrays=0",
+             "step_cost": "first_over_case_flops="}
 
 
 @pytest.mark.slow

@@ -129,6 +129,49 @@ def test_padding_does_not_change_valid_outputs(arch, normalization):
       assert (with_padding[:, 8:] < -1e8).all()
 
 
+def last_block_shape(model, params, tokens, mask):
+  """The shape of the last block's output, traced without running."""
+  last = f"block_{model.num_layers - 1}"
+  _, state = jax.eval_shape(lambda p: model.apply(
+      p, tokens, mask, capture_intermediates=lambda m, _: m.name == last,
+      mutable=["intermediates"]), params)
+  return state["intermediates"][last]["__call__"][0].shape
+
+
+@pytest.mark.parametrize("output", ["first", "classes"])
+@pytest.mark.parametrize("arch,normalization", VARIANTS)
+@pytest.mark.fast_subset(  # both layouts and heads, pooling, a normalisation over the queries
+    lambda p: (p["arch"], p["normalization"], p["output"]) in (
+        ("bert", None, "classes"), ("nap", None, "first"), ("sum", None, "first"),
+        ("mte", "dnas", "classes")))
+def test_a_first_token_head_computes_the_last_block_at_token_0_alone(arch, normalization,
+                                                                     output):
+  """The heads that read token 0 (first, classes) give the logits and gradients of every token
+  computed (``all_tokens``), with padding, from a last block of one position."""
+  tokens = jax.random.randint(jax.random.key(8), (2, 8), 0, 20)
+  mask = jnp.arange(8) < jnp.array([[8], [5]])
+  model = SequenceModel(vocab_size=20, max_len=8, d_model=D, num_layers=2, num_heads=H,
+                        arch=arch, normalization=normalization, output=output, num_classes=5)
+  params = randomise(model.init(jax.random.key(9), tokens), 10)
+  assert last_block_shape(model, params, tokens, mask) == (2, 1, D)
+  if ARCHITECTURES[arch].mixer == "attention":  # the analyses' weights: every query's
+    _, sown = jax.eval_shape(lambda p: model.apply(p, tokens, mask, sow_weights=True,
+                                                   mutable=["intermediates"]), params)
+    weights = sown["intermediates"]["block_1"]["attention"]["attention_weights"][0]
+    assert weights.shape == (2, H, 8, 8)
+
+  def logits_and_gradients(p, m):
+    def loss(q):
+      logits = m.apply(q, tokens, mask)
+      return jnp.sum(jnp.tanh(logits)), logits
+    return jax.grad(loss, has_aux=True)(p)
+
+  reduced, full = jax.jit(lambda p: (logits_and_gradients(p, model),
+                                     logits_and_gradients(p, model.clone(all_tokens=True))))(
+                                         params)
+  chex.assert_trees_all_close(reduced, full, atol=1e-5, rtol=1e-5)
+
+
 def count(tree):
   return sum(x.size for x in jax.tree.leaves(tree))
 

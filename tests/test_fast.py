@@ -116,6 +116,9 @@ def test_module_paths_agree_with_the_same_params(normalization):
 def test_auto_rule_and_errors():
   from normattn_jax.attention.module import fast_is_faster
   assert fast_is_faster("nap", 128, 128, 32, False) and not fast_is_faster("nap", 32, 32, 32, False)
+  assert fast_is_faster("non", 64, 64, 32, False) and not fast_is_faster("non", 63, 64, 32, False)
+  assert fast_is_faster("nap", 256, 256, 32, True) and not fast_is_faster("nap", 255, 256, 32, True)
+  assert not fast_is_faster("nap", 1, 4096, 32, False)  # one query: the quadratic path
   assert not fast_is_faster("dnas", 1024, 1024, 64, False, num_logits=8 * 1024 * 1024)
   assert fast_is_faster("dnas", 8192, 8192, 64, False, num_logits=8 * 8192 * 8192)
   assert not fast_is_faster("softmax", 8192, 8192, 64, False)

@@ -61,7 +61,7 @@ def legend(ax):
 
 
 def test_the_case_figure_is_the_papers(tmp_path, monkeypatch):
-  config = tiny_sweep_config()
+  config = tiny_sweep_config(**{"eval.validation_case_sets": True})
   case = tasks.get("case_distinction")
   summary, drawn = draw(config, BASE + case.extra_metrics(), tmp_path, monkeypatch)
   assert set(drawn) == {"accuracy.png", "case_accuracy.png", "learning_curves.png"}
@@ -89,7 +89,8 @@ def parity_task():
 
 
 def test_a_group_of_two_is_drawn_as_its_mean_in_grey(parity_task, tmp_path, monkeypatch):
-  config = tiny_sweep_config(**{"task.name": parity_task.name, "archs": ("mte",)})
+  config = tiny_sweep_config(**{"task.name": parity_task.name, "archs": ("mte",),
+                                "eval.validation_case_sets": True})
   summary, drawn = draw(config, BASE + parity_task.extra_metrics(), tmp_path, monkeypatch)
   assert titles(drawn["case_accuracy.png"]) == ["mte cases N=8", "mte cases N=16"]
   assert [t.get_text() for t in drawn["case_accuracy.png"].texts][:1] == [
@@ -160,6 +161,7 @@ def test_the_rows_say_where_they_were_measured_and_the_titles_which_cell(tmp_pat
       config.task.seq_len)
   accuracy, cases = drawn["accuracy.png"], drawn["case_accuracy.png"]
   columns = len(config.archs)
+  assert len(cases.axes) == columns  # the case sets at N alone (eval.validation_case_sets off)
   assert accuracy.axes[0].get_ylabel().startswith(f"training accuracy at N = {n}")
   assert accuracy.axes[columns].get_ylabel().startswith(f"validation accuracy at N = {half}")
   mean = figures.cell_grid(plan, summary, config.archs[0], "train_acc", "mean")

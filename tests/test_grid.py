@@ -52,10 +52,10 @@ def test_outputs(reference):
   assert len(summary["cells"]) == 2 * 2  # archs x learning rates
   cell = summary["cells"][0]
   assert set(cell) >= {"arch", "learning_rate", "params", "metrics"}
-  for name in ("train_acc", "val_acc", "case_acc_argmin", "case_acc_first", "case_acc_argmax",
-               "val_case_acc_first"):
+  for name in ("train_acc", "val_acc", "case_acc_argmin", "case_acc_first", "case_acc_argmax"):
     stats = cell["metrics"][name]
     assert stats["min"] <= stats["mean"] <= stats["max"]
+  assert "val_case_acc_first" not in cell["metrics"]  # eval.validation_case_sets is off
   metrics = np.load(os.path.join(reference, "metrics.npz"))
   assert metrics["nap/val_acc"].shape == (3, 2, 1, 2)  # evals, lrs, swept, seeds
   assert os.path.exists(os.path.join(reference, "config.json"))
@@ -401,7 +401,12 @@ def test_a_trained_model_loads_back_as_a_module_and_scores_as_stored(reference):
   config = artifacts.read_config(str(reference))
   curves = artifacts.read_results(str(reference), SweepPlan.of(config))[("nap", ())]
   setup = Setup("nap", config)
-  (inputs, labels), _ = eval_sets_for(setup, config.seed)  # the case sets at N: [case, ...]
+  (inputs, labels), = eval_sets_for(setup, config.seed)  # the case sets at N: [case, ...]
+  both = config.copy_and_resolve_references()
+  both.eval.validation_case_sets = True  # and at the validation length, the N sets unchanged
+  at_n, at_validation = eval_sets_for(Setup("nap", both), config.seed)
+  np.testing.assert_array_equal(at_n[0], inputs)
+  assert at_validation[0].shape[-1] == setup.val_len
   for lr_index, seed in ((0, 0), (1, 1)):
     module, variables = load_model(str(reference), "nap", config.learning_rates[lr_index], seed)
     assert module == setup.model()

@@ -239,8 +239,10 @@ def test_frequency_ranks_and_correlation():
 @pytest.mark.parametrize("normalization", ["softmax", "dnas", "nap"])
 @pytest.mark.fast_subset(lambda p: p["normalization"] == "dnas")
 def test_project_models_with_the_bert_layout(normalization):
+  # a head that reads token 0 alone: its last block still traced at every token
   model = SequenceModel(vocab_size=11, max_len=9, d_model=16, num_layers=2, num_heads=4,
                         arch="bert", normalization=normalization, layer_norm_epsilon=1e-3,
+                        output="first",
                         attention_module=AttentionModuleSpec(implementation="quadratic"))
   tokens = jax.random.randint(jax.random.key(0), (3, 9), 0, 11)
   mask = jnp.arange(9)[None, :] < jnp.array([[9], [7], [5]])

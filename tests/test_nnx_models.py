@@ -30,6 +30,15 @@ def test_an_nnx_model_gives_the_linen_models_outputs_from_its_parameters(arch):
   assert set(params) == set(linen_model.init(jax.random.key(1), TOKENS)["params"])
 
 
+@pytest.mark.slow  # the bridge runs the Linen code: test_blocks checks the first-token path
+def test_an_nnx_first_token_model_gives_the_logits_of_every_token_computed():
+  linen_model = small_model("nap", output="first")
+  model = from_linen(linen_model, TOKENS, rngs=nnx.Rngs(3), mask=MASK)
+  params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+  every_token = linen_model.clone(all_tokens=True).apply({"params": params}, TOKENS, mask=MASK)
+  np.testing.assert_allclose(model(TOKENS, mask=MASK), every_token, atol=1e-5, rtol=1e-5)
+
+
 def test_an_nnx_model_with_module_options_trains_with_an_nnx_optimizer():
   options = AttentionModuleSpec(output_gate="headwise", qk_norm="rms")
   model = from_linen(small_model("mte", normalization="sigmoid", attention_module=options),

@@ -10,8 +10,10 @@ import pytest
 
 from normattn_jax.attention import registry
 from normattn_jax.attention.module import MultiHeadAttention
-from normattn_jax.precision import BF16_TOLERANCES, DTYPES, check_compute_dtype
+from normattn_jax.precision import (AUTO, BF16_TOLERANCES, DTYPES, check_compute_dtype,
+                                    resolve_dtype)
 from normattn_jax.sweep import config as config_lib
+from normattn_jax.train import kinds
 from normattn_jax.cli.exports import implementations
 from normattn_jax.sweep.programs import Setup
 from normattn_jax.pretrain.train import base_pretrain_config, validate_pretrain_config
@@ -97,5 +99,38 @@ def test_configs_refuse_bf16_for_a_normalisation_that_needs_float32():
   check_compute_dtype(registry.AttentionSpec.of("hnas"), "bfloat16", "model.dtype")
 
 
+def test_auto_is_bf16_on_an_accelerator_where_the_normalisations_allow_it():
+  assert resolve_dtype(AUTO, ["nap", registry.AttentionSpec.of("hnas")], "gpu") == "bfloat16"
+  assert resolve_dtype(AUTO, [], "tpu") == "bfloat16"  # pooling alone
+  assert resolve_dtype(AUTO, ["softmax", "sparsemax"], "gpu") == "float32"
+  assert resolve_dtype(AUTO, ["nap"], "cpu") == "float32"
+  assert resolve_dtype("float32", ["nap"], "gpu") == "float32"
+  c = sweep_config("sparsemax", AUTO)  # never refused: it resolves to float32 there
+  config_lib.validate(c)
+  assert config_lib.compute_dtype(c) == "float32"
+  c = sweep_config("dnas", AUTO)
+  recorded = kinds.get("sweep").workdir_config(c, "unused")  # what its workdir records
+  assert recorded.model.dtype == config_lib.compute_dtype(c) == resolve_dtype(AUTO, ["dnas"])
+  assert c.model.dtype == AUTO  # the config itself unchanged
+  assert Setup("mte", c).model().dtype == DTYPES[recorded.model.dtype]
+
+
 def test_only_the_normalisations_measured_off_in_bf16_need_float32():
   assert [n for n in registry.names() if registry.get(n).needs_float32] == ["sparsemax"]
+
+
+def test_the_precision_comparison_calls_a_tie_within_the_seeds_spread_the_same_cell():
+  """experiments/compare_precision.py's rule: the two bests within the spread, at one learning
+  rate or at two that tie (each dtype's mean at the other's rate within the spread)."""
+  import importlib.util
+  import os
+  path = os.path.join(os.path.dirname(__file__), "..", "experiments", "compare_precision.py")
+  spec = importlib.util.spec_from_file_location("compare_precision", path)
+  cp = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(cp)
+  fp32 = {0.1: (0.90, 0.05), 0.01: (0.88, 0.02)}  # lr: (mean, spread)
+  assert cp.compare(fp32, {0.1: (0.89, 0.04), 0.01: (0.70, 0.1)})["same"]
+  tie = cp.compare(fp32, {0.1: (0.86, 0.03), 0.01: (0.87, 0.02)})
+  assert tie["same"] and tie["bfloat16"] == (0.87, 0.01) and tie["spread"] == 0.05
+  assert not cp.compare(fp32, {0.1: (0.60, 0.03), 0.01: (0.87, 0.02)})["same"]  # no tie
+  assert not cp.compare(fp32, {0.1: (0.80, 0.01), 0.01: (0.70, 0.01)})["same"]  # 0.10 apart

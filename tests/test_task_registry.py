@@ -54,7 +54,8 @@ def copy_config(**overrides):
   settings = {"archs": ("mte",), "task.name": "copy_first", "task.output": "classes",
               "task.vocab_size": 8, "learning_rates": (0.1,), "num_seeds": 2,
               "train.num_steps": COPY_STEPS, "train.eval_every": COPY_STEPS // 2,
-              "train.batch_size": 16, "train.checkpoint_every": 0}
+              "train.batch_size": 16, "train.checkpoint_every": 0,
+              "eval.validation_case_sets": True}  # its grouped sets at 2N too
   return tiny_sweep_config(**dict(settings, **overrides))
 
 

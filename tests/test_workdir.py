@@ -268,7 +268,10 @@ def command(name, *args):
 
 def test_sweep_command_refuses_another_config_in_one_line(tmp_path):
   from normattn_jax.configs import case_distinction
-  stored = config_json(case_distinction.get_config())
+  from normattn_jax.train import kinds
+  # the config.json a sweep of it writes (its model.dtype "auto" resolved), but for its seeds
+  stored = config_json(kinds.get("sweep").workdir_config(case_distinction.get_config(),
+                                                         str(tmp_path)))
   stored["num_seeds"] = 3
   (tmp_path / "config.json").write_text(json.dumps(stored))
   done = command("sweep", "--config", "case_distinction", "--workdir", str(tmp_path))

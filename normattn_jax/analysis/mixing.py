@@ -43,6 +43,7 @@ import numpy as np
 
 from normattn_jax._extras import require
 from normattn_jax.attention.module import MultiHeadAttention
+from normattn_jax.models.sequence import SequenceModel
 from normattn_jax.norms import LayerNorm
 from normattn_jax.validation import check_int
 
@@ -87,6 +88,8 @@ def _collect(model: nn.Module, variables: Mapping, *args, **kwargs
              ) -> tuple[list[AttentionBlock], list[tuple[Array, Array]]]:
   """The blocks of one ``model.apply`` (traceable under jit) and, per block, the largest
   ``|y - (x + ATTN(x))|`` and ``|y|`` for the post-LN check."""
+  if isinstance(model, SequenceModel):  # every token's last block, whatever its head reads
+    model = model.clone(all_tokens=True)
   attentions, norms = [], {}
 
   def interceptor(next_fun, call_args, call_kwargs, context):

@@ -466,8 +466,11 @@ class AttentionSpec:
 
 def _linear_pays_off(q_len, k_len, head_dim, causal, num_logits) -> bool:
   """Linear NAP/NON win once the sequence is longer than twice the head width (eight times when
-  causal: prefix moments cost memory); BENCHMARKS.md."""
-  return k_len >= (8 if causal else 2) * head_dim
+  causal: prefix moments cost memory); BENCHMARKS.md. That is, the quadratic path's q * k
+  logits outnumber the linear one's (q + k) * head_dim moments (four times when causal), which
+  also covers fewer queries than keys: a few queries (a first-token head's last block, a
+  decoding step) take the quadratic path."""
+  return q_len * k_len >= (4 if causal else 1) * (q_len + k_len) * head_dim
 
 
 def _blockwise_pays_off(q_len, k_len, head_dim, causal, num_logits) -> bool:

@@ -17,12 +17,13 @@ from normattn_jax.attention.module_spec import AttentionModuleSpec
 from normattn_jax.blocks import TransformerBlock, check_layer_fields
 from normattn_jax.validation import check_int
 
-__all__ = ["OUTPUTS", "SequenceModel"]
+__all__ = ["FIRST_TOKEN_OUTPUTS", "OUTPUTS", "SequenceModel"]
 
 Array = jax.Array
 
 #: What ``SequenceModel`` predicts from (its ``output`` field).
 OUTPUTS = ("tokens", "first", "classes", "token_classes")
+FIRST_TOKEN_OUTPUTS = ("first", "classes")  # the heads that read token 0 alone
 MASKED_LOGIT = -1e9  # logit of a padding position: far below any real one, finite in bf16
 
 
@@ -36,6 +37,11 @@ class SequenceModel(nn.Module):
     - "token_classes": every token projected to ``num_classes`` logits, ``[batch, N, num_classes]``.
 
   Padding positions (``mask`` False) get the logit -1e9 in the two position heads.
+  For the heads that read token 0 alone (``FIRST_TOKEN_OUTPUTS``) the last block computes token
+  0 alone (``TransformerBlock``'s ``first_only``: its query token 0, its keys and values every
+  token), the same logits for 0.57-0.59x the FLOPs of a training step (BENCHMARKS.md);
+  ``all_tokens`` (or ``sow_weights``, whose weights analyses read over every query) computes
+  every token of it, for analyses that capture the last block's intermediates.
   ``attention_module`` carries ``MultiHeadAttention``'s own options into every block (its
   additions for attention archs only; block l, counted from 1, is differential attention's
   layer l); ``ffn_implementation`` how every block computes its feed-forward sub-block
@@ -61,6 +67,7 @@ class SequenceModel(nn.Module):
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
   ffn_implementation: str = "xla"
+  all_tokens: bool = False
 
   def __post_init__(self):
     for name in ("vocab_size", "max_len", "d_model"):
@@ -89,6 +96,7 @@ class SequenceModel(nn.Module):
                              self.param_dtype)
       x = x + positions[:seq_len].astype(x.dtype)
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
+    first_only = self.output in FIRST_TOKEN_OUTPUTS and not (self.all_tokens or sow_weights)
     for layer in range(self.num_layers):
       x = TransformerBlock(
           num_heads=self.num_heads, arch=self.arch, normalization=self.normalization,
@@ -98,10 +106,11 @@ class SequenceModel(nn.Module):
           attention_module=self.attention_module, dtype=self.dtype,
           param_dtype=self.param_dtype, layer_index=layer + 1,
           ffn_implementation=self.ffn_implementation,
-          name=f"block_{layer}")(x, mask, deterministic, sow_weights)
-    return self._head(x, mask, init)
+          name=f"block_{layer}")(x, mask, deterministic, sow_weights,
+                                 first_only=first_only and layer == self.num_layers - 1)
+    return self._head(x, mask, init, seq_len)
 
-  def _head(self, x: Array, mask: Optional[Array], init) -> Array:
+  def _head(self, x: Array, mask: Optional[Array], init, seq_len: int) -> Array:
     dense = lambda features: nn.Dense(features, kernel_init=init, dtype=self.dtype,
                                       param_dtype=self.param_dtype, name="head")
     if self.output == "classes":
@@ -111,7 +120,7 @@ class SequenceModel(nn.Module):
     if self.output == "tokens":
       logits = dense(1)(x)[..., 0]
     else:
-      logits = dense(self.max_len)(x[..., 0, :])[..., :x.shape[-2]]
+      logits = dense(self.max_len)(x[..., 0, :])[..., :seq_len]
     if mask is not None:
       logits = jnp.where(mask, logits, jnp.asarray(MASKED_LOGIT, logits.dtype))
     return logits

@@ -370,6 +370,7 @@ def draw_sweep(plan: SweepPlan, summary, metrics_path, workdir):
   """
   task = plan.config.task
   groups = tasks.get(task.name).metric_groups(task.seq_len)
+  groups = groups[:2 if plan.config.eval.validation_case_sets else 1]  # those evaluated
   accuracy_figure(plan, summary, os.path.join(workdir, "accuracy.png"))
   if groups:
     case_figure(plan, summary, os.path.join(workdir, "case_accuracy.png"), groups)

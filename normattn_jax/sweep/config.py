@@ -16,7 +16,7 @@ from normattn_jax.attention.module_spec import ADDITIONS, AttentionModuleSpec
 from normattn_jax.blocks import ARCHITECTURES
 from normattn_jax.feedforward import check_ffn_implementation
 from normattn_jax.models.sequence import OUTPUTS
-from normattn_jax.precision import DTYPES, check_compute_dtype
+from normattn_jax.precision import AUTO, DTYPES, check_compute_dtype, resolve_dtype
 from normattn_jax.train import kinds
 from normattn_jax.attention.section import attention_section, attention_spec
 from normattn_jax.validation import check_known_fields
@@ -83,9 +83,11 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.output_gate = config_dict.placeholder(str)
   c.model.qk_norm = config_dict.placeholder(str)
   c.model.differential = False
-  # the compute dtype ("float32" | "bfloat16": normattn_jax.precision's policy, parameters float32)
-  # and the attention's path ("auto" | "quadratic" | "fast" | "fused", attention.module)
-  c.model.dtype = "float32"
+  # the compute dtype ("float32" | "bfloat16" | "auto": normattn_jax.precision's policy,
+  # parameters float32; "auto" is bfloat16 on an accelerator where the normalisations allow it,
+  # float32 on a CPU, recorded resolved in the workdir) and the attention's path ("auto" |
+  # "quadratic" | "fast" | "fused", attention.module)
+  c.model.dtype = "auto"
   c.model.attention_implementation = "auto"
   # the feed-forward sub-block's path ("xla" | "pallas" | "auto": normattn_jax.feedforward; the
   # Pallas kernels only where measured faster on the device at hand with "auto")
@@ -112,6 +114,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.eval = ml_collections.ConfigDict()
   c.eval.val_batches = 32
   c.eval.case_set_size = 1000   # per case, at the training and at the validation length
+  # the case sets at the validation length too (no paper reads them; half the sets' work)
+  c.eval.validation_case_sets = False
   return c
 
 
@@ -218,6 +222,8 @@ def _validate_fields(config) -> None:
   check_fields(config, ("learning_rates", "num_seeds", "seed"))
   for field in ("eval.val_batches", "eval.case_set_size"):
     _positive_int(config, field)
+  if not isinstance(config.eval.validation_case_sets, bool):
+    _fail("eval.validation_case_sets", config.eval.validation_case_sets, "must be True or False")
   _validate_shapes(config)
   check_fields(config, ("train.models_per_vmap", "train.checkpoint_every"))
   _non_negative_int(config, "train.data_shards")
@@ -284,8 +290,8 @@ def _validate_compute(config, archs: tuple) -> None:
   """``model.dtype`` and ``model.attention_implementation``: known values, "fused" only for
   archs whose normalisation has a fused path, bfloat16 only for those that keep their
   tolerances in it (``normattn_jax.precision``)."""
-  if config.model.dtype not in DTYPES:
-    _fail("model.dtype", config.model.dtype, f"must be one of {tuple(DTYPES)}")
+  if config.model.dtype not in tuple(DTYPES) + (AUTO,):
+    _fail("model.dtype", config.model.dtype, f"must be one of {tuple(DTYPES) + (AUTO,)}")
   implementation = config.model.attention_implementation  # a known one: validate_attention_options
   chosen = attention_spec(config.attention, "attention", keep=True)
   for arch in archs:
@@ -296,6 +302,30 @@ def _validate_compute(config, archs: tuple) -> None:
       check_compute_dtype(chosen or own.normalization, config.model.dtype, "model.dtype")
   check_ffn_implementation(config.model.ffn_implementation, config.train.dropout,
                            "config.model.ffn_implementation", "config.train.dropout")
+
+
+def compute_dtype(config: ml_collections.ConfigDict) -> str:
+  """``model.dtype`` with "auto" resolved (``precision.resolve_dtype``) over the normalisations
+  of every arch of the config, on this machine: one dtype for the whole sweep.
+
+  Returns:
+    A key of ``precision.DTYPES``.
+  """
+  chosen = attention_spec(config.attention, "attention", keep=True)
+  return resolve_dtype(config.model.dtype, [
+      chosen or ARCHITECTURES[arch].normalization for arch in config.archs
+      if ARCHITECTURES[arch].mixer == "attention"])
+
+
+def with_compute_dtype(config: ml_collections.ConfigDict,
+                       workdir: str = "") -> ml_collections.ConfigDict:
+  """The sweep kind's ``workdir_config``: a copy of ``config`` with ``model.dtype`` resolved
+  (``compute_dtype``), what its workdir records, so that a run started in bfloat16 on an
+  accelerator is not resumed in float32 on a CPU (or the reverse) under one "auto"."""
+  del workdir
+  resolved = config.copy_and_resolve_references()
+  resolved.model.dtype = compute_dtype(config)
+  return resolved
 
 
 def _validate_sweep(config):

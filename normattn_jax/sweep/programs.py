@@ -114,8 +114,8 @@ class Setup:
         attention_gelu=c.model.attention_gelu, output=self.settings.output,
         num_classes=None if task.num_classes is None else task.num_classes(self.settings),
         positional=self.positional, dropout_rate=c.train.dropout,
-        attention_module=AttentionModuleSpec.from_config(c.model), dtype=DTYPES[c.model.dtype],
-        ffn_implementation=c.model.ffn_implementation)
+        attention_module=AttentionModuleSpec.from_config(c.model),
+        dtype=DTYPES[config_lib.compute_dtype(c)], ffn_implementation=c.model.ffn_implementation)
 
   def sample(self, key: Array, batch_size: int, seq_len: int):
     """(inputs, labels) for one batch of the task.
@@ -234,9 +234,10 @@ def make_programs(setup: Setup, data_shards: Optional[int] = None) -> Programs:
 
 
 def eval_sets_for(setup: Setup, seed: int, chunk_size: int = 250):
-  """The task's grouped evaluation sets (``Task.grouped_eval``) at N and at the validation
-  length, shared by every model, each shaped ``[groups, chunks, chunk_size, ...]`` for a
-  memory-bounded ``lax.map``; empty for a task without them.
+  """The task's grouped evaluation sets (``Task.grouped_eval``) at N and, with
+  ``eval.validation_case_sets``, at the validation length, shared by every model, each shaped
+  ``[groups, chunks, chunk_size, ...]`` for a memory-bounded ``lax.map``; empty for a task
+  without them.
 
   Args:
     setup: the arch and config of the grid.
@@ -244,7 +245,8 @@ def eval_sets_for(setup: Setup, seed: int, chunk_size: int = 250):
     chunk_size: the most examples per chunk; lowered until it divides ``eval.case_set_size``.
 
   Returns:
-    ``((inputs, labels) at N, (inputs, labels) at the validation length)``, or ().
+    ``((inputs, labels) at N, (inputs, labels) at the validation length)`` (the latter only
+    with ``eval.validation_case_sets``), or ().
   """
   grouped = setup.task.grouped_eval
   if grouped is None:
@@ -254,7 +256,8 @@ def eval_sets_for(setup: Setup, seed: int, chunk_size: int = 250):
   while per_group % chunk_size:
     chunk_size -= 1
   sets = []
-  for i, length in enumerate((setup.settings.seq_len, setup.val_len)):
+  lengths = (setup.settings.seq_len, setup.val_len)
+  for i, length in enumerate(lengths[:2 if setup.config.eval.validation_case_sets else 1]):
     key = jax.random.fold_in(jax.random.key(seed), 1000 + i)
     inputs, labels = grouped.sample(key, per_group, length, setup.settings)
     shape = (len(grouped.groups), per_group // chunk_size, chunk_size)

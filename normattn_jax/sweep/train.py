@@ -216,6 +216,7 @@ SWEEP = kinds.register(kinds.RunKind(
     may_differ={"train.checkpoint_every"},
     base_config=config_lib.base_config,
     validate=config_lib.validate,
+    workdir_config=config_lib.with_compute_dtype,  # "auto" recorded as the dtype it ran in
     train=train_sweep,
     summarise=lambda config, results: summarise(SweepPlan.of(config), results),
     save=save_results,
@@ -224,7 +225,8 @@ SWEEP = kinds.register(kinds.RunKind(
     renamed={"sweep.values": "sweep.grid"},
     added={"model.output_gate": None, "model.qk_norm": None, "model.differential": False,
            "model.dtype": "float32", "model.attention_implementation": "auto",
-           "train.data_shards": 1, "model.ffn_implementation": "xla"},
+           "train.data_shards": 1, "model.ffn_implementation": "xla",
+           "eval.validation_case_sets": True},
     migrate=migrate_sweep))
 
 

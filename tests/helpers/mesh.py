@@ -17,7 +17,7 @@ def grid_config(data_shards: int, batch_size: int = 8, num_steps: int = 6):
   c.model.update(d_model=8, num_heads=2, num_layers=1)
   c.train.update(num_steps=num_steps, eval_every=3, batch_size=batch_size, checkpoint_every=0,
                  data_shards=data_shards)
-  c.eval.update(val_batches=2, case_set_size=4)
+  c.eval.update(val_batches=2, case_set_size=4, validation_case_sets=True)
   return c
 
 
