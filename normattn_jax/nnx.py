@@ -60,6 +60,11 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
     - block_size: queries per block of the blockwise fast paths.
     - output_gate / qk_norm / differential: the Linen module's options, not supported here: any
       value but the default is refused (flax's own ``normalize_qk`` works).
+    - allow_future_leak: compute a causal call (``is_causal=True``, or a dense causal ``mask``
+      where it is concrete) with a normalisation that is not causal-safe (DNAS, HNAS, Sinkhorn:
+      ``registry.Normalization.causal_safe``), whose outputs then depend on later positions;
+      without it such a call is refused. A mask traced inside ``jit`` cannot be read before it
+      runs and is not checked (``attention.causality``): say ``is_causal=True`` there.
 
   ``decode=True`` (with ``init_cache``) works for the normalisations whose weights of a query
   depend on that query's logits alone (softmax, NAP, NON, sigmoid, sink, ...); it is refused for
@@ -73,7 +78,8 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
                implementation: str = "auto", scale_logits: Optional[bool] = None,
                block_size: int = fast_lib.DEFAULT_BLOCK, output_gate: Optional[str] = None,
                qk_norm: Optional[str] = None, differential: bool = False,
-               attention_fn=dot_product_attention, rngs: nnx.Rngs, **kwargs):
+               allow_future_leak: bool = False, attention_fn=dot_product_attention,
+               rngs: nnx.Rngs, **kwargs):
     """Check every field, then build flax's module and the normalisation's parameters.
 
     Args:
@@ -92,6 +98,7 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
       output_gate: must be None (the Linen module's option, not supported here).
       qk_norm: must be None (idem; flax's ``normalize_qk`` is available).
       differential: must be False (idem).
+      allow_future_leak: accept causal calls of a normalisation that is not causal-safe.
       attention_fn: must be flax's ``dot_product_attention`` (the default); this module
         computes the attention itself.
       rngs: the ``nnx.Rngs`` of the parameters (and of dropout, as in flax).
@@ -123,6 +130,8 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
     if scale_logits not in (None, True, False):
       raise ValueError(f"scale_logits must be None, True or False, got {scale_logits!r}")
     check_int("block_size", block_size)
+    if not isinstance(allow_future_leak, bool):
+      raise ValueError(f"allow_future_leak must be True or False, got {allow_future_leak!r}")
     if kwargs.get("decode"):
       check_decodable(spec)
     super().__init__(num_heads, in_features, qkv_features, out_features, num_kv_heads,
@@ -134,6 +143,7 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
     self.implementation = implementation
     self.scale_logits = scale_logits
     self.block_size = block_size
+    self.allow_future_leak = allow_future_leak
     norm, options = spec.normalization, spec.resolved()
     for param in norm.params:
       if hasattr(self, param.name):
@@ -167,9 +177,14 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
       The output ``[batch..., q, out_features]``.
 
     Raises:
-      ValueError: flax's errors, and ``decode`` with a normalisation that normalises over the
-        queries or with implementation="fast".
+      ValueError: flax's errors, ``decode`` with a normalisation that normalises over the
+        queries or with implementation="fast", and a causal call (``is_causal``, or a concrete
+        causal ``mask``) of a normalisation that is not causal-safe, unless the module was made
+        with ``allow_future_leak=True``.
     """
+    self.normalization.normalization.check_causal(
+        causal=is_causal, mask=mask, allow_future_leak=self.allow_future_leak,
+        name=str(self.normalization))
     room = None
     if decode or (decode is None and self.decode):
       check_decodable(self.normalization)
@@ -256,13 +271,15 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
                                   dense_mask=mask is not None, structured="is_causal"):
       out = norm.fused_attention(query, key, value, params, options,
                                  mask=None if mask is None else jnp.asarray(mask).astype(bool),
-                                 causal=is_causal, block_size=self.block_size)
+                                 causal=is_causal, block_size=self.block_size,
+                                 allow_future_leak=self.allow_future_leak)
       return out.astype(dtype)
     if takes_fast_path(spec, self.implementation, blockers, n_q, n_k, query.shape[-1],
                        is_causal, num_logits, structured="is_causal"):
       to_heads = lambda x: jnp.swapaxes(x, -2, -3)  # [..., n, h, d] <-> [..., h, n, d]
       out = norm.fast_attention(to_heads(query), to_heads(key), to_heads(value), params, options,
-                                causal=is_causal, block_size=self.block_size)
+                                causal=is_causal, block_size=self.block_size,
+                                allow_future_leak=self.allow_future_leak)
       return to_heads(out).astype(dtype)
 
     if mask is not None:

@@ -22,7 +22,7 @@ from normattn_jax.attention import fast as fast_lib
 from normattn_jax.attention import fused as fused_lib
 from normattn_jax.attention.module_spec import (IMPLEMENTATIONS, OUTPUT_GATES,  # noqa: F401
                                                 QK_NORMS, first_problem)
-from normattn_jax.attention.registry import AttentionSpec, fusable
+from normattn_jax.attention.registry import AttentionSpec, causal_safe_names, fusable
 from normattn_jax.attention.registry import straight_through_clip  # noqa: F401 (public here)
 from normattn_jax.norms import LayerNorm
 from normattn_jax.validation import check_int
@@ -195,9 +195,10 @@ def check_decodable(normalization: Union[str, AttentionSpec]) -> None:
   if spec.normalization.normalizes_over_queries:
     raise ValueError(f"decode=True is not supported with normalization={str(spec)!r}: it also "
                      f"normalises each key's weights over the queries, so a query's weights "
-                     f"depend on queries not yet decoded and a key/value cache cannot give the "
-                     f"full pass's outputs; run the whole sequence at once with a causal mask "
-                     f"instead")
+                     f"depend on queries not yet decoded and a key/value cache cannot give them. "
+                     f"Nor can a causal mask over the whole sequence: there each position's "
+                     f"output depends on the later positions (it is not causal-safe). Decode "
+                     f"with a causal-safe normalisation ({', '.join(causal_safe_names())})")
 
 
 # flax's own words for its call's pitfalls (flax.linen.MultiHeadDotProductAttention): the
@@ -481,6 +482,12 @@ class MultiHeadAttention(nn.Module):
       fast paths compute it as two fast attentions.
 
   All three default off, adding no parameter: the params tree is then flax's.
+  And a safety catch:
+    allow_future_leak: compute a causal call (``causal=True``, or a dense causal ``mask``
+      where it is concrete) with a normalisation that is not causal-safe (DNAS, HNAS,
+      Sinkhorn: ``registry.Normalization.causal_safe``), whose outputs then depend on later
+      positions; without it such a call is refused. A mask traced inside ``jit`` cannot be read
+      before it runs and is not checked (``attention.causality``): say ``causal=True`` there.
   The normalisation's per-head parameters join the params tree by name: NAP adds a scalar
   ``nap_gain`` (init 1) and ``nap_bias`` (init 0) per head; HNAS adds ``hybrid_weight``.
 
@@ -538,6 +545,7 @@ class MultiHeadAttention(nn.Module):
   qk_norm_epsilon: float = 1e-6
   differential: bool = False
   layer_index: int = 1
+  allow_future_leak: bool = False
 
   def __post_init__(self):
     check_int("num_heads", self.num_heads)
@@ -556,6 +564,8 @@ class MultiHeadAttention(nn.Module):
         attn_weights_value_einsum_cls=self.attn_weights_value_einsum_cls)
     if self.decode:
       check_decodable(self.normalization)
+    if not isinstance(self.allow_future_leak, (bool, np.bool_)):
+      raise ValueError(f"allow_future_leak must be True or False, got {self.allow_future_leak!r}")
     if not self.qk_norm_epsilon > 0:
       raise ValueError(f"qk_norm_epsilon must be > 0, got {self.qk_norm_epsilon!r}")
     check_int("block_size", self.block_size)
@@ -592,6 +602,8 @@ class MultiHeadAttention(nn.Module):
     norm = self.spec.normalization
     inputs_k, inputs_v = keys_and_values(inputs_q, inputs_k, inputs_v, inputs_kv)
     mask = flax_mask(mask)
+    norm.check_causal(causal=causal, mask=mask, allow_future_leak=self.allow_future_leak,
+                      name=str(self.spec))
     decoding = self.decode and self.has_variable("cache", "cached_key")
     if hybrid_weight is not None:
       if "hybrid_weight" not in norm.param_names:
@@ -653,15 +665,16 @@ class MultiHeadAttention(nn.Module):
         causal_unequal=causal and n_q != n_k, structured="padding_mask/query_mask/key_mask/causal"):
       outs = [norm.fused_attention(q, k, value, params, self._options(), mask=mask,
                                    query_mask=query_mask, key_mask=key_mask, causal=causal,
-                                   block_size=self.block_size) for q, k in maps]
+                                   block_size=self.block_size,
+                                   allow_future_leak=self.allow_future_leak) for q, k in maps]
       return self._output(_less_lambda(outs, lam).astype(value.dtype), features, inputs_q)
     if self._fast(mask, sow_weights, dropout_active, n_q, n_k, map_dim, causal, num_logits):
       to_heads = lambda x: jnp.swapaxes(x, -2, -3)  # [..., n, h, d] -> [..., h, n, d]
       # the fast paths answer in the queries' dtype: value's (float32 with force_fp32_for_softmax)
       outs = [to_heads(norm.fast_attention(
           to_heads(q.astype(value.dtype)), to_heads(k), to_heads(value), params, self._options(),
-          query_mask=query_mask, key_mask=key_mask, causal=causal, block_size=self.block_size))
-          for q, k in maps]
+          query_mask=query_mask, key_mask=key_mask, causal=causal, block_size=self.block_size,
+          allow_future_leak=self.allow_future_leak)) for q, k in maps]
       return self._output(_less_lambda(outs, lam).astype(value.dtype), features, inputs_q)
 
     mask = structured_mask(mask, query_mask, key_mask, causal, n_q, n_k)

@@ -615,14 +615,14 @@ def train_lms(spec: AttentionSpec, scale: str, trainer: Trainer, cache_dir: str)
   normalisation, softmax and NAP in the same decoder.
 
   Returns:
-    ``{arm: run_lm's result}``; the card's is None for a normalisation that normalises over the
-    queries (no causal LM: ``diagnostics.lms``).
+    ``{arm: run_lm's result}``; the card's is None for a normalisation that is not causal-safe
+    (no causal LM: ``diagnostics.lms``).
   """
   s = SCALES[scale]
   specs = {"card": spec, "softmax": AttentionSpec.of("softmax"), "nap": AttentionSpec.of("nap")}
   out = {"card": None}
   for label, folder in lm_dirs(trainer.workdir, trainer.baselines_dir).items():
-    if label == "card" and spec.normalization.normalizes_over_queries:
+    if label == "card" and not spec.normalization.causal_safe:
       continue
     train = lambda label=label, folder=folder: card_lm.run_lm(
         specs[label], s.lm, seed=EVALUATION_SEED, num_seeds=s.evaluation_seeds, workdir=folder,
