@@ -128,7 +128,7 @@ def refuse_future_leak(name: str, causal: bool, allow_future_leak: bool) -> None
 def causal_outputs(norm, implementation: str, q: Array, k: Array, v: Array,
                    params: Optional[Mapping[str, Array]] = None,
                    options: Optional[Mapping[str, Any]] = None, *,
-                   allow_future_leak: bool = False) -> Array:
+                   allow_future_leak: bool = False, block_size: int = 256) -> Array:
   """One head group's causal attention on one of a normalisation's paths.
 
   Args:
@@ -140,6 +140,7 @@ def causal_outputs(norm, implementation: str, q: Array, k: Array, v: Array,
     params: its per-head parameters ``{name: [h]}``; None: ``initial_params``.
     options: its options; None: the defaults.
     allow_future_leak: compute it for a normalisation that is not causal-safe.
+    block_size: queries per block of the blockwise fast and fused paths.
 
   Returns:
     The outputs ``[h, n, e]``.
@@ -157,12 +158,12 @@ def causal_outputs(norm, implementation: str, q: Array, k: Array, v: Array,
     weights = norm.attention_weights(jnp.einsum("hqd,hkd->hqk", q, k), mask, params, options)
     return jnp.einsum("hqk,hkd->hqd", weights, v)
   if implementation == "fast":
-    return norm.fast_attention(q, k, v, params, options, causal=True,
+    return norm.fast_attention(q, k, v, params, options, causal=True, block_size=block_size,
                                allow_future_leak=allow_future_leak)
   if implementation == "fused":
     swap = lambda x: jnp.swapaxes(x, 0, 1)  # [h, n, d] <-> [n, h, d]
     return swap(norm.fused_attention(swap(q), swap(k), swap(v), params, options, causal=True,
-                                     allow_future_leak=allow_future_leak))
+                                     block_size=block_size, allow_future_leak=allow_future_leak))
   raise ValueError(f"implementation must be 'quadratic', 'fast' or 'fused', got "
                    f"{implementation!r}")
 
@@ -170,7 +171,7 @@ def causal_outputs(norm, implementation: str, q: Array, k: Array, v: Array,
 def future_dependence(norm, implementation: str, q: Array, k: Array, v: Array,
                       params: Optional[Mapping[str, Array]] = None,
                       options: Optional[Mapping[str, Any]] = None, *,
-                      allow_future_leak: bool = False) -> Array:
+                      allow_future_leak: bool = False, block_size: int = 256) -> Array:
   """The largest ``|d out_i / d x_j|`` over the positions j after i, x each of q, k and v, of
   a causal call (``causal_outputs``): exactly 0 for a causal-safe normalisation (what
   ``Normalization.causal_safe`` declares), positive where the future leaks. Traceable (jit it).
@@ -184,6 +185,7 @@ def future_dependence(norm, implementation: str, q: Array, k: Array, v: Array,
     params: its per-head parameters; None: ``initial_params``.
     options: its options; None: the defaults.
     allow_future_leak: measure a normalisation that is not causal-safe.
+    block_size: queries per block of the blockwise fast and fused paths.
 
   Returns:
     A float32 scalar.
@@ -191,7 +193,8 @@ def future_dependence(norm, implementation: str, q: Array, k: Array, v: Array,
   n = q.shape[-2]
   later = jnp.asarray(np.triu(np.ones((n, n), bool), 1))  # [i, j]: input j after output i
   outputs = lambda q, k, v: causal_outputs(norm, implementation, q, k, v, params, options,
-                                           allow_future_leak=allow_future_leak)
+                                           allow_future_leak=allow_future_leak,
+                                           block_size=block_size)
   worst = jnp.zeros((), jnp.float32)
   for jacobian in jax.jacrev(outputs, argnums=(0, 1, 2))(q, k, v):  # [h, i, e, h, j, d]
     by_positions = jnp.moveaxis(jnp.abs(jacobian), (1, 4), (0, 1))   # [i, j, h, e, h, d]
