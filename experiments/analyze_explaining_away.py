@@ -12,6 +12,7 @@ from absl import app, flags
 
 from normattn_jax.analysis import explaining_away as ea
 from normattn_jax.reporting import analysis_figures
+from normattn_jax.train import cli
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the json and the figure.")
 _STEPS = flags.DEFINE_integer("steps", 800, "Training steps of each model.")
@@ -39,4 +40,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

@@ -29,6 +29,7 @@ from absl import app, flags
 from normattn_jax.analysis import mixing as mx
 from normattn_jax.models import bert
 from normattn_jax.reporting import analysis_figures
+from normattn_jax.train import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -93,4 +94,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

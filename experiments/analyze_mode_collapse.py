@@ -11,6 +11,7 @@ from absl import app, flags
 
 from normattn_jax.analysis import mode_collapse as mc
 from normattn_jax.reporting import analysis_figures
+from normattn_jax.train import cli
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the json and the figures.")
 flags.mark_flags_as_required(["workdir"])
@@ -36,4 +37,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

@@ -11,6 +11,7 @@ from absl import app, flags
 
 from normattn_jax.analysis.unselectable import fraction_grids
 from normattn_jax.reporting import analysis_figures
+from normattn_jax.train import cli
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the json and the figure.")
 _RUNS = flags.DEFINE_integer("runs", 100, "draws per cell (the paper: 100)", lower_bound=1)
@@ -50,4 +51,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

@@ -14,6 +14,7 @@ from absl import app, flags
 
 from normattn_jax.reporting.tables import finetuning_tables
 from normattn_jax.train.checkpoint import finished_summary
+from normattn_jax.train import cli
 
 _WORKDIRS = flags.DEFINE_list("workdirs", None, "Finished fine-tuning workdirs.")
 _OUTPUT = flags.DEFINE_string("output", None, "Folder for comparison.json and comparison.md.")
@@ -44,4 +45,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

@@ -14,6 +14,7 @@ from absl import app, flags
 from normattn_jax.reporting import leaderboard
 from normattn_jax.reporting.report_card import PROTOCOL
 from normattn_jax.reporting.report_card_text import write_report
+from normattn_jax.train import cli
 
 _CARDS = flags.DEFINE_string("cards", "results/report_cards", "Folder of the cards' folders.")
 _OUT = flags.DEFINE_string("out", "REPORT_CARDS.md", "The table's file.")
@@ -41,4 +42,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

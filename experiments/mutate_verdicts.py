@@ -15,6 +15,7 @@ from absl import app, flags
 
 from normattn_jax.reporting import verdicts
 from normattn_jax.reporting.reproduction import Results
+from normattn_jax.train import cli
 
 _DOCUMENT = flags.DEFINE_string("document", "REPRODUCTION.md", "The document.")
 _RESULTS = flags.DEFINE_string("results", "results", "The folder of the committed results.")
@@ -64,4 +65,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

@@ -18,6 +18,7 @@ from absl import app, flags
 
 from normattn_jax.reporting import figures, seeds
 from normattn_jax.train import artifacts
+from normattn_jax.train import cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -77,4 +78,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

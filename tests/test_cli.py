@@ -135,3 +135,31 @@ def test_quick_compile_comes_before_the_first_computation():
     cli.quick_compile({})
   if os.environ.get("NORMATTN_JAX_TEST_OPTIMIZED", "0") != "1":
     assert set(cli.QUICK_COMPILE_FLAGS) <= set(os.environ["XLA_FLAGS"].split())
+
+
+def test_a_config_field_given_twice_is_found_by_its_name():
+  """ml_collections joins a repeated tuple flag's values and keeps a scalar's last: each config
+  flag given twice is found, in any spelling; ``--`` ends the flags."""
+  argv = ["run.py", "--config=configs/demo.py", "--config.archs=('nap',)", "--workdir=w",
+          "--config.archs", "('mte',)", "--noconfig.model.flag", "-config.model.flag",
+          "--configs=1", "--", "--config.seed=1", "--config.seed=2"]
+  assert cli.repeated_config_fields(argv) == ["config.archs", "config.model.flag"]
+  assert cli.repeated_config_fields(["run.py", "--config=a.py", "--config", "b.py"]) == ["config"]
+  assert cli.repeated_config_fields(["run.py", "--config=a.py", "--config.archs=('nap',)"]) == []
+  assert cli.usage_problem(["run.py"], ["run.py"]) is None
+
+
+def test_a_repeated_config_field_and_stray_arguments_are_refused_before_anything_runs():
+  """The union of two --config.archs, and an unquoted workdir with a space, each exit with a
+  usage error naming what was given (the config would also fail, so nothing trains anyway)."""
+  sweep = [sys.executable, os.path.join(REPO, "experiments", "sweep.py"),
+           "--config=configs/demo.py", "--config.num_seeds=0"]
+  for extra, said in (
+      (["--config.archs=('nap',)", "--config.archs=('mte',)", "--workdir=/nowhere"],
+       "--config.archs is given more than once"),
+      (["--workdir", "/nowhere/my", "runs", "a"],
+       "unexpected positional arguments ['runs', 'a']")):
+    done = subprocess.run(sweep + extra, capture_output=True, text=True, cwd=REPO, timeout=300,
+                          env=subprocess_env())
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert said in done.stderr, done.stderr[-2000:]

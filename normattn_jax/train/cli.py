@@ -182,23 +182,76 @@ def section_hint(message: str, config=None) -> str:
           f"its fields, e.g. --config.{path}.{field}={value}")
 
 
+# A config flag as written: --config, --config.<path>, --noconfig.<path> (a bool set False).
+_CONFIG_FLAG = re.compile(r"^--?(?:no)?(config(?:\.[\w.]+)?)(?:=|$)")
+
+
+def repeated_config_fields(argv: Sequence[str]) -> list:
+  """The config flags (``--config`` and each ``--config.<field>``) that ``argv`` gives more than
+  once: ml_collections appends a tuple field's values when its flag is repeated
+  (``--config.archs=('nap',) --config.archs=('mte',)`` trains both) and keeps the last of a
+  scalar, so a wrapper's default and a user's flag would train another grid than either asked.
+
+  Args:
+    argv: the command line, the program first; what follows ``--`` is not read.
+
+  Returns:
+    The repeated flags' names (``config.archs``), in order of first appearance.
+  """
+  counts = {}
+  for arg in argv[1:]:
+    if arg == "--":
+      break
+    match = _CONFIG_FLAG.match(arg)
+    if match:
+      counts[match.group(1)] = counts.get(match.group(1), 0) + 1
+  return [name for name, count in counts.items() if count > 1]
+
+
+def usage_problem(argv: Sequence[str], rest: Sequence[str]) -> Optional[str]:
+  """Why a run script's command line is refused beyond absl's own checks, or None: a config
+  field given twice (``repeated_config_fields``), or positional arguments, which the scripts
+  take none of (an unquoted path with a space would otherwise lose its tail without a word).
+
+  Args:
+    argv: the command line, the program first.
+    rest: what absl's parser left: the program and the arguments that are not flags.
+
+  Returns:
+    The message, or None.
+  """
+  repeated = repeated_config_fields(argv)
+  if repeated:
+    return (f"--{repeated[0]} is given more than once: a tuple field's values would be joined "
+            f"(training the union) and a scalar's last one kept; give each config field once")
+  if len(rest) > 1:
+    return (f"unexpected positional arguments {list(rest[1:])}: this command takes flags only "
+            f"(quote a value with a space, e.g. --workdir='my runs/a')")
+  return None
+
+
 def parse_flags(argv: list) -> list:
   """``app.run``'s flags parser for the run scripts: absl's, with ``section_hint`` added to a
-  value given to a config section.
+  value given to a config section, and ``usage_problem``'s refusals (a config field given
+  twice, positional arguments).
 
   Args:
     argv: the command line.
 
   Returns:
-    The arguments that are not flags.
+    The arguments that are not flags (the program alone).
   """
   try:
-    return flags.FLAGS(argv)
+    rest = flags.FLAGS(argv)
+    problem = usage_problem(argv, rest)
   except flags.Error as err:
     config = flags.FLAGS["config"].value if "config" in flags.FLAGS else None
-    print(f"FATAL Flags parsing error: {section_hint(str(err), config)}", file=sys.stderr)
-    print("Pass --helpshort or --helpfull to see help on flags.", file=sys.stderr)
-    sys.exit(1)
+    problem = section_hint(str(err), config)
+  if problem is None:
+    return rest
+  print(f"FATAL Flags parsing error: {problem}", file=sys.stderr)
+  print("Pass --helpshort or --helpfull to see help on flags.", file=sys.stderr)
+  sys.exit(1)
 
 
 def define_cpu_devices_flag() -> flags.FlagHolder:
