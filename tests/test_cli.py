@@ -163,3 +163,11 @@ def test_a_repeated_config_field_and_stray_arguments_are_refused_before_anything
                           env=subprocess_env())
     assert done.returncode == 1, done.stderr[-2000:]
     assert said in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("minutes", ["nan", "inf"])
+def test_a_budget_that_is_not_a_finite_number_of_minutes_is_a_usage_error(minutes):
+  done = command(f"--max_minutes={minutes}", "--workdir=/nowhere")
+  assert done.returncode == 1, done.stderr[-2000:]
+  assert (f"flag --max_minutes={minutes}: must be a finite number of minutes (0: no limit)"
+          in done.stderr), done.stderr[-2000:]

@@ -64,7 +64,7 @@ from normattn_jax.train.grid import Setup
 from normattn_jax.train.sections import (attention_section, attention_spec,
                                          check_known_fields)
 from normattn_jax.train.sweep import load_models, run_sweep
-from normattn_jax.validation import fail_config
+from normattn_jax.validation import check_bool_fields, fail_config
 
 # Optional packages: without them, the error names the extra that installs them.
 ml_collections = require("ml_collections", "analysis")
@@ -180,6 +180,7 @@ def validate_config(c: ml_collections.ConfigDict) -> AttentionSpec:
   """
   check_known_fields(c, base_card_config(), free=("attention.options",))
   kinds.check_kind(c, KIND, absent_is_expected=True)
+  check_bool_fields(c, base_card_config())
   if c.scale not in SCALES:
     fail_config("scale", c.scale, f"choose from {tuple(SCALES)}")
   for field in ("baselines_dir", "cache_dir"):

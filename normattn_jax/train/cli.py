@@ -6,6 +6,7 @@ and stops on its budget alike (``run_kind``: any kind of run, ``train.kinds``).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import sys
@@ -306,6 +307,9 @@ def define_run_flags(budget: bool = True) -> RunFlags:
           f"time, its checkpoint written (exit code {INTERRUPTED_EXIT}; 0: no limit); the same "
           "command resumes.", lower_bound=0.0) if budget else None)
   flags.mark_flag_as_required("workdir")
+  if budget:  # nan passes absl's lower bound, inf means nothing 0 does not
+    flags.register_validator("max_minutes", lambda minutes: math.isfinite(minutes),
+                             "must be a finite number of minutes (0: no limit)")
   return holders
 
 
