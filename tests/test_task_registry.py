@@ -330,3 +330,26 @@ def test_a_setting_is_the_tasks_own_and_registration_checks_them(offset_plugin, 
   with pytest.raises(ValueError, match="settings must be Setting objects of distinct names"):
     tasks.register(tasks.Task("twice", sample, outputs=("classes",),
                               settings=(tasks.Setting("k", 1), tasks.Setting("k", 2))))
+
+
+@pytest.mark.parametrize("output, sample, said", [
+    ("classes", lambda key, b, n, s: (  # one example in 16 at the vocabulary size
+        jnp.zeros((b, n), jnp.int32), jnp.where(jnp.arange(b) % 16 == 0, s.vocab_size, 0)),
+     r"holds labels 8, outside \[0, 8\) \(the 8 classes\), in 64 of its 1024 examples"),
+    ("classes", lambda key, b, n, s: (jnp.zeros((b, n), jnp.int32), jnp.full(b, jnp.nan)),
+     r"the 'classes' output takes integer labels of shape \(1024,\) .* got float32 \(1024,\)"),
+    ("classes", lambda key, b, n, s: (jnp.zeros((b, n), jnp.int32), jnp.zeros((b, n), jnp.int32)),
+     r"the 'classes' output takes integer labels of shape \(1024,\) .* got int32 \(1024, 16\)"),
+    ("token_classes", lambda key, b, n, s: (jnp.zeros((b, n), jnp.int32), jnp.zeros(b, jnp.int32)),
+     r"the 'token_classes' output takes integer labels of shape \(1024, 16\)"),
+])
+def test_labels_are_checked_per_output_head_in_dtype_shape_and_range(output, sample, said):
+  """A label at the vocabulary size in 1 of 16 examples, NaN float labels and labels of the
+  wrong shape all trained to "every learning rate diverged", the table blaming the model."""
+  task = tasks.register(tasks.Task("broken", sample, outputs=(output,)))
+  try:
+    with pytest.raises(ValueError, match=r"task 'broken': .*" + said):
+      validate(copy_config(**{"task.name": "broken", "task.output": output,
+                              "task.seq_len": 16}))
+  finally:
+    tasks.unregister(task.name)
