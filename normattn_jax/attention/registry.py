@@ -246,10 +246,16 @@ class Normalization:
       The weights, of ``logits``' shape and dtype.
 
     Raises:
-      ValueError: if a per-head parameter is missing or an option is refused.
+      ValueError: if a per-head parameter is missing, an option is refused, or the weight
+        function answers in another shape than the logits' (checked as it is traced: a
+        ``[..., q, 1]`` answer would otherwise be broadcast over the keys without a word).
     """
     weights = self.weights(logits, mask, **_per_head(self, params),
                            **self.function_options(options))
+    if jnp.shape(weights) != jnp.shape(logits):
+      raise ValueError(f"normalization {self.name!r}: its weight function returned weights of "
+                       f"shape {jnp.shape(weights)} for logits of shape {jnp.shape(logits)}; "
+                       f"it must return one weight per logit")
     return weights.astype(logits.dtype)  # float32 per-head params must not promote bf16 logits
 
   def check_causal(self, *, causal: bool = False, mask=None, allow_future_leak: bool = False,
