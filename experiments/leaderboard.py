@@ -3,9 +3,10 @@
 
 Reads every <cards>/<name>/report.json (what experiments/report_card.py writes) and writes the
 board: the normalisations x the diagnostics, every card judged again over the whole board, the
-columns that separate and the verdicts' stability. --rewrite_cards first writes each card's
-verdicts, report.md and accuracy.png again from its report.json (after a change of wording; the
-numbers stay as they are).
+columns that separate and the verdicts' stability; a card folder with no report.json yet (a card
+still running, or stopped) is named and the board left as it is. --rewrite_cards first writes
+each card's verdicts, report.md and accuracy.png again from its report.json (after a change of
+wording; the numbers stay as they are).
 """
 import os
 

@@ -2,6 +2,7 @@
 columns that separate, the verdicts under the board's false-discovery control and their
 stability over two halves of the seeds, each recomputed here from per-seed values."""
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -172,3 +173,17 @@ def test_a_cost_row_without_its_fields_is_named():
       json.dump(card, f)
     with pytest.raises(ValueError, match=r"cost\[0\] lacks path, seconds"):
       leaderboard.read_reports(folder)
+
+
+def test_an_unfinished_card_is_named_and_the_board_is_not_made_without_it(tmp_path):
+  """A card folder without report.json (a card still running, or killed) was dropped from the
+  board without a word; the shared baselines' folder (neither file) is not a card."""
+  shutil.copytree(os.path.join(REPO, "results", "report_cards", "softmax"), tmp_path / "softmax")
+  (tmp_path / "running").mkdir()
+  (tmp_path / "running" / "config.json").write_text('{"normalization": "sink"}')
+  (tmp_path / "baselines" / "cpu-1234").mkdir(parents=True)
+  with pytest.raises(ValueError, match=r"cards folder .*: running unfinished \(a card's "
+                                       r"config.json, no report.json yet\)"):
+    leaderboard.read_reports(str(tmp_path))
+  (tmp_path / "running" / "config.json").unlink()
+  assert [r["name"] for r in leaderboard.read_reports(str(tmp_path))] == ["softmax"]
