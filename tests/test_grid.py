@@ -153,10 +153,12 @@ def test_rows_past_the_last_checkpoint_are_logged_once(reference, tmp_path):
   assert history_bytes(tmp_path) == history_bytes(reference)
 
 
-def test_a_sweep_stopped_by_time_keeps_its_last_chunk_and_resumes(reference, tmp_path):
+@pytest.mark.parametrize("every", [2, 0])
+def test_a_sweep_stopped_by_time_keeps_its_last_chunk_and_resumes(reference, tmp_path, every):
   """--max_minutes (the GPU queue's way to end a loan's sweep): the chunk that passed the time
-  is checkpointed though it is no checkpoint_every multiple, and the rerun ends as one run."""
-  config = tiny_sweep_config(**{"train.checkpoint_every": 2})
+  is checkpointed though it is no checkpoint_every multiple, and even with checkpoints off (0,
+  where the rerun started over), and the rerun ends as one run."""
+  config = tiny_sweep_config(**{"train.checkpoint_every": every})
   with pytest.raises(Interrupted, match="out of time after 1 of"):
     run(config, tmp_path, budget=Budget(minutes=1e-9))
   [grid] = os.listdir(tmp_path / "checkpoints")
