@@ -167,6 +167,40 @@ def test_a_sweep_stopped_by_time_keeps_its_last_chunk_and_resumes(reference, tmp
   assert history_bytes(tmp_path) == history_bytes(reference)
 
 
+def finished_run_flags(workdir):
+  """The command line's flags of a plain rerun of ``workdir`` (``cli.run_kind``)."""
+  from types import SimpleNamespace
+
+  from normattn_jax.train import cli
+  given = dict(workdir=str(workdir), distributed=False, coordinator_address="", num_processes=0,
+               process_id=-1, afresh=False, plugins=[], cpu_devices=None,
+               compilation_cache=False, max_minutes=0.0)
+  return cli.RunFlags(**{name: SimpleNamespace(value=value) for name, value in given.items()})
+
+
+def test_a_finished_run_rerun_draws_only_its_missing_figures(reference, tmp_path, monkeypatch):
+  """A rerun of a finished sweep returns its summary; of its figures only a missing one is
+  drawn (the others keep their bytes and times), and a read-only workdir is left alone."""
+  import shutil
+
+  from normattn_jax.train import cli
+  workdir = tmp_path / "finished"
+  shutil.copytree(reference, workdir)
+  config, flags_ = tiny_sweep_config(), finished_run_flags(workdir)
+  figures = ("accuracy.png", "case_accuracy.png", "learning_curves.png")
+  assert cli.run_kind(config, flags_) == read(reference)
+  kept = {name: (workdir / name).stat().st_mtime_ns for name in figures}
+  (workdir / "learning_curves.png").unlink()
+  cli.run_kind(config, flags_)
+  assert (workdir / "learning_curves.png").exists()
+  for name in ("accuracy.png", "case_accuracy.png"):
+    assert (workdir / name).stat().st_mtime_ns == kept[name]
+  (workdir / "accuracy.png").unlink()
+  monkeypatch.setattr(cli.os, "access", lambda path, mode: False)  # a read-only mount
+  assert cli.run_kind(config, flags_) == read(reference)
+  assert not (workdir / "accuracy.png").exists()
+
+
 def test_the_budget_stops_before_a_chunk_it_cannot_pay():
   budget = Budget(2)
   budget.check("nap", 0, 3)

@@ -624,6 +624,7 @@ CAUSAL_LM = kinds.register(kinds.RunKind(
     summary_format={"indent": 1},
     describe=describe,
     figures=draw,
+    figure_files=lambda workdir, summary: ("table1.md", "train_loss.png"),
     divides=lambda c: (c.train.seeds,),
     # the seeds per vmap came with the grid engine: a config without it ran at the auto width
     added={"train.models_per_vmap": 0}))

@@ -861,5 +861,6 @@ MAJORITY = kinds.register(kinds.RunKind(
     summary_format={"indent": 1},
     describe=describe,
     figures=draw,
+    figure_files=lambda workdir, summary: ("majority.png",),
     # a config from before the kinds gave its steps on the command line alone
     added={"steps": 14_000}))

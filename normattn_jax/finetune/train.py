@@ -573,6 +573,7 @@ FINETUNING = kinds.register(kinds.RunKind(
                                                        config, results.history),
     describe=describe,
     figures=draw_curves,
+    figure_files=lambda workdir, summary: ("curves.png",),
     migrate=migrate_finetuning))
 
 

@@ -9,7 +9,9 @@ import dataclasses
 import math
 import os
 import re
+import shutil
 import sys
+import tempfile
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import jax
@@ -362,10 +364,46 @@ def run_command(run: Callable[..., T], config: Any, run_flags: RunFlags,
     sys.exit(INTERRUPTED_EXIT)
 
 
+def draw_missing_figures(kind: kinds.RunKind, workdir: str, summary: dict,
+                         log: Callable[[str], None] = print) -> list:
+  """Draw again the figures a finished run lacks (``RunKind.figure_files``), leaving the others
+  as they are: the kind's ``figures`` draw into a scratch folder that links the workdir's other
+  files, and only the missing figures are copied in. A read-only workdir is left alone.
+
+  Args:
+    kind: the run's kind.
+    workdir: the finished run's workdir.
+    summary: its summary.
+    log: where a note on a read-only workdir goes.
+
+  Returns:
+    The names of the figures drawn.
+  """
+  names = tuple(kind.figure_files(workdir, summary))
+  missing = [name for name in names if not os.path.exists(os.path.join(workdir, name))]
+  if not missing:
+    return []
+  if not os.access(workdir, os.W_OK):
+    log(f"{workdir} is read-only: its missing figures ({', '.join(missing)}) are not drawn")
+    return []
+  with tempfile.TemporaryDirectory() as scratch:
+    for entry in os.listdir(workdir):
+      if entry not in names:
+        os.symlink(os.path.join(workdir, entry), os.path.join(scratch, entry))
+    kind.figures(scratch, summary)
+    drawn = [name for name in missing if os.path.isfile(os.path.join(scratch, name))]
+    for name in drawn:
+      partial = os.path.join(workdir, name + ".partial")
+      shutil.copyfile(os.path.join(scratch, name), partial)
+      os.replace(partial, os.path.join(workdir, name))
+  return drawn
+
+
 def run_kind(config: Any, run_flags: RunFlags, expected: Optional[str] = None) -> dict:
   """``experiments/run.py``'s ``main`` (and its aliases'): run the config's kind of run through
   the driver (``runs.run``) within ``--max_minutes``, then, on the chief, draw the kind's figures
-  and print what it says of the summary.
+  (of a run found finished, only those it lacks: ``draw_missing_figures``) and print what it
+  says of the summary.
 
   Args:
     config: the script's parsed config; its ``kind`` field picks the kind of run.
@@ -393,10 +431,15 @@ def run_kind(config: Any, run_flags: RunFlags, expected: Optional[str] = None) -
   def run(config, workdir, afresh):
     return runs.run(config, workdir, afresh=afresh, budget=budget)
 
-  summary = run_command(run, config, run_flags, divides=kind.divides(config))
   workdir = run_flags.workdir.value
+  finished = (not run_flags.afresh.value and kind.summary_file == "summary.json"
+              and os.path.isfile(os.path.join(workdir, kind.summary_file)))
+  summary = run_command(run, config, run_flags, divides=kind.divides(config))
   if multihost.is_chief() and kind.figures is not None:  # on several hosts, one draws
-    kind.figures(workdir, summary)
+    if finished:  # its results stay as they are, and so do its files
+      draw_missing_figures(kind, workdir, summary)
+    else:
+      kind.figures(workdir, summary)
   print("\n".join(kind.describe(summary)))
   print(f"results in {workdir}")
   return summary

@@ -63,6 +63,9 @@ class RunKind:
     written before it.
   - ``describe(summary) -> lines``: what the command line prints of a finished run.
   - ``figures(workdir, summary)``: the figures the command line draws of it (on the chief).
+  - ``figure_files(workdir, summary) -> names``: the files ``figures`` writes in the workdir.
+    Of a run found finished, only the missing ones are drawn again (``cli``'s
+    ``draw_missing_figures``), the others left as they are; none declared: none redrawn.
   - ``summary_file``: the summary's file, written last; "summary.json" marks a finished run,
     which a rerun returns untouched (a kind whose target may grow names another).
   - ``summary_format``: ``json.dump``'s options for the summary.
@@ -83,6 +86,7 @@ class RunKind:
   save: Optional[Callable[[str, ml_collections.ConfigDict, Any], None]] = None
   describe: Callable[[dict], list] = lambda summary: []
   figures: Optional[Callable[[str, dict], None]] = None
+  figure_files: Callable[[str, dict], tuple] = lambda workdir, summary: ()
   summary_file: str = "summary.json"
   summary_format: Mapping = dataclasses.field(default_factory=lambda: {"indent": 2})
   divides: Callable[[ml_collections.ConfigDict], tuple] = lambda config: ()

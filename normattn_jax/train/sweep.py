@@ -213,6 +213,12 @@ def draw_figures(workdir: str, summary: dict) -> None:
   figures.draw_finished_sweep(workdir)
 
 
+def figure_files(workdir: str, summary: dict) -> tuple:
+  """The files ``draw_figures`` writes (``reporting.figures.draw_sweep``)."""
+  from normattn_jax.reporting import figures
+  return figures.sweep_figure_files(artifacts.read_config(workdir))
+
+
 def describe(summary: dict) -> list[str]:
   """What the command line prints of a finished sweep: each arch's best, and its figures."""
   return best_lines(summary) + ["figures: accuracy.png (and case_accuracy.png, "
@@ -235,6 +241,7 @@ SWEEP = kinds.register(kinds.RunKind(
     save=save_results,
     describe=describe,
     figures=draw_figures,
+    figure_files=figure_files,
     summary_format={"indent": 2, "sort_keys": True},
     renamed={"sweep.values": "sweep.grid"},
     added={"model.output_gate": None, "model.qk_norm": None, "model.differential": False,
