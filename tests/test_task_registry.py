@@ -353,3 +353,41 @@ def test_labels_are_checked_per_output_head_in_dtype_shape_and_range(output, sam
                               "task.seq_len": 16}))
   finally:
     tasks.unregister(task.name)
+
+
+def test_a_tasks_settings_are_checked_as_it_is_registered():
+  """A default that breaks its own rule, and a setting named like a shared field (the config
+  would read the shared field: the setting silently ignored), are refused by register."""
+  from normattn_jax.train.config import base_config
+  assert set(tasks.SHARED_FIELDS) == set(base_config().task.keys())
+  for settings, said in (
+      ((tasks.Setting("offset", 0, tasks.positive_int),),
+       r"setting offset's default 0 breaks its own rule: must be an integer >= 1"),
+      ((tasks.Setting("seq_len", 3),), r"settings \['seq_len'\] take the names of fields every "
+                                       r"task shares")):
+    with pytest.raises(ValueError, match=r"task 'bad_settings': " + said):
+      tasks.register(tasks.Task("bad_settings", copy_first, outputs=("classes",),
+                                settings=settings))
+    assert "bad_settings" not in tasks.TASKS
+
+
+def test_a_setting_the_sampler_cannot_take_is_named():
+  """2**70 passed the integer rule and failed inside the sampler as an anonymous
+  OverflowError; the rule now bounds it, and a sampler's failure names the task and its
+  settings."""
+  shifted = lambda key, b, n, s: (jnp.zeros((b, n), jnp.int32),
+                                  (jnp.zeros(b, jnp.int32) + s.offset) % s.vocab_size)
+  for problem, said in ((tasks.positive_int, r"config.task.offset=1180591620717411303424: must "
+                                             r"be at most 2147483647"),
+                        (None, r"task 'shifted': its sampler fails on a batch at "
+                                          r"N = 16 with the settings \{'offset': "
+                                          r"1180591620717411303424\}: OverflowError")):
+    rule = {} if problem is None else {"problem": problem}  # None: any value (the default)
+    tasks.register(tasks.Task("shifted", shifted, outputs=("classes",),
+                              settings=(tasks.Setting("offset", 1, **rule),)))
+    try:
+      with pytest.raises(ValueError, match=said):
+        validate(copy_config(**{"task.name": "shifted", "task.seq_len": 16,
+                                "task.offset": 2**70}))
+    finally:
+      tasks.unregister("shifted")

@@ -20,6 +20,10 @@ from normattn_jax.registry import Registry
 from normattn_jax.validation import fail_config
 
 Array = jax.Array
+# The fields of a config's ``task`` section that every task shares (``train.config``): a setting
+# of one task may not take their names, which the validation would read as the shared field.
+SHARED_FIELDS = ("name", "seq_len", "vocab_size", "output", "min_margin")
+INT32_MAX = 2**31 - 1  # the samplers compute in int32
 # sample(key, batch_size, seq_len, settings) -> (inputs [batch, seq_len] int32, labels)
 Sampler = Callable[[Array, int, int, Any], tuple[Array, Array]]
 
@@ -52,7 +56,8 @@ def any_value(value) -> Optional[str]:
 
 
 def positive_int(value) -> Optional[str]:
-  """``Setting.problem`` of an integer >= 1 (e.g. a period or a count).
+  """``Setting.problem`` of an integer >= 1 (e.g. a period or a count) that int32 holds, as
+  the samplers compute in it (2**70 would fail inside one as an anonymous OverflowError).
 
   Args:
     value: the setting's value.
@@ -60,9 +65,11 @@ def positive_int(value) -> Optional[str]:
   Returns:
     None, or why ``value`` is refused.
   """
-  if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1:
-    return None
-  return "must be an integer >= 1"
+  if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+    return "must be an integer >= 1"
+  if value > INT32_MAX:
+    return f"must be at most {INT32_MAX} (the samplers compute in int32)"
+  return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,7 +208,7 @@ class Task:
 
 def _check(task: Task) -> None:
   """A task's labels must match one of the output heads; its settings are ``Setting`` objects
-  of distinct names."""
+  of distinct names, none a shared field's (``SHARED_FIELDS``), each default kept by its rule."""
   if not task.outputs or any(output not in OUTPUTS for output in task.outputs):
     raise ValueError(f"task {task.name!r}: outputs must be a non-empty tuple from {OUTPUTS}, "
                      f"got {task.outputs!r}")
@@ -210,6 +217,15 @@ def _check(task: Task) -> None:
       or len(set(setting_names)) != len(setting_names)):
     raise ValueError(f"task {task.name!r}: settings must be Setting objects of distinct names, "
                      f"got {task.settings!r}")
+  shared = sorted(set(setting_names) & set(SHARED_FIELDS))
+  if shared:
+    raise ValueError(f"task {task.name!r}: settings {shared} take the names of fields every "
+                     f"task shares {SHARED_FIELDS}, which the config would read instead")
+  for setting in task.settings:
+    why = setting.problem(setting.default)
+    if why:
+      raise ValueError(f"task {task.name!r}: setting {setting.name}'s default "
+                       f"{setting.default!r} breaks its own rule: {why}")
 
 
 def check_settings(task: Task, section) -> None:
@@ -281,7 +297,12 @@ def check_batches(task: Task, settings, output: str, classes: int, lengths) -> N
   """
   vocab, batch = int(settings.vocab_size), CHECKED_EXAMPLES
   for n in dict.fromkeys(int(length) for length in lengths):
-    inputs, labels = task.sample(jax.random.key(0), batch, n, settings)
+    try:
+      inputs, labels = task.sample(jax.random.key(0), batch, n, settings)
+    except (ArithmeticError, TypeError, ValueError) as err:  # a setting the sampler cannot take
+      own = {s.name: settings[s.name] for s in task.settings if s.name in settings}
+      raise ValueError(f"task {task.name!r}: its sampler fails on a batch at N = {n} with the "
+                       f"settings {own}: {type(err).__name__}: {err}") from err
     inputs, labels = np.asarray(inputs), np.asarray(labels)
     if inputs.shape != (batch, n) or inputs.dtype.kind not in "iu":
       raise ValueError(f"task {task.name!r}: a batch of {batch} at N = {n} must have integer "
