@@ -24,7 +24,8 @@ from flax.nnx.nn.attention import dot_product_attention
 from normattn_jax.attention import fast as fast_lib
 from normattn_jax.attention import fused as fused_lib
 from normattn_jax.attention.module import (check_attention_fields, check_cache_room,
-                                          check_decodable, takes_fast_path)
+                                          check_decodable, takes_fast_path, taking_part,
+                                          zero_outside)
 from normattn_jax.attention.module_spec import ADDITIONS, AttentionModuleSpec
 from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.validation import check_int
@@ -186,7 +187,15 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
         causal=is_causal, mask=mask, allow_future_leak=self.allow_future_leak,
         name=str(self.normalization))
     room = None
-    if decode or (decode is None and self.decode):
+    decoding = decode or (decode is None and self.decode)
+    flax_refuses = inputs_k is None and inputs_v is not None  # flax's error, raised below
+    if mask is not None and not decoding and not flax_refuses:  # padding's NaN or inf: no harm
+      queries, keys = taking_part(jnp.asarray(mask) != 0, None, None, inputs_q.ndim - 2)
+      inputs_k = inputs_q if inputs_k is None else inputs_k
+      inputs_v = inputs_k if inputs_v is None else inputs_v
+      inputs_q, inputs_k, inputs_v = (zero_outside(inputs_q, queries),
+                                      zero_outside(inputs_k, keys), zero_outside(inputs_v, keys))
+    if decoding:
       check_decodable(self.normalization)
       if self.implementation == "fast":
         raise ValueError("implementation='fast' cannot decode: the cache adds a dense mask of "

@@ -173,6 +173,37 @@ def padding_masks(padding_mask, query_mask, key_mask, length: int):
   return both(query_mask), both(key_mask)
 
 
+def taking_part(mask, query_mask, key_mask, batch_rank: int) -> tuple:
+  """Which queries and which keys take part in the attention at all: a query whose every key is
+  masked, or a key that every query is denied (padding), gets weight 0 in any normalisation.
+
+  Args:
+    mask: dense boolean mask broadcastable to ``[..., h, q, k]``, or None.
+    query_mask: boolean ``[..., q]``, or None.
+    key_mask: boolean ``[..., k]``, or None.
+    batch_rank: the number of batch axes of the inputs (``inputs.ndim - 2``), to tell a dense
+      mask's head axis from its batch axes.
+
+  Returns:
+    ``(queries [..., q] or None, keys [..., k] or None)``, boolean; None where nothing is masked.
+  """
+  queries, keys = query_mask, key_mask
+  if mask is not None:
+    mask = jnp.asarray(mask)
+    if mask.ndim == batch_rank + 3:  # [..., h, q, k]: a position takes part in some head
+      mask = mask.any(-3)
+    and_ = lambda a, b: b if a is None else a & b
+    queries, keys = and_(queries, mask.any(-1)), and_(keys, mask.any(-2))
+  return queries, keys
+
+
+def zero_outside(x: Array, valid: Optional[Array]) -> Array:
+  """``x [..., n, features]`` with the positions where ``valid [..., n]`` is False set to 0:
+  padding that holds NaN or inf never reaches a real output or a gradient (0 weight times NaN
+  is NaN, and so is the projections' gradient ``x^T g`` at a NaN position)."""
+  return x if valid is None else jnp.where(valid[..., None], x, jnp.zeros((), x.dtype))
+
+
 def _less_lambda(parts: list, lam: Optional[Array]) -> Array:
   """Differential attention's ``parts[0] - lambda * parts[1]`` (the two maps' weights or
   outputs); the one part without it (``lam`` None)."""
@@ -620,6 +651,10 @@ class MultiHeadAttention(nn.Module):
                          "[..., max_length] (and query_mask) instead")
       query_mask, key_mask = padding_masks(padding_mask, query_mask, key_mask,
                                            inputs_q.shape[-2])
+    if not decoding:  # a step's key mask covers the cache, not its one position
+      queries, keys = taking_part(mask, query_mask, key_mask, inputs_q.ndim - 2)
+      inputs_q, inputs_k, inputs_v = (zero_outside(inputs_q, queries),
+                                      zero_outside(inputs_k, keys), zero_outside(inputs_v, keys))
     features = self.out_features or inputs_q.shape[-1]
     qkv_features = self.qkv_features or inputs_q.shape[-1]
     if qkv_features % self.num_heads:
