@@ -85,6 +85,27 @@ def test_the_compilation_cache_is_on_by_default_under_the_users_cache(tmp_path):
     jax.config.update("jax_compilation_cache_dir", given)
 
 
+def test_a_compilation_cache_pointed_at_a_file_is_said_once_and_left_off(tmp_path):
+  """JAX warned on every program it compiled ("Error reading persistent compilation cache
+  entry ... Not a directory"); the run now says it once, naming the path, and compiles
+  without it."""
+  import jax
+  from normattn_jax.train import cli
+  (tmp_path / "file").write_text("not a folder")
+  given = jax.config.jax_compilation_cache_dir
+  try:
+    for environ, path in (({"XDG_CACHE_HOME": str(tmp_path / "file")}, "file/normattn_jax/jax"),
+                          ({}, "file")):
+      jax.config.update("jax_compilation_cache_dir",
+                        None if environ else str(tmp_path / "file"))  # JAX_COMPILATION_CACHE_DIR
+      with pytest.warns(UserWarning, match=f"the compilation cache {tmp_path / path} cannot be "
+                                           f"a folder .*compiles without it"):
+        assert cli.enable_compilation_cache(True, environ) is None
+      assert jax.config.jax_compilation_cache_dir is None
+  finally:
+    jax.config.update("jax_compilation_cache_dir", given)
+
+
 def test_a_run_resumed_on_another_device_count_says_so(tmp_path, monkeypatch):
   import json
   import pytest

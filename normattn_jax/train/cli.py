@@ -12,6 +12,7 @@ import re
 import shutil
 import sys
 import tempfile
+import warnings
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import jax
@@ -47,13 +48,24 @@ def enable_compilation_cache(enabled: bool = True, environ=os.environ) -> Option
     environ: the environment.
 
   Returns:
-    The cache directory in use, or None when the cache is off.
+    The cache directory in use, or None when the cache is off: asked off, or a directory that
+    cannot be made (a file in its place, no permission), which is then said once, by a
+    warning naming it, rather than by JAX on every program.
   """
   if not enabled or environ.get(CACHE_ENV, "1") == "0":
     return None
   if not jax.config.jax_compilation_cache_dir:
     jax.config.update("jax_compilation_cache_dir", compilation_cache_dir(environ))
-  return jax.config.jax_compilation_cache_dir
+  directory = jax.config.jax_compilation_cache_dir
+  try:
+    os.makedirs(directory, exist_ok=True)
+  except OSError as err:
+    jax.config.update("jax_compilation_cache_dir", None)
+    warnings.warn(f"the compilation cache {directory} cannot be a folder ({err}): this run "
+                  f"compiles without it; move what is in its way, or turn it off "
+                  f"(--nocompilation_cache, {CACHE_ENV}=0)", stacklevel=2)
+    return None
+  return directory
 
 
 # XLA's options for programs whose compiling outweighs their running (a smoke-scale report card,
