@@ -1,5 +1,6 @@
 """The grid engine: validation, determinism, resume, divergence isolation, 8 devices."""
 import json
+import re
 import os
 import subprocess
 import sys
@@ -519,3 +520,27 @@ def test_a_non_finite_steps_reference_is_refused():
                                            steps_scale="inverse", steps_reference=float("inf")))
   with pytest.raises(ValueError, match=r"config.sweep.steps_reference=inf: .*finite"):
     validate(c)
+
+
+def test_the_engine_refuses_bad_widths_and_models_axes_before_tracing():
+  """Grid.of took a negative, fractional or boolean width and no models at all (an anonymous
+  TypeError in a reshape, or a run of nothing); run_grid padded too few keys with other models'
+  keys and failed on too many inputs with "negative dimensions"."""
+  from normattn_jax.train.grid import Grid, run_grid
+  init = lambda key, hp: {"w": jnp.zeros(3) + hp}
+  chunk = lambda state, hp: ({"w": state["w"] + hp}, {"loss": jnp.sum(state["w"])})
+  for kwargs, said in ((dict(num_models=0), "num_models must be a positive integer, got 0"),
+                       (dict(num_models=3, per_vmap=-1), "per_vmap must be an integer >= 0"),
+                       (dict(num_models=3, per_vmap=1.5), "per_vmap must be an integer >= 0"),
+                       (dict(num_models=3, per_vmap=True), "per_vmap must be an integer >= 0")):
+    with pytest.raises(ValueError, match=re.escape(said)):
+      Grid.of(init, chunk, **kwargs)
+  grid = Grid.of(init, chunk, 3, 1)
+  keys, hp = np.zeros((3, 2), np.uint32), np.ones(3, np.float32)
+  for args, said in (((keys[:2], hp, 2), "keys has shape (2, 2): its leading axis must be the "
+                                         "grid's 3 models"),
+                     ((keys, {"lr": np.ones(5)}, 2), "per_model (chunk 0)['lr'] has shape (5,)"),
+                     ((keys, lambda i: np.ones(3 + i), 2), "per_model (chunk 1) has shape (4,)"),
+                     ((keys, hp, -1), "num_chunks must be an integer >= 0, got -1")):
+    with pytest.raises(ValueError, match=re.escape(said)):
+      run_grid(grid, *args)
