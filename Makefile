@@ -20,7 +20,7 @@ $(STAMP): setup.py constraints.txt
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(PY) experiments/sweep.py --config configs/demo.py --workdir runs/demo
+	$(VENV)/bin/normattn-sweep --config demo --workdir runs/demo
 
 test: $(STAMP)
 	$(PY) -m ruff check .

@@ -28,6 +28,13 @@ ANALYSIS = EXPERIMENTS + BERT + [
     "wordfreq>=3.0",
 ]
 
+# The commands, one module each in normattn_jax/cli/: ``normattn-<name>`` (its underscores as
+# hyphens) runs ``python -m normattn_jax.cli.<name>``.
+COMMANDS = ["run", "sweep", "pretrain", "finetune", "card", "leaderboard", "resummarise", "retrain",
+            "explaining_away", "geometry", "majority", "mixing", "mode_collapse", "unselectable",
+            "unselectable_lm", "compare_seeds", "compare_pretraining", "compare_finetuning",
+            "export_check", "regularization_table"]
+
 with open("normattn_jax/__init__.py") as f:
   VERSION = re.search(r'^__version__ = "(.+)"$', f.read(), flags=re.M).group(1)
 with open("README.md") as f:
@@ -39,9 +46,11 @@ setup(
     description="Attention normalisations (softmax, DNAS, HNAS, Sinkhorn, NAP, NON) in JAX/Flax",
     long_description=README,
     long_description_content_type="text/markdown",
-    # configs/ ships as a package: a config builds on another (``from configs import ...``)
-    # whether it is imported or given by path to --config, from any working directory.
-    packages=find_packages(include=["normattn_jax", "normattn_jax.*", "configs"]),
+    # normattn_jax.configs ships with the package: --config takes a config's name or a path,
+    # and a config builds on another (``from normattn_jax.configs import ...``).
+    packages=find_packages(include=["normattn_jax", "normattn_jax.*"]),
+    # the kernel rules measured on accelerators (normattn_jax.kernels.rules)
+    package_data={"normattn_jax.kernels": ["measured.json"]},
     python_requires=">=3.10",
     install_requires=[
         "jax>=0.4.35",
@@ -50,6 +59,8 @@ setup(
         "chex>=0.1.87",
         "numpy>=1.26",
     ],
+    entry_points={"console_scripts": [
+        f"normattn-{name.replace('_', '-')} = normattn_jax.cli.{name}:main" for name in COMMANDS]},
     extras_require={
         "experiments": EXPERIMENTS,
         "pretrain": PRETRAIN,

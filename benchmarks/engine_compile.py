@@ -25,10 +25,10 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from normattn_jax.train.config import base_config
-from normattn_jax.train.grid import (Grid, Setup, make_programs, model_keys, models_sharding,
-                                     over_models)
-from normattn_jax.train.layout import ModelsAxis
+from normattn_jax.sweep.config import base_config
+from normattn_jax.train.grid import model_keys, models_sharding, over_models
+from normattn_jax.sweep.programs import Setup, build_grid, make_programs
+from normattn_jax.sweep.layout import ModelsAxis
 
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Interleaved rounds per variant.", lower_bound=1)
 _CHUNKS = flags.DEFINE_integer("chunks", 3, "Timed chunks per round.", lower_bound=1)
@@ -108,7 +108,7 @@ def measure(size: str, rounds: int, chunks: int) -> dict:
   num_models = 2 * jax.device_count()
   c = config_for(size, num_models)
   setup = Setup("mte", c)
-  grid = Grid.build(setup, num_models)
+  grid = build_grid(setup, num_models)
   axis = ModelsAxis.of(c)
   hp = grid.shard(axis.hyperparameters())
   state = grid.init(grid.shard(model_keys(c.seed, axis.seed_indices())), hp, *grid.shared)

@@ -5,8 +5,8 @@ after another.
 
 Builds the fine-tuning program of ``finetune.train`` (classification head, BERT's AdamW, the
 training steps of one evaluation interval and a small dev evaluation) on an ALBERT of
-``configs/albert_tiny.py``'s shape (random parameters: the speed does not depend on them) and
-random token features, then times, round by round and interleaved: (a) one program holding all
+the ``albert_tiny`` config's shape (random parameters: the speed does not depend on them)
+and random token features, then times, round by round and interleaved: (a) one program holding all
 ``--seeds`` models, at each vmap width of ``--widths`` (1: the models run one after another
 inside the program, a ``lax.map``; ``--seeds``: one vmap of all), and (b) ``--seeds`` calls of
 the one-model program, one per seed, as separate runs would. Prints the median model-steps per
@@ -27,7 +27,7 @@ from normattn_jax.train import grid as grid_lib
 
 
 def albert_tiny(attention: str, seq_len: int) -> encoders.StartingPoint:
-  """``configs/albert_tiny.py``'s encoder with random parameters."""
+  """``normattn_jax/configs/albert_tiny.py``'s encoder with random parameters."""
   config = AlbertConfig(vocab_size=8000, embedding_size=64, hidden_size=128, num_hidden_layers=4,
                         num_attention_heads=4, intermediate_size=512, max_position_embeddings=128,
                         attention=attention)

@@ -7,6 +7,10 @@
 #                         one after another (goal >= 30x)
 #   c_pretrain      90 s  UNAS / DNAS / HNAS time ratios, each round starting with the next scheme
 #   d_fused_dnas    50 s  fused DNAS against fused softmax at N = 512 .. 2048 (goal <= 1.1x)
+#   f_kernels       60 s  each kernel (feed-forward, fused attention) against the XLA path at the
+#                         grids' shapes, written as kernel rules (f_kernels/rules.json; a killed
+#                         run keeps its cases and the next loan measures the rest); merge with
+#                         benchmarks/kernel_speed.py --merge <out>/f_kernels/rules.json
 #   e_paper_scale  rest   the paper-scale sweeps: Table 5 at N = 128, Fig. 5's remaining d, Fig. 3
 #
 # Each step prints its budget, writes everything under <out>/<step>/ (log.txt; the sweeps'
@@ -27,7 +31,7 @@ if [[ ${1:-} == --dry-run ]]; then dry=1; shift; fi
 if [[ $dry == 1 ]]; then default_out=gpu_checks_dry; else default_out=gpu_logs; fi
 out=${1:-$default_out}
 shift || true
-steps=${*:-a_tests b_grid c_pretrain d_fused_dnas e_paper_scale}
+steps=${*:-a_tests b_grid c_pretrain d_fused_dnas f_kernels e_paper_scale}
 QUEUE_SECONDS=${QUEUE_SECONDS:-540}
 MIN_STEP_SECONDS=${MIN_STEP_SECONDS:-30}
 KILL_GRACE=15  # seconds a step that overran gets between TERM and KILL
@@ -84,8 +88,8 @@ paper_scale() {  # paper_scale <folder> <dry 0|1> <seconds>: the sweeps one afte
           --config.eval.case_set_size=4 --config.model.d_model=8 --config.task.seq_len=16)
   fi
   local -a names=(table5_n128 fig5_remaining_d fig3_full)
-  local -a configs=(configs/fig16_mode_lr_x_vocab.py configs/fig5_first_token_lr_x_d.py
-                    configs/fig3_case_lr_x_d.py)
+  local -a configs=(normattn_jax/configs/fig16_mode_lr_x_vocab.py normattn_jax/configs/fig5_first_token_lr_x_d.py
+                    normattn_jax/configs/fig3_case_lr_x_d.py)
   local -a extra=("--config.task.seq_len=128" "--config.sweep.grid=(8,16,32,256,512,1024)" "")
   if [[ $2 == 1 ]]; then
     extra=("--config.sweep.grid=(2,4)" "--config.sweep.grid=(8,16)" "--config.sweep.grid=(8,)")
@@ -99,10 +103,10 @@ paper_scale() {  # paper_scale <folder> <dry 0|1> <seconds>: the sweeps one afte
       echo "-- ${names[$i]}: left for the next loan"
       return 124
     fi
-    echo "-- ${names[$i]}: $PY experiments/sweep.py --config ${configs[$i]} ${extra[$i]}" \
+    echo "-- ${names[$i]}: $PY -m normattn_jax.cli.sweep --config ${configs[$i]} ${extra[$i]}" \
       "--max_minutes $minutes"
     # the dry run's own settings come last, so that they win over the queue's
-    $PY experiments/sweep.py --config "${configs[$i]}" --workdir "$workdir" \
+    $PY -m normattn_jax.cli.sweep --config "${configs[$i]}" --workdir "$workdir" \
       --max_minutes "$minutes" ${extra[$i]:+"${extra[$i]}"} "${tiny[@]}" || code=$?
     ((code == 0)) || return $code
   done
@@ -116,13 +120,15 @@ if [[ $dry == 1 ]]; then
     refuse_bf16"
   step b_grid 160 $PY benchmarks/grid_throughput.py --sizes small --models 1,2 --steps 1 \
     --repeats 1 --cpu_devices 1 --peak_sizes 256
-  step c_pretrain 90 $PY benchmarks/pretrain_throughput.py --config configs/albert_tiny.py \
+  step c_pretrain 90 $PY benchmarks/pretrain_throughput.py --config albert_tiny \
     --config.model.num_hidden_layers=1 --config.model.hidden_size=32 \
     --config.model.intermediate_size=64 --config.model.embedding_size=16 \
     --config.train.batch_size=2 --config.data.max_seq_length=32 \
     --config.model.max_position_embeddings=32 --rounds 2 --steps 1
   step d_fused_dnas 50 $PY benchmarks/attention_scaling.py --normalizations softmax,dnas \
     --max_n 256 --min_n 256 --repeats 1
+  step f_kernels 60 $PY benchmarks/kernel_speed.py --sizes 8 --dtypes float32 --layouts mte \
+    --normalizations softmax --models 2 --batch 2 --repeats 1 --out "$out/f_kernels/rules.json"
   step e_paper_scale $QUEUE_SECONDS bash -c 'paper_scale "$1" 1 "$2"' _ "$out/e_paper_scale" \
     "$((QUEUE_SECONDS - SECONDS - KILL_GRACE))"
 else
@@ -131,10 +137,11 @@ else
     tests/test_export_check.py tests/test_precision.py"
   step b_grid 160 $PY benchmarks/grid_throughput.py --sizes small --sizes defaults \
     --models 1,50 --steps 10 --repeats 3
-  step c_pretrain 90 $PY benchmarks/pretrain_throughput.py --config configs/albert_base.py \
+  step c_pretrain 90 $PY benchmarks/pretrain_throughput.py --config albert_base \
     --config.model.dtype=bfloat16 --config.train.batch_size=64 --rounds 3 --steps 3
   step d_fused_dnas 50 $PY benchmarks/attention_scaling.py --dtype bfloat16 --batch 8 \
     --normalizations softmax,dnas --min_n 512 --max_n 2048 --repeats 10
+  step f_kernels 60 $PY benchmarks/kernel_speed.py --out "$out/f_kernels/rules.json"
   step e_paper_scale $QUEUE_SECONDS bash -c 'paper_scale "$1" 0 "$2"' _ "$out/e_paper_scale" \
     "$((QUEUE_SECONDS - SECONDS - KILL_GRACE))"
 fi

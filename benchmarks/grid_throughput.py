@@ -1,8 +1,9 @@
 """Grid-engine throughput: M models in one compiled program vs the same models one after another.
 
 Measured side by side in one run (variants interleaved, medians of repeats): model-steps/s and
-achieved GFLOP/s against a matmul peak measured in the same run, for M = 1, 10, 50 at d = 32
-(N = 32) and at the NAP paper's defaults (d = N = 128, L = 2, H = 4, batch 32). One program
+achieved GFLOP/s against a matmul peak measured in the same run (float32 inputs at JAX's matmul
+precision, named as it prints: TF32 on a recent NVIDIA GPU, fp32 on a CPU), for M = 1, 10, 50 at
+d = 32 (N = 32) and at the NAP paper's defaults (d = N = 128, L = 2, H = 4, batch 32). One program
 holds the M models either as one vmap (width M, the engine's default on an accelerator) or as a
 lax.map over 1-model vmaps (width 1, its default on a CPU), both also sharded over the CPU
 split into one host device per core (``--cpu_devices``; a run script's ``--cpu_devices``): width
@@ -28,8 +29,9 @@ from absl import app, flags
 
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from normattn_jax.train.config import base_config
-from normattn_jax.train.grid import Setup, make_programs, over_models
+from normattn_jax.sweep.config import base_config
+from normattn_jax.sweep.programs import Setup, make_programs
+from normattn_jax.train.grid import over_models
 
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed calls per variant.", lower_bound=1)
 _STEPS = flags.DEFINE_integer("steps", 4, "training steps per timed call", lower_bound=1)
@@ -50,8 +52,28 @@ def use_cpu_devices(count: int) -> None:
   jax.config.update("jax_num_cpu_devices", count)
 
 
+def peak_precision() -> str:
+  """What a float32 matmul runs in at JAX's matmul precision, so what the peak is a peak of:
+  "TF32" on an NVIDIA GPU of compute capability 8.0 or above at the default precision (its
+  tensor cores), "bf16" on a TPU at the default (one bfloat16 pass), "fp32" on a CPU or at
+  "highest"."""
+  setting = str(jax.config.jax_default_matmul_precision or "default").lower()
+  if setting in ("highest", "float32"):
+    return "fp32"
+  if setting == "bfloat16":
+    return "bf16"
+  backend = jax.default_backend()
+  if backend == "gpu" and (setting == "tensorfloat32" or float(
+      getattr(jax.devices()[0], "compute_capability", "0") or 0) >= 8):
+    return "TF32"
+  if backend == "tpu":
+    return "bf16" if setting in ("default", "fastest", "bfloat16") else "bf16_3x"
+  return "fp32"
+
+
 def matmul_peak_gflops(sizes=(1024, 2048, 4096), repeats=3) -> float:
-  """The best fp32 matmul rate over a few sizes: the machine's practical peak."""
+  """The best rate of a float32 matmul at JAX's matmul precision over a few sizes: the machine's
+  practical peak in ``peak_precision()``."""
   f = jax.jit(lambda x: x @ x)
   best = 0.0
   for size in sizes:
@@ -154,7 +176,7 @@ def measure(d_model, seq_len, model_counts, steps, repeats, peak):
     for name, (m, fn) in variants.items():
       samples[name].append(m * steps / timed(fn))
   print(f"\nd={d_model}, N={seq_len}: {flops / 1e9:.2f} GFLOP per model-step "
-        f"(XLA cost analysis); matmul peak {peak:.0f} GFLOP/s")
+        f"(XLA cost analysis); matmul peak {peak:.0f} GFLOP/s ({peak_precision()})")
   print(f"{'variant':>38} {'model-steps/s':>14} {'GFLOP/s':>9} {'of peak':>8}")
   rates = {}
   for name, values in samples.items():

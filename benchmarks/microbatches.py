@@ -24,8 +24,8 @@ import jax.numpy as jnp
 import optax
 from absl import app, flags
 
-from normattn_jax.train import base_config
-from normattn_jax.train.grid import Setup
+from normattn_jax.sweep import base_config
+from normattn_jax.sweep.programs import Setup
 
 _MICROBATCHES = flags.DEFINE_list("microbatches", ["1", "2", "4", "8", "16"],
                                   "Micro-batch counts k; each divides the batch of 32.")

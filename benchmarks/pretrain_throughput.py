@@ -1,13 +1,13 @@
 """Pre-training throughput of ALBERT with UNAS (softmax), DNAS and HNAS attention.
 
-Times the compiled train step of ``normattn_jax.train.pretrain.Trainer`` (forward, backward,
+Times the compiled train step of ``normattn_jax.pretrain.train.Trainer`` (forward, backward,
 ALBERT's LAMB) on random batches of the config's shape, the schemes interleaved round by round
 (each round starts with the next, so that no scheme always runs first),
 and prints the median tokens/s of each, its ratio to softmax and XLA's cost analysis of the
 compiled step (GFLOP and GB of memory traffic per step: where a time ratio disagrees with the work
 done, these say which program does more):
 
-  python benchmarks/pretrain_throughput.py [--config configs/albert_tiny.py] [--rounds 5]
+  python benchmarks/pretrain_throughput.py [--config albert_tiny] [--rounds 5]
       [--steps 5] [--config.model.dtype=float32|bfloat16] [--config.train.batch_size=64]
 """
 import statistics
@@ -18,10 +18,10 @@ import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
-from normattn_jax.train import cli
-from normattn_jax.train.pretrain import Trainer, validate_pretrain_config
+from normattn_jax.cli import command as cli
+from normattn_jax.pretrain.train import Trainer, validate_pretrain_config
 
-_CONFIG = cli.define_config_flag("configs/albert_tiny.py", "Path to a configs/albert_*.py file.")
+_CONFIG = cli.define_config_flag("albert_tiny", "An ALBERT pre-training config (albert_*).")
 _ATTENTIONS = flags.DEFINE_list("attentions", ["softmax", "dnas", "hnas"],
                                 "Attention normalisations to time; the first is the reference.")
 _ROUNDS = flags.DEFINE_integer("rounds", 5, "Timed rounds, the schemes interleaved in each.")

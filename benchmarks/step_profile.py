@@ -28,8 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
-from normattn_jax.train.config import base_config
-from normattn_jax.train.grid import Setup, make_programs
+from normattn_jax.sweep.config import base_config
+from normattn_jax.sweep.programs import Setup, make_programs
 
 _ARCH = flags.DEFINE_string("arch", "mte", "Architecture.")
 _D_MODEL = flags.DEFINE_integer("d_model", 128, "Model width.", lower_bound=1)

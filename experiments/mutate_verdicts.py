@@ -1,38 +1,31 @@
-"""How many of REPRODUCTION.md's verdict numbers the check catches, measured by changing them one
-by one: each number of each verdict paragraph (``**Verdict ...``) gets its last digit raised by
-one (9 -> 0), and the whole check (``reporting.verdicts.check``: the tables, the quotes and the
-verdict specs) runs on the changed document; a change it reports is caught.
+"""What REPRODUCTION.md's verdict check catches, measured by editing the verdict paragraphs one
+edit at a time, of every kind (``reporting.mutations.KINDS``: a value changed, two numbers of a
+sentence swapped, a sign flipped, an interval written backwards, a number word changed, a finding
+word turned into its opposite), and checking each edited document against the files as
+``reporting.verdicts.check`` does; an edit it reports is caught.
 
-  python experiments/mutate_verdicts.py            # the rate, per paragraph and in all
-  python experiments/mutate_verdicts.py --missed   # also every number a change of which passes
+  python experiments/mutate_verdicts.py                 # every edit: the share caught per kind
+  python experiments/mutate_verdicts.py --per_kind=20   # a sample of 20 edits per kind
+  python experiments/mutate_verdicts.py --missed        # also every edit that passes
 
-Exit 1 when the unchanged document does not pass the check (nothing to measure).
+Exit 1 when the unchanged document does not pass the check (nothing to measure), 3 when a kind's
+share caught is below --goal.
 """
-import re
+import collections
 import sys
 
 from absl import app, flags
 
-from normattn_jax.reporting import verdicts
+from normattn_jax.reporting import mutations, verdicts
 from normattn_jax.reporting.reproduction import Results
-from normattn_jax.train import cli
+from normattn_jax.cli.command import parse_flags
 
 _DOCUMENT = flags.DEFINE_string("document", "REPRODUCTION.md", "The document.")
 _RESULTS = flags.DEFINE_string("results", "results", "The folder of the committed results.")
-_MISSED = flags.DEFINE_bool("missed", False, "List each number whose change is not caught.")
-
-
-def mutated(number: str) -> str:
-  """The number with its last digit raised by one (9 -> 0)."""
-  last = max(i for i, c in enumerate(number) if c.isdigit())
-  return number[:last] + str((int(number[last]) + 1) % 10) + number[last + 1:]
-
-
-def numbers_at(document: str, paragraph: str):
-  """``(offset in the document, number)`` of each number of a paragraph (code spans aside)."""
-  start = document.index(paragraph)
-  blanked = verdicts.CODE.sub(lambda m: " " * len(m.group()), paragraph)
-  return [(start + m.start(), m.group()) for m in verdicts.NUMBER.finditer(blanked)]
+_PER_KIND = flags.DEFINE_integer("per_kind", 0, "Edits drawn per kind (0: every edit).")
+_SEED = flags.DEFINE_integer("seed", 0, "The seed of the sample.")
+_GOAL = flags.DEFINE_float("goal", 0.95, "The share of each kind that must be caught.")
+_MISSED = flags.DEFINE_bool("missed", False, "List each edit that is not caught.")
 
 
 def main(argv):
@@ -43,26 +36,23 @@ def main(argv):
   if verdicts.check(document, results):
     print("the document does not pass the check as it is: nothing to measure", file=sys.stderr)
     return 1
-  total = caught = 0
-  for paragraph in verdicts.verdict_paragraphs(document):
-    here, missed = 0, []
-    places = numbers_at(document, paragraph)
-    for offset, number in places:
-      changed = document[:offset] + mutated(number) + document[offset + len(number):]
-      if verdicts.check(changed, results):
-        here += 1
-      else:
-        missed.append(number)
-    total, caught = total + len(places), caught + here
-    title = re.sub(r"\s+", " ", paragraph[:72])
-    print(f"{here:3d} / {len(places):3d}  {title}")
-    if _MISSED.value and missed:
-      print(f"           missed: {' '.join(missed)}")
-  count = len(verdicts.verdict_paragraphs(document))
-  print(f"caught {caught} of {total} changed numbers in {count} verdict paragraphs: "
-        f"{caught / max(total, 1):.1%}")
+  measure = mutations.Measure(document, results)
+  every = measure.all_mutations()
+  drawn = mutations.sample(every, _PER_KIND.value, _SEED.value) if _PER_KIND.value else every
+  counts, missed = mutations.shares(measure, drawn)
+  per_verdict = collections.Counter(m.verdict for m in drawn)
+  print(f"{len(drawn)} edits of {len(per_verdict)} verdict paragraphs "
+        f"({len(every)} possible), each checked alone:")
+  print(mutations.report(counts))
+  if _MISSED.value:
+    for m in missed:
+      print(f"  missed ({m.kind}, verdict {m.verdict}): {m.describe(document)}")
+  low = [kind for kind, (caught, n) in counts.items() if n and caught / n < _GOAL.value]
+  if low:
+    print(f"below the goal of {_GOAL.value:.0%}: {', '.join(low)}", file=sys.stderr)
+    return 3
   return 0
 
 
 if __name__ == "__main__":
-  app.run(main, flags_parser=cli.parse_flags)
+  app.run(main, flags_parser=parse_flags)

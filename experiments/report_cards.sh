@@ -20,11 +20,11 @@ if [ ${#names[@]} -eq 0 ]; then
          nap non)
 fi
 for name in "${names[@]}"; do
-  "$PY" experiments/report_card.py --config.attention.name="$name" --config.scale=cpu \
+  "$PY" normattn-card --config.attention.name="$name" --config.scale=cpu \
       --config.show_progress=False --workdir="$work/$name"
   out=results/report_cards/$name
   rm -rf "$out"
   mkdir -p "$out"
   cp "$work/$name"/{report.md,report.json,accuracy.png,config.json,versions.json} "$out"/
-  "$PY" experiments/leaderboard.py
+  "$PY" normattn-leaderboard
 done

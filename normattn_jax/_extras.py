@@ -20,12 +20,18 @@ EXTRAS = ("experiments", "pretrain", "bert", "analysis", "all", "peer")
 # The extra each part of the library needs (the longest matching module prefix wins; a module
 # of none needs the core install only). A part may use a larger extra in some calls, and then
 # names it with ``require`` there: e.g. models.bert's tokenizer (``bert``), the rank test of
-# reporting.seeds (``analysis``).
+# sweep.seeds (``analysis``).
 NEEDED = {
     "normattn_jax.train": "experiments",
-    "normattn_jax.train.pretrain": "pretrain",
+    "normattn_jax.sweep": "experiments",
+    "normattn_jax.pretrain": "pretrain",
     "normattn_jax.reporting": "experiments",
-    "normattn_jax.reporting.report_card": "analysis",
+    "normattn_jax.reporting.leaderboard": "analysis",
+    "normattn_jax.card": "analysis",
+    "normattn_jax.cli": "experiments",
+    "normattn_jax.cli.leaderboard": "analysis",
+    "normattn_jax.configs": "experiments",
+    "normattn_jax.configs.report_card": "analysis",
     "normattn_jax.data": "pretrain",
     "normattn_jax.analysis": "analysis",
     # a pre-training encoder's SentencePiece, a HuggingFace encoder's tokenizers, TFDS tasks
@@ -79,8 +85,8 @@ def versions() -> dict:
 
   Returns:
     ``{"python", "platform", "backend", "device_kind", "device_count", "process_count",
-    "cpu_cores", "packages"}``; ``packages`` maps each installed distribution of ``RECORDED``
-    to its version.
+    "cpu_cores", "packages"}`` and, on a CPU, ``"cpu_model"`` (``cpu_description``);
+    ``packages`` maps each installed distribution of ``RECORDED`` to its version.
   """
   import jax
 
@@ -91,10 +97,13 @@ def versions() -> dict:
     except importlib.metadata.PackageNotFoundError:
       pass
   devices = jax.devices()
-  return {"python": platform.python_version(), "platform": platform.platform(),
-          "backend": jax.default_backend(), "device_kind": devices[0].device_kind,
-          "device_count": len(devices), "process_count": jax.process_count(),
-          "cpu_cores": cpu_cores(), "packages": packages}
+  out = {"python": platform.python_version(), "platform": platform.platform(),
+         "backend": jax.default_backend(), "device_kind": devices[0].device_kind,
+         "device_count": len(devices), "process_count": jax.process_count(),
+         "cpu_cores": cpu_cores(), "packages": packages}
+  if out["backend"] == "cpu":  # a CPU device's kind is "cpu": the model names the machine
+    out["cpu_model"] = cpu_description()[0]
+  return out
 
 
 # CPU features that decide which kernels XLA's CPU compiler emits, and so a CPU run's float

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 from normattn_jax.attention.module import MultiHeadAttention, check_attention_fields
 from normattn_jax.attention.module_spec import AttentionModuleSpec, check_module_spec
 from normattn_jax.attention.registry import AttentionSpec
+from normattn_jax.feedforward import check_ffn_implementation, kernel_sub_block, takes_kernel
 from normattn_jax.norms import LayerNorm
 from normattn_jax.validation import check_int
 
@@ -151,6 +152,7 @@ def check_layer_fields(module, d_model: Optional[int] = None) -> Architecture:
   check_block_fields(num_heads=module.num_heads, ffn_features=module.ffn_features,
                      dropout_rate=module.dropout_rate,
                      layer_norm_epsilon=module.layer_norm_epsilon)
+  check_ffn_implementation(module.ffn_implementation, module.dropout_rate)
   attention = module.attention_module
   check_module_spec(attention)
   if spec.mixer == "attention":
@@ -201,6 +203,8 @@ class TransformerBlock(nn.Module):
   ``differential`` for attention archs only, off by default, adding no parameter); the output
   gate multiplies the attention output before the MTE layout's hidden LayerNorm and
   GELU. ``layer_index`` is the block's depth from 1 (differential attention's lambda_init).
+  ``ffn_implementation`` computes the feed-forward sub-block with XLA's ops ("xla"), the Pallas
+  kernels ("pallas") or the kernels where measured faster ("auto"; ``normattn_jax.feedforward``).
   """
   num_heads: int = 4
   arch: str = "mte"
@@ -215,6 +219,7 @@ class TransformerBlock(nn.Module):
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
   layer_index: int = 1
+  ffn_implementation: str = "xla"
 
   def __post_init__(self):
     check_layer_fields(self)
@@ -264,11 +269,23 @@ class TransformerBlock(nn.Module):
       h = pool(x, spec.mixer, mask)
 
     ffn_features = self.ffn_features or default_ffn_features(d_model, spec.mixer)
+    layout = "mte" if spec.normalize else "bert"
+    compute = self.dtype if self.dtype is not None else jnp.promote_types(x.dtype,
+                                                                          self.param_dtype)
+    kernel = takes_kernel(self.ffn_implementation, layout, compute, d_model, ffn_features,
+                          self.dropout_rate > 0 and not deterministic)
+    fused = lambda p: kernel_sub_block(p, layout, ffn_features, epsilon=self.layer_norm_epsilon,
+                                       kernel_init=self.kernel_init, dtype=self.dtype,
+                                       param_dtype=self.param_dtype)
     if spec.normalize:
       p = x + dropout(norm("attention_norm")(h))
+      if kernel:
+        return fused(p)
       f = _gelu(norm("ffn_hidden_norm")(dense(ffn_features, "ffn_in")(p)))
       f = dense(d_model, "ffn_out")(f)
       return p + dropout(norm("ffn_norm")(f))
     p = norm("attention_norm")(x + dropout(h))
+    if kernel:
+      return fused(p)
     f = dense(d_model, "ffn_out")(_gelu(dense(ffn_features, "ffn_in")(p)))
     return norm("ffn_norm")(p + dropout(f))

@@ -156,7 +156,7 @@ def check_same_network(setup, batch_size: int = 4, seed: int = 0) -> dict:
   the torch labels rule labels our case batch as ours does.
 
   Args:
-    setup: an MTE ``train.grid.Setup`` of the case task.
+    setup: an MTE ``train.programs.Setup`` of the case task.
     batch_size: sequences of the compared batch.
     seed: the seed of the parameters, their noise and the batch.
 

@@ -131,7 +131,7 @@ class NamesView(Sequence):
 
 def load_plugins(modules: Sequence[str]) -> None:
   """Import the named modules, which register their normalisations, tasks, heads or kinds of run
-  as they load (how a command line, e.g. ``experiments/run.py --plugins=my_norms``, learns of the
+  as they load (how a command line, e.g. ``normattn-run --plugins=my_norms``, learns of the
   user's).
 
   Args:

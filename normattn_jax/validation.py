@@ -250,6 +250,53 @@ def check_fields(config, fields) -> None:
     RULES[field].check(field, _value(config, field))
 
 
+def check_known_fields(config, reference,
+                       *, free: tuple = ()) -> None:
+  """Refuse fields that ``reference`` (the kind's base config) does not have, except under the
+  sections ``free`` (dotted paths, e.g. "attention.options"), whose keys are the user's.
+
+  Args:
+    config: the config to check.
+    reference: the run kind's base config.
+    free: dotted paths of sections that take any key.
+
+  Raises:
+    ValueError: ``config.<field>=<value>: no such field`` for the first unknown field.
+  """
+  known = flat_fields(reference.to_dict())
+  for field, value in sorted(flat_fields(config.to_dict()).items()):
+    if field not in known and not any(field.startswith(f"{f}.") for f in free):
+      fail_config(field, value, "no such field (misspelt?)")
+
+
+def flat_fields(tree: dict, prefix: str = "") -> dict:
+  """Dotted field -> value of a nested dict (an empty dict is a field of its own).
+
+  Args:
+    tree: e.g. a config's ``to_dict()`` or a stored ``config.json``.
+    prefix: put before every field.
+
+  Returns:
+    ``{"model.d_model": 128, ...}``.
+  """
+  flat = {}
+  for key, value in tree.items():
+    if isinstance(value, dict) and value:
+      flat.update(flat_fields(value, f"{prefix}{key}."))
+    else:
+      flat[prefix + key] = value
+  return flat
+
+
+def dotted_holder(tree: dict, field: str) -> tuple[Optional[dict], str]:
+  """The dict of a nested ``tree`` that holds a dotted ``field`` (None if there is none) and the
+  field's key in it: ``dotted_holder(tree, "model.attention") -> (tree["model"], "attention")``."""
+  *sections, key = field.split(".")
+  for section in sections:
+    tree = tree.get(section) if isinstance(tree, dict) else None
+  return (tree if isinstance(tree, dict) else None), key
+
+
 def check_bool_fields(config, base, prefix: str = "") -> None:
   """Refuse a value that is not True or False in each field whose default in ``base`` is one
   (``--config.train.shard_parameters=None`` would otherwise read as False).

@@ -10,11 +10,11 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
                       os.path.join(tempfile.gettempdir(), "normattn_jax_test_cache"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 # Compiling dominates the suite's time: `make test` compiles for a short compile
-# (normattn_jax.train.cli.QUICK_COMPILE_FLAGS: the elemental emitter, no LLVM passes; see
+# (normattn_jax.cli.command.QUICK_COMPILE_FLAGS: the elemental emitter, no LLVM passes; see
 # `fusion_emitters` for what the fusion emitters keep), `make test-all`
 # (NORMATTN_JAX_TEST_OPTIMIZED=1) as the runs do. Processes that tests start inherit it.
 if os.environ.get("NORMATTN_JAX_TEST_OPTIMIZED", "0") != "1":
-  from normattn_jax.train.cli import quick_compile  # noqa: E402
+  from normattn_jax.cli.command import quick_compile  # noqa: E402
   quick_compile()
 
 import jax  # noqa: E402

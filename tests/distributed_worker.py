@@ -20,7 +20,7 @@ INTERRUPTED = 3
 
 def sweep_config():
   """2 learning rates x 3 seeds: 6 models, padded to 8 over 4 devices, 3 evaluations."""
-  from normattn_jax.train import base_config
+  from normattn_jax.sweep import base_config
   c = base_config()
   c.archs = ("sum",)
   c.learning_rates = (0.001, 0.0003)
@@ -35,7 +35,7 @@ def sweep_config():
 def pretrain_config(corpus):
   """A 2-layer HNAS ALBERT on the text files in ``corpus``, which the run prepares (TFDS,
   SentencePiece, examples): batch 8 over 4 devices, 6 steps, checkpoints every 2."""
-  from normattn_jax.train.pretrain import base_pretrain_config
+  from normattn_jax.pretrain.train import base_pretrain_config
   c = base_pretrain_config()
   c.model.update(embedding_size=8, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
                  intermediate_size=32, max_position_embeddings=32)
@@ -80,11 +80,11 @@ def main():
   budget = Budget(chunks=args.max_chunks)
   try:
     if args.job == "sweep":
-      from normattn_jax.train.sweep import run_sweep
+      from normattn_jax.sweep.train import run_sweep
       summary = run_sweep(sweep_config(), args.workdir, budget=budget, show_progress=False,
                           tensorboard=False)
     else:
-      from normattn_jax.train.pretrain import run_pretraining
+      from normattn_jax.pretrain.train import run_pretraining
       summary = run_pretraining(pretrain_config(args.corpus), args.workdir, budget=budget,
                                 show_progress=False, tensorboard=False)
   except Interrupted as stop:

@@ -11,7 +11,7 @@ import sys
 import jax
 import numpy as np
 
-from normattn_jax.train.grid import train_grid
+from normattn_jax.sweep.programs import train_grid
 from helpers.mesh import GRID_SHARDS, first_step, flat, grid_config, pretraining_steps
 
 

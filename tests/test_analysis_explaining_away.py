@@ -6,7 +6,7 @@ import numpy as np
 from normattn_jax import SequenceModel
 from normattn_jax.analysis import explaining_away as ea
 from normattn_jax.attention import softmax_weights
-from normattn_jax.train.grid import Setup
+from normattn_jax.sweep.programs import Setup
 
 
 def test_weight_sums_of_every_layer_and_the_dnas_bound():

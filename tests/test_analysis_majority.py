@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from configs import layernorm_majority
+from normattn_jax.configs import layernorm_majority
 from normattn_jax.analysis import majority as m
 from normattn_jax.train.checkpoint import WorkdirError, open_workdir, unlock_workdir
 from normattn_jax.train.driver import Budget, Interrupted
@@ -271,7 +271,7 @@ def test_a_bad_field_is_refused_naming_it_and_its_value(overrides, message):
 def test_a_bad_config_is_refused_before_its_workdir_is_made(tmp_path):
   for field, value in (("decay_epochs", 0), ("num_types", 200), ("test_fraction", 0.0)):
     with pytest.raises(ValueError, match=re.escape(f"config.{field}={value!r}")):
-      m.run(small_config(**{field: value}), str(tmp_path / "never"), steps=1)
+      m.run(small_config(**{field: value}, steps=1), str(tmp_path / "never"))
     assert not os.path.exists(tmp_path / "never")
 
 
@@ -292,7 +292,7 @@ def test_a_run_resumes_for_more_steps_and_its_workdir_refuses_other_settings(tmp
   workdir = str(tmp_path / "run")
   quiet = lambda line: None
   config = small_config()
-  summary, curves = m.run(small_config(), workdir, steps=1, log=quiet)  # one chunk: 14 steps
+  summary, curves = m.run(small_config(steps=1), workdir, log=quiet)  # one chunk: 14 steps
   assert summary["steps_run"] == 14 and summary["eval_every_steps"] == 14
   assert list(curves["steps"]) == [0, 14]
   assert curves["variants"]["with_projection"]["test_accuracy"].shape == (2, 2)  # evals, seeds
@@ -302,21 +302,21 @@ def test_a_run_resumes_for_more_steps_and_its_workdir_refuses_other_settings(tmp
     assert os.path.exists(os.path.join(workdir, name)), name
   assert not os.path.exists(os.path.join(workdir, "run.lock"))  # released
 
-  more, curves = m.run(small_config(), workdir, steps=28, log=quiet)  # resumed: one more chunk
+  more, curves = m.run(small_config(steps=28), workdir, log=quiet)  # resumed: one more chunk
   assert more["steps_run"] == 28 and list(curves["steps"]) == [0, 14, 28]
-  whole, _ = m.run(small_config(), str(tmp_path / "whole"), steps=28, log=quiet)
+  whole, _ = m.run(small_config(steps=28), str(tmp_path / "whole"), log=quiet)
   assert more["variants"] == whole["variants"]  # as a run that was never stopped
   assert m.curves(read_history(workdir), config)["steps"].tolist() == [0, 14, 28]
   with pytest.raises(Interrupted, match="majority: out of time after 3 of 4"):
-    m.run(small_config(), workdir, steps=56, budget=Budget(minutes=1e-9), log=quiet)
+    m.run(small_config(steps=56), workdir, budget=Budget(minutes=1e-9), log=quiet)
   assert m.read_curves(workdir)["steps"].tolist() == [0, 14, 28, 42]  # its chunk kept
-  timed, curves = m.run(small_config(), workdir, steps=42, log=quiet)  # nothing left to train
+  timed, curves = m.run(small_config(steps=42), workdir, log=quiet)  # nothing left to train
   assert timed["steps_run"] == 42 and list(curves["steps"]) == [0, 14, 28, 42]
 
   with pytest.raises(WorkdirError, match="num_seeds was 2, now 3"):
-    m.run(small_config(num_seeds=3), workdir, steps=28, log=quiet)
-  with pytest.raises(ValueError, match="steps must be"):
-    m.run(small_config(), str(tmp_path / "never"), steps=0, log=quiet)
+    m.run(small_config(num_seeds=3, steps=28), workdir, log=quiet)
+  with pytest.raises(ValueError, match="config.steps=0: must be a positive integer"):
+    m.run(small_config(steps=0), str(tmp_path / "never"), log=quiet)
   assert not os.path.exists(tmp_path / "never")
 
 

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from normattn_jax.analysis import card_lm
+from normattn_jax.card import lm as card_lm
 from normattn_jax.attention import weights as weights_lib
 from normattn_jax.models.causal_lm import BLOCK_OUTPUTS, CausalLM, init_params
 from normattn_jax.train.checkpoint import WorkdirError

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from normattn_jax.reporting import card_stats
+from normattn_jax.card import stats as card_stats
 
 
 def test_a_comparison_is_the_difference_of_means_with_its_interval_and_rank_test():

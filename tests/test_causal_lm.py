@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from configs import unselectable_lm
+from normattn_jax.configs import unselectable_lm
 from normattn_jax.analysis import causal_lm_keys as lm_keys
 from normattn_jax.analysis.unselectable import unselectable
 from normattn_jax.models.causal_lm import CausalLM, capture_attention_inputs, init_params
@@ -108,12 +108,13 @@ def test_bad_fields_raise_naming_them():
 
 
 def test_the_fields_a_resumed_run_may_change_exist():
-  from normattn_jax.train.checkpoint import MAY_DIFFER, config_differences, config_json
+  from normattn_jax.train import kinds
+  from normattn_jax.train.checkpoint import config_differences, config_json
 
   every_field = {field for field, _, _ in config_differences(
       {}, config_json(unselectable_lm.get_config()))}
-  assert set(MAY_DIFFER["causal_lm"]) <= every_field
-  assert "train.log_every" not in MAY_DIFFER["causal_lm"]  # it numbers the checkpoints
+  assert set(kinds.get("causal_lm").may_differ) <= every_field
+  assert "train.log_every" not in kinds.get("causal_lm").may_differ  # it numbers the checkpoints
 
 
 def test_a_tiny_training_lowers_the_loss_of_both_variants(tmp_path):
@@ -163,7 +164,7 @@ def test_a_seed_trains_alike_alone_and_beside_other_seeds(tmp_path):
 
 def test_the_committed_run_resumes_under_todays_config():
   """``results/unselectable_lm/config.json`` (from before ``train.models_per_vmap``) reads as
-  today's ``configs/unselectable_lm.py``."""
+  today's ``normattn_jax/configs/unselectable_lm.py``."""
   workdir = os.path.join(REPO, "results", "unselectable_lm")
   c = unselectable_lm.get_config()
   lm_keys.validate_config(c)

@@ -4,9 +4,10 @@ import jax
 import numpy as np
 import pytest
 
-from normattn_jax.train import base_config
-from normattn_jax.train.grid import Grid, Setup, model_keys
-from normattn_jax.train.layout import ModelsAxis
+from normattn_jax.sweep import base_config
+from normattn_jax.train.grid import model_keys
+from normattn_jax.sweep.programs import Setup, build_grid
+from normattn_jax.sweep.layout import ModelsAxis
 
 CHUNKS = 3
 
@@ -24,7 +25,7 @@ def config(learning_rates, num_seeds, models_per_vmap):
 
 def train(arch, c):
   """Every model's state and metrics after CHUNKS evaluations, in grid order."""
-  grid = Grid.build(Setup(arch, c), c.num_seeds * len(c.learning_rates))
+  grid = build_grid(Setup(arch, c), c.num_seeds * len(c.learning_rates))
   axis = ModelsAxis.of(c)
   hp, seeds = axis.hyperparameters(), axis.seed_indices()
   hp_dev = grid.shard(hp)
@@ -58,7 +59,7 @@ def test_one_compilation_per_static_configuration():
   """However many models and learning rates, a grid is one compiled program, reused by every
   chunk: the learning rates are data, not constants."""
   c = config((3e-3, 1e-3, 3e-4), 2, 1)
-  grid = Grid.build(Setup("nap", c), 6)
+  grid = build_grid(Setup("nap", c), 6)
   axis = ModelsAxis.of(c)
   hp, seeds = axis.hyperparameters(), axis.seed_indices()
   state = grid.init(grid.shard(model_keys(c.seed, seeds)), grid.shard(hp), *grid.shared)

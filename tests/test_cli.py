@@ -1,4 +1,4 @@
-"""The run scripts' shared command line (normattn_jax.train.cli)."""
+"""The run scripts' shared command line (normattn_jax.cli.command)."""
 import os
 import subprocess
 import sys
@@ -7,14 +7,14 @@ import textwrap
 import jax
 import pytest
 
-from normattn_jax.train import cli
+from normattn_jax.cli import command as cli
 
 from helpers import REPO, subprocess_env
 
 
 SCRIPT = textwrap.dedent("""
     from absl import app
-    from normattn_jax.train import cli
+    from normattn_jax.cli import command as cli
     RUN = cli.define_run_flags()
 
     def run(config, workdir, afresh):
@@ -40,12 +40,12 @@ def test_cpu_devices_splits_the_cpu_before_the_run_starts():
 
 
 def test_a_run_uses_one_device_per_core_by_default():
-  from normattn_jax.train import cli
+  from normattn_jax.cli import command as cli
   assert f"devices {cli.cpu_cores()} " in command("--workdir=w").stdout
 
 
 def test_the_default_device_count_divides_a_data_parallel_batch():
-  from normattn_jax.train import cli
+  from normattn_jax.cli import command as cli
   assert cli.default_cpu_devices(16) == 16
   assert cli.default_cpu_devices(6, divides=(32, 64)) == 4
   assert cli.default_cpu_devices(3, divides=(30,)) == 3
@@ -56,7 +56,7 @@ def test_the_default_device_count_divides_a_data_parallel_batch():
 
 def test_the_default_leaves_a_started_jax_alone():
   import jax
-  from normattn_jax.train import cli
+  from normattn_jax.cli import command as cli
   jax.devices()  # this process's JAX has started
   assert cli.split_cpu(None) is None
   assert (cli.split_cpu(None, environ={"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
@@ -70,7 +70,7 @@ def test_multi_host_flags_without_distributed_are_refused():
 
 def test_the_compilation_cache_is_on_by_default_under_the_users_cache(tmp_path):
   import jax
-  from normattn_jax.train import cli
+  from normattn_jax.cli import command as cli
   assert cli.compilation_cache_dir({"XDG_CACHE_HOME": "/x"}) == "/x/normattn_jax/jax"
   assert cli.compilation_cache_dir({}).endswith(os.path.join(".cache", "normattn_jax", "jax"))
   assert cli.enable_compilation_cache(False) is None
@@ -90,7 +90,7 @@ def test_a_compilation_cache_pointed_at_a_file_is_said_once_and_left_off(tmp_pat
   entry ... Not a directory"); the run now says it once, naming the path, and compiles
   without it."""
   import jax
-  from normattn_jax.train import cli
+  from normattn_jax.cli import command as cli
   (tmp_path / "file").write_text("not a folder")
   given = jax.config.jax_compilation_cache_dir
   try:
@@ -130,8 +130,8 @@ def test_a_value_given_to_a_config_section_says_which_field_to_set():
   """--config.model.attention=dnas (the flag before attention became a section) names the
   section's fields and the flag to write, not ml_collections' "malformed node or string"."""
   done = subprocess.run(
-      [sys.executable, os.path.join(REPO, "experiments", "pretrain.py"),
-       "--config=configs/albert_tiny.py", "--config.model.attention=dnas", "--workdir=/nowhere"],
+      [sys.executable, "-m", "normattn_jax.cli.pretrain",
+       "--config=albert_tiny", "--config.model.attention=dnas", "--workdir=/nowhere"],
       capture_output=True, text=True, cwd=REPO, timeout=300,
       env=subprocess_env())
   assert done.returncode == 1
@@ -143,7 +143,7 @@ def test_a_value_given_to_a_config_section_says_which_field_to_set():
 
 def test_other_flag_errors_are_absls_own():
   message = "flag --cpu_devices=x: invalid literal for int() with base 10: 'x'"
-  from normattn_jax.train import cli
+  from normattn_jax.cli import command as cli
 
   assert cli.section_hint(message) == message
 
@@ -161,7 +161,7 @@ def test_quick_compile_comes_before_the_first_computation():
 def test_a_config_field_given_twice_is_found_by_its_name():
   """ml_collections joins a repeated tuple flag's values and keeps a scalar's last: each config
   flag given twice is found, in any spelling; ``--`` ends the flags."""
-  argv = ["run.py", "--config=configs/demo.py", "--config.archs=('nap',)", "--workdir=w",
+  argv = ["run.py", "--config=demo", "--config.archs=('nap',)", "--workdir=w",
           "--config.archs", "('mte',)", "--noconfig.model.flag", "-config.model.flag",
           "--configs=1", "--", "--config.seed=1", "--config.seed=2"]
   assert cli.repeated_config_fields(argv) == ["config.archs", "config.model.flag"]
@@ -173,8 +173,8 @@ def test_a_config_field_given_twice_is_found_by_its_name():
 def test_a_repeated_config_field_and_stray_arguments_are_refused_before_anything_runs():
   """The union of two --config.archs, and an unquoted workdir with a space, each exit with a
   usage error naming what was given (the config would also fail, so nothing trains anyway)."""
-  sweep = [sys.executable, os.path.join(REPO, "experiments", "sweep.py"),
-           "--config=configs/demo.py", "--config.num_seeds=0"]
+  sweep = [sys.executable, "-m", "normattn_jax.cli.sweep", "--config=demo",
+           "--config.num_seeds=0"]
   for extra, said in (
       (["--config.archs=('nap',)", "--config.archs=('mte',)", "--workdir=/nowhere"],
        "--config.archs is given more than once"),

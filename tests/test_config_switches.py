@@ -8,11 +8,12 @@ import os
 import ml_collections
 import pytest
 
-from normattn_jax.train import validate
+from normattn_jax.sweep import validate
 from normattn_jax.train.checkpoint import WorkdirError, check_workdir, config_json
-from normattn_jax.train.config import SWITCHES, base_config, point_config, static_points
-from normattn_jax.train.migrate import with_boolean_switches, with_current_names
-from normattn_jax.train.grid import Setup
+from normattn_jax.sweep.config import SWITCHES, base_config, point_config, static_points
+from normattn_jax.sweep.migrate import with_boolean_switches
+from normattn_jax.train.migrate import with_current_names
+from normattn_jax.sweep.programs import Setup
 from helpers.sweeps import tiny_sweep_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -6,18 +6,18 @@ import sys
 
 import pytest
 
-from configs import regularization
-from normattn_jax.train.config import point_config, static_points, validate
-from normattn_jax.train.pretrain import validate_pretrain_config
+from normattn_jax.configs import regularization
+from normattn_jax.sweep.config import point_config, static_points, validate
+from normattn_jax.pretrain.train import validate_pretrain_config
 
-from helpers import REPO, config_from_file
+from helpers import REPO, config_from_file, shipped_config
 
-ALBERT_CONFIGS = sorted(glob.glob(os.path.join(REPO, "configs", "albert_*.py")))
+ALBERT_CONFIGS = sorted(glob.glob(os.path.join(REPO, "normattn_jax", "configs", "albert_*.py")))
 # configs of other kinds of run, each checked by its kind's tests
 OTHER_KINDS = ("layernorm_majority.py",  # test_analysis_majority's
                "report_card.py",  # test_report_card's
                "unselectable_lm.py")  # test_causal_lm's
-CONFIGS = sorted(p for p in glob.glob(os.path.join(REPO, "configs", "*.py"))
+CONFIGS = sorted(p for p in glob.glob(os.path.join(REPO, "normattn_jax", "configs", "*.py"))
                  if not p.endswith(("__init__.py", "regularization.py"))
                  and os.path.basename(p) not in OTHER_KINDS
                  and p not in ALBERT_CONFIGS
@@ -35,7 +35,7 @@ def test_pretraining_config_is_valid(path):
 
 
 def test_dnas_paper_pretraining_settings():
-  c = config_from_file(os.path.join(REPO, "configs", "albert_large_dnas_paper.py"))
+  c = config_from_file(os.path.join(REPO, "normattn_jax", "configs", "albert_large_dnas_paper.py"))
   assert (c.model.num_hidden_layers, c.model.hidden_size, c.model.num_attention_heads,
           c.model.embedding_size) == (24, 1024, 16, 1024)
   assert ((c.model.intermediate_size, c.model.num_hidden_groups, c.model.inner_group_num) ==
@@ -61,7 +61,7 @@ def count_pretraining_params(c):
   import jax.numpy as jnp
   import numpy as np
 
-  from normattn_jax.train.pretrain import build_model
+  from normattn_jax.pretrain.train import build_model
   model = build_model(c, c.data.vocab_size)
   batch = {k: jnp.zeros((1, 8), jnp.int32) for k in ("input_ids", "input_mask", "segment_ids")}
   batch["masked_lm_positions"] = jnp.zeros((1, 2), jnp.int32)
@@ -72,7 +72,7 @@ def count_pretraining_params(c):
 @pytest.mark.parametrize("attention,extra", [("softmax", 0), ("dnas", 0), ("hnas", 24 * 16)])
 def test_dnas_paper_model_has_bert_large_size(attention, extra):
   # One set of weights shared by all 24 layers would give 47M; HNAS adds only u per layer and head.
-  c = config_from_file(os.path.join(REPO, "configs", "albert_large_dnas_paper.py"))
+  c = config_from_file(os.path.join(REPO, "normattn_jax", "configs", "albert_large_dnas_paper.py"))
   c.model.attention.name = attention
   n = count_pretraining_params(c)
   assert n == DNAS_CONFIG_PARAMS + extra
@@ -86,7 +86,7 @@ def test_regularization_configs(task, kind):
 
 
 def test_paper_scale_defaults():
-  c = config_from_file(os.path.join(REPO, "configs", "case_distinction.py"))
+  c = config_from_file(os.path.join(REPO, "normattn_jax", "configs", "case_distinction.py"))
   assert c.archs == ("bert", "mte", "nap", "non", "sum", "max")
   assert len(c.learning_rates) == 10 and abs(c.learning_rates[0] - 0.3) < 1e-12
   shape = (c.model.d_model, c.model.num_layers, c.model.num_heads, c.task.seq_len)
@@ -95,23 +95,23 @@ def test_paper_scale_defaults():
 
 
 def test_depth_sweep_reaches_the_papers_depth():
-  c = config_from_file(os.path.join(REPO, "configs", "fig15_first_token_lr_x_depth.py"))
+  c = shipped_config("fig15_first_token_lr_x_depth")
   assert (c.sweep.name, c.task.output) == ("model.num_layers", "first")
   assert tuple(c.sweep.grid) == (1, 2, 4, 8, 16, 32, 64)
 
 
 def test_step_scaling_keeps_examples_constant():
-  c = config_from_file(os.path.join(REPO, "configs", "fig13_case_lr_x_batch.py"))
+  c = config_from_file(os.path.join(REPO, "normattn_jax", "configs", "fig13_case_lr_x_batch.py"))
   for values in static_points(c):
     p = point_config(c, values)
     assert p.train.num_steps * p.train.batch_size == 3200 * 32
     assert p.train.num_steps // p.train.eval_every == 32
-  c = config_from_file(os.path.join(REPO, "configs", "fig16_mode_lr_x_vocab.py"))
+  c = config_from_file(os.path.join(REPO, "normattn_jax", "configs", "fig16_mode_lr_x_vocab.py"))
   assert [point_config(c, v).train.num_steps for v in static_points(c)][:3] == [800, 1600, 3200]
 
 
 def test_ablation_stages():
-  c = config_from_file(os.path.join(REPO, "configs", "table1_ablation.py"))
+  c = config_from_file(os.path.join(REPO, "normattn_jax", "configs", "table1_ablation.py"))
   stages = [point_config(c, v) for v in static_points(c)]
   assert [(s.train.warmup, s.train.clip, s.model.normalize, s.model.attention_gelu)
           for s in (stages[0], stages[4])] == [(True, True, False, False),
@@ -120,8 +120,8 @@ def test_ablation_stages():
 
 def test_command_line_rejects_a_bad_override_before_compiling(tmp_path):
   result = subprocess.run(
-      [sys.executable, os.path.join(REPO, "experiments", "sweep.py"),
-       "--config", os.path.join(REPO, "configs", "demo.py"), "--workdir", str(tmp_path / "w"),
+      [sys.executable, "-m", "normattn_jax.cli.sweep",
+       "--config", "demo", "--workdir", str(tmp_path / "w"),
        "--config.archs=('nap','gpt')"], capture_output=True, text=True, cwd=REPO)
   assert result.returncode != 0
   assert "config.archs" in result.stderr

@@ -105,7 +105,7 @@ def processes(job, workdir, *extra) -> list[list[str]]:
 def command(script, config, workdir) -> list[list[str]]:
   """The experiments' command on every process, as on several hosts, with the flags."""
   address = f"127.0.0.1:{free_port()}"
-  return [[sys.executable, os.path.join(REPO, "experiments", script), f"--config={config}",
+  return [[sys.executable, "-m", f"normattn_jax.cli.{script}", f"--config={config}",
            f"--workdir={workdir}", "--distributed", f"--coordinator_address={address}",
            f"--num_processes={PROCESSES}", f"--process_id={i}"] for i in range(PROCESSES)]
 
@@ -150,7 +150,7 @@ def test_sweep_on_two_processes_resumes_to_the_one_process_result(one_process_sw
   assert not (workdir / "summary.json").exists()
   # damage the newest checkpoint where process 1 alone reads it: every file of its shards
   halve(glob.glob(str(steps / "2" / "default" / "ocdbt.process_1" / "d" / "*")))
-  texts = run(command("sweep.py", f"{WORKER}:sweep", workdir), str(workdir))
+  texts = run(command("sweep", f"{WORKER}:sweep", workdir), str(workdir))
   # both processes skip it for the one before it, and train on from there
   assert all(f"skipped checkpoint {steps / '2'}" in text for text in texts)
   assert "another process could not restore its shards" in texts[0]
@@ -216,7 +216,7 @@ def test_pretraining_on_two_processes(tmp_path):
   one, whole, resumed = tmp_path / "one", tmp_path / "whole", tmp_path / "resumed"
   run([worker("pretrain", one, "--corpus", corpus, devices=PROCESSES * DEVICES)], str(one))
 
-  texts = run(command("pretrain.py", f"{WORKER}:pretrain,{corpus}", whole), str(whole))
+  texts = run(command("pretrain", f"{WORKER}:pretrain,{corpus}", whole), str(whole))
   # process 0 prepares the data (TFDS, SentencePiece, examples); process 1 loads its cache
   assert "SentencePiece:" in texts[0] and "SentencePiece:" not in texts[1]
   assert "examples in" in texts[0] and "examples in" not in texts[1]
@@ -238,7 +238,7 @@ def test_pretraining_on_two_processes(tmp_path):
 
 
 def test_process_flags_need_distributed(tmp_path):
-  done = subprocess.run([sys.executable, os.path.join(REPO, "experiments", "sweep.py"),
+  done = subprocess.run([sys.executable, "-m", "normattn_jax.cli.sweep",
                          f"--config={WORKER}:sweep", f"--workdir={tmp_path}", "--process_id=1"],
                         capture_output=True, text=True, env=environment(1), cwd=REPO,
                         timeout=300)

@@ -64,8 +64,8 @@ def test_the_api_reference_covers_the_named_parts():
   modules = api_modules()
   for name in ("normattn_jax", "normattn_jax.attention", "normattn_jax.nnx",
                "normattn_jax.models.sequence", "normattn_jax.registry", "normattn_jax.tasks",
-               "normattn_jax.train.sweep", "normattn_jax.train.pretrain",
-               "normattn_jax.finetune.train", "normattn_jax.reporting.report_card"):
+               "normattn_jax.sweep.train", "normattn_jax.pretrain.train",
+               "normattn_jax.finetune.train", "normattn_jax.card.train"):
     assert name in modules, f"docs/api.md does not document {name}"
 
 
@@ -144,8 +144,8 @@ print("core ok", na.__version__)
 
 EXPERIMENTS_EXAMPLE = """
 import tempfile
-from configs import demo
-from normattn_jax.train.sweep import load_model, run_sweep
+from normattn_jax.configs import demo
+from normattn_jax.sweep.train import load_model, run_sweep
 c = demo.get_config()
 c.archs, c.learning_rates, c.num_seeds = ("nap",), (0.01,), 2
 c.task.seq_len, c.model.d_model = 8, 8
@@ -167,7 +167,8 @@ def run(command: list, **kwargs) -> str:
 def test_the_wheel_installs_into_a_clean_environment_and_runs(tmp_path):
   """``python -m build`` makes an sdist and a wheel that ``twine check`` passes; the wheel,
   installed into a new virtual environment (core only, then with ``[experiments]``, at the pinned
-  versions), runs an example of each, away from the source tree."""
+  versions), runs an example of each, away from the source tree, and its console script
+  ``normattn-sweep`` runs the shipped ``demo`` config beside a user's own ``configs`` package."""
   dist = tmp_path / "dist"
   run([sys.executable, "-m", "build", "--outdir", str(dist), ROOT], timeout=900)
   wheels = glob.glob(str(dist / "*.whl"))
@@ -188,3 +189,18 @@ def test_the_wheel_installs_into_a_clean_environment_and_runs(tmp_path):
         timeout=1800)
     out = run([python, "-c", example], cwd=str(tmp_path), env=environment, timeout=900)
     assert expected in out
+  # beside a user's own package named configs (as flax's examples and big_vision have), whose
+  # import is theirs, the wheel's console script runs a shipped config by its name
+  (tmp_path / "configs").mkdir()
+  (tmp_path / "configs" / "__init__.py").write_text("")
+  (tmp_path / "configs" / "demo.py").write_text("OWNER = 'the user'\n")
+  out = run([python, "-c", "from configs import demo; print(demo.OWNER)"], cwd=str(tmp_path),
+            env=environment)
+  assert out.strip() == "the user"
+  workdir = tmp_path / "run"
+  run([str(venv / "bin" / "normattn-sweep"), "--config", "demo", "--workdir", str(workdir),
+       "--config.archs=('nap',)", "--config.learning_rates=(0.01,)", "--config.num_seeds=1",
+       "--config.task.seq_len=8", "--config.model.d_model=8", "--config.train.num_steps=20",
+       "--config.train.eval_every=10", "--config.eval.val_batches=1",
+       "--config.eval.case_set_size=4"], cwd=str(tmp_path), env=environment, timeout=900)
+  assert (workdir / "summary.json").exists() and (workdir / "accuracy.png").exists()

@@ -1,7 +1,6 @@
 """Bad input from a user's files and flags is refused with an error that names the field, flag
 or file at fault and its value, instead of failing later with an error that hides the cause."""
 import json
-import os
 import re
 import subprocess
 import sys
@@ -9,7 +8,7 @@ import sys
 import pytest
 
 from normattn_jax.train import checkpoint, multihost
-from normattn_jax.train.config import base_config
+from normattn_jax.sweep.config import base_config
 
 from helpers import REPO, subprocess_env
 
@@ -104,14 +103,14 @@ def test_a_damaged_summary_of_a_finished_run_is_named(tmp_path):
 
 def test_the_comparison_scripts_name_a_damaged_summary(tmp_path):
   path = write(tmp_path / "summary.json", "not json")
-  done = run_script(os.path.join(REPO, "experiments", "regularization_table.py"), str(tmp_path))
+  done = run_script("-m", "normattn_jax.cli.regularization_table", str(tmp_path))
   assert done.returncode != 0
   assert f"{path} is not valid JSON" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_a_sweeps_damaged_files_are_named(tmp_path):
-  from normattn_jax.train import artifacts
-  from normattn_jax.train.plan import SweepPlan
+  from normattn_jax.sweep import artifacts
+  from normattn_jax.sweep.plan import SweepPlan
   path = write(tmp_path / "config.json", "{")
   with pytest.raises(ValueError, match=re.escape(f"{path} is not valid JSON")):
     artifacts.read_config(str(tmp_path))
@@ -159,11 +158,11 @@ def test_damaged_hf_weights_and_tokenizer_are_named(hf_folder):
     bert.load_tokenizer(hf_folder)
 
 
-# ----- experiments/analyze_unselectable.py -----
+# ----- normattn-unselectable -----
 
 def test_unselectable_flags_are_checked_before_anything_is_written(tmp_path):
   workdir = tmp_path / "w"
-  done = run_script(os.path.join(REPO, "experiments", "analyze_unselectable.py"),
+  done = run_script("-m", "normattn_jax.cli.unselectable",
                     f"--workdir={workdir}", "--dims=0", "--ns=3", "--runs=1")
   assert done.returncode != 0
   assert "--dims=0: 0 is below 2, the smallest it takes" in done.stderr
@@ -215,7 +214,7 @@ def test_per_head_parameters_may_not_repeat_or_take_an_argument_name():
 # ----- pre-training on too little text -----
 
 def test_too_little_text_for_pre_training_names_the_config_field(tmp_path):
-  from normattn_jax.train import pretrain
+  from normattn_jax.pretrain import train as pretrain
   corpus = write(tmp_path / "tiny.txt", "".join(f"line {i}.\n" for i in range(10)))
   c = pretrain.base_pretrain_config()
   c.data.corpus, c.data.files, c.data.validation_fraction = "files", (corpus,), 0.2

@@ -408,3 +408,14 @@ def test_matplotlib_is_imported_by_the_reporting_modules_alone():
       if any(n.partition(".")[0] == "matplotlib" for n in names):
         drawing.append(os.path.relpath(path, REPO))
   assert not drawing, drawing
+
+
+def test_a_cpu_run_records_its_cpu_model():
+  """A CPU's device kind is "cpu": versions.json names the machine by its model, which the
+  figures' provenance reads."""
+  from normattn_jax.reporting import provenance
+
+  recorded = _extras.versions()
+  assert recorded["backend"] == "cpu"  # the suite runs on a CPU
+  assert recorded["cpu_model"] == _extras.cpu_description()[0]
+  assert provenance.machine_of_versions(recorded).startswith(recorded["cpu_model"])

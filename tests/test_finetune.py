@@ -22,8 +22,8 @@ from normattn_jax.models.bert import BertConfig, BertModel, bundled_minilm_path
 from normattn_jax.attention import AttentionSpec
 from normattn_jax.train.checkpoint import WorkdirError
 from normattn_jax.train.driver import Budget, Interrupted
-from normattn_jax.train.config import get_field
-from normattn_jax.train.sections import attention_section
+from normattn_jax.sweep.config import get_field
+from normattn_jax.attention.section import attention_section
 from normattn_jax.train.grid import model_keys
 
 from helpers import REPO, config_from_file
@@ -342,7 +342,7 @@ def test_encoder_path_and_held_out_documents_are_checked(root, tmp_path):
     ft.validate_finetune_config(c)
 
 
-CONFIGS = sorted(glob.glob(os.path.join(REPO, "configs", "finetune_*.py")))
+CONFIGS = sorted(glob.glob(os.path.join(REPO, "normattn_jax", "configs", "finetune_*.py")))
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=os.path.basename)

@@ -18,7 +18,7 @@ from normattn_jax.finetune import task as task_lib
 from normattn_jax.finetune import train as ft
 from normattn_jax.train.checkpoint import WorkdirError
 from normattn_jax.train.driver import Budget, Interrupted
-from normattn_jax.train.pretrain import run_pretraining
+from normattn_jax.pretrain.train import run_pretraining
 from helpers.finetuning import pretrained, pretraining_config, tiny_finetune_config, write_plays
 from helpers.texts import WORDS
 

@@ -428,7 +428,7 @@ def test_what_the_fused_path_cannot_take_is_refused():
 
 
 def test_a_pretraining_config_refuses_it_before_building():
-  from normattn_jax.train import pretrain
+  from normattn_jax.pretrain import train as pretrain
   c = pretrain.base_pretrain_config()
   c.model.attention.name = "nap"
   c.model.attention_implementation = "fused"

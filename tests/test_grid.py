@@ -14,17 +14,18 @@ import optax
 import pytest
 
 from normattn_jax import _extras
-from normattn_jax.train import base_config, make_optimizer, validate
-from normattn_jax.train.grid import (Setup, make_programs, models_per_vmap, program_bytes,
-                                     width_within)
+from normattn_jax.train import make_optimizer
+from normattn_jax.sweep import base_config, validate
+from normattn_jax.sweep.programs import Setup, make_programs
+from normattn_jax.train.grid import models_per_vmap, program_bytes, width_within
 from normattn_jax.train.optim import (clip_by_tensor_norm, learning_rate_of, schedule_shape,
                                      with_learning_rate)
 from normattn_jax.reporting.tables import regularization_table
-from normattn_jax.train.scoring import summarise
-from normattn_jax.train.config import point_config, static_points
+from normattn_jax.sweep.scoring import summarise
+from normattn_jax.sweep.config import point_config, static_points
 from normattn_jax.train.driver import Budget, Interrupted
-from normattn_jax.train.plan import SweepPlan
-from normattn_jax.train.sweep import LOGGED, load_model, resummarise
+from normattn_jax.sweep.plan import SweepPlan
+from normattn_jax.sweep.train import LOGGED, load_model, resummarise
 
 from helpers import REPO, TESTS, subprocess_env
 from helpers.sweeps import read, run, tiny_sweep_config
@@ -172,7 +173,7 @@ def finished_run_flags(workdir):
   """The command line's flags of a plain rerun of ``workdir`` (``cli.run_kind``)."""
   from types import SimpleNamespace
 
-  from normattn_jax.train import cli
+  from normattn_jax.cli import command as cli
   given = dict(workdir=str(workdir), distributed=False, coordinator_address="", num_processes=0,
                process_id=-1, afresh=False, plugins=[], cpu_devices=None,
                compilation_cache=False, max_minutes=0.0)
@@ -184,7 +185,7 @@ def test_a_finished_run_rerun_draws_only_its_missing_figures(reference, tmp_path
   drawn (the others keep their bytes and times), and a read-only workdir is left alone."""
   import shutil
 
-  from normattn_jax.train import cli
+  from normattn_jax.cli import command as cli
   workdir = tmp_path / "finished"
   shutil.copytree(reference, workdir)
   config, flags_ = tiny_sweep_config(), finished_run_flags(workdir)
@@ -241,7 +242,7 @@ def test_a_budget_of_minutes_lets_each_call_run_a_chunk():
 def test_a_grid_of_a_steps_scaled_sweep_validates_as_it_is():
   """Fig. 13's batch sizes, each with its own steps (scaled once): the point, not the sweep
   again, is validated."""
-  from configs import fig13_case_lr_x_batch
+  from normattn_jax.configs import fig13_case_lr_x_batch
   c = fig13_case_lr_x_batch.get_config()
   validate(c)
   points = [point_config(c, values) for values in static_points(c)]
@@ -428,9 +429,9 @@ def test_a_programs_memory_grows_with_its_batch_and_a_cpu_takes_one_model_per_vm
 
 
 def test_a_trained_model_loads_back_as_a_module_and_scores_as_stored(reference):
-  from normattn_jax.train import artifacts
-  from normattn_jax.train.grid import eval_sets_for
-  from normattn_jax.train.layout import ModelsAxis
+  from normattn_jax.sweep import artifacts
+  from normattn_jax.sweep.programs import eval_sets_for
+  from normattn_jax.sweep.layout import ModelsAxis
   config = artifacts.read_config(str(reference))
   curves = artifacts.read_results(str(reference), SweepPlan.of(config))[("nap", ())]
   setup = Setup("nap", config)
@@ -455,7 +456,7 @@ def test_a_report_cards_arm_reads_the_models_load_model_gives(reference):
   """The report card finds an arm's final models through its evaluation sweep's plan (its
   grid's checkpoints, its first learning rate's rows): the ones ``load_model`` gives, seed by
   seed."""
-  from normattn_jax.reporting import report_card as rc
+  from normattn_jax.card import train as rc
   arm = rc.Arm("card", str(reference), str(reference), "nap")
   config, params, setup = rc.final_states(arm)
   learning_rate = arm.sweep().learning_rates[0]
@@ -469,7 +470,8 @@ def test_a_report_cards_arm_reads_the_models_load_model_gives(reference):
 def test_an_evaluation_on_non_finite_logits_counts_as_diverged():
   """An infinite learning rate: the one step's loss is finite, the evaluation after it runs on
   NaN parameters. That model is flagged and scores 0 everywhere; its peer is untouched."""
-  from normattn_jax.train.grid import model_keys, train_grid
+  from normattn_jax.train.grid import model_keys
+  from normattn_jax.sweep.programs import train_grid
   c = tiny_sweep_config(archs=("mte",), num_seeds=1, learning_rates=(0.001,),
                   **{"train.num_steps": 1, "train.eval_every": 1})
   hp = {"learning_rate": np.array([np.inf, 1e-3], np.float32), "l2": np.zeros(2, np.float32)}

@@ -18,14 +18,14 @@ from helpers import REPO, TESTS, subprocess_env
 # Each kind's run of one workdir (argv[1]); the fine-tuning's pre-trained encoder is argv[2].
 RUNS = {
     "sweep": """
-        from normattn_jax.train.sweep import run_sweep
+        from normattn_jax.sweep.train import run_sweep
         from helpers.sweeps import tiny_sweep_config
         config = tiny_sweep_config(**{"archs": ("nap",), "learning_rates": (0.001,),
                                 "train.num_steps": 600, "train.eval_every": 20})
         run_sweep(config, sys.argv[1], show_progress=False, tensorboard=False)
         """,
     "pretrain": """
-        from normattn_jax.train import pretrain
+        from normattn_jax.pretrain import train as pretrain
         from helpers.pretraining import FAKE_VOCAB, RandomExamples, tiny_pretrain_config
         splits = {"train": RandomExamples(64, 0), "validation": RandomExamples(16, 1)}
         pretrain.load_data = lambda c, workdir: (FAKE_VOCAB, splits)
@@ -116,7 +116,7 @@ def test_a_run_killed_while_writing_a_checkpoint_resumes_bit_for_bit(kind, tmp_p
   assert outputs(killed) == outputs(whole)
 
 
-SWEEP_FLAGS = ["--config=configs/case_distinction.py", "--config.archs=('nap',)",
+SWEEP_FLAGS = ["--config=case_distinction", "--config.archs=('nap',)",
                "--config.learning_rates=(0.001,)", "--config.num_seeds=2",
                "--config.task.seq_len=8", "--config.model.d_model=8", "--config.model.num_heads=2",
                "--config.model.num_layers=1", "--config.train.num_steps=400",
@@ -126,7 +126,7 @@ SWEEP_FLAGS = ["--config=configs/case_distinction.py", "--config.archs=('nap',)"
 
 
 def sweep_command(workdir: str, *prefix: str) -> list:
-  return [*prefix, sys.executable, os.path.join(REPO, "experiments", "sweep.py"),
+  return [*prefix, sys.executable, "-m", "normattn_jax.cli.sweep",
           f"--workdir={workdir}", *SWEEP_FLAGS]
 
 

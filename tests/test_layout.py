@@ -8,12 +8,13 @@ import shutil
 import numpy as np
 import pytest
 
-from normattn_jax.train import artifacts
+from normattn_jax.sweep import artifacts
 from normattn_jax.train.checkpoint import WorkdirError, check_workdir
-from normattn_jax.train.config import base_config
-from normattn_jax.train.layout import GroupSeedAxis, ModelsAxis, grid_name
-from normattn_jax.train.plan import SweepPlan
-from normattn_jax.train.scoring import summarise
+from normattn_jax.sweep.config import base_config
+from normattn_jax.train.layout import GroupSeedAxis
+from normattn_jax.sweep.layout import ModelsAxis, grid_name
+from normattn_jax.sweep.plan import SweepPlan
+from normattn_jax.sweep.scoring import summarise
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Committed results: a vmapped sweep (L2), a static one (d) and none.

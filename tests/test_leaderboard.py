@@ -7,8 +7,9 @@ import shutil
 import numpy as np
 import pytest
 
-from normattn_jax.reporting import card_stats, leaderboard
-from normattn_jax.reporting.report_card import PROTOCOL
+from normattn_jax.card import stats as card_stats
+from normattn_jax.reporting import leaderboard
+from normattn_jax.card.train import PROTOCOL
 
 from helpers import REPO, subprocess_env
 
@@ -127,7 +128,7 @@ def run_leaderboard(*args):
   import subprocess
   import sys
 
-  return subprocess.run([sys.executable, os.path.join(REPO, "experiments", "leaderboard.py"),
+  return subprocess.run([sys.executable, "-m", "normattn_jax.cli.leaderboard",
                          *args], capture_output=True, text=True, cwd=REPO, timeout=300,
                         env=subprocess_env())
 

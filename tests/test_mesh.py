@@ -13,8 +13,10 @@ import jax
 import numpy as np
 import pytest
 
-from normattn_jax.train import pretrain, validate
-from normattn_jax.train.grid import data_shards_for, train_grid
+from normattn_jax.pretrain import train as pretrain
+from normattn_jax.sweep import validate
+from normattn_jax.train.grid import data_shards_for
+from normattn_jax.sweep.programs import train_grid
 
 from helpers import REPO, subprocess_env
 from helpers.mesh import LEARNING_RATE, first_step, flat, grid_config, pretraining_steps

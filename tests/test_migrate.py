@@ -6,10 +6,11 @@ import os
 
 import pytest
 
-from normattn_jax.train.checkpoint import ABSENT, MAY_DIFFER, config_differences, config_json
-from normattn_jax.train.config import base_config
+from normattn_jax.train import kinds
+from normattn_jax.train.checkpoint import ABSENT, config_differences, config_json
+from normattn_jax.sweep.config import base_config
 from normattn_jax.train.migrate import with_current_names
-from normattn_jax.train.pretrain import base_pretrain_config
+from normattn_jax.pretrain.train import base_pretrain_config
 
 from helpers import REPO, shipped_config
 
@@ -21,7 +22,7 @@ def stored(run):
 
 def differences(run, kind, config):
   return config_differences(with_current_names(stored(run), kind), config_json(config),
-                            MAY_DIFFER[kind])
+                            kinds.get(kind).may_differ)
 
 
 @pytest.mark.parametrize("attention", ["softmax", "dnas", "hnas"])
@@ -48,8 +49,10 @@ def test_a_committed_fine_tuning_that_keeps_its_encoder_is_todays_config():
 
 # The attention module's options, absent from a config.json written before them: off.
 OPTIONS_OFF = {"output_gate": None, "qk_norm": None, "differential": False}
-# A sweep's compute dtype and attention path, absent before them: float32, "auto".
-SWEEP_COMPUTE = {"dtype": "float32", "attention_implementation": "auto"}
+# A sweep's compute dtype, attention path and feed-forward path, absent before them: float32,
+# "auto", "xla".
+SWEEP_COMPUTE = {"dtype": "float32", "attention_implementation": "auto",
+                 "ffn_implementation": "xla"}
 
 
 def test_flat_options_become_the_section_keeping_only_what_differs_from_the_defaults():
@@ -82,13 +85,13 @@ def test_a_config_from_before_the_module_options_is_todays_config_with_them_off(
   old = config_json(today)
   for key in OPTIONS_OFF:  # as written before the options existed
     del old["model"][key]
-  assert config_differences(old, config_json(today), MAY_DIFFER[kind]) == [
+  assert config_differences(old, config_json(today), kinds.get(kind).may_differ) == [
       (f"model.{key}", ABSENT, value) for key, value in sorted(OPTIONS_OFF.items())]
   assert config_differences(with_current_names(old, kind), config_json(today),
-                            MAY_DIFFER[kind]) == []  # it resumes
+                            kinds.get(kind).may_differ) == []  # it resumes
   today.model.output_gate = "headwise"
   assert config_differences(with_current_names(old, kind), config_json(today),
-                            MAY_DIFFER[kind]) == [("model.output_gate", None, "headwise")]
+                            kinds.get(kind).may_differ) == [("model.output_gate", None, "headwise")]
 
 
 @pytest.mark.parametrize("run", ["fig3_reduced", "table3_first_token_d64_n128_nap"])
@@ -99,7 +102,8 @@ def test_a_committed_sweep_reads_with_the_module_options_off(run):
 
 def test_a_tree_that_has_the_module_options_keeps_them():
   tree = {"model": {"output_gate": "elementwise", "qk_norm": "rms", "differential": True,
-                    "dtype": "bfloat16", "attention_implementation": "fused"}}
+                    "dtype": "bfloat16", "attention_implementation": "fused",
+                    "ffn_implementation": "pallas"}}
   for kind in ("sweep", "pretraining"):
     assert with_current_names(tree, kind)["model"] == tree["model"]
 

@@ -14,9 +14,9 @@ from normattn_jax.blocks import TransformerBlock
 from normattn_jax.models.albert import AlbertConfig, AlbertForPretraining, pretraining_loss
 from normattn_jax.models.bert import BertConfig, BertModel
 from normattn_jax.models.sequence import SequenceModel
-from normattn_jax.train import config as config_lib
-from normattn_jax.train import pretrain
-from normattn_jax.train.grid import Setup
+from normattn_jax.sweep import config as config_lib
+from normattn_jax.pretrain import train as pretrain
+from normattn_jax.sweep.programs import Setup
 
 B, N, F, H = 2, 5, 16, 2  # batch, positions, features, heads: head_dim 8
 

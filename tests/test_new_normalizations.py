@@ -66,7 +66,7 @@ def test_softpick_epsilon_is_an_option():
 # line); each of these repeats that path with another normalisation.
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) for n in NEW])
 def test_a_sweep_trains_it(name, tmp_path):
-  from normattn_jax.train.sweep import run_sweep
+  from normattn_jax.sweep.train import run_sweep
   summary = run_sweep(tiny_registry_grid(**{"attention.name": name}), str(tmp_path),
                       show_progress=False, tensorboard=False)
   cell, = summary["cells"]

@@ -9,7 +9,7 @@ from flax import nnx
 from normattn_jax.attention.module_spec import AttentionModuleSpec
 from normattn_jax.models.sequence import SequenceModel
 from normattn_jax.nnx import from_linen
-from normattn_jax.train.config import PAPER_ARCHS
+from normattn_jax.sweep.config import PAPER_ARCHS
 
 TOKENS = jax.random.randint(jax.random.key(0), (3, 8), 0, 16)
 MASK = jnp.arange(8) < jnp.array([[8], [5], [3]])

@@ -11,10 +11,10 @@ import pytest
 from normattn_jax.attention import registry
 from normattn_jax.attention.module import MultiHeadAttention
 from normattn_jax.precision import BF16_TOLERANCES, DTYPES, check_compute_dtype
-from normattn_jax.train import config as config_lib
-from normattn_jax.train.export_check import implementations
-from normattn_jax.train.grid import Setup
-from normattn_jax.train.pretrain import base_pretrain_config, validate_pretrain_config
+from normattn_jax.sweep import config as config_lib
+from normattn_jax.cli.exports import implementations
+from normattn_jax.sweep.programs import Setup
+from normattn_jax.pretrain.train import base_pretrain_config, validate_pretrain_config
 
 CASES = [(name, implementation) for name in registry.names()
          for implementation in implementations(name)]

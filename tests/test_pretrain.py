@@ -5,10 +5,10 @@ import jax
 import numpy as np
 import pytest
 
-from normattn_jax.train import pretrain
-from normattn_jax.train.config import get_field
+from normattn_jax.pretrain import train as pretrain
+from normattn_jax.sweep.config import get_field
 from normattn_jax.train.driver import Budget, Interrupted
-from normattn_jax.train.pretrain import run_pretraining, validate_pretrain_config
+from normattn_jax.pretrain.train import run_pretraining, validate_pretrain_config
 
 from helpers.pretraining import (FAKE_VOCAB, VOCAB, RandomExamples, read_history,
                                  tiny_pretrain_config)

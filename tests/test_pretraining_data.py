@@ -209,7 +209,7 @@ def test_bad_arguments_name_the_field(kwargs, match):
 
 
 def test_pretraining_runs_on_local_files(tmp_path):
-  from normattn_jax.train.pretrain import base_pretrain_config, run_pretraining
+  from normattn_jax.pretrain.train import base_pretrain_config, run_pretraining
   c = base_pretrain_config()
   c.model.update(embedding_size=8, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
                  intermediate_size=32, max_position_embeddings=48)

@@ -2,8 +2,8 @@
 trains our network on our task, so the benchmark compares like with like."""
 import pytest
 
-from normattn_jax.train.config import base_config
-from normattn_jax.train.grid import Setup
+from normattn_jax.sweep.config import base_config
+from normattn_jax.sweep.programs import Setup
 
 torch = pytest.importorskip("torch")
 from normattn_jax import pytorch_peer as peer  # noqa: E402 (after the skip: needs torch)

@@ -54,12 +54,11 @@ def test_example_runs(page, index, block):
 
 
 def readme_commands() -> list:
-  """The README's ``python experiments/<script>.py ...`` command lines, continuations joined."""
+  """The README's ``normattn-<command> ...`` command lines, continuations joined."""
   with open(os.path.join(ROOT, "README.md")) as f:
     blocks = re.findall(r"^```(\w*)\n(.*?)^```$", f.read(), flags=re.S | re.M)
   shell = "\n".join(text for language, text in blocks if not language)
-  return re.findall(r"^python (experiments/\w+\.py .*?)$", shell.replace("\\\n", " "),
-                    flags=re.M)
+  return re.findall(r"^(normattn-[\w-]+ .*?)$", shell.replace("\\\n", " "), flags=re.M)
 
 
 @pytest.mark.parametrize("command", readme_commands())
@@ -77,7 +76,8 @@ def test_the_readmes_commands_parse_into_valid_configs(command, tmp_path):
     arguments[arguments.index("--workdir") + 1] = str(workdir)
   arguments = [f"--workdir={workdir}" if a.startswith("--workdir=") else a for a in arguments]
   environment = subprocess_env(tmp_path)
-  done = subprocess.run([sys.executable, script, *arguments], cwd=ROOT, env=environment,
+  module = "normattn_jax.cli." + script.removeprefix("normattn-").replace("-", "_")
+  done = subprocess.run([sys.executable, "-m", module, *arguments], cwd=ROOT, env=environment,
                         capture_output=True, text=True, timeout=300)
   assert done.returncode != 0
   assert str(workdir) in done.stderr.strip().splitlines()[-1], done.stderr[-2000:]
@@ -86,4 +86,4 @@ def test_the_readmes_commands_parse_into_valid_configs(command, tmp_path):
 
 def test_the_readme_has_its_two_commands():
   assert sorted(shlex.split(c)[0] for c in readme_commands()) == [
-      "experiments/report_card.py", "experiments/sweep.py"]
+      "normattn-card", "normattn-sweep"]

@@ -154,7 +154,7 @@ def test_sparsemax_in_a_block_keeps_the_mte_head_norm():
 
 @pytest.mark.slow  # the same sweep as through the command line, below
 def test_a_grid_trains_with_sparsemax_through_the_public_api(tmp_path):
-  from normattn_jax.train.sweep import run_sweep
+  from normattn_jax.sweep.train import run_sweep
   summary = run_sweep(tiny_registry_grid(), str(tmp_path), show_progress=False, tensorboard=False)
   cell, = summary["cells"]
   assert cell["arch"] == "mte"
@@ -179,8 +179,8 @@ def _cli(tmp_path, *extra):
                 f"--config.eval.case_set_size={c.eval.case_set_size}"]
   env = subprocess_env(TESTS)
   return subprocess.run(
-      [sys.executable, os.path.join(REPO, "experiments", "sweep.py"), "--config",
-       os.path.join(REPO, "configs", "demo.py"), "--workdir", str(tmp_path / "w"), *overrides,
+      [sys.executable, "-m", "normattn_jax.cli.sweep", "--config",
+       "demo", "--workdir", str(tmp_path / "w"), *overrides,
        *extra], capture_output=True, text=True, cwd=REPO, env=env)
 
 
@@ -221,7 +221,7 @@ def test_an_option_reaches_the_weights_and_is_checked():
 
 
 def test_specs_compare_by_value_and_read_from_a_config():
-  from normattn_jax.train.sections import attention_section
+  from normattn_jax.attention.section import attention_section
   spec = AttentionSpec("tempered", {"temperature": 2.0})
   assert spec == AttentionSpec.of(attention_section("tempered", temperature=2.0))
   assert hash(spec) == hash(AttentionSpec("tempered", (("temperature", 2.0),)))
@@ -232,13 +232,13 @@ def test_specs_compare_by_value_and_read_from_a_config():
 
 def test_the_command_line_sets_an_option_and_refuses_a_misspelt_field(monkeypatch):
   from absl import flags as absl_flags
-  from normattn_jax.train import cli
-  from normattn_jax.train.config import validate
+  from normattn_jax.cli import command as cli
+  from normattn_jax.sweep.config import validate
   argv = ["prog", "--config.attention.name=tempered", "--config.attention.options.temperature=2.5",
           "--config.archs=('mte',)"]
   monkeypatch.setattr(sys, "argv", argv)  # where the config flag finds its overrides
   parsed = absl_flags.FlagValues()
-  holder = cli.define_config_flag(os.path.join(REPO, "configs", "demo.py"), "", parsed)
+  holder = cli.define_config_flag("demo", "", parsed)
   parsed(argv)
   config = holder.value
   assert config.attention.to_dict() == {"name": "tempered", "options": {"temperature": 2.5}}
@@ -249,7 +249,7 @@ def test_the_command_line_sets_an_option_and_refuses_a_misspelt_field(monkeypatc
 
 
 def test_a_sweep_over_an_option_of_a_plugin_normalisation(tmp_path):
-  from normattn_jax.train.sweep import run_sweep
+  from normattn_jax.sweep.train import run_sweep
   config = tiny_registry_grid(**{"attention.name": "tempered",
                                  "sweep.name": "attention.options.temperature",
                                  "sweep.grid": (0.5, 4.0)})
@@ -258,8 +258,8 @@ def test_a_sweep_over_an_option_of_a_plugin_normalisation(tmp_path):
   assert [c["params"] for c in cells] == [{"attention.options.temperature": 0.5},
                                           {"attention.options.temperature": 4.0}]
   assert all(np.isfinite(c["metrics"]["train_loss"]["mean"]) for c in cells)
-  from normattn_jax.train.config import point_config, static_points
-  from normattn_jax.train.grid import Setup
+  from normattn_jax.sweep.config import point_config, static_points
+  from normattn_jax.sweep.programs import Setup
   assert [Setup("mte", point_config(config, p)).model().normalization
           for p in static_points(config)] == [AttentionSpec("tempered", {"temperature": t})
                                               for t in (0.5, 4.0)]

@@ -12,12 +12,12 @@ import time
 import numpy as np
 import pytest
 
-from configs import report_card as card_configs
+from normattn_jax.configs import report_card as card_configs
 from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.registry import load_plugins
-from normattn_jax.reporting import diagnostics as diagnostics_lib
-from normattn_jax.reporting import report_card as rc
-from normattn_jax.train import config as config_lib
+from normattn_jax.card import diagnostics as diagnostics_lib
+from normattn_jax.card import train as rc
+from normattn_jax.sweep import config as config_lib
 from normattn_jax.train.checkpoint import WorkdirError, open_workdir, unlock_workdir
 
 from helpers import FIXTURES, REPO as ROOT, subprocess_env
@@ -43,8 +43,8 @@ def baselines(tmp_path_factory):
 
 
 def card(name="tempered_softmax", scale="smoke", **fields):
-  """configs/report_card.py's config of a card of ``name`` at ``scale``; ``options`` among
-  ``fields`` go to the attention section, the rest are top-level fields."""
+  """The report_card config of a card of ``name`` at ``scale``; ``options`` among ``fields`` go
+  to the attention section, the rest are top-level fields."""
   c = card_configs.get_config()
   c.attention.name, c.scale = name, scale
   c.attention.options.update(fields.pop("options", {}))
@@ -336,7 +336,7 @@ def test_a_diagnostic_that_raises_is_reported_and_the_rest_completes():
   assert "Traceback" in entry["error"] and "RuntimeError: no sinks here" in entry["error"]
   assert "values" in report["diagnostics"]["sparsity"]
   assert not any(key.startswith("broken_probe") for key in report["measures"])
-  from normattn_jax.reporting import report_card_text as text
+  from normattn_jax.card import text
   report["verdicts"] = text.verdicts(report)
   assert report["verdicts"]["broken_probe"] == ("At the smoke scale, the diagnostic "
                                                 "'broken_probe' could not be measured: "
@@ -354,7 +354,7 @@ def test_a_diagnostic_missing_an_arm_is_named():
 
 
 def test_verdicts_say_what_the_numbers_show():
-  from normattn_jax.reporting import report_card_text as text
+  from normattn_jax.card import text
   report = synthetic_report()
   lines = text.verdicts(report)
   assert set(lines) == set(DIAGNOSTICS)
@@ -393,7 +393,7 @@ def test_verdicts_say_what_the_numbers_show():
 
 
 def test_the_header_says_who_trained_the_baselines():
-  from normattn_jax.reporting import report_card_text as text
+  from normattn_jax.card import text
   report = synthetic_report(trained_by=("dnas", "sink"))
   report["verdicts"] = text.verdicts(report)
   md = text.markdown(report)
@@ -407,7 +407,7 @@ def test_the_header_says_who_trained_the_baselines():
     ([2, 0, 2, 12, 6], "scatters (6 group(s) of >= 2% of the points left of 2 clusters)"),
     ([2, 1, 2, 1, 1], "collapses to one cluster by update 3")])
 def test_mode_collapse_outcomes(counts, outcome):
-  from normattn_jax.reporting import report_card_text as text
+  from normattn_jax.card import text
   assert text.collapse_outcome(counts) == outcome
 
 
@@ -461,7 +461,7 @@ def test_smoke_card_from_the_command_line(tmp_path):
   outright once its first sweep has finished, the same command resumes it to the end."""
   env = subprocess_env(FIXTURES)
   workdir = str(tmp_path / "cli")
-  command = [sys.executable, os.path.join(ROOT, "experiments", "report_card.py"),
+  command = [sys.executable, "-m", "normattn_jax.cli.card",
              "--plugins=card_plugin,broken_diagnostic",
              "--config.attention.name=tempered_softmax",
              "--config.attention.options.temperature=0.5", f"--workdir={workdir}",

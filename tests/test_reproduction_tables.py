@@ -1,13 +1,14 @@
 """REPRODUCTION.md against the committed results: its fenced tables and quoted numbers agree with
-the files under results/, and a tampered copy of the document is caught."""
+the files under results/, its verdicts' findings with their précis, and a tampered copy of the
+document is caught, whatever kind of edit tampers with it."""
 import os
 import subprocess
 import sys
 
 import pytest
 
+from normattn_jax.reporting import findings, mutations, verdicts
 from normattn_jax.reporting import reproduction as rep
-from normattn_jax.reporting import verdicts
 
 from helpers import REPO, subprocess_env
 
@@ -57,8 +58,112 @@ def test_a_changed_verdict_number_is_found(document, results):
 
 def test_numbers_are_read_as_the_document_writes_them():
   assert (verdicts.numbers_in("NAP 94.3 / 85.1 at 2.19e-4 (3.4-8.2%), 1,000 examples, L1, "
-                              "d = 128, 0.3^7, N/2, `results/d128_nap/seeds.json` 5-against-5")
-          == ["94.3", "85.1", "2.19e-4", "3.4", "8.2", "1,000", "128", "0.3", "5", "5"])
+                              "d = 128, 0.3^7, N/2, `results/d128_nap/seeds.json` 5-against-5, "
+                              "down to -87 (below -20), +0.50, 18.7 -> 27.5")
+          == ["94.3", "85.1", "2.19e-4", "3.4", "8.2", "1,000", "128", "0.3", "5", "5", "-87",
+              "-20", "+0.50", "18.7", "27.5"])
+
+
+def test_findings_are_read_in_order_with_their_words():
+  """Numbers with signs and an interval's ends in order, verdict and comparison words (a phrase
+  across a line break as one), number words; a précis' quote is the number, marked."""
+  text = ("**Verdict: not\nreproduced.** NAP is above BERT (16-26%), two of the six learn; "
+          "`below` in code is no word, nor is lowering")
+  assert [t.text for t in findings.tokens(text)] == [
+      "not reproduced", "above", "16", "26", "two", "six", "learn"]
+  precis = findings.precis_tokens(f"above {findings.quote('94.5', 'NAP paper, Table 3')} -3")
+  assert [(t.text, t.source) for t in precis] == [
+      ("above", None), ("94.5", "NAP paper, Table 3"), ("-3", None)]
+
+
+# Edits a referee made to the verdicts, each of which changes a finding and not a digit bag's
+# contents: two numbers swapped, ours swapped with the paper's, a count in words, a sign, an
+# interval backwards, a comparison and a verdict word turned, a quote no longer named.
+FINDING_EDITS = (
+    ("(weakest case 28.7% and 40.0%", "(weakest case 40.0% and 28.7%"),
+    ("94.3 / 85.1 against the paper's 94.5 / 83.9", "94.5 / 83.9 against the paper's 94.3 / 85.1"),
+    ("(79.0 / 64.2 against sum pooling's 65.7 / 54.1",
+     "(65.7 / 54.1 against sum pooling's 79.0 / 64.2"),
+    ("BERT's four seeds at", "BERT's two seeds at"),
+    ("log-sums down to -87,", "log-sums down to +87,"),
+    ("(16-26% against", "(26-16% against"),
+    ("and NAP is above BERT, MTE, NON", "and NAP is below BERT, MTE, NON"),
+    ("only the ordering of observation (3) is reproduced there",
+     "only the ordering of observation (3) is not reproduced there"),
+    ("At S = N NAP trails sum pooling by 23", "At S = N NAP leads sum pooling by 23"),
+    ("holds for two of the six", "holds for three of the six"),
+    ("S = 16, the paper's 55.7 to 10.4;", "S = 16, against 55.7 to 10.4;"),
+)
+
+
+@pytest.mark.parametrize("old, new", FINDING_EDITS)
+def test_a_changed_finding_is_found(document, results, old, new):
+  """Each edit is caught by the check of the verdict it edits."""
+  edited = _tampered(document, old, new)
+  found = verdicts.problems(edited, results, [v for v in verdicts.VERDICTS
+                                              if verdicts.paragraph_of(document, v.opening)
+                                              != verdicts.paragraph_of(edited, v.opening)])
+  assert found and all(p.startswith("verdict ") for p in found), (old, found)
+
+
+def test_every_papers_number_says_where_the_paper_prints_it(results):
+  assert verdicts.paper_source_problems(results) == []
+  import copy
+
+  papers = copy.deepcopy(results.json(verdicts.PAPERS))
+  del papers["sources"]["table1-ablation"]
+  papers["text"]["dnas.fig1.keys"] = "100"
+  tampered = rep.Results(RESULTS)
+  tampered._cache[verdicts.PAPERS] = papers
+  assert verdicts.paper_source_problems(tampered) == [
+      "papers.json: table table1-ablation has no source",
+      "papers.json: text 'dnas.fig1.keys' has no value and source"]
+
+
+def test_a_claim_the_files_do_not_support_is_named(results):
+  def precis(r):
+    return verdicts.supported(False, "sum pooling worst in every row")
+
+  spec = verdicts.Verdict("x", "**Verdict: x", precis)
+  assert verdicts.verdict_problems("**Verdict: x.**", spec, results) == [
+      "verdict x: the files do not support: sum pooling worst in every row"]
+
+
+@pytest.fixture(scope="module")
+def measure(document, results):
+  return mutations.Measure(document, results)
+
+
+def _mutation_shares(measure, drawn, capsys):
+  counts, missed = mutations.shares(measure, drawn)
+  with capsys.disabled():
+    print(f"\nverdict edits caught, per kind ({len(drawn)} drawn):\n{mutations.report(counts)}")
+  for kind, (caught, n) in counts.items():
+    assert n and caught / n >= 0.95, (kind, [m.describe(measure.document) for m in missed])
+
+
+def test_a_sample_of_every_kind_of_edit_is_caught(measure, capsys):
+  """Edits of every kind drawn from every verdict paragraph; at least 95% of each caught (the
+  whole sweep: the slow test below, ``experiments/mutate_verdicts.py``); an unedited copy, and
+  one whose edit touches no finding, pass."""
+  every = measure.all_mutations()
+  assert {m.kind for m in every} == set(mutations.KINDS)
+  assert {m.verdict for m in every} == {v.id for v in verdicts.VERDICTS}
+  _mutation_shares(measure, mutations.sample(every, per_kind=6), capsys)
+  assert not measure.caught(mutations.Mutation("value", "fig13", ()))
+  start = measure.document.index("as the paper reports in\nSection 5.1.2")
+  assert not measure.caught(mutations.Mutation("value", "fig3", ((start, start + 2, "As"),)))
+
+
+@pytest.mark.slow
+def test_every_edit_of_every_kind_is_caught(measure, capsys):
+  _mutation_shares(measure, measure.all_mutations(), capsys)
+
+
+@pytest.mark.slow
+def test_the_measure_agrees_with_the_whole_check(document, results, measure):
+  for m in mutations.sample(measure.all_mutations(), per_kind=2, seed=1):
+    assert measure.caught(m) == bool(verdicts.check(m.apply(document), results)), m
 
 
 def test_every_spec_has_its_fence_and_every_fence_its_spec(document):
@@ -177,7 +282,7 @@ def test_a_committed_seed_report_is_recomputed_from_the_runs_metrics(path):
   runs' ``metrics.npz``: every cell and test of ours."""
   import json
 
-  from normattn_jax.reporting import seeds
+  from normattn_jax.sweep import seeds
 
   with open(path) as f:
     stored = json.load(f)
@@ -195,7 +300,7 @@ def test_a_committed_seed_table_is_its_report_as_markdown(path):
   """Each ``seeds.md`` beside a ``seeds.json`` is ``seeds.markdown`` of it, as drawn now."""
   import json
 
-  from normattn_jax.reporting import seeds
+  from normattn_jax.sweep import seeds
 
   with open(path) as f:
     report = json.load(f)

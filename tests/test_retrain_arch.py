@@ -1,4 +1,4 @@
-"""train.retrain (experiments/retrain_arch.py): one arch of a finished sweep trained again and
+"""sweep.retrain (normattn-retrain): one arch of a finished sweep trained again and
 merged back, on the run's own devices and normalisation or not at all."""
 import json
 import os
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from normattn_jax._extras import cpu_cores
-from normattn_jax.train import artifacts
-from normattn_jax.train import retrain
+from normattn_jax.sweep import artifacts
+from normattn_jax.sweep import retrain
 from normattn_jax.train.checkpoint import WorkdirError
-from normattn_jax.train.sweep import run_sweep
+from normattn_jax.sweep.train import run_sweep
 
 from helpers import FIXTURES, REPO, subprocess_env
 from helpers.sweeps import tiny_retrain_config
@@ -183,20 +183,20 @@ def plugin_config_file(tmp_path):
   os.makedirs(stored)
   (stored / "config.json").write_text(json.dumps(config_json(c)))
   path = tmp_path / "plugin_config.py"
-  path.write_text("from normattn_jax.train import artifacts\n\n\n"
+  path.write_text("from normattn_jax.sweep import artifacts\n\n\n"
                   f"def get_config():\n  return artifacts.read_config({str(stored)!r})\n")
   return str(path)
 
 
 def script(name, *args):
   env = subprocess_env(FIXTURES)
-  return subprocess.run([sys.executable, os.path.join(REPO, "experiments", name), *args],
+  return subprocess.run([sys.executable, "-m", f"normattn_jax.cli.{name}", *args],
                         capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
 
 
 def test_the_command_retrains_a_plugin_run_of_two_cpu_devices_as_it_was_made(tmp_path):
   workdir = str(tmp_path / "run")
-  done = script("sweep.py", f"--config={plugin_config_file(tmp_path)}", f"--workdir={workdir}",
+  done = script("sweep", f"--config={plugin_config_file(tmp_path)}", f"--workdir={workdir}",
                 "--plugins=card_plugin", "--cpu_devices=2")
   assert done.returncode == 0, done.stderr[-3000:]
   for figure in ("accuracy.png", "learning_curves.png"):  # the script draws them
@@ -204,13 +204,13 @@ def test_the_command_retrains_a_plugin_run_of_two_cpu_devices_as_it_was_made(tmp
   stored = metrics(workdir)
   summary = read_text(os.path.join(workdir, artifacts.SUMMARY))
 
-  done = script("retrain_arch.py", "--arch=mte", workdir)
+  done = script("retrain", "--arch=mte", workdir)
   assert done.returncode == 2, done.stderr[-3000:]
   assert "config.attention.name='tempered_softmax'" in done.stderr.splitlines()[-1]
   assert not os.path.exists(retrain.sub_workdir(workdir, "mte"))
 
   os.remove(os.path.join(workdir, "accuracy.png"))
-  done = script("retrain_arch.py", "--arch=mte", "--plugins=card_plugin", workdir)
+  done = script("retrain", "--arch=mte", "--plugins=card_plugin", workdir)
   assert done.returncode == 0, done.stderr[-3000:]
   now = metrics(workdir)
   assert list(now) == list(stored)

@@ -1,6 +1,7 @@
 """The kinds of run (``train.kinds``) and their one driver (``train.runs.run``): a kind that a
 plugin module registers runs, stops on its budget and resumes to the numbers of an uninterrupted
-run, as a built-in one does, from Python and from ``experiments/run.py --plugins``."""
+run, as a built-in one does, from Python and from ``normattn-run --plugins``."""
+import ast
 import importlib.util
 import json
 import os
@@ -9,9 +10,10 @@ import sys
 
 import pytest
 
+from normattn_jax.cli.command import load_builtin_kinds
 from normattn_jax.registry import load_plugins
 from normattn_jax.train import kinds, runs
-from normattn_jax.train.checkpoint import MAY_DIFFER, WorkdirError
+from normattn_jax.train.checkpoint import WorkdirError
 from normattn_jax.train.driver import Budget, Interrupted
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -42,11 +44,10 @@ def validate(c):
 def train(c, context):
   keys = jax.random.split(jax.random.key(c.seed), c.seeds)
   state = {"position": jnp.zeros(c.seeds)}
-  zeros = lambda *_: {"position": np.zeros((c.steps, c.seeds), np.float32)}
-  with RunHooks(context.path("checkpoints"), c.checkpoint_every, c.steps, metrics_like=zeros,
-                record=lambda *_: None, budget=context.budget, name="random walk") as hooks:
+  with RunHooks(context.path("checkpoints"), c.checkpoint_every, c.steps, budget=context.budget,
+                name="random walk") as hooks:
     done, state, metrics = hooks.resume(None, state, None)
-    metrics = metrics or zeros()
+    metrics = metrics or {"position": np.zeros((c.steps, c.seeds), np.float32)}
     for step in range(done, c.steps):
       moves = jax.vmap(lambda key: jax.random.normal(jax.random.fold_in(key, step)))(keys)
       state = {"position": state["position"] + moves}
@@ -62,7 +63,7 @@ kinds.register(kinds.RunKind(
     describe=lambda summary: [f"final positions {summary['positions'][-1]}"]))
 '''
 
-CONFIG_FILE = '''
+CONFIG_FILE = '''"""Random walks, e.g. Fig. 1 of a paper on walks. Their positions."""
 import walk_plugin
 
 
@@ -80,7 +81,7 @@ def plugin(tmp_path, monkeypatch):
   monkeypatch.syspath_prepend(str(folder))
   load_plugins(["walk_plugin"])
   yield folder
-  kinds.KINDS.unregister("random_walk")
+  kinds.unregister("random_walk")
   sys.modules.pop("walk_plugin", None)
 
 
@@ -112,7 +113,7 @@ def test_a_plugins_kind_stopped_by_its_budget_resumes_to_the_uninterrupted_numbe
 
 
 def test_a_plugins_kind_owns_its_workdir_rules(plugin, tmp_path):
-  assert MAY_DIFFER["random_walk"] == {"checkpoint_every"}
+  assert kinds.get("random_walk").may_differ == {"checkpoint_every"}
   workdir = str(tmp_path / "run")
   runs.run(walk_config(), workdir)
   with pytest.raises(WorkdirError, match="steps was 6, now 5"):
@@ -126,21 +127,27 @@ def test_run_py_dispatches_on_the_kind_a_plugin_registers(plugin, tmp_path):
   whole = runs.run(walk_config(), str(tmp_path / "whole"))
   env = dict(os.environ, JAX_PLATFORMS="cpu",
              PYTHONPATH=os.pathsep.join([REPO, str(plugin)]))
-  command = [sys.executable, os.path.join(REPO, "experiments", "run.py"), "--plugins=walk_plugin",
+  command = [sys.executable, "-m", "normattn_jax.cli.run", "--plugins=walk_plugin",
              "--config", str(plugin / "walk_config.py"), "--workdir", str(tmp_path / "cli"),
              "--nocompilation_cache"]
   done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
   assert done.returncode == 0, done.stderr
   assert f"final positions {whole['positions'][-1]}" in done.stdout
+  # the run's figures name the experiment its config file says it runs
+  assert read(tmp_path / "cli" / "about.json") == {
+      "experiment": "Random walks, e.g. Fig. 1 of a paper on walks."}
   assert read(tmp_path / "cli" / "summary.json") == whole
 
 
 def test_a_config_of_no_kind_is_refused_naming_the_field(tmp_path):
+  load_builtin_kinds()  # as the command line does
   config = kinds.get("sweep").base_config()
   config.kind = "sweeep"
   with pytest.raises(ValueError, match=r"config.kind='sweeep': must name a kind of run, one of "
-                                       r"\('sweep', 'pretraining'"):
+                                       r"\(.*'sweep'.*\)") as refused:
     runs.run(config, str(tmp_path / "run"))
+  listed = ast.literal_eval(str(refused.value).split("of ")[-1])
+  assert {"pretraining", "report_card"} <= set(listed)
   assert not os.path.exists(tmp_path / "run")
 
 
@@ -149,16 +156,17 @@ def test_a_kind_declares_what_may_differ():
     kinds.RunKind(name="forgetful")  # the missing field is the point
   with pytest.raises(TypeError, match="the string 'steps'"):
     kinds.RunKind(name="careless", may_differ="steps")
+  load_builtin_kinds()
   with pytest.raises(ValueError, match="run kind 'sweep' is already registered"):
     kinds.register(kinds.RunKind(name="sweep", may_differ=()))
 
 
 def test_every_shipped_config_names_a_registered_kind():
-  names = kinds.names()
-  for path in sorted(os.listdir(os.path.join(REPO, "configs"))):
+  names = load_builtin_kinds()
+  for path in sorted(os.listdir(os.path.join(REPO, "normattn_jax", "configs"))):
     if path.endswith(".py") and not path.startswith("_"):
-      spec = importlib.util.spec_from_file_location(path[:-3],
-                                                    os.path.join(REPO, "configs", path))
+      spec = importlib.util.spec_from_file_location(
+          path[:-3], os.path.join(REPO, "normattn_jax", "configs", path))
       module = importlib.util.module_from_spec(spec)
       spec.loader.exec_module(module)
       assert module.get_config().kind in names, path
@@ -178,7 +186,7 @@ def test_a_pretraining_workdir_from_before_the_kinds_is_an_encoder():
 def test_a_config_of_another_kind_is_named_before_a_field_is_read():
   """A sweep's config with --config.kind=pretraining failed as a chained KeyError on
   train.eval_batch_size; it is refused naming the fields and the kind they belong to."""
-  from configs import demo
+  from normattn_jax.configs import demo
   c = demo.get_config()
   c.kind = "pretraining"
   with pytest.raises(ValueError, match=r"config.kind='pretraining': the config's fields are not "

@@ -50,7 +50,7 @@ def test_the_command_writes_a_task_column(tmp_path):
     (tmp_path / name / "summary.json").write_text(json.dumps(summary(task, ("accuracy",),
                                                                      (0.5,))))
   done = subprocess.run(
-      [sys.executable, os.path.join(REPO, "experiments", "compare_finetuning.py"),
+      [sys.executable, "-m", "normattn_jax.cli.compare_finetuning",
        f"--workdirs={tmp_path / 'softmax'},{tmp_path / 'mrpc'}", f"--output={tmp_path / 'out'}"],
       capture_output=True, text=True, cwd=REPO, timeout=300,
       env=subprocess_env())
@@ -67,7 +67,7 @@ def test_two_runs_of_one_name_are_refused_with_both_paths(tmp_path):
     (tmp_path / folder / "summary.json").write_text(json.dumps(summary("genre", ("accuracy",),
                                                                        (0.5,))))
   done = subprocess.run(
-      [sys.executable, os.path.join(REPO, "experiments", "compare_finetuning.py"),
+      [sys.executable, "-m", "normattn_jax.cli.compare_finetuning",
        f"--workdirs={tmp_path / 'genre/dnas'},{tmp_path / 'next/dnas'}",
        f"--output={tmp_path / 'out'}"],
       capture_output=True, text=True, cwd=REPO, timeout=300,

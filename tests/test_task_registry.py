@@ -13,11 +13,11 @@ from absl import flags
 
 from normattn_jax import tasks
 from normattn_jax.registry import load_plugins
-from normattn_jax.train import cli
-from normattn_jax.train import train_grid, validate
-from normattn_jax.train.grid import Setup
+from normattn_jax.cli import command as cli
+from normattn_jax.sweep import train_grid, validate
+from normattn_jax.sweep.programs import Setup
 from normattn_jax.train.optim import learning_rate_of
-from normattn_jax.train.sweep import run_sweep
+from normattn_jax.sweep.train import run_sweep
 from helpers.sweeps import tiny_sweep_config
 
 COPY_STEPS = 80
@@ -254,7 +254,7 @@ tasks.register(tasks.Task("first_plus_offset", first_plus_offset, outputs=("clas
 '''
 
 OFFSET_CONFIG = '''
-from normattn_jax.train.config import base_config
+from normattn_jax.sweep.config import base_config
 
 
 def get_config():
@@ -358,7 +358,7 @@ def test_labels_are_checked_per_output_head_in_dtype_shape_and_range(output, sam
 def test_a_tasks_settings_are_checked_as_it_is_registered():
   """A default that breaks its own rule, and a setting named like a shared field (the config
   would read the shared field: the setting silently ignored), are refused by register."""
-  from normattn_jax.train.config import base_config
+  from normattn_jax.sweep.config import base_config
   assert set(tasks.SHARED_FIELDS) == set(base_config().task.keys())
   for settings, said in (
       ((tasks.Setting("offset", 0, tasks.positive_int),),

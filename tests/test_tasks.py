@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from normattn_jax.tasks import (balanced_case_set, case_distinction, case_labels, majority,
-                                mode_finding, mode_labels)
+                                mode_finding, mode_labels, synthetic)
 
 
 def test_case_frequencies_match_the_paper():
@@ -15,6 +15,8 @@ def test_case_frequencies_match_the_paper():
   expected = [1 - 0.99 ** 128, 0.99 ** 128 - 0.98 ** 128, 0.98 ** 128]
   np.testing.assert_allclose(freq, expected, atol=0.005)
   np.testing.assert_allclose(freq, [0.724, 0.201, 0.075], atol=0.006)  # the paper's numbers
+  np.testing.assert_allclose(synthetic.case_shares(128, 100), expected, rtol=1e-12)
+  np.testing.assert_allclose(synthetic.case_shares(32, 100), [0.2750, 0.2011, 0.5239], atol=1e-4)
   assert batch.inputs.dtype == jnp.int32 and batch.labels.dtype == jnp.int32
 
 
@@ -39,6 +41,20 @@ def test_mode_ties_go_to_the_smallest_token():
   for row, label in zip(np.asarray(inputs), np.asarray(labels)):
     c = np.bincount(row, minlength=10)
     assert label == np.flatnonzero(c == c.max())[0]
+
+
+def test_the_best_blind_guess_on_the_mode_task_is_counted_exactly():
+  """``mode_guess_rate`` is the share of sequences whose mode is 0: every sequence of a small
+  task enumerated, and the generator's labels at N = 32."""
+  for n, s in ((6, 3), (5, 4), (7, 2)):
+    every = np.array(np.meshgrid(*[np.arange(s)] * n, indexing="ij")).reshape(n, -1).T
+    counts = np.stack([np.sum(every == v, axis=1) for v in range(s)], axis=1)
+    share = np.mean(counts.argmax(axis=1) == 0)  # argmax: the smallest token wins a tie
+    assert synthetic.mode_guess_rate(n, s) == pytest.approx(share, rel=1e-12)
+  _, labels = mode_finding(jax.random.key(3), 20_000, 32, 16)
+  rate = synthetic.mode_guess_rate(32, 16)
+  assert abs(np.mean(np.asarray(labels) == 0) - rate) < 4 * (rate * (1 - rate) / 20_000) ** 0.5
+  assert np.bincount(np.asarray(labels)).argmax() == 0  # 0 wins the ties: the best guess
 
 
 def test_balanced_case_set():

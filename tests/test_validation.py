@@ -66,12 +66,12 @@ def test_check_fields_names_the_field_and_value_by_its_rule():
 
 def _validators():
   """Each kind of run's default config and validator."""
-  from configs import unselectable_lm
+  from normattn_jax.configs import unselectable_lm
   from normattn_jax.analysis import causal_lm_keys, majority
   from normattn_jax.finetune import train as finetune
-  from normattn_jax.reporting import report_card
-  from normattn_jax.train import config as sweep
-  from normattn_jax.train import pretrain
+  from normattn_jax.card import train as report_card
+  from normattn_jax.sweep import config as sweep
+  from normattn_jax.pretrain import train as pretrain
   return {"sweep": (sweep.base_config(), sweep.validate),
           "finetuning": (finetune.base_finetune_config(),
                          lambda c: finetune.validate_finetune_config(c, check_paths=False)),

@@ -12,11 +12,13 @@ import sys
 import numpy as np
 import pytest
 
-from normattn_jax.train import checkpoint, pretrain
-from normattn_jax.train.checkpoint import (LOCK, DamagedCheckpointWarning, MAY_DIFFER,
-    WorkdirError, config_json, config_differences, lock_workdir, open_workdir, unlock_workdir)
-from normattn_jax.train.config import get_field
-from normattn_jax.train.pretrain import run_pretraining
+from normattn_jax.pretrain import train as pretrain
+from normattn_jax.train import checkpoint, kinds
+from normattn_jax.train.checkpoint import (LOCK, DamagedCheckpointWarning, WorkdirError,
+                                           config_differences, config_json, lock_workdir,
+                                           open_workdir, unlock_workdir)
+from normattn_jax.sweep.config import get_field
+from normattn_jax.pretrain.train import run_pretraining
 from normattn_jax.train.driver import Budget, Interrupted
 from helpers import REPO, subprocess_env
 from helpers.files import halve
@@ -71,7 +73,7 @@ def test_differences_name_each_field_and_ignore_only_the_listed_ones():
   for kind, config in (("sweep", sweep_config()), ("pretraining", tiny_pretrain_config())):
     assert config_differences(config_json(config), config_json(config)) == []
     every_field = {field for field, _, _ in config_differences({}, config_json(config))}
-    assert set(MAY_DIFFER[kind]) <= every_field, kind
+    assert set(kinds.get(kind).may_differ) <= every_field, kind
 
 
 # Sweeps
@@ -258,18 +260,18 @@ def test_pretraining_resumes_past_a_damaged_latest_checkpoint(
 # The command lines
 
 
-def command(script, *args):
-  return subprocess.run([sys.executable, os.path.join(REPO, "experiments", script), *args],
+def command(name, *args):
+  return subprocess.run([sys.executable, "-m", f"normattn_jax.cli.{name}", *args],
                         capture_output=True, text=True, cwd=REPO, timeout=300,
                         env=dict(os.environ, JAX_PLATFORMS="cpu"))
 
 
 def test_sweep_command_refuses_another_config_in_one_line(tmp_path):
-  from configs import case_distinction
+  from normattn_jax.configs import case_distinction
   stored = config_json(case_distinction.get_config())
   stored["num_seeds"] = 3
   (tmp_path / "config.json").write_text(json.dumps(stored))
-  done = command("sweep.py", "--config", "configs/case_distinction.py", "--workdir", str(tmp_path))
+  done = command("sweep", "--config", "case_distinction", "--workdir", str(tmp_path))
   assert done.returncode == 2, done.stderr
   assert done.stderr.splitlines()[-1] == (
       f"error: workdir {tmp_path} holds a run of another config: num_seeds was 3, now 5. Rerun "
@@ -279,12 +281,12 @@ def test_sweep_command_refuses_another_config_in_one_line(tmp_path):
 
 
 def test_pretrain_command_reruns_a_finished_run_without_a_measured_throughput(tmp_path):
-  from configs import albert_tiny
+  from normattn_jax.configs import albert_tiny
   (tmp_path / "config.json").write_text(json.dumps(config_json(albert_tiny.get_config())))
   summary = {"attention": "softmax", "mlm_accuracy": 0.5, "sop_accuracy": 0.75,
              "tokens_per_second": None, "devices": 1, "device_kind": "cpu"}
   (tmp_path / "summary.json").write_text(json.dumps(summary))
-  done = command("pretrain.py", "--workdir", str(tmp_path))
+  done = command("pretrain", "--workdir", str(tmp_path))
   assert done.returncode == 0, done.stderr
   assert "softmax: held-out MLM accuracy 50.0%, SOP accuracy 75.0%, n/a tokens/s" in done.stdout
   assert json.loads((tmp_path / "summary.json").read_text()) == summary

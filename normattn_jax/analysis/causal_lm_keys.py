@@ -37,7 +37,7 @@ from normattn_jax.train import kinds, runs
 from normattn_jax.train.driver import Budget, RunHooks
 from normattn_jax.train.run_log import RunLog
 from normattn_jax.train.runs import RunContext
-from normattn_jax.train.sections import check_known_fields, flat_fields
+from normattn_jax.validation import check_known_fields, flat_fields
 from normattn_jax.train.state import DROPOUT_STREAM, TRAIN_STREAM, TrainState
 from normattn_jax.validation import check_config_float, check_config_int, check_fields
 from normattn_jax.validation import fail_config as _fail
@@ -58,7 +58,7 @@ PAPER = {"w/o scaling (paper)": [51.0, 32.2, 34.7, 36.8],
 
 
 def base_config() -> ml_collections.ConfigDict:
-  """Every field of the run (``configs/unselectable_lm.py``): the reduced run for 2 CPU cores,
+  """Every field of the run (the ``unselectable_lm`` config): the reduced run for 2 CPU cores,
   the paper's sizes where they are cheap (d = 8, 4 layers, 4 heads, GPT-2's block), fewer steps,
   shorter windows and a smaller vocabulary elsewhere. ``analysis.tolerance`` is the LP's
   relative margin, above float32 rounding (the keys without scaling lie in the ones-orthogonal
@@ -87,7 +87,7 @@ def check_field_names(c: ml_collections.ConfigDict) -> None:
   check_known_fields(c, base)
   given = flat_fields(c.to_dict())
   for field in sorted(flat_fields(base.to_dict()).keys() - given.keys()):
-    _fail(field, None, "missing; the run needs every field of configs/unselectable_lm.py")
+    _fail(field, None, "missing; the run needs every field of the unselectable_lm config")
 
 
 def validate_config(c: ml_collections.ConfigDict) -> None:
@@ -338,8 +338,8 @@ def build_grid(c: ml_collections.ConfigDict, model: CausalLM,
 
 
 def chunk_metrics(out: dict) -> dict:
-  """A chunk's outputs as recorded: each model's mean training loss over the chunk's steps
-  (taken on the host, in float32) and whether it diverged."""
+  """A chunk's outputs as recorded: each model's mean training loss over the
+  chunk's steps (taken on the host, in float32) and whether it diverged."""
   return {"train_loss": np.asarray(out["losses"], np.float32).mean(axis=1),
           "diverged": np.asarray(out["diverged"], bool)}
 
@@ -378,15 +378,10 @@ def train_variant(c: ml_collections.ConfigDict, name: str, grid: grid_lib.Grid, 
       log(f"{LABELS[name]}: step {step}/{t.num_steps}: loss {losses.mean():.3f} "
           f"({time.perf_counter() - began:.0f} s)")
 
-  def metrics_like(*_):
-    return {"train_loss": np.zeros((chunks, t.seeds), np.float32),
-            "diverged": np.zeros((chunks, t.seeds), bool)}
-
-  with RunHooks(os.path.join(workdir, "checkpoints", name), t.checkpoint_every // t.log_every,
-                chunks, metrics_like=metrics_like, record=record, budget=budget,
-                name=LABELS[name]) as hooks:
-    return grid_lib.run_grid(grid, model_keys(c), per_model_settings(c), chunks,
-                             resume=hooks.resume, on_chunk=hooks.on_chunk, on_host=chunk_metrics)
+  hooks = RunHooks(os.path.join(workdir, "checkpoints", name), t.checkpoint_every // t.log_every,
+                   chunks, record=record, budget=budget,
+                   name=LABELS[name])
+  return hooks.train(grid, model_keys(c), per_model_settings(c), on_host=chunk_metrics)
 
 
 def initial_states(c: ml_collections.ConfigDict, grid: grid_lib.Grid) -> TrainState:
@@ -470,7 +465,7 @@ def run(c: ml_collections.ConfigDict, workdir: str, *, afresh: bool = False,
   stopped run resumes from its checkpoints to the numbers of an uninterrupted one.
 
   Args:
-    c: the config (``configs/unselectable_lm.py``'s ``get_config`` with overrides).
+    c: the config (``normattn_jax/configs/unselectable_lm.py``'s ``get_config`` with overrides).
     workdir: the run's folder; a finished run's summary is returned untouched, one of another
       config is refused (``WorkdirError``) unless ``afresh`` moves it aside.
     afresh: move an existing workdir aside first.
@@ -595,13 +590,6 @@ def write_table(summary: dict, workdir: str) -> str:
   return table
 
 
-def draw(workdir: str, summary: dict) -> None:
-  """The kind's figures: ``table1.md`` and ``train_loss.png``."""
-  from normattn_jax.reporting import analysis_figures
-  write_table(summary, workdir)
-  analysis_figures.causal_lm_loss(summary, os.path.join(workdir, "train_loss.png"))
-
-
 def describe(summary: dict) -> list[str]:
   """The tables beside the paper's, and each seed's final training and held-out losses."""
   lines = [table_markdown(summary, PAPER)]
@@ -623,8 +611,6 @@ CAUSAL_LM = kinds.register(kinds.RunKind(
     train=train_and_analyse,
     summary_format={"indent": 1},
     describe=describe,
-    figures=draw,
-    figure_files=lambda workdir, summary: ("table1.md", "train_loss.png"),
     divides=lambda c: (c.train.seeds,),
     # the seeds per vmap came with the grid engine: a config without it ran at the auto width
     added={"train.models_per_vmap": 0}))

@@ -5,7 +5,7 @@ the one given), ``NUM_HEADS`` heads of ``HEAD_DIM``.
 
 Memory is XLA's compiled memory analysis (temporaries plus outputs), so it is known without
 running a program; time is the median of timed calls, the variants interleaved. Shared by
-``benchmarks/attention_scaling.py`` and the report card (``reporting/report_card.py``).
+``benchmarks/attention_scaling.py`` and the report card (``card/train.py``).
 """
 from __future__ import annotations
 

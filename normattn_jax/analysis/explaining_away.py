@@ -70,11 +70,11 @@ def train_case_model(normalization: str, *, steps: int, seq_len: int, d_model: i
     learning_rate: Adam's peak learning rate.
 
   Returns:
-    ``(setup, params, val_acc)``: its ``train.grid.Setup``, trained variables and final
+    ``(setup, params, val_acc)``: its ``train.programs.Setup``, trained variables and final
     validation accuracy.
   """
-  from normattn_jax.train.config import base_config  # the experiments extra
-  from normattn_jax.train.grid import Setup, train_grid
+  from normattn_jax.sweep.config import base_config  # the experiments extra
+  from normattn_jax.sweep.programs import Setup, train_grid
 
   c = base_config()
   c.archs, c.attention.name = ("mte",), normalization
@@ -104,7 +104,7 @@ def probe_key_sums(setup, params, val_acc: float) -> tuple[np.ndarray, dict]:
   """Each key's weights summed over the queries on the probe batch, every layer and head.
 
   Args:
-    setup: the model's ``train.grid.Setup`` (its config names the normalisation).
+    setup: the model's ``train.programs.Setup`` (its config names the normalisation).
     params: its variables.
     val_acc: its validation accuracy, passed into the entry.
 

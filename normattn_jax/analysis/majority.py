@@ -25,7 +25,7 @@ epoch smaller), all seeds and variants as one grid of the engine (``build_grid``
 ``normattn_jax.train.grid.run_grid``), the data sets shared by every model.
 
 A run is the kind of run "majority" (``train.kinds``; ``runs.run`` or ``run``): it takes its
-settings as a config (``base_config``, the paper's, which ``configs/layernorm_majority.py``
+settings as a config (``base_config``, the paper's, which the ``layernorm_majority`` config
 gives; checked by ``validate_config``), whose ``config.json`` guards its workdir as every run's
 does (``train.checkpoint.open_workdir``; its target, ``steps``, may differ); it logs every
 evaluation to ``history.jsonl``, resumes from its checkpoints (also for more steps than it ran)
@@ -33,7 +33,6 @@ and writes its summary to ``majority.json``.
 """
 from __future__ import annotations
 
-import copy
 import json
 import math
 import os
@@ -56,7 +55,7 @@ from normattn_jax.train.layout import GroupSeedAxis
 from normattn_jax.train.run_log import RunLog, read_history
 from normattn_jax.train.runs import RunContext
 from normattn_jax.train.state import TRAIN_STREAM, TrainState
-from normattn_jax.train.sections import check_known_fields
+from normattn_jax.validation import check_known_fields
 from normattn_jax.validation import (RULES, check_config_float, check_config_int, check_fields,
                                      check_int, fail_config)
 
@@ -338,7 +337,7 @@ def pair_sums(logits: Array, pairs: Pairs, labels: Array) -> tuple[Array, Array]
 
 def base_config() -> ml_collections.ConfigDict:
   """Every field that fixes the results of a run, at the paper's values
-  (``configs/layernorm_majority.py``); a config holds these fields and no others."""
+  (``normattn_jax/configs/layernorm_majority.py``); a config holds these fields and no others."""
   return ml_collections.ConfigDict({
       "kind": KIND,  # the kind of run (train.kinds)
       "steps": 14_000,  # the target, rounded up to whole evaluation intervals; it may grow
@@ -744,27 +743,23 @@ def train_majority(config: ml_collections.ConfigDict, context: RunContext) -> Ma
   history = None
   log = context.log
 
-  with RunHooks(context.path("checkpoints"), 1, target, record=lambda *_: None,
-                budget=context.budget, name=KIND, state_only=True, may_grow=True) as hooks:
+  def on_resume(grid, done, states, settings):
+    nonlocal history
+    history = RunLog(context.workdir, resume_from=done * chunk_steps, tensorboard=False,
+                     progress=False)
+    if not history.rows():
+      before = grid.program(programs.evaluate)(states, settings)
+      history.record(0, rounded(checked({k: grid_lib.to_host(v)[:num_models(config)]
+                                         for k, v in before.items()})))
+    log(f"data: {data.train_counts.shape[1]} train / {data.test_counts.shape[1]} test "
+        f"sequences per seed, {statistics}; {num_models(config)} models; from step "
+        f"{done * chunk_steps} to {target * chunk_steps}")
+    tick[0] = time.time()
 
-    def resume(grid, states, settings):
-      nonlocal history
-      done, states, _ = hooks.resume(grid, states, settings)
-      history = RunLog(context.workdir, resume_from=done * chunk_steps, tensorboard=False,
-                       progress=False)
-      if not history.rows():
-        before = grid.program(programs.evaluate)(states, settings)
-        history.record(0, rounded(checked({k: grid_lib.to_host(v)[:num_models(config)]
-                                           for k, v in before.items()})))
-      log(f"data: {data.train_counts.shape[1]} train / {data.test_counts.shape[1]} test "
-          f"sequences per seed, {statistics}; {num_models(config)} models; from step "
-          f"{done * chunk_steps} to {target * chunk_steps}")
-      tick[0] = time.time()
-      return done, states, {}
-
-    def on_chunk(done, states, metrics_so_far):
-      metrics = checked({k: v[done - 1] for k, v in metrics_so_far.items()})
-      step = done * chunk_steps
+  def record(indices, metrics_so_far):  # each chunk as it ends (a resume replays none)
+    for index in indices:
+      metrics = checked({k: v[index] for k, v in metrics_so_far.items()})
+      step = (index + 1) * chunk_steps
       history.record(step, rounded(metrics))
       now = time.time()
       speed.append(num_models(config) * chunk_steps / (now - tick[0]))
@@ -773,14 +768,14 @@ def train_majority(config: ml_collections.ConfigDict, context: RunContext) -> Ma
       log(f"step {step}: test accuracy " + ", ".join(
           f"{n} {a:.3f}" for n, a in zip(config.variants, accuracy))
           + f"; {speed[-1]:.1f} model-steps/s")
-      hooks.on_chunk(done, states, metrics_so_far)  # checkpoint, then pay from the budget
 
-    try:
-      grid_lib.run_grid(grid, model_keys(config), per_model_settings(config), target,
-                        resume=resume, on_chunk=on_chunk)
-    finally:
-      if history is not None:
-        history.close()
+  hooks = RunHooks(context.path("checkpoints"), 1, target, record=record, on_resume=on_resume,
+                   budget=context.budget, name=KIND, state_only=True, may_grow=True)
+  try:
+    hooks.train(grid, model_keys(config), per_model_settings(config))
+  finally:
+    if history is not None:
+      history.close()
   extra = {"data": statistics | {"train_size": int(data.train_counts.shape[1]),
                                  "test_size": int(data.test_counts.shape[1])},
            "eval_every_steps": chunk_steps,
@@ -798,25 +793,16 @@ def read_curves(workdir: str) -> dict:
   return curves(read_history(os.path.join(workdir, "history.jsonl")), config)
 
 
-def draw(workdir: str, summary: dict) -> None:
-  """The kind's figure: ``majority.png``, every evaluation so far."""
-  from normattn_jax.reporting import analysis_figures
-  config = read_json(os.path.join(workdir, "config.json"))
-  analysis_figures.majority(read_curves(workdir), config["num_seeds"],
-                            os.path.join(workdir, "majority.png"))
-
-
 def describe(summary: dict) -> list[str]:
   """The summary without its per-variant details."""
   return [json.dumps({k: summary[k] for k in summary if k != "variants"}, indent=1)]
 
 
-def run(config: ml_collections.ConfigDict, workdir: str, *, steps: int,
-        budget: Optional[Budget] = None, afresh: bool = False,
-        log: Callable = print) -> tuple[dict, dict]:
-  """``runs.run`` of a majority config for ``steps`` steps (its ``steps`` field): train (or
-  resume) every variant and seed, logging every evaluation to ``history.jsonl``, and write its
-  summary to ``majority.json``.
+def run(config: ml_collections.ConfigDict, workdir: str, *, budget: Optional[Budget] = None,
+        afresh: bool = False, log: Callable = print) -> tuple[dict, dict]:
+  """``runs.run`` of a majority config: train (or resume) every variant and seed to its
+  ``steps`` field (rounded up to whole evaluation intervals), logging every evaluation to
+  ``history.jsonl``, and write its summary to ``majority.json``.
 
   The workdir is the run's (``train.checkpoint.open_workdir``): one of another config is
   refused unless ``afresh`` moves it aside; ``steps`` may grow between parts of a run.
@@ -824,7 +810,6 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, steps: int,
   Args:
     config: the run's config (``base_config`` with overrides).
     workdir: its folder: config.json, versions.json, history.jsonl, checkpoints/, majority.json.
-    steps: training steps, rounded up to whole evaluation intervals, >= 1.
     budget: the evaluation intervals and/or minutes this call may run (``Budget``) before
       ``Interrupted``, its checkpoint written; the run resumes when started again.
     afresh: move an existing workdir aside first.
@@ -835,13 +820,10 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, steps: int,
     curves of every evaluation so far (``curves``).
 
   Raises:
-    ValueError: for a bad config field or ``steps``, before anything is written.
+    ValueError: for a bad config field, before anything is written.
     WorkdirError: for a workdir of another config.
     Interrupted: when the budget stops the run.
   """
-  check_int("steps", steps, low=1)
-  config = copy.deepcopy(config)
-  config.steps = steps
   kinds.check_kind(config, KIND)
   summary = runs.run(config, workdir, afresh=afresh, budget=budget, show_progress=False,
                      tensorboard=False, log=log)
@@ -860,7 +842,5 @@ MAJORITY = kinds.register(kinds.RunKind(
     summary_file=SUMMARY,
     summary_format={"indent": 1},
     describe=describe,
-    figures=draw,
-    figure_files=lambda workdir, summary: ("majority.png",),
     # a config from before the kinds gave its steps on the command line alone
     added={"steps": 14_000}))

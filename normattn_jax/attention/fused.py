@@ -54,15 +54,18 @@ import numpy as np
 
 from normattn_jax.attention import fast as fast_lib
 from normattn_jax.attention.causality import refuse_future_leak
+from normattn_jax.kernels import platform as platform_lib
+from normattn_jax.kernels import rules as kernel_rules
 
 Array = jax.Array
-KERNELS = ("xla", "cudnn")
+KERNELS = ("xla", "cudnn", "pallas")
 CUDNN_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 CUDNN_MIN_COMPUTE_CAPABILITY = 8   # cuDNN's flash attention: Ampere or later
 CUDNN_MAX_WIDTH = 128              # its head width on every such GPU (256 from Hopper on)
 CUDNN_WIDTH_MULTIPLE = 8
 MAX_KEY_COLUMNS = 2                # the offset column, split in two below float32
 AUTO_MIN_KEYS = 512                # "auto" fuses from here on: below, the quadratic path was faster
+PALLAS_BLOCK = 128                 # the TPU flash kernel's blocks: its lengths a multiple of them
 
 
 # ----- the kernel and the path -----
@@ -78,7 +81,7 @@ def tracing_for_cudnn(cudnn: bool = True) -> Iterator[None]:
   """Programs traced inside take cuDNN's kernel (``cudnn``) wherever it would take the call on
   an Ampere or later NVIDIA GPU, or never (``cudnn=False``), whatever this machine's devices
   are: what ``jax.export`` of a program for platform "cuda" needs on a machine without one, and
-  for "tpu" on a machine with one (``train.export_check``). Never needed to run a program, where
+  for "tpu" on a machine with one (``cli.exports``). Never needed to run a program, where
   ``cudnn_device`` sees the device itself."""
   token = _TRACING_FOR_CUDNN.set(bool(cudnn))
   try:
@@ -116,7 +119,10 @@ def _round_up(n: int, multiple: int) -> int:
 
 def kernel_for(dtype, width: int, *, dense_mask: bool = False,
                causal_unequal: bool = False) -> str:
-  """The kernel of a fused call: cuDNN's where it takes the call, else XLA's.
+  """The kernel of a fused call: cuDNN's where it takes the call; on a TPU (a program traced
+  for one, ``kernels.platform``) jax's Pallas flash attention
+  (``jax.experimental.pallas.ops.tpu.flash_attention``), which ``jax.nn.dot_product_attention``
+  does not offer there, where it takes the call; else XLA's.
 
   Args:
     dtype: the dtype of q, k and v (cuDNN takes bf16 and fp16 only).
@@ -127,11 +133,13 @@ def kernel_for(dtype, width: int, *, dense_mask: bool = False,
       aligns them at the start, this library's at the end).
 
   Returns:
-    "cudnn" or "xla" (one of ``KERNELS``).
+    "cudnn", "pallas" or "xla" (one of ``KERNELS``).
   """
   if (cudnn_device() and jnp.dtype(dtype) in CUDNN_DTYPES and not dense_mask
       and not causal_unequal and _round_up(width, CUDNN_WIDTH_MULTIPLE) <= CUDNN_MAX_WIDTH):
     return "cudnn"
+  if platform_lib.target().platform == "tpu" and not dense_mask and not causal_unequal:
+    return "pallas"
   return "xla"
 
 
@@ -159,12 +167,7 @@ def takes_fused_path(norm, implementation: str, call_blockers, dtype, head_dim: 
                      num_keys: int, value_dim: int = 0, dense_mask: bool = False,
                      causal_unequal: bool = False, structured: str = "structured masks") -> bool:
   """Whether a call takes the fused path: always for "fused" (refusing what it cannot take),
-  for "auto" where nothing blocks it, there are at least ``AUTO_MIN_KEYS`` keys and the kernel
-  would be one of the normalisation's ``fused_auto_kernels`` (cuDNN's for softmax, DNAS, HNAS,
-  sink and Scalable-Softmax; on a CPU XLA's fused kernel is the quadratic computation and "auto"
-  keeps today's paths), never otherwise. (On an H100 and an H200, cuDNN's softmax took 0.76-0.97x
-  the quadratic path's speed in training at 128 and 256 keys, DNAS and HNAS 0.55-0.75x; from 512
-  on all three were faster on the H100, DNAS with its offsets from cuDNN: BENCHMARKS.md.)
+  for "auto" where nothing blocks it and ``auto_fuses`` says so, never otherwise.
 
   Args:
     norm: the registered ``Normalization``.
@@ -194,12 +197,41 @@ def takes_fused_path(norm, implementation: str, call_blockers, dtype, head_dim: 
                        f"{', '.join(call_blockers)}; pass {structured} or use "
                        f"implementation='quadratic'")
     return True
-  if (implementation != "auto" or call_blockers or norm.fused is None
-      or num_keys < AUTO_MIN_KEYS):
+  if implementation != "auto" or call_blockers or norm.fused is None:
     return False
   kernel = kernel_for(dtype, max(head_dim + MAX_KEY_COLUMNS, value_dim), dense_mask=dense_mask,
                       causal_unequal=causal_unequal)
-  return kernel in norm.fused_auto_kernels
+  return auto_fuses(norm, kernel, dtype, head_dim, num_keys)
+
+
+def auto_fuses(norm, kernel: str, dtype, head_dim: int, num_keys: int) -> bool:
+  """"auto"'s rule for a call nothing blocks: where the kernel rules (``kernels.rules``) hold a
+  measurement of the fused path against the quadratic one on this kind of device at this
+  normalisation, dtype, key count and head width, whether the fused path was faster there;
+  elsewhere, from ``AUTO_MIN_KEYS`` keys on where the kernel is one of the normalisation's
+  ``fused_auto_kernels`` (cuDNN's for softmax, DNAS, HNAS, sink and Scalable-Softmax; on a CPU
+  XLA's fused kernel is the quadratic computation and "auto" keeps today's paths). (On an H100
+  and an H200, single models in training: cuDNN's softmax took 0.76-0.97x the quadratic path's
+  speed at 128 and 256 keys, DNAS and HNAS 0.55-0.75x; from 512 on all three were faster on the
+  H100, DNAS with its offsets from cuDNN: BENCHMARKS.md. A grid's many small models may differ,
+  which the GPU queue measures: ``benchmarks/kernel_speed.py``.)
+
+  Args:
+    norm: the registered ``Normalization`` (with a fused path).
+    kernel: ``kernel_for`` of the call.
+    dtype: the dtype of q, k and v.
+    head_dim: the width of each head's queries and keys.
+    num_keys: the number of keys each query is scored against.
+
+  Returns:
+    True to take the fused path.
+  """
+  faster = kernel_rules.faster("fused_attention", normalization=norm.name,
+                               dtype=jnp.dtype(dtype).name, num_keys=int(num_keys),
+                               head_dim=int(head_dim))
+  if faster is not None:
+    return faster
+  return num_keys >= AUTO_MIN_KEYS and kernel in norm.fused_auto_kernels
 
 
 # ----- checks and layout -----
@@ -308,6 +340,8 @@ def attention(q, k, v, *, key_offsets=None, sink=None, mask=None, query_mask=Non
   cuDNN's, whose masks would be dense biases, a key mask goes into k's column and ``causal`` is
   the kernel's (``kernel_for`` leaves dense masks and unequal causal lengths to XLA), and an odd
   length gets one masked key and one dropped query (its training kernel takes even lengths).
+  The TPU's Pallas flash kernel takes its masks and causal mask as cuDNN's does, and lengths of
+  whole blocks (``PALLAS_BLOCK``): masked keys and dropped queries fill them up.
 
   Args:
     q: floating-point queries, shape ``[..., n_q, h, d]`` (already scaled).
@@ -339,15 +373,16 @@ def attention(q, k, v, *, key_offsets=None, sink=None, mask=None, query_mask=Non
   kernel = kernel_for(dtype, max(d + columns, e), dense_mask=mask is not None,
                       causal_unequal=causal and n_q != n_k)
   cudnn = kernel == "cudnn"
+  in_column = kernel != "xla"  # cuDNN's and the Pallas kernel: key masks in k's column
 
   # the logit each key adds (-offset; a masked key's on cuDNN), then the sink key in front
   column = (jnp.zeros((batch, n_k, h), compute) if key_offsets is None
             else -_batch_flat(key_offsets, lead, (n_k, h)).astype(compute))
   dense = None
-  if cudnn and key_mask is not None:
+  if in_column and key_mask is not None:
     column = jnp.where(key_mask[..., None], column, masked_logit(dtype))
     needs_column = True
-  elif not cudnn:
+  elif not in_column:
     for part in (mask, None if key_mask is None else key_mask[:, None, None, :],
                  _causal(n_q, n_k) if causal else None):
       if part is not None:
@@ -360,15 +395,22 @@ def attention(q, k, v, *, key_offsets=None, sink=None, mask=None, query_mask=Non
     v = jnp.concatenate([jnp.zeros((batch, 1, h, e), dtype), v], axis=1)
     if dense is not None:
       dense = jnp.concatenate([jnp.ones(dense.shape[:-1] + (1,), bool), dense], axis=-1)
-    if cudnn and causal:  # the kernel's causal mask then lets query i see the sink
+    if in_column and causal:  # the kernel's causal mask then lets query i see the sink
       front = 1
       q = jnp.concatenate([jnp.zeros((batch, 1, h, d), dtype), q], axis=1)
-  if cudnn and odd_keys:  # a masked key, and (causal lengths stay equal) a query, at the end
-    column = jnp.concatenate([column, jnp.full((batch, 1, h), masked_logit(dtype), compute)], 1)
-    k, v = (jnp.concatenate([x, jnp.zeros((batch, 1) + x.shape[2:], dtype)], 1) for x in (k, v))
+  # masked keys, and (causal lengths stay equal) queries, at the end: one where cuDNN's length
+  # is odd, up to whole blocks on the Pallas kernel
+  multiple = {"cudnn": 2, "pallas": PALLAS_BLOCK}.get(kernel, 1)
+  extra_keys = _round_up(k.shape[1], multiple) - k.shape[1]
+  if extra_keys:
+    column = jnp.concatenate(
+        [column, jnp.full((batch, extra_keys, h), masked_logit(dtype), compute)], 1)
+    k, v = (jnp.concatenate([x, jnp.zeros((batch, extra_keys) + x.shape[2:], dtype)], 1)
+            for x in (k, v))
     needs_column = True
-  if cudnn and q.shape[1] % 2:
-    q = jnp.concatenate([q, jnp.zeros((batch, 1, h, d), dtype)], axis=1)
+  extra_queries = _round_up(q.shape[1], multiple) - q.shape[1]
+  if extra_queries:
+    q = jnp.concatenate([q, jnp.zeros((batch, extra_queries, h, d), dtype)], axis=1)
   if needs_column:
     columns = _column_parts(column, dtype)
     q = jnp.concatenate([q, jnp.ones(q.shape[:-1] + (len(columns),), dtype)], axis=-1)
@@ -376,16 +418,46 @@ def attention(q, k, v, *, key_offsets=None, sink=None, mask=None, query_mask=Non
   width = max(q.shape[-1], e)
   if cudnn:
     width = _round_up(width, CUDNN_WIDTH_MULTIPLE)
+  if kernel == "pallas" and width > PALLAS_BLOCK:  # the kernel's head width: whole lanes
+    width = _round_up(width, PALLAS_BLOCK)
   q, k, v = (_pad_width(x, width) for x in (q, k, v))
 
-  out = jax.nn.dot_product_attention(q, k, v, mask=dense, scale=1.0, is_causal=cudnn and causal,
-                                     implementation=kernel)
+  if kernel == "pallas":
+    out = pallas_flash_attention(q, k, v, causal=causal)
+  else:
+    out = jax.nn.dot_product_attention(q, k, v, mask=dense, scale=1.0,
+                                       is_causal=cudnn and causal, implementation=kernel)
   out = out[:, front:front + n_q, :, :e]
   valid = _visible_keys(mask, key_mask, causal, n_q, n_k) > 0
   if query_mask is not None:
     valid = valid & query_mask[..., None]
   out = jnp.where(valid[..., None], out, jnp.zeros((), out.dtype))
   return out.reshape(lead + (n_q, h, e)).astype(dtype)
+
+
+def pallas_flash_attention(q: Array, k: Array, v: Array, *, causal: bool) -> Array:
+  """``softmax(q k^T) v`` by jax's Pallas flash attention for TPUs, through its public API
+  (``jax.experimental.pallas.ops.tpu.flash_attention``), in the fused layout.
+
+  Args:
+    q: ``[batch, n_q, h, w]``, n_q a multiple of ``PALLAS_BLOCK``.
+    k: ``[batch, n_k, h, w]``, n_k a multiple of ``PALLAS_BLOCK`` (n_k == n_q when causal).
+    v: ``[batch, n_k, h, w]`` (the kernel takes one width for all three).
+    causal: query i sees the keys j <= i (aligned at the start).
+
+  Returns:
+    ``[batch, n_q, h, w]``, differentiable (the kernel's own backward kernels).
+  """
+  from jax.experimental.pallas.ops.tpu import flash_attention as tpu_flash
+  heads_first = lambda x: jnp.swapaxes(x, 1, 2)
+  block_q, block_k = min(q.shape[1], PALLAS_BLOCK), min(k.shape[1], PALLAS_BLOCK)
+  sizes = tpu_flash.BlockSizes(
+      block_q=block_q, block_k_major=block_k, block_k=block_k, block_b=1,
+      block_q_major_dkv=block_q, block_k_major_dkv=block_k, block_k_dkv=block_k,
+      block_q_dkv=block_q, block_k_major_dq=block_k, block_k_dq=block_k, block_q_dq=block_q)
+  out = tpu_flash.flash_attention(heads_first(q), heads_first(k), heads_first(v),
+                                  causal=causal, sm_scale=1.0, block_sizes=sizes)
+  return heads_first(out)
 
 
 # ----- the normalisations -----

@@ -3,7 +3,7 @@ tokenizer its vocabulary belongs to.
 
 Three sources:
 
-- a workdir of ``experiments/pretrain.py``: its ``config.json`` rebuilds ``AlbertForPretraining``,
+- a workdir of ``normattn-pretrain``: its ``config.json`` rebuilds ``AlbertForPretraining``,
   the newest orbax checkpoint gives its parameters, and the ``albert`` part of them (the encoder
   without the MLM and SOP heads) is the starting point; the run's SentencePiece model tokenises;
 - a HuggingFace BERT folder (``config.json``, ``model.safetensors``, ``tokenizer.json``) through
@@ -91,7 +91,7 @@ def pretraining_config(workdir: str) -> ml_collections.ConfigDict:
       another kind of run (a sweep's, a fine-tuning run's).
   """
   from normattn_jax.train.migrate import with_current_names
-  from normattn_jax.train.pretrain import base_pretrain_config
+  from normattn_jax.pretrain.train import base_pretrain_config
   path = os.path.join(workdir, "config.json")
   stored = _read_json(path, f"encoder.path={workdir!r}")
   sections = sorted(set(base_pretrain_config()) - {"kind"})
@@ -101,7 +101,7 @@ def pretraining_config(workdir: str) -> ml_collections.ConfigDict:
     raise ValueError(f"encoder.path={workdir!r} is not a pre-training workdir: its {path} has "
                      f"the sections {sorted(set(stored) - {'kind'})} (kind {kind!r}), a "
                      f"pre-training run's has {sections}; give a workdir of "
-                     f"experiments/pretrain.py")
+                     f"normattn-pretrain")
   config = ml_collections.ConfigDict(with_current_names(stored, "pretraining"))
   config.data.files = tuple(config.data.files)
   return config
@@ -131,7 +131,7 @@ def pretraining_vocab_path(workdir: str, config: ml_collections.ConfigDict,
 
 def _recorded_vocab(workdir: str, record: dict) -> str:
   """The vocabulary file a pre-training summary names, if it is still the one it trained."""
-  from normattn_jax.train.pretrain import file_sha256
+  from normattn_jax.pretrain.train import file_sha256
   path = os.path.normpath(os.path.join(workdir, record["path"]))
   if not os.path.isfile(path):
     raise FileNotFoundError(f"encoder.path={workdir!r}: the run's vocabulary {path} (its "
@@ -146,7 +146,7 @@ def _recorded_vocab(workdir: str, record: dict) -> str:
 
 def from_pretraining(workdir: str, *, attention: Union[str, AttentionSpec, None] = None,
                      dropout: float = 0.0) -> StartingPoint:
-  """The ALBERT encoder of a finished ``experiments/pretrain.py`` run.
+  """The ALBERT encoder of a finished ``normattn-pretrain`` run.
 
   Args:
     workdir: the pre-training run's workdir (``config.json``, ``summary.json``,
@@ -160,13 +160,13 @@ def from_pretraining(workdir: str, *, attention: Union[str, AttentionSpec, None]
     SentencePiece tokenizer.
   """
   from normattn_jax.data.sentencepiece_vocab import Vocab
-  from normattn_jax.train import pretrain
+  from normattn_jax.pretrain import train as pretrain
   from normattn_jax.train.checkpoint import restore_newest_state
 
   config = pretraining_config(workdir)
   if not os.path.isfile(os.path.join(workdir, "summary.json")):
     raise FileNotFoundError(f"encoder.path={workdir!r}: the pre-training run has not finished "
-                            f"(no summary.json); finish it with experiments/pretrain.py first")
+                            f"(no summary.json); finish it with normattn-pretrain first")
   summary = _read_json(os.path.join(workdir, "summary.json"), "encoder.path")
   vocab_path = pretraining_vocab_path(workdir, config, summary)
   vocab_size = Vocab.load(vocab_path).size
@@ -213,7 +213,7 @@ def from_huggingface(folder, *, attention: Union[str, AttentionSpec, None] = Non
 
 def load_starting_point(encoder: ml_collections.ConfigDict) -> StartingPoint:
   """The starting point a fine-tuning config's ``encoder`` section names."""
-  from normattn_jax.train.sections import attention_spec
+  from normattn_jax.attention.section import attention_spec
   options = dict(attention=attention_spec(encoder.attention, "encoder.attention", keep=True),
                  dropout=encoder.dropout)
   if encoder.kind == "pretraining":

@@ -37,14 +37,15 @@ from normattn_jax.finetune import task as task_lib
 from normattn_jax.train import grid as grid_lib
 from normattn_jax.train import kinds, multihost, runs
 from normattn_jax.train.checkpoint import WorkdirError, write_json
-from normattn_jax.train.migrate import with_attention_section
+from normattn_jax.attention.section import with_attention_section
 from normattn_jax.train.optim import (lamb_adapted, scale_by_adam_without_bias_correction,
                                       schedule_shape)
 from normattn_jax.train.driver import Budget, RunHooks
 from normattn_jax.train.layout import GroupSeedAxis
 from normattn_jax.train.run_log import RunLog
 from normattn_jax.train.runs import RunContext
-from normattn_jax.train.sections import attention_section, attention_spec, check_known_fields
+from normattn_jax.attention.section import attention_section, attention_spec
+from normattn_jax.validation import check_known_fields
 from normattn_jax.train.state import TRAIN_STREAM, TrainState
 from normattn_jax.validation import check_config_float, check_config_int, check_fields
 from normattn_jax.validation import fail_config as _fail
@@ -476,7 +477,6 @@ def train_finetuning(c: ml_collections.ConfigDict, context: RunContext) -> Finet
   num_dev = len(task.dev["input_ids"])
   n_train = len(task.train["input_ids"])
   num_evals = t.num_steps // t.eval_every
-  names = ("train_loss", "diverged") + tuple(task.metrics)
 
   def per_model(index: int) -> dict:
     rows = np.stack([batch_rows(c.seed, int(s), index * t.eval_every, t.eval_every,
@@ -510,15 +510,11 @@ def train_finetuning(c: ml_collections.ConfigDict, context: RunContext) -> Finet
       shown = f"{np.mean(main[np.isfinite(main)]):.3f}" if np.isfinite(main).any() else "n/a"
       log.advance(t.eval_every, **{task.metrics[0]: shown})
 
-  metrics_like = lambda *_: {name: np.zeros((num_evals, num_models), np.float64)
-                             for name in names}
+  hooks = RunHooks(os.path.join(workdir, "checkpoints"), t.checkpoint_every, num_evals,
+                   record=record, budget=context.budget, name="fine-tuning")
   try:
-    with RunHooks(os.path.join(workdir, "checkpoints"), t.checkpoint_every, num_evals,
-                  metrics_like=metrics_like, record=record, budget=context.budget,
-                  name="fine-tuning") as hooks:
-      finished_run = grid_lib.run_grid(grid, grid_lib.model_keys(c.seed, seeds), per_model,
-                                       num_evals, resume=hooks.resume, on_chunk=hooks.on_chunk,
-                                       on_host=on_host)
+    finished_run = hooks.train(grid, grid_lib.model_keys(c.seed, seeds), per_model,
+                               on_host=on_host)
   finally:
     log.close()
   history = finished_run.metrics
@@ -550,13 +546,6 @@ def describe(summary: dict) -> list[str]:
   return lines
 
 
-def draw_curves(workdir: str, summary: dict) -> None:
-  """The fine-tuning kind's figure: ``curves.png`` from ``metrics.npz``."""
-  from normattn_jax.reporting import training_figures
-  training_figures.finetuning_curves(summary, os.path.join(workdir, "metrics.npz"),
-                                     os.path.join(workdir, "curves.png"))
-
-
 def migrate_finetuning(tree: dict) -> dict:
   """An old fine-tuning ``config.json`` tree's flat ``encoder.attention`` as one section."""
   return with_attention_section(tree, "encoder", "attention", "attention", ("hybrid_init",))
@@ -572,8 +561,6 @@ FINETUNING = kinds.register(kinds.RunKind(
     save=lambda workdir, config, results: save_metrics(os.path.join(workdir, "metrics.npz"),
                                                        config, results.history),
     describe=describe,
-    figures=draw_curves,
-    figure_files=lambda workdir, summary: ("curves.png",),
     migrate=migrate_finetuning))
 
 

@@ -35,7 +35,8 @@ class SequenceModel(nn.Module):
   Padding positions (``mask`` False) get the logit -1e9 in the two position heads.
   ``attention_module`` carries ``MultiHeadAttention``'s own options into every block (its
   additions for attention archs only; block l, counted from 1, is differential attention's
-  layer l).
+  layer l); ``ffn_implementation`` how every block computes its feed-forward sub-block
+  (``normattn_jax.feedforward``).
   """
   vocab_size: int
   max_len: int
@@ -56,6 +57,7 @@ class SequenceModel(nn.Module):
   attention_module: AttentionModuleSpec = AttentionModuleSpec()
   dtype: Optional[Any] = None
   param_dtype: Any = jnp.float32
+  ffn_implementation: str = "xla"
 
   def __post_init__(self):
     for name in ("vocab_size", "max_len", "d_model"):
@@ -92,6 +94,7 @@ class SequenceModel(nn.Module):
           layer_norm_epsilon=self.layer_norm_epsilon, kernel_init=init,
           attention_module=self.attention_module, dtype=self.dtype,
           param_dtype=self.param_dtype, layer_index=layer + 1,
+          ffn_implementation=self.ffn_implementation,
           name=f"block_{layer}")(x, mask, deterministic, sow_weights)
     return self._head(x, mask, init)
 

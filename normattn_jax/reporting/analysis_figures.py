@@ -1,7 +1,10 @@
 """Figures of the papers' analyses (``normattn_jax.analysis``), each drawn from what the analysis
 computed and written to one file; they compute nothing of their own but the means and bands
-they show."""
+they show. Each carries its provenance (``reporting.provenance``): the scale and seeds its data
+or its run's config give, the rest from the run's folder."""
 from __future__ import annotations
+
+import os
 
 from normattn_jax._extras import require
 
@@ -12,6 +15,7 @@ import numpy as np  # noqa: E402
 
 from normattn_jax.analysis import mixing as mx  # noqa: E402
 from normattn_jax.analysis.geometry import POOLINGS  # noqa: E402
+from normattn_jax.reporting import provenance  # noqa: E402
 
 MAJORITY_COLOURS = {"with_projection": "tab:blue", "without_projection": "tab:orange",
                     "without_projection_code": "tab:green"}
@@ -46,9 +50,13 @@ def majority(curves: dict, num_seeds: int, path: str) -> None:
       ax.grid(alpha=0.3)
   axes[0].legend()
   fig.suptitle(f"majority, {num_seeds} seeds per variant (mean, min-max band)")
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  folder = os.path.dirname(path)
+  config = provenance.read_json(os.path.join(folder, "config.json"))
+  scale = config and (f"majority task, N = {config['seq_len']}, {config['num_types']} types, "
+                      f"d = {config['d_model']}, {int(steps[-1])} steps, "
+                      f"batch {config['batch_size']}")
+  provenance.save(fig, path, provenance.of_figure(
+      path, scale=scale, seeds=f"{num_seeds} seeds per variant"), dpi=110)
 
 
 def mixing_layers(summary: dict, path: str) -> None:
@@ -74,8 +82,10 @@ def mixing_layers(summary: dict, path: str) -> None:
   axes[0].set_yticks(range(grid.shape[0]), [str(i + 1) for i in range(grid.shape[0])])
   axes[0].set_ylabel("layer")
   fig.colorbar(image, ax=axes, label="mixing ratio (%)", shrink=0.8)
-  fig.savefig(path, dpi=120, bbox_inches="tight")
-  plt.close(fig)
+  scale = summary.get("num_sequences") and (
+      f"{summary['model']} ({summary['num_layers']} layers, hidden {summary['hidden_size']}), "
+      f"{summary['num_sequences']} sequences, {summary['num_tokens']} tokens")
+  provenance.save(fig, path, provenance.of_figure(path, scale=scale), tight=True)
 
 
 def mixing_tokens(tokens: list, shares: list, path: str) -> None:
@@ -100,8 +110,7 @@ def mixing_tokens(tokens: list, shares: list, path: str) -> None:
   axes[0, 0].set_ylabel("ATTN (ATTN-N)\noutput token i", fontsize=8)
   axes[1, 0].set_ylabel("ATTN + RES + LN (ATTNRESLN-N)\noutput token i", fontsize=8)
   fig.suptitle("share of |contribution of input token j| in output token i", fontsize=10)
-  fig.savefig(path, dpi=150, bbox_inches="tight")
-  plt.close(fig)
+  provenance.save(fig, path, provenance.of_figure(path), dpi=150, tight=True)
 
 
 def clusters(clouds: dict, counts: dict, labels: np.ndarray, title: str, path: str) -> None:
@@ -124,9 +133,7 @@ def clusters(clouds: dict, counts: dict, labels: np.ndarray, title: str, path: s
       ax.set_title(f"{scheme.upper()} step {step}: {counts[scheme][step]} cluster(s)",
                    fontsize=8)
   fig.suptitle(title)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  provenance.save(fig, path, provenance.of_figure(path), dpi=110)
 
 
 def center_distances(check: dict, path: str) -> None:
@@ -149,9 +156,7 @@ def center_distances(check: dict, path: str) -> None:
   ax.set_xlabel("r = N0 / N1")
   ax.set_ylabel("centre distance after one update")
   ax.legend(fontsize=6)
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  provenance.save(fig, path, provenance.of_figure(path))
 
 
 def unselectable(result: dict, path: str) -> None:
@@ -173,8 +178,10 @@ def unselectable(result: dict, path: str) -> None:
     ax.set_xlabel("number of keys n")
   axes[0].set_ylabel("dimension d")
   fig.colorbar(image, ax=axes, label="fraction of runs with an unselectable key")
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  draws = (f", {result['runs']} draws of n standard-normal vectors per cell"
+           if "runs" in result else "")
+  scale = f"d = {dims[0]}-{dims[-1]}, n = {ns[0]}-{ns[-1]}{draws}"
+  provenance.save(fig, path, provenance.of_figure(path, scale=scale), tight=True)
 
 
 def causal_lm_loss(summary: dict, path: str) -> None:
@@ -194,8 +201,15 @@ def causal_lm_loss(summary: dict, path: str) -> None:
   ax.set_xlabel("step")
   ax.set_ylabel("training loss (nats / token)")
   ax.legend()
-  fig.savefig(path, dpi=120, bbox_inches="tight")
-  plt.close(fig)
+  folder = os.path.dirname(path)
+  config = provenance.read_json(os.path.join(folder, "config.json"))
+  scale = config and (f"GPT-2-style LM, {config['model']['num_layers']} layers, d = "
+                      f"{config['model']['d_model']}, windows of {summary.get('window')} tokens, "
+                      f"{config['train']['num_steps']} steps, "
+                      f"batch {config['train']['batch_size']}")
+  first = next(iter(summary["variants"].values()))
+  seeds = provenance.seeds_text(len(first["seeds"])) if "seeds" in first else None
+  provenance.save(fig, path, provenance.of_figure(path, scale=scale, seeds=seeds), tight=True)
 
 
 def sinkhorn(residuals: dict, path: str) -> None:
@@ -213,9 +227,7 @@ def sinkhorn(residuals: dict, path: str) -> None:
   ax.set_xlabel("Sinkhorn iterations (1 = DNAS)")
   ax.set_ylabel("max |column sum - 1|")
   ax.legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  provenance.save(fig, path, provenance.of_figure(path))
 
 
 def pooling_scale(scales: dict, path: str) -> None:
@@ -236,9 +248,7 @@ def pooling_scale(scales: dict, path: str) -> None:
     ax.set_xlabel("sequence length N")
     ax.set_ylabel(f"{key} of the pooled output")
   axes[0].legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  provenance.save(fig, path, provenance.of_figure(path))
 
 
 def explaining_away(sums: dict, seq_len: int, path: str) -> None:
@@ -260,6 +270,4 @@ def explaining_away(sums: dict, seq_len: int, path: str) -> None:
   ax.set_xlabel("log of a key's total attention weight")
   ax.set_ylabel("keys (all layers and heads)")
   ax.legend()
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  provenance.save(fig, path, provenance.of_figure(path))

@@ -1,4 +1,6 @@
-"""Figures of a sweep: the NAP paper's RGB pixel plots and learning curves with min-max bands."""
+"""Figures of a sweep: the NAP paper's RGB pixel plots and learning curves with min-max bands,
+each with its provenance along its bottom (``reporting.provenance``: the experiment, the scale
+from the sweep's config, the seeds, the machine)."""
 from __future__ import annotations
 
 import json
@@ -13,8 +15,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from normattn_jax import tasks  # noqa: E402
-from normattn_jax.train import artifacts  # noqa: E402
-from normattn_jax.train.plan import SweepPlan  # noqa: E402
+from normattn_jax.reporting import provenance as provenance_lib  # noqa: E402
+from normattn_jax.reporting.provenance import FIGURE_VERSION, figure_version  # noqa: E402, F401
+from normattn_jax.sweep import artifacts  # noqa: E402
+from normattn_jax.sweep.plan import SweepPlan  # noqa: E402
 
 # What a pixel's colour means, under every pixel plot (the NAP paper's key).
 PIXEL_KEY = ("R, G, B = min, mean, max over seeds of the accuracy at each evaluation, each at its "
@@ -22,12 +26,6 @@ PIXEL_KEY = ("R, G, B = min, mean, max over seeds of the accuracy at each evalua
              "x = the panel's best mean (G); its title gives that mean and its cell.")
 HATCH_KEY = ("Hatched: a cell this side did not run (ours), or whose file is not in the mirror "
              "used here (theirs).")
-# The version of the figures' drawing, written into every PNG drawn here (``figure_version``
-# reads it back): raise it when a figure changes, and redraw the committed ones
-# (``experiments/redraw_figures.py``).
-FIGURE_VERSION = 2
-STAMP_FIELD = "Software"
-STAMP = f"normattn_jax.reporting.figures {FIGURE_VERSION}"
 # The x-axis of a sweep without a swept value: one column, the config's one setting.
 ONE_COLUMN_LABEL = "one setting (no sweep)"
 
@@ -103,21 +101,32 @@ def _pixel_axes(ax, plan, image, title, cross=None):
                name.split(".")[-1] if name else "", cross)
 
 
-def save(fig, path, dpi=120):
-  """Write ``fig`` stamped with ``STAMP`` (the drawing's version) and close it."""
-  fig.savefig(path, dpi=dpi, metadata={STAMP_FIELD: STAMP})
-  plt.close(fig)
+def sweep_scale(plan: SweepPlan) -> str:
+  """"case_distinction task, N = 32, d = 16, 32, 800 steps, batch 32": a sweep's scale, the
+  swept values in place of the setting they sweep."""
+  config = plan.config
+  field, values = sweep_axis(plan)
+  listed = lambda xs: ", ".join(f"{x:g}" for x in xs)
+  setting = lambda name, label, value: (f"{label} = {listed(values)}" if field == name
+                                        else f"{label} = {value}")
+  parts = [setting("task.seq_len", "N", config.task.seq_len),
+           setting("model.d_model", "d", config.model.d_model)]
+  if field not in ("", "task.seq_len", "model.d_model", "train.batch_size"):
+    parts.append(f"{field.split('.')[-1]} = {listed(values)}")
+  steps = sorted({int(c.train.num_steps) for c in plan.point_configs.values()})
+  parts.append(f"{steps[0]} steps" if len(steps) == 1 else f"{steps[0]}-{steps[-1]} steps")
+  parts.append(setting("train.batch_size", "batch", config.train.batch_size).replace(" =", ""))
+  output = f" ({config.task.output} output)" if config.task.get("output") else ""
+  return f"{config.task.name} task{output}, " + ", ".join(parts)
 
 
-def figure_version(path: str):
-  """The ``FIGURE_VERSION`` a PNG was drawn with, or None for one drawn before the stamp or
-  elsewhere."""
-  from PIL import Image  # matplotlib's own dependency
-
-  with Image.open(path) as image:
-    stamp = image.info.get(STAMP_FIELD, "")
-  prefix = STAMP.rsplit(" ", 1)[0] + " "
-  return int(stamp[len(prefix):]) if stamp.startswith(prefix) else None
+def sweep_provenance(plan: SweepPlan, path: str) -> provenance_lib.Provenance:
+  """A sweep figure's provenance: its scale and seeds from the sweep's config, the experiment
+  and machine from its workdir (``provenance.of_figure``)."""
+  field = plan.swept_field
+  return provenance_lib.of_figure(
+      path, scale=sweep_scale(plan), seeds=provenance_lib.seeds_text(plan.config.num_seeds),
+      experiment=f"a {plan.config.task.name} sweep" + (f" over {field}" if field else ""))
 
 
 def lengths(plan: SweepPlan) -> tuple[str, str]:
@@ -158,12 +167,6 @@ def case_key(groups) -> str:
           "best over training.")
 
 
-def _save_with_key(fig, path, key):
-  """Lay out ``fig`` with ``key`` in a strip along its bottom, and write it."""
-  strip = 0.05 + 0.035 * key.count("\n") * 5.2 / fig.get_figheight()
-  fig.tight_layout(rect=(0, strip, 1, 1))
-  fig.text(0.5, 0.01, key, ha="center", va="bottom", fontsize=7, wrap=True)
-  save(fig, path)
 
 
 def _best_mean(image):
@@ -198,7 +201,7 @@ def accuracy_figure(plan: SweepPlan, summary, path):
                                      f"{best:.1%}\nat {cell_label(plan, cross)}")
       _pixel_axes(axes[r, a], plan, pixel_image(grids), title, cross)
     axes[r, 0].set_ylabel(f"{measured}\nlearning rate", fontsize=8)
-  _save_with_key(fig, path, PIXEL_KEY)
+  provenance_lib.save(fig, path, sweep_provenance(plan, path), key=PIXEL_KEY)
 
 
 def group_image(plan: SweepPlan, summary, arch, group):
@@ -245,7 +248,8 @@ def case_figure(plan: SweepPlan, summary, path, groups):
     length = list(measured.items())[r] if r < len(measured) else ("", "")
     axes[r, 0].set_ylabel(f"cases at the {length[0]} length ({length[1]})\nlearning rate"
                           if length[0] else "learning rate", fontsize=8)
-  _save_with_key(fig, path, case_key(groups))
+  provenance_lib.save(fig, path, sweep_provenance(plan, path),
+                      key=case_key(groups))
 
 
 def weakest_case(image):
@@ -294,7 +298,8 @@ def pixels_beside_authors(grids, path, measured=("the training length", "the val
       _draw_pixels(ax, rgba, label + (missing if best is None else f":\n{best:.1%} at {where}"),
                    grids.learning_rates, grids.values, grids.field.split(".")[-1], cross)
     axes[r, 0].set_ylabel("learning rate")
-  _save_with_key(fig, path, PIXEL_KEY + "\n" + HATCH_KEY)
+  provenance_lib.save(fig, path, provenance_lib.of_figure(path),
+                      key=PIXEL_KEY + "\n" + HATCH_KEY)
 
 
 def curve_colours(count: int) -> tuple[str, ...]:
@@ -350,8 +355,7 @@ def learning_curves_figure(plan: SweepPlan, summary, metrics_path, path, groups=
   for r in range(len(rows)):
     axes[r, 0].set_ylabel("accuracy")
     axes[r, 0].legend(fontsize=6)
-  fig.tight_layout()
-  save(fig, path)
+  provenance_lib.save(fig, path, sweep_provenance(plan, path))
 
 
 def draw_sweep(plan: SweepPlan, summary, metrics_path, workdir):
@@ -406,7 +410,7 @@ def card_accuracy(report: dict, path: str) -> None:
   validation accuracy at 2N.
 
   Args:
-    report: ``reporting.report_card.run``'s report.
+    report: ``card.train.run``'s report.
     path: the image file to write.
   """
   tasks_ = list(report["tasks"])
@@ -424,5 +428,18 @@ def card_accuracy(report: dict, path: str) -> None:
     ax.set_title(f"{task}: {'val (2N)' if metric == 'val_acc' else 'train'} accuracy",
                  fontsize=9)
   fig.suptitle(f"{report['normalization']}, {report['scale']} scale", fontsize=10)
-  fig.tight_layout()
-  save(fig, path, dpi=110)
+  provenance_lib.save(fig, path, card_provenance(report), dpi=110)
+
+
+def card_provenance(report: dict) -> provenance_lib.Provenance:
+  """A report card's provenance, all from its report: the tasks and sizes it ran at, its seeds
+  and the machine that trained it."""
+  sizes = report["sizes"]
+  return provenance_lib.Provenance(
+      experiment=(f"report card of {report['name']} (protocol {report['protocol']}): the NAP "
+                  f"paper's {', '.join(report['tasks'])} tasks"),
+      scale=(f"N = {sizes['seq_len']}, d = {sizes['d_model']}, {sizes['num_steps']} steps "
+             f"({sizes['mode_steps']} on the mode task), batch {sizes['batch_size']}"),
+      seeds=(f"{sizes['selection_seeds']} seeds to select a learning rate, "
+             f"{sizes['evaluation_seeds']} to evaluate it"),
+      machine=provenance_lib.machine_of_versions(report["machine"]))

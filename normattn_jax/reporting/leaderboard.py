@@ -24,9 +24,9 @@ import os
 import numpy as np
 
 from normattn_jax._extras import fingerprint_id
-from normattn_jax.reporting import card_stats
-from normattn_jax.reporting.report_card import BASELINES, PROTOCOL
-from normattn_jax.reporting.report_card_text import collapse_outcome
+from normattn_jax.card import stats as card_stats
+from normattn_jax.card.train import BASELINES, PROTOCOL
+from normattn_jax.card.text import collapse_outcome
 
 STABILITY_GOAL = 0.9  # the share of verdict words two halves of the seeds should agree on
 MARKS = {"above": "▲", "below": "▼", "not distinguishable": ""}
@@ -299,8 +299,8 @@ def markdown(reports: list[dict]) -> str:
   """
   lines = ["# Report cards", "",
            "Every registered normalisation put through the four papers' diagnostics and today's "
-           "papers' own claims by `experiments/report_card.py`; this page is generated from "
-           "`results/report_cards/*/report.json` by `experiments/leaderboard.py` (a test checks "
+           "papers' own claims by `normattn-card`; this page is generated from "
+           "`results/report_cards/*/report.json` by `normattn-leaderboard` (a test checks "
            "that it matches them). Each card's `report.md` has the seeds, the selection, every "
            "comparison and a verdict line per diagnostic.", ""]
   older = [r for r in reports if r.get("protocol") != PROTOCOL]

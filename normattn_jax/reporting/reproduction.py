@@ -21,8 +21,9 @@ from typing import Callable
 import numpy as np
 
 from normattn_jax.analysis.causal_lm_keys import layer_statistics
-from normattn_jax.reporting import seeds as seeds_lib
+from normattn_jax.sweep import seeds as seeds_lib
 from normattn_jax.reporting.tables import REGULARIZERS, regularization_scores
+from normattn_jax.tasks import synthetic
 
 TABLE_START = re.compile(r"^<!-- table: ([\w-]+) -->$")
 TABLE_END = "<!-- /table -->"
@@ -779,6 +780,72 @@ def regularisation_counts(r: Results) -> str:
           f"at the smaller of our two values in {smallest} of the {entries} entries")
 
 
+def case_shares_text(r: Results) -> str:
+  """How often the cases occur in the reduced Fig. 3 run (S, N from its config) and at the
+  paper's N = 128 (``tasks.synthetic.case_shares``), which must give the paper's numbers."""
+  task = r.json("fig3_reduced/config.json")["task"]
+  shares = lambda n: " / ".join(f"{pct(x)}%" for x in synthetic.case_shares(n, task["vocab_size"]))
+  paper = r.json("papers.json")["text"]["nap.case-shares-n128"]["value"]
+  at_paper = shares(128)
+  if at_paper != " / ".join(f"{x}%" for x in paper):
+    at_paper += f" (the paper: {' / '.join(paper)})"
+  return (f"at S = {task['vocab_size']}, N = {task['seq_len']} the cases occur "
+          f"{shares(task['seq_len'])} (argmin / first / argmax) instead of {at_paper} at N = 128")
+
+
+def argmax_share_text(r: Results) -> str:
+  """The share of the argmax case at the GPU run's N, and what never solving it leaves."""
+  config = r.json("fig5_first_token_gpu/d128_nap/config.json")["task"]
+  share = synthetic.case_shares(config["seq_len"], config["vocab_size"])[2]
+  return (f"the argmax case is {pct(share)}% of the data at N = {config['seq_len']}, so a model "
+          f"that never solves it still reaches {pct(1 - share)}%")
+
+
+def fig5_case_tests(r: Results) -> str:
+  """One-sided rank tests of NAP's seeds against the others' on the argmax case, and on argmin
+  the two that do not differ."""
+  report = "fig5_first_token_gpu/seeds.json"
+  cell = lambda d, arch: best_cell(seed_cells(r, report, f"model.d_model={d}")[arch])
+  p = lambda d, worse, case="argmax", better="nap": p_value(seeds_lib.rank_test(
+      np.asarray(cell(d, better)["ours"]["cases"][case]),
+      np.asarray(cell(d, worse)["ours"]["cases"][case])))
+  d128 = one_value_text([p(128, a) for a in ("bert", "mte", "non")])
+  return (f"at d = 64 NAP > MTE p = {p(64, 'mte')}, NAP > BERT {p(64, 'bert')}, NAP > NON "
+          f"{p(64, 'non')}, NAP > sum {p(64, 'sum')}; at d = 128 NAP > BERT, MTE and NON {d128} "
+          f"each, NAP > sum {p(128, 'sum')}. On argmin, MTE and NAP do not differ at d = 64 (p = "
+          f"{p(64, 'mte', 'argmin')} for NAP > MTE), nor BERT and NAP at d = 128 "
+          f"({p(128, 'bert', 'argmin')})")
+
+
+def one_value_text(values: list) -> str:
+  """One number for several equal values; all of them, joined, where they differ."""
+  return values[0] if len(set(values)) == 1 else "|".join(values)
+
+
+def fig5_beside_authors(r: Results) -> str:
+  """How far our pixel means are from the authors' in the cells both sides ran."""
+  cells = [c for c in r.json("fig5_first_token_gpu/seeds_authors.json")["cells"]
+           if "authors" in c and "ours" in c]
+  gap = lambda c, split: 100 * abs(c["ours"][split]["pixel"]["mean"]
+                                   - c["authors"][split]["pixel"]["mean"])
+  gaps = {split: [gap(c, split) for c in cells] for split in ("train_acc", "val_acc")}
+  archs = [a for a in ARCHS if any(c["arch"] == a for c in cells)]
+  points = {c["point"] for c in cells}
+  rates = {round(c["learning_rate"], 12) for c in cells}
+  largest = sorted(cells, key=lambda c: -max(gap(c, s) for s in gaps))
+  where = lambda c: (f"{ARCH_NAMES[c['arch']]} at d = {c['point'].split('=')[1]}, "
+                     f"{rate(c['learning_rate'])} ({gap(c, 'train_acc'):.0f} / "
+                     f"{gap(c, 'val_acc'):.0f}")
+  max_gap = max(gap(c, s) for c in cells if c["arch"] == "max" for s in gaps)
+  return (f"Over the {len(cells)} cells both sides hold ({', '.join(ARCH_NAMES[a] for a in archs)}"
+          f" x {len(points)} d x {len(rates)} rates), the mean pixel (G) differs by a median of "
+          f"{np.median(gaps['train_acc']):.2f} points on training and "
+          f"{np.median(gaps['val_acc']):.2f} on validation, and by less than 2 points in "
+          f"{sum(x < 2 for xs in gaps.values() for x in xs)} of {2 * len(cells)}; the largest "
+          f"differences (train / validation) are {where(largest[0])} points), {where(largest[1])})"
+          f" and max pooling up to {max_gap:.0f} points")
+
+
 QUOTES = (
     Quote("majority-data", majority_data),
     Quote("majority-loss", majority_loss_crossing),
@@ -810,6 +877,10 @@ QUOTES = (
     Quote("regularisation-above", lambda r: regularisation_counts(r)[0]),
     Quote("regularisation-smallest", lambda r: regularisation_counts(r)[1]),
     Quote("fig13", best_pairs("fig13_case_batch_reduced", "train.batch_size", (8, 32, 128))),
+    Quote("case-shares", case_shares_text),
+    Quote("argmax-share", argmax_share_text),
+    Quote("fig5-gpu-case-tests", fig5_case_tests),
+    Quote("fig5-gpu-beside-authors", fig5_beside_authors),
 )
 
 

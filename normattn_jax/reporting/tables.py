@@ -1,7 +1,7 @@
 """Markdown tables of finished sweeps, from their ``summary.json``."""
 from __future__ import annotations
 
-from normattn_jax.train.config import PAPER_ARCHS
+from normattn_jax.sweep.config import PAPER_ARCHS
 
 REGULARIZERS = {"train.dropout": "with dropout", "train.l2": "with L2"}
 

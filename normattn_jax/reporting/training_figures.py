@@ -1,6 +1,9 @@
 """Figures of pre-training and fine-tuning runs, drawn from what their workdirs hold (histories,
-summaries, ``metrics.npz``); the sweeps' are ``reporting.figures``."""
+summaries, ``metrics.npz``), each with its provenance (``reporting.provenance``); the sweeps' are
+``reporting.figures``."""
 from __future__ import annotations
+
+import os
 
 from normattn_jax._extras import require
 
@@ -9,13 +12,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from normattn_jax.reporting import provenance  # noqa: E402
+
 
 def pretraining_curves(rows: dict, path: str) -> None:
   """Held-out MLM and SOP accuracy during pre-training, one line per run.
 
   Args:
     rows: ``{label: the run's validation rows of history.jsonl}``
-      (``train.pretrain.validation_rows``).
+      (``pretrain.train.validation_rows``).
     path: the image file to write.
   """
   fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
@@ -27,9 +32,7 @@ def pretraining_curves(rows: dict, path: str) -> None:
     ax.set_title(title)
     ax.set_xlabel("step")
     ax.legend()
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  provenance.save(fig, path, provenance.of_figure(path))
 
 
 def hybrid_weights(u: np.ndarray, path: str) -> None:
@@ -50,9 +53,7 @@ def hybrid_weights(u: np.ndarray, path: str) -> None:
   ax.set_ylabel("hybrid weight u (1 = DNAS)")
   ax.set_ylim(-0.05, 1.05)
   ax.legend()
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  provenance.save(fig, path, provenance.of_figure(path))
 
 
 def finetuning_curves(summary: dict, metrics_path: str, path: str) -> None:
@@ -80,6 +81,10 @@ def finetuning_curves(summary: dict, metrics_path: str, path: str) -> None:
   ax.set_ylabel(f"dev {main}")
   ax.set_title(summary["task"], fontsize=9)
   ax.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  folder = os.path.dirname(path)
+  config = provenance.read_json(os.path.join(folder, "config.json"))
+  scale = config and (f"{summary['task']}, {config['train']['num_steps']} steps, batch "
+                      f"{config['train']['batch_size']}, sequences of "
+                      f"{config['task']['max_seq_length']} tokens")
+  seeds = config and f"{config['num_seeds']} seeds per learning rate"
+  provenance.save(fig, path, provenance.of_figure(path, scale=scale, seeds=seeds), dpi=110)

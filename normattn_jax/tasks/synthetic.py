@@ -5,10 +5,12 @@ every step sees a fresh batch (the papers' infinite-data regime).
 """
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from normattn_jax.tasks import registry
 
@@ -145,6 +147,52 @@ def case_guess_rate(seq_len: int, vocab_size: int = 100, num_per_case: int = 500
   rates = [jnp.max(jnp.bincount(labels[batch.cases == case], length=seq_len)) / num_per_case
            for case in (0, 2)]
   return float(max(rates))
+
+
+def case_shares(seq_len: int, vocab_size: int = 100) -> tuple[float, float, float]:
+  """How often ``case_distinction``'s cases occur, exactly: argmin when the token 64 is among
+  the N uniform tokens, 1 - (1 - 1/S)^N; else first when 50 is, (1 - 1/S)^N - (1 - 2/S)^N (given
+  no 64, each token is uniform over the other S - 1); else argmax, (1 - 2/S)^N. At S = 100,
+  N = 128: 72.4% / 20.1% / 7.5%, the NAP paper's numbers.
+
+  Args:
+    seq_len: N.
+    vocab_size: S, > 64.
+
+  Returns:
+    ``(argmin, first, argmax)``, summing to 1.
+  """
+  check_case_vocab(vocab_size)
+  no_argmin = (1 - 1 / vocab_size) ** seq_len
+  neither = (1 - 2 / vocab_size) ** seq_len
+  return 1 - no_argmin, no_argmin - neither, neither
+
+
+def mode_guess_rate(seq_len: int, vocab_size: int) -> float:
+  """The accuracy of the best guess blind to the input on ``mode_finding``, exactly: always the
+  token 0, which wins every tie (the paper's "majority class base rate"). Its rate is the chance
+  that no other token occurs more often than 0: the sum over 0's count c of P(c) times the share
+  of the other N - c tokens' arrangements over S - 1 types with no type above c,
+  (N - c)! [x^(N - c)] (sum_{k <= c} x^k / k!)^(S - 1) / (S - 1)^(N - c).
+
+  Args:
+    seq_len: N.
+    vocab_size: S >= 2.
+
+  Returns:
+    The rate, in (0, 1]: at N = 32, 57.0% for S = 2, 6.3% for S = 32 and 4.6% for S = 64.
+  """
+  n, others = int(seq_len), int(vocab_size) - 1
+  total = 0.0
+  for c in range(n + 1):
+    rest = n - c
+    terms = np.array([1 / math.factorial(k) for k in range(min(c, rest) + 1)])
+    poly = np.ones(1)
+    for _ in range(others):
+      poly = np.convolve(poly, terms)[:rest + 1]
+    fits = poly[rest] * math.factorial(rest) / others ** rest if rest < len(poly) else 0.0
+    total += math.comb(n, c) * (1 / vocab_size) ** c * (others / vocab_size) ** rest * fits
+  return total
 
 
 def mode_finding(key: jax.Array, batch_size: int, seq_len: int,

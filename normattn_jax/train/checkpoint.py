@@ -17,7 +17,7 @@ import json
 import os
 import socket
 import warnings
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 import jax
 import ml_collections
@@ -27,9 +27,8 @@ from etils import epath
 
 from normattn_jax._extras import versions
 from normattn_jax.train import kinds, multihost
-from normattn_jax.train.kinds import MAY_DIFFER  # noqa: F401  (each kind owns its entry)
 from normattn_jax.train.migrate import with_current_names
-from normattn_jax.train.sections import flat_fields
+from normattn_jax.validation import flat_fields
 
 _SHOWN = 8  # differing fields named in an error, the rest counted
 ITEM = "default"  # the folder of a step that holds the tree (orbax's single item)
@@ -75,9 +74,12 @@ def _show(value) -> str:
   return repr(value) if value is ABSENT else json.dumps(value)
 
 
-def check_workdir(workdir: str, config: ml_collections.ConfigDict, kind: str) -> None:
+def check_workdir(workdir: str, config: ml_collections.ConfigDict,
+                  kind: Union[kinds.RunKind, str]) -> None:
   """Raise ``WorkdirError`` unless ``workdir`` is new or holds a run of this config (up to the
-  fields the kind may change, ``kinds.RunKind.may_differ``); it reads, never writes."""
+  fields the kind may change, ``kinds.RunKind.may_differ``; ``kind`` a ``RunKind`` or its
+  name); it reads, never writes."""
+  kind = kinds.get(kind) if isinstance(kind, str) else kind
   path = os.path.join(workdir, "config.json")
   if not os.path.exists(path):
     return
@@ -88,7 +90,7 @@ def check_workdir(workdir: str, config: ml_collections.ConfigDict, kind: str) ->
     raise WorkdirError(f"workdir {workdir}: cannot read its config.json ({err}); "
                        f"use another workdir or {afresh}") from None
   differences = config_differences(with_current_names(stored, kind), config_json(config),
-                                   kinds.get(kind).may_differ)
+                                   kind.may_differ)
   if differences:
     named = "; ".join(f"{field} was {_show(old)}, now {_show(new)}"
                       for field, old, new in differences[:_SHOWN])
@@ -340,15 +342,17 @@ def _lock_on_chief(workdir: str, chief: bool) -> None:
                                   "see its error")
 
 
-def open_workdir(workdir: str, config: ml_collections.ConfigDict, kind: str, *,
-                 afresh: bool = False) -> Optional[dict]:
+def open_workdir(workdir: str, config: ml_collections.ConfigDict,
+                 kind: Union[kinds.RunKind, str], *, afresh: bool = False) -> Optional[dict]:
   """Make ``workdir`` this run's before anything in it is written: lock it (the chief,
   ``lock_workdir``; the caller releases it, ``releases_workdir``), check it (``check_workdir``)
   or, with ``afresh``, move it aside; then store ``config.json`` if it has none, and the
   package versions of an unfinished run (``write_versions``). Returns the
   stored summary when the workdir holds this config's finished run (``summary.json`` is written
   last), so that a rerun leaves it as it is; that is recognised before the lock, reading only,
-  so a finished run on a read-only mount reads back; else None."""
+  so a finished run on a read-only mount reads back; else None. ``kind``: the ``RunKind`` (or
+  its name) whose workdir it is."""
+  kind = kinds.get(kind) if isinstance(kind, str) else kind
   if not afresh:
     finished = _finished_run(workdir, config, kind)
     if finished is not None:
@@ -365,8 +369,8 @@ def open_workdir(workdir: str, config: ml_collections.ConfigDict, kind: str, *,
   return finished
 
 
-def _open_locked(workdir: str, config: ml_collections.ConfigDict, kind: str, afresh: bool,
-                 chief: bool) -> Optional[dict]:
+def _open_locked(workdir: str, config: ml_collections.ConfigDict, kind: kinds.RunKind,
+                 afresh: bool, chief: bool) -> Optional[dict]:
   """``open_workdir`` once the workdir is locked."""
   if afresh:
     moved = move_aside(workdir) if chief else None
@@ -388,7 +392,8 @@ def _open_locked(workdir: str, config: ml_collections.ConfigDict, kind: str, afr
   return _finished_run(workdir, config, kind)
 
 
-def _finished_run(workdir: str, config: ml_collections.ConfigDict, kind: str) -> Optional[dict]:
+def _finished_run(workdir: str, config: ml_collections.ConfigDict,
+                  kind: kinds.RunKind) -> Optional[dict]:
   """The summary of this config's finished run in ``workdir``, or None; reads, never writes.
 
   Raises:
@@ -462,7 +467,7 @@ class GridCheckpoints:
     self.manager.save(evals_done, args=ocp.args.StandardSave(tree))
     self.manager.wait_until_finished()
 
-  def restore(self, evals_done: int, like):
+  def restore(self, evals_done: int, like: Optional[dict]):
     """The checkpoint of ``evals_done`` evaluations, shaped (and sharded) as ``like``.
 
     It reads this process's shards without waiting for the other processes (the manager's
@@ -470,16 +475,25 @@ class GridCheckpoints:
 
     Args:
       evals_done: the step.
-      like: a tree of arrays (or ``jax.ShapeDtypeStruct``) as the checkpoint's tree.
+      like: ``{entry: a tree of arrays (or jax.ShapeDtypeStruct)}`` as the checkpoint's tree; an
+        entry None is restored as the checkpoint stores it (its shapes and dtypes from the
+        checkpoint's metadata: e.g. the host metrics recorded so far); None restores every
+        entry so.
 
     Returns:
       The restored tree.
     """
-    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
+    path = epath.Path(self.directory) / str(evals_done) / ITEM
     handler = ocp.StandardCheckpointHandler()
     try:
-      return handler.restore(epath.Path(self.directory) / str(evals_done) / ITEM,
-                             args=ocp.args.StandardRestore(abstract))
+      if like is None:
+        return handler.restore(path, args=ocp.args.StandardRestore())
+      stored = handler.metadata(path).tree if any(t is None for t in like.values()) else {}
+      abstract = {entry: jax.tree.map(ocp.utils.to_shape_dtype_struct, tree) if tree is not None
+                  else jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype),
+                                    stored[entry])
+                  for entry, tree in like.items()}
+      return handler.restore(path, args=ocp.args.StandardRestore(abstract))
     finally:
       handler.close()
 
@@ -533,9 +547,7 @@ def restore_newest_state(directory: str) -> tuple[int, dict]:
     if latest is None:
       raise FileNotFoundError(f"no checkpoint in {directory} (was the run made with "
                               f"train.checkpoint_every=0?)")
-    like = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype),
-                        checkpoints.manager.item_metadata(latest))
-    step, restored = checkpoints.restore_newest(like)
+    step, restored = checkpoints.restore_newest(None)  # every entry, as stored
   finally:
     checkpoints.close()
   return step, jax.tree.map(np.asarray, restored["state"])

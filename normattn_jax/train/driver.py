@@ -1,9 +1,10 @@
 """What every run on the grid engine does around its chunks: restore the newest checkpoint,
 record each evaluation, save checkpoints, and stop early when its budget runs out; the one
-``Budget`` and the one ``Interrupted`` of the project. ``RunHooks`` gives ``grid.run_grid`` its
-``resume`` and ``on_chunk``; sweeps, fine-tuning and the causal-LM analysis use it, pre-training
-around its data-parallel steps (``checkpoint state only``). The kinds of run reach it through
-one driver, ``runs.run``, which takes the run's ``Budget``.
+``Budget`` and the one ``Interrupted`` of the project. ``RunHooks.train`` is the one loop around
+``grid.run_grid`` that every kind's grids train with (sweeps, fine-tuning, the causal-LM and
+majority analyses, the report card's LMs); pre-training uses the hooks around its data-parallel
+steps (the state alone checkpointed). The kinds of run reach it through one driver,
+``runs.run``, which takes the run's ``Budget``.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import jax
 import numpy as np
 
 from normattn_jax.train.checkpoint import GridCheckpoints
+from normattn_jax.train.grid import GridRun, run_grid
 from normattn_jax.validation import check_float, check_int
 
 
@@ -72,8 +74,10 @@ class Budget:
 
 
 class RunHooks:
-  """``run_grid``'s ``resume`` and ``on_chunk`` for a run that checkpoints, records its
-  evaluations and may be stopped by a budget; a context manager that closes its checkpoints.
+  """The one loop every kind of run trains its grids with (``train``: ``grid.run_grid`` with
+  these hooks), and ``run_grid``'s ``resume`` and ``on_chunk`` for a run that checkpoints,
+  records its evaluations and may be stopped by a budget; a context manager that closes its
+  checkpoints (pre-training uses the hooks around its own data-parallel steps).
 
   Args:
     directory: the checkpoints' folder, or None for none.
@@ -81,32 +85,53 @@ class RunHooks:
       time stops the run (whatever ``every``, the chunk that passes the time is kept, so that
       the call the run's stop asks for resumes rather than starting over).
     num_chunks: the chunks the grid runs in all.
-    metrics_like: ``(grid, state, per_model) -> {name: [num_chunks, models] zeros}``, the
-      restore target of the metrics a checkpoint holds; unused with ``state_only``.
     record: ``(chunk indices, metrics so far) -> None``: log those chunks' evaluations (called
       for the restored ones on resume, so a resumed history reads as an uninterrupted one).
+    on_resume: ``(grid, chunks done, state, per_model) -> None``, called once after the
+      restore, before any chunk (e.g. a run's log opened at the step it resumes from).
     budget: the run's ``Budget``; None: no limit.
     name: the grid's name, for messages.
-    state_only: checkpoint the state alone, not the metrics (a run whose history lives in its
-      ``RunLog``, which resumes it: pre-training, the majority run); a resume records nothing.
+    state_only: checkpoint the state alone, not the metrics recorded so far (a run whose history
+      lives in its ``RunLog``, which resumes it: pre-training, the majority run); a resume then
+      records nothing.
     may_grow: the run's target (``num_chunks``) may be raised between calls (the majority run,
       resumed for more steps): checkpoint after every chunk, so that the last one is never
       trained twice, whatever target a later call sets.
   """
 
   def __init__(self, directory: Optional[str], every: int, num_chunks: int, *,
-               metrics_like: Optional[Callable] = None, record: Callable,
-               budget: Optional[Budget] = None, name: str = "grid", state_only: bool = False,
-               may_grow: bool = False):
+               record: Callable = lambda indices, metrics: None,
+               on_resume: Optional[Callable] = None, budget: Optional[Budget] = None,
+               name: str = "grid", state_only: bool = False, may_grow: bool = False):
     self.directory = directory
     # with checkpoints off, a folder left by a time stop is still resumed from
     self.checkpoints = (GridCheckpoints(directory) if directory and (every or may_grow
                                                                      or os.path.isdir(directory))
                         else None)
     self.every, self.num_chunks, self.name = (1 if may_grow else every), num_chunks, name
-    self.metrics_like, self.record = metrics_like, record
+    self.record, self.on_resume = record, on_resume
     self.budget = budget or Budget()
     self.state_only = state_only
+
+  def train(self, grid, keys, per_model, *, on_host: Optional[Callable] = None) -> GridRun:
+    """Train ``grid`` (``grid.run_grid``) from its newest checkpoint to ``num_chunks``, with
+    these hooks, and close the checkpoints.
+
+    Args:
+      grid: the compiled programs (``Grid.of``).
+      keys: per-model raw key data ``[models, key size]``.
+      per_model: each model's inputs, or ``chunk index -> them`` (``run_grid``).
+      on_host: what a chunk's outputs become on the host before they are recorded.
+
+    Returns:
+      ``GridRun``: every chunk's metrics and the final states.
+
+    Raises:
+      Interrupted: when the budget stops the run, its checkpoint written.
+    """
+    with self:
+      return run_grid(grid, keys, per_model, self.num_chunks, resume=self.resume,
+                      on_chunk=self.on_chunk, on_host=on_host)
 
   def resume(self, grid, state, per_model):
     """The newest checkpoint that restores, else a fresh start; see ``run_grid``.
@@ -116,14 +141,14 @@ class RunHooks:
     """
     done, metrics = 0, {}
     if self.checkpoints is not None and self.checkpoints.latest() is not None:
-      like = {"state": state}
-      if not self.state_only:
-        like["metrics"] = self.metrics_like(grid, state, per_model)
+      like = {"state": state} if self.state_only else {"state": state, "metrics": None}
       done, restored = self.checkpoints.restore_newest(like)
       state = jax.device_put(restored["state"], jax.tree.map(lambda a: a.sharding, state))
       metrics = {k: np.array(v) for k, v in restored.get("metrics", {}).items()}
     if not self.state_only:
       self.record(range(done), metrics)
+    if self.on_resume is not None:
+      self.on_resume(grid, done, state, per_model)
     self.budget.check(self.name, done, self.num_chunks)
     return done, state, metrics
 

@@ -1,15 +1,13 @@
-"""Many-model training: a grid of models (seeds x learning rates x numeric hyper-parameters) of
-one static configuration as ONE compiled program.
+"""The grid engine: many models of one static configuration as ONE compiled program.
 
-Training is a pure function of (rng, hyper-parameters):
-``init(key, hp) -> state`` and ``chunk(state, hp) -> (state, metrics)``, the latter a
-``lax.scan`` over ``eval_every`` steps followed by the evaluation. Both are written for one
-model and mapped over a flattened leading "models" axis, sharded over all devices: each device
-runs its share as a ``lax.map`` over vmaps of ``train.models_per_vmap`` models
-(``over_models``). Data are generated on device inside the step, a fresh batch every step; the
-task is the registered one (``normattn_jax.tasks``) that the config names. ``train_grid`` runs a
-sweep's grid; ``Grid`` holds the compiled programs, and ``Grid.of`` + ``run_grid`` train any
-other grid from the programs of one model (the majority experiment does).
+Training is a pure function of (rng, hyper-parameters): ``init(key, per_model) -> state`` and
+``chunk(state, per_model) -> (state, metrics)``, both written for one model (a chunk is some
+training steps and an evaluation) and mapped over a flattened leading "models" axis, sharded over
+all devices: each device runs its share as a ``lax.map`` over vmaps of ``per_vmap`` models
+(``over_models``). ``Grid.of`` compiles the programs of one model over that axis and ``run_grid``
+trains them chunk by chunk, with ``resume``/``on_chunk`` hooks (``driver.RunHooks``). The engine
+knows no task, model or kind of run: a sweep's programs are ``normattn_jax.sweep.programs``', a
+fine-tuning's ``normattn_jax.finetune.train``'s.
 """
 from __future__ import annotations
 
@@ -17,202 +15,15 @@ import dataclasses
 from typing import Callable, NamedTuple, Optional
 
 import jax
-import jax.numpy as jnp
-import ml_collections
 import numpy as np
-import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from normattn_jax import tasks
-from normattn_jax.attention.module_spec import AttentionModuleSpec
-from normattn_jax.models.sequence import SequenceModel
-from normattn_jax.precision import DTYPES
-from normattn_jax.train import config as config_lib
-from normattn_jax.train.optim import make_optimizer, with_learning_rate
-from normattn_jax.train.sections import attention_spec
-from normattn_jax.train.state import EVAL_STREAM, TRAIN_STREAM, TrainState
+from normattn_jax import _moved
+from normattn_jax.train.state import TrainState
 from normattn_jax.validation import check_int
 
 Array = jax.Array
-# The per-model hyper-parameters of a sweep's grid.
-HYPERPARAMETERS = ("learning_rate", "l2")
-
-
-def _own(value: Optional[bool], default: bool) -> bool:
-  """A config switch: None leaves the arch's (or the task's) own choice."""
-  return default if value is None else bool(value)
-
-
-@dataclasses.dataclass(frozen=True)
-class Setup:
-  """The static part of a grid: one architecture at one point of the shape sweeps."""
-  arch: str
-  config: ml_collections.ConfigDict
-
-  @property
-  def task(self) -> tasks.Task:
-    """The registered task that ``config.task.name`` names."""
-    return tasks.get(self.config.task.name)
-
-  @property
-  def settings(self) -> ml_collections.ConfigDict:
-    """The config's ``task`` section, which the task's functions take: each setting the task
-    owns at its default where the config leaves it out."""
-    return tasks.resolved_settings(self.task, self.config.task)
-
-  @property
-  def val_len(self) -> int:
-    """The validation sequence length: the task's ``validation_length`` of ``seq_len``."""
-    return self.task.validation_length(self.settings.seq_len)
-
-  @property
-  def positional(self) -> bool:
-    """``model.positional``, or when it is None the task's own choice."""
-    return _own(self.config.model.positional, self.task.positional)
-
-  @property
-  def warmup_steps(self) -> int:
-    """Warm-up steps: 10% of ``train.num_steps`` if warm-up is on (BERT's default), else 0."""
-    warm = _own(self.config.train.warmup, self.arch == "bert")
-    return self.config.train.num_steps // 10 if warm else 0
-
-  @property
-  def clip_norm(self):
-    """The per-tensor gradient clipping norm: 1.0 if clipping is on (BERT's default), else None."""
-    return 1.0 if _own(self.config.train.clip, self.arch == "bert") else None
-
-  def model(self) -> SequenceModel:
-    """The ``SequenceModel`` of this arch and config (``max_len`` covers the validation length).
-
-    Returns:
-      The unbound flax module.
-    """
-    c, task = self.config, self.task
-    return SequenceModel(
-        vocab_size=self.settings.vocab_size,
-        max_len=max(self.settings.seq_len, self.val_len), d_model=c.model.d_model,
-        num_layers=c.model.num_layers, num_heads=c.model.num_heads, arch=self.arch,
-        normalization=attention_spec(c.attention, "attention", keep=True),
-        normalize=c.model.normalize,
-        attention_gelu=c.model.attention_gelu, output=self.settings.output,
-        num_classes=None if task.num_classes is None else task.num_classes(self.settings),
-        positional=self.positional, dropout_rate=c.train.dropout,
-        attention_module=AttentionModuleSpec.from_config(c.model), dtype=DTYPES[c.model.dtype])
-
-  def sample(self, key: Array, batch_size: int, seq_len: int):
-    """(inputs, labels) for one batch of the task.
-
-    Args:
-      key: a PRNG key.
-      batch_size: the number of sequences.
-      seq_len: the tokens per sequence.
-
-    Returns:
-      ``(inputs, labels)``: int32 ``[batch_size, seq_len]`` and the task's labels.
-    """
-    return self.task.sample(key, batch_size, seq_len, self.settings)
-
-
-def l2_penalty(params) -> Array:
-  """Sum of squared kernels (Keras' kernel regulariser: no biases, gains or embeddings).
-
-  Args:
-    params: a flax params tree.
-
-  Returns:
-    The scalar sum of the squares of every leaf named ``kernel``.
-  """
-  leaves = jax.tree_util.tree_leaves_with_path(params)
-  return sum(jnp.sum(jnp.square(x)) for path, x in leaves
-             if getattr(path[-1], "key", None) == "kernel")
-
-
-class Programs(NamedTuple):
-  """The pure functions of ONE model; the caller vmaps and jits them."""
-  init: Callable        # (key_data, hp) -> TrainState
-  train_step: Callable  # (state, hp) -> (state, (loss, accuracy))
-  chunk: Callable       # (state, hp, eval_sets) -> (state, metrics): eval_every steps + evaluation
-
-
-def make_programs(setup: Setup, data_shards: Optional[int] = None) -> Programs:
-  """The training and evaluation functions of one model of ``setup``. With
-  ``train.data_shards`` > 1 they run inside ``over_models``' mesh, whose "data" axis splits each
-  model's batch: every shard draws the whole batch from the model's key, trains on its slice and
-  the shards average their gradients and metrics (``lax.pmean``), so a model's numbers are its
-  one-device numbers up to the order of a sum (dropout masks are drawn per slice).
-
-  Args:
-    setup: the arch and config of the grid.
-    data_shards: the mesh's "data" axis (``data_shards_for``); None: the config's, 0 as 1.
-
-  Returns:
-    ``Programs(init, train_step, chunk)``, each for one model.
-  """
-  c = setup.config
-  shards = data_shards or c.train.data_shards or 1
-  model = setup.model()
-  batch_size = c.train.batch_size
-  n = setup.settings.seq_len
-  deterministic = c.train.dropout == 0
-  grouped = setup.task.grouped_eval
-  tx = make_optimizer(c.train.num_steps, setup.warmup_steps, setup.clip_norm)
-
-  def init(key: Array, hp: dict) -> TrainState:
-    key = jax.random.wrap_key_data(key)
-    params = model.init(key, jnp.zeros((1, n), jnp.int32))
-    state = TrainState.create(apply_fn=model.apply, params=params, tx=tx,
-                              key=jax.random.fold_in(key, 1))
-    return state.replace(opt_state=with_learning_rate(state.opt_state, hp["learning_rate"]))
-
-  def loss_fn(params, inputs, labels, hp, dropout_key):
-    logits = model.apply(params, inputs, deterministic=deterministic,
-                         rngs=None if deterministic else {"dropout": dropout_key})
-    logits = logits.astype(jnp.float32)
-    loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
-    acc = jnp.mean(jnp.argmax(logits, -1) == labels)
-    return loss + hp["l2"] * l2_penalty(params), (loss, acc)
-
-  def train_step(state: TrainState, hp: dict):
-    data_key, dropout_key = jax.random.split(state.step_key(TRAIN_STREAM))
-    inputs, labels = own_slice(setup.sample(data_key, batch_size, n), shards)
-    grads, (loss, acc) = jax.grad(loss_fn, has_aux=True)(state.params, inputs, labels, hp,
-                                                          dropout_key)
-    if shards > 1:
-      grads, loss, acc = jax.lax.pmean((grads, loss, acc), DATA_AXIS)
-    return state.apply_gradients(grads=grads, loss=loss), (loss, acc)
-
-  def accuracy(params, inputs, labels):
-    """The batch's accuracy and whether its logits were finite (argmax(NaN) is no score)."""
-    logits = model.apply(params, inputs)
-    return jnp.mean(jnp.argmax(logits, -1) == labels), jnp.isfinite(logits).all()
-
-  def evaluate(state: TrainState, eval_sets) -> tuple[dict, Array]:
-    keys = jax.random.split(state.step_key(EVAL_STREAM), c.eval.val_batches)
-    val, finite = jax.lax.map(lambda k: accuracy(state.params, *setup.sample(k, batch_size,
-                                                                             setup.val_len)), keys)
-    metrics, finite = {"val_acc": jnp.mean(val)}, finite.all()
-    for validation, eval_set in zip((False, True), eval_sets):
-      inputs, labels = eval_set  # [groups, chunks, chunk_size, (length)]
-      flat = (inputs.reshape((-1,) + inputs.shape[2:]), labels.reshape((-1,) + labels.shape[2:]))
-      per_chunk, chunk_finite = jax.lax.map(lambda batch: accuracy(state.params, *batch), flat)
-      finite &= chunk_finite.all()
-      metrics.update(zip(grouped.metric_names(validation),
-                         jnp.mean(per_chunk.reshape(labels.shape[:2]), axis=-1)))
-    return metrics, finite
-
-  def chunk(state: TrainState, hp: dict, eval_sets) -> tuple[TrainState, dict]:
-    state, (loss, acc) = jax.lax.scan(lambda s, _: train_step(s, hp), state, None,
-                                      length=c.train.eval_every)
-    evaluated, finite = evaluate(state, eval_sets)
-    # parameters that blew up in the chunk's last step: the loss was finite, the logits are not
-    state = state.replace(diverged=state.diverged | ~finite)
-    metrics = {"train_loss": jnp.mean(loss), "train_acc": jnp.mean(acc), **evaluated}
-    metrics["diverged"] = state.diverged
-    # a diverged model has failed: its accuracies are 0, not whatever argmax(NaN) hits
-    return state, {k: (v if k in ("diverged", "train_loss") else jnp.where(state.diverged, 0.0, v))
-                   for k, v in metrics.items()}
-
-  return Programs(init, train_step, chunk)
+MODELS_AXIS, DATA_AXIS = "models", "data"
 
 
 def own_slice(batch, shards: int):
@@ -227,38 +38,6 @@ def own_slice(batch, shards: int):
     return jax.lax.dynamic_slice_in_dim(x, index * size, size)
   return jax.tree.map(rows, batch)
 
-
-def eval_sets_for(setup: Setup, seed: int, chunk_size: int = 250):
-  """The task's grouped evaluation sets (``Task.grouped_eval``) at N and at the validation
-  length, shared by every model, each shaped ``[groups, chunks, chunk_size, ...]`` for a
-  memory-bounded ``lax.map``; empty for a task without them.
-
-  Args:
-    setup: the arch and config of the grid.
-    seed: the seed the sets are drawn from (``config.seed``).
-    chunk_size: the most examples per chunk; lowered until it divides ``eval.case_set_size``.
-
-  Returns:
-    ``((inputs, labels) at N, (inputs, labels) at the validation length)``, or ().
-  """
-  grouped = setup.task.grouped_eval
-  if grouped is None:
-    return ()
-  per_group = setup.config.eval.case_set_size
-  chunk_size = min(chunk_size, per_group)
-  while per_group % chunk_size:
-    chunk_size -= 1
-  sets = []
-  for i, length in enumerate((setup.settings.seq_len, setup.val_len)):
-    key = jax.random.fold_in(jax.random.key(seed), 1000 + i)
-    inputs, labels = grouped.sample(key, per_group, length, setup.settings)
-    shape = (len(grouped.groups), per_group // chunk_size, chunk_size)
-    sets.append((inputs.reshape(shape + inputs.shape[1:]),
-                 labels.reshape(shape + labels.shape[1:])))
-  return tuple(sets)
-
-
-MODELS_AXIS, DATA_AXIS = "models", "data"
 
 
 def grid_mesh(data_shards: int = 1) -> Mesh:
@@ -482,8 +261,12 @@ def over_models(fn: Callable, per_vmap: int, mesh: Optional[Mesh] = None) -> Cal
 
   def run(x, per_model, *shared):
     specs = (P(MODELS_AXIS), P(MODELS_AXIS)) + (P(),) * len(shared)
-    return jax.shard_map(on_device, mesh=mesh, in_specs=specs,
-                         out_specs=P(MODELS_AXIS))(x, per_model, *shared)
+    # check_vma=False: jax's Pallas kernels (the TPU flash attention of ``attention.fused``)
+    # declare no varying mesh axes, which the check needs; nothing inside is differentiated
+    # through a collective (data shards average their gradients by an explicit pmean), so the
+    # check guards nothing here, and the compiled program is the same without it
+    return jax.shard_map(on_device, mesh=mesh, in_specs=specs, out_specs=P(MODELS_AXIS),
+                         check_vma=False)(x, per_model, *shared)
   return run
 
 
@@ -574,32 +357,6 @@ class Grid:
                models_program(chunk, width, donate=True, mesh=mesh),
                jax.device_put(tuple(shared), replicated(mesh)), mesh)
 
-  @classmethod
-  def build(cls, setup: Setup, num_models: int) -> "Grid":
-    """The grid of a sweep's ``setup`` (``make_programs``) for ``num_models`` models, the
-    task's grouped evaluation sets shared.
-
-    Args:
-      setup: the arch and config of the grid.
-      num_models: the number of models before padding.
-
-    Returns:
-      The ``Grid``.
-    """
-    c = setup.config  # validated: its mesh divides the devices and the batch
-    shards = data_shards_for(c.train.data_shards, num_models, c.train.batch_size,
-                             jax.device_count())
-    mesh = grid_mesh(shards)
-    programs = make_programs(setup, shards)
-    shared = (eval_sets_for(setup, setup.config.seed),)
-
-    def init(key, hp, *_):  # a sweep's model starts from its key and hyper-parameters alone
-      return programs.init(key, hp)
-
-    hp = {name: jax.ShapeDtypeStruct((), jnp.float32) for name in HYPERPARAMETERS}
-    return cls.of(init, programs.chunk, num_models, c.train.models_per_vmap, shared, mesh,
-                  per_model=hp)
-
   def chunk(self, state: TrainState, per_model) -> tuple[TrainState, dict]:
     """One chunk of every model (``state`` is donated).
 
@@ -688,62 +445,6 @@ class GridRun(NamedTuple):
 
 
 
-def _check_models(hyperparameters: dict, keys: np.ndarray) -> int:
-  """The number of models, once every per-model array agrees on it."""
-  missing = [name for name in HYPERPARAMETERS if name not in hyperparameters]
-  if missing:
-    raise ValueError(f"hyperparameters lack {missing}; the grid needs {HYPERPARAMETERS}")
-  keys = np.asarray(keys)
-  if keys.ndim != 2 or not len(keys):
-    raise ValueError(f"keys must be raw key data shaped [models, key size], got {keys.shape}")
-  for name, value in hyperparameters.items():
-    if np.shape(value) != (len(keys),):
-      raise ValueError(f"hyperparameters[{name!r}] has shape {np.shape(value)}; the grid has "
-                       f"{len(keys)} models (one key each)")
-  return len(keys)
-
-
-def train_grid(config: ml_collections.ConfigDict, arch: str, *,
-               hyperparameters: Optional[dict] = None, keys: Optional[np.ndarray] = None,
-               resume: Optional[Callable] = None,
-               on_chunk: Optional[Callable] = None) -> GridRun:
-  """Train the grid of one architecture at one static configuration: init, then
-  ``num_steps / eval_every`` chunks, each followed by an evaluation.
-
-  Args:
-    config: a sweep config at one static point (``config.point_config``); validated first.
-    arch: one of ``config.archs``' architectures.
-    hyperparameters: per-model ``{"learning_rate", "l2"}`` float32 arrays ``[models]``; by
-      default the config's models axis (learning rates x vmapped sweep x seeds).
-    keys: per-model raw key data ``[models, 2]``; by default ``model_keys`` of the config's
-      seeds. Give both or neither.
-    resume: ``(grid, state, hp) -> (chunks done, state, metrics so far)``, called once with the
-      freshly initialised sharded state, before any chunk: how a caller restores a checkpoint
-      (the state sharded as the one given; the metrics ``{name: [evaluations, models]}``
-      writable arrays that the run goes on filling, or ``{}`` with 0 chunks done). Raising
-      stops the run before it trains.
-    on_chunk: ``(chunks done, state, metrics so far) -> None``, called after every chunk with
-      the sharded state and the metrics filled up to that chunk (for logging, checkpoints and
-      budgets; raising stops the run).
-
-  Returns:
-    ``GridRun``: the metrics ``{name: [evaluations, models]}`` (train_loss, train_acc, val_acc,
-    the task's extra metrics, diverged) and the final states.
-  """
-  config_lib.validate(config)
-  if (hyperparameters is None) != (keys is None):
-    raise ValueError("give both hyperparameters and keys, or neither (the config's grid)")
-  if hyperparameters is None:
-    from normattn_jax.train.layout import ModelsAxis
-    axis = ModelsAxis.of(config)
-    hyperparameters, keys = axis.hyperparameters(), model_keys(config.seed, axis.seed_indices())
-  num_models = _check_models(hyperparameters, keys)
-  grid = Grid.build(Setup(arch, config), num_models)
-  hp = {k: np.asarray(v, np.float32) for k, v in hyperparameters.items()}
-  return run_grid(grid, keys, hp, config.train.num_steps // config.train.eval_every,
-                  resume=resume, on_chunk=on_chunk)
-
-
 def _models_first(name: str, tree, num_models: int):
   """``tree``, each of whose arrays must lead with the models axis of ``num_models``."""
   for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
@@ -806,3 +507,8 @@ def run_grid(grid: Grid, keys: np.ndarray, per_model, num_chunks: int, *,
     if on_chunk is not None:
       on_chunk(index + 1, state, history)
   return GridRun(history, jax.tree.map(lambda x: to_host(x)[:num_models], state))
+
+
+def __getattr__(name: str):
+  """The previous release's names of this module (``normattn_jax._moved``)."""
+  return _moved.moved_attribute(__name__, name)

@@ -2,15 +2,16 @@
 ``RunKind`` per name, carrying all that differs from one kind to another, in one registry.
 
 The driver (``train.runs.run``), the workdir checks (``checkpoint.check_workdir``), the old
-configs' migrations (``migrate.with_current_names``) and the command line
-(``experiments/run.py``) look a kind up here by its config's ``kind`` field, so a kind registered
-from user code (``register(RunKind(...))``, a module loaded with ``--plugins``) runs, resumes and
-is refused alike as a built-in one. A new kind of run is one module and one config.
+configs' migrations (``migrate.with_current_names``) and the command line look a kind up here by
+its config's ``kind`` field, so a kind registered from user code (``register(RunKind(...))``, a
+module loaded with ``--plugins``) runs, resumes and is refused alike as a built-in one. Each
+kind registers itself as its package is imported; the engine names none of them (the command
+line, on the top floor, imports the built-in ones). A new kind of run is one module and one
+config.
 """
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
@@ -18,19 +19,6 @@ import ml_collections
 
 from normattn_jax.registry import Registry
 from normattn_jax.validation import fail_config
-
-# The built-in kinds and the modules that register them as they load: imported on first use, so
-# that this module imports none of them (they import the workdir checks, which import it).
-BUILTIN = {
-    "sweep": "normattn_jax.train.sweep",
-    "pretraining": "normattn_jax.train.pretrain",
-    "finetuning": "normattn_jax.finetune.train",
-    "causal_lm": "normattn_jax.analysis.causal_lm_keys",
-    "majority": "normattn_jax.analysis.majority",
-    "report_card": "normattn_jax.reporting.report_card",
-    "card_lm": "normattn_jax.analysis.card_lm",
-}
-
 
 def _unchanged(tree: dict) -> dict:
   return tree
@@ -62,10 +50,6 @@ class RunKind:
   - ``save(workdir, config, results)``: the chief's files besides the summary (``metrics.npz``),
     written before it.
   - ``describe(summary) -> lines``: what the command line prints of a finished run.
-  - ``figures(workdir, summary)``: the figures the command line draws of it (on the chief).
-  - ``figure_files(workdir, summary) -> names``: the files ``figures`` writes in the workdir.
-    Of a run found finished, only the missing ones are drawn again (``cli``'s
-    ``draw_missing_figures``), the others left as they are; none declared: none redrawn.
   - ``summary_file``: the summary's file, written last; "summary.json" marks a finished run,
     which a rerun returns untouched (a kind whose target may grow names another).
   - ``summary_format``: ``json.dump``'s options for the summary.
@@ -85,8 +69,6 @@ class RunKind:
   summarise: Callable[[ml_collections.ConfigDict, Any], dict] = _whole
   save: Optional[Callable[[str, ml_collections.ConfigDict, Any], None]] = None
   describe: Callable[[dict], list] = lambda summary: []
-  figures: Optional[Callable[[str, dict], None]] = None
-  figure_files: Callable[[str, dict], tuple] = lambda workdir, summary: ()
   summary_file: str = "summary.json"
   summary_format: Mapping = dataclasses.field(default_factory=lambda: {"indent": 2})
   divides: Callable[[ml_collections.ConfigDict], tuple] = lambda config: ()
@@ -111,35 +93,10 @@ def _check(kind: RunKind) -> None:
 KINDS: Registry[RunKind] = Registry("run kind", RunKind, _check)
 
 
-def register(kind: RunKind, *, replace: bool = False) -> RunKind:
-  """Make ``kind`` available by its name everywhere (``experiments/run.py``, the workdir
-  checks); returns it. A built-in kind registers itself as its module loads."""
-  return KINDS.register(kind, replace=replace)
-
-
-def get(name: str) -> RunKind:
-  """The kind registered as ``name``, loading a built-in one's module on first use.
-
-  Raises:
-    ValueError: naming the registered kinds, for a name that is none of them.
-  """
-  if isinstance(name, str) and name not in KINDS and name in BUILTIN:
-    importlib.import_module(BUILTIN[name])
-  if name not in KINDS:
-    raise ValueError(f"run kind must be one of {names()}, got {name!r}")
-  return KINDS.get(name)
-
-
-def names() -> tuple:
-  """Every kind's name, the built-in ones first (those whose extras are installed)."""
-  for module in BUILTIN.values():
-    try:
-      importlib.import_module(module)
-    except ImportError:  # its extra is missing (_extras.require): it cannot run here
-      pass
-  registered = KINDS.names()
-  return tuple([name for name in BUILTIN if name in registered]
-               + [name for name in registered if name not in BUILTIN])
+# Make a kind available by its name everywhere (the command line, the workdir checks); a kind
+# registers itself as its package is imported. ``get`` refuses an unregistered name, naming the
+# registered ones.
+register, unregister, get, names = KINDS.register, KINDS.unregister, KINDS.get, KINDS.names
 
 
 def kind_of(config: ml_collections.ConfigDict) -> RunKind:
@@ -150,7 +107,7 @@ def kind_of(config: ml_collections.ConfigDict) -> RunKind:
       that names no registered kind.
   """
   name = config.get("kind") if isinstance(config, (ml_collections.ConfigDict, dict)) else None
-  if isinstance(name, str) and (name in KINDS or name in BUILTIN):
+  if isinstance(name, str) and name in KINDS:
     kind = get(name)
     check_sections(config, kind)
     return kind
@@ -199,22 +156,3 @@ def check_kind(config: ml_collections.ConfigDict, expected: str, *,
   """
   if config.get("kind", expected if absent_is_expected else None) != expected:
     fail_config("kind", config.get("kind"), f"this runs a {expected!r} config")
-
-
-class MayDiffer(Mapping):
-  """``{kind: its may_differ}`` over every registered kind, read from the registry."""
-
-  def __getitem__(self, name: str) -> frozenset:
-    try:
-      return get(name).may_differ
-    except ValueError:
-      raise KeyError(name) from None
-
-  def __iter__(self):
-    return iter(names())
-
-  def __len__(self) -> int:
-    return len(names())
-
-
-MAY_DIFFER = MayDiffer()

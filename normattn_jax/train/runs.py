@@ -54,7 +54,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, afresh: bool = False
   """Run (or resume) the config's kind of run in ``workdir`` and return its summary.
 
   Args:
-    config: a config naming its kind (``config.kind``), e.g. ``configs/demo.py``'s.
+    config: a config naming its kind (``config.kind``), e.g. ``normattn_jax/configs/demo.py``'s.
     workdir: the run's folder; a finished run of this config returns its summary untouched, one
       of another config is refused (``WorkdirError``) unless ``afresh`` moves it aside.
     afresh: move an existing workdir aside and start anew.
@@ -72,7 +72,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, afresh: bool = False
   """
   kind = prepare(config)
   owner = config if kind.workdir_config is None else kind.workdir_config(config, workdir)
-  finished = open_workdir(workdir, owner, kind.name, afresh=afresh)
+  finished = open_workdir(workdir, owner, kind, afresh=afresh)
   if finished is not None:
     return finished
   context = RunContext(workdir, budget or Budget(), show_progress, tensorboard, log)

@@ -1,5 +1,5 @@
 """The causal-LM key analysis (``analysis.causal_lm_keys``) at a size that trains in seconds."""
-from configs import unselectable_lm
+from normattn_jax.configs import unselectable_lm
 from normattn_jax.analysis import causal_lm_keys as lm_keys
 
 LENGTH = 12  # tokens per sequence

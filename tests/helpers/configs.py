@@ -13,7 +13,7 @@ def config_from_file(path: str, *args):
 
 
 def shipped_config(name: str, *args):
-  """``get_config(*args)`` of ``configs/<name>.py``."""
+  """``get_config(*args)`` of ``normattn_jax/configs/<name>.py``."""
   configs = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-      os.path.abspath(__file__)))), "configs")
+      os.path.abspath(__file__)))), "normattn_jax", "configs")
   return config_from_file(os.path.join(configs, name + ".py"), *args)

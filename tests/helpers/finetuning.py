@@ -4,7 +4,7 @@ import os
 import numpy as np
 
 from normattn_jax.finetune import train as ft
-from normattn_jax.train.pretrain import base_pretrain_config, run_pretraining
+from normattn_jax.pretrain.train import base_pretrain_config, run_pretraining
 
 from helpers.texts import write_sentences
 

@@ -2,8 +2,9 @@
 import jax
 import numpy as np
 
-from normattn_jax.train import base_config, pretrain
-from normattn_jax.train.grid import train_grid
+from normattn_jax.sweep import base_config
+from normattn_jax.sweep.programs import train_grid
+from normattn_jax.pretrain import train as pretrain
 from helpers.pretraining import VOCAB, RandomExamples, tiny_pretrain_config
 
 GRID_SHARDS = 4  # of 8 devices: 2 lay out the models, 4 split each model's batch

@@ -1,4 +1,4 @@
-"""ALBERT pre-trainings (``train.pretrain``) at sizes that train in seconds, on fixed random
+"""ALBERT pre-trainings (``pretrain.train``) at sizes that train in seconds, on fixed random
 examples in place of a corpus."""
 import json
 import os
@@ -6,7 +6,7 @@ import types
 
 import numpy as np
 
-from normattn_jax.train.pretrain import base_pretrain_config
+from normattn_jax.pretrain.train import base_pretrain_config
 
 VOCAB, SEQ, PRED = 40, 16, 3
 # stands in for the SentencePiece model: the summary records a vocabulary's path and hash

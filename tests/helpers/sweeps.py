@@ -1,9 +1,9 @@
-"""Sweeps (``train.sweep``) at sizes that train in seconds."""
+"""Sweeps (``sweep.train``) at sizes that train in seconds."""
 import json
 import os
 
-from normattn_jax.train import base_config
-from normattn_jax.train.sweep import run_sweep
+from normattn_jax.sweep import base_config
+from normattn_jax.sweep.train import run_sweep
 
 
 def tiny_sweep_config(**overrides):

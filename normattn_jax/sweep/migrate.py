@@ -1,0 +1,44 @@
+"""How an old sweep ``config.json`` reads as today's: its switches were the strings "auto" (or
+""), "true" and "false", and its normalisation a flat top-level ``normalization`` field.
+"""
+from __future__ import annotations
+
+from normattn_jax.attention.section import with_attention_section
+from normattn_jax.sweep.config import SWITCHES
+from normattn_jax.validation import fail_config
+
+# How a config.json written before the switches were booleans stored them.
+_OLD_SWITCHES = {"": None, "auto": None, "true": True, "false": False}
+
+
+def with_boolean_switches(stored: dict) -> dict:
+  """A stored sweep ``config.json`` tree with its switches as today's booleans: a config written
+  when they were the strings "auto" (or ""), "true" and "false" reads as None, True and False.
+
+  Such a config's ``model.positional`` (then a plain bool) was ignored by the counting tasks,
+  which never had positional embeddings: its True reads as None (the task's own choice).
+
+  Args:
+    stored: the tree read from a ``config.json`` (not changed).
+
+  Returns:
+    A tree that compares equal to today's config of the same run.
+  """
+  sections = {name: dict(stored.get(name, {})) for name in ("model", "train")}
+  old = [(section, key) for section, key in (f.split(".") for f in SWITCHES)
+         if isinstance(sections[section].get(key), str)]
+  if not old:
+    return stored
+  for section, key in old:
+    value = sections[section][key]
+    if value not in _OLD_SWITCHES:
+      fail_config(f"{section}.{key}", value, f"an old switch reads from {tuple(_OLD_SWITCHES)}")
+    sections[section][key] = _OLD_SWITCHES[value]
+  if sections["model"].get("positional") is True:
+    sections["model"]["positional"] = None
+  return {**stored, **{name: section for name, section in sections.items() if name in stored}}
+
+
+def migrate_sweep(tree: dict) -> dict:
+  """An old sweep ``config.json`` tree's switches as booleans and its attention as one section."""
+  return with_attention_section(with_boolean_switches(tree), "", "normalization", "attention", ())

@@ -1,0 +1,344 @@
+"""A sweep's programs: the static part of a grid (``Setup``: one architecture at one point of the
+shape sweeps), the training and evaluation functions of one of its models (``make_programs``),
+the grid they compile to on the engine (``build_grid``) and the training of it (``train_grid``).
+
+Data are generated on device inside the step, a fresh batch every step; the task is the
+registered one (``normattn_jax.tasks``) that the config names. Each model's learning rate and L2
+weight are data (``HYPERPARAMETERS``), so one compilation serves every cell.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, NamedTuple, Optional, Union
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+
+from normattn_jax import tasks
+from normattn_jax.attention.module_spec import AttentionModuleSpec
+from normattn_jax.attention.registry import AttentionSpec
+from normattn_jax.attention.section import attention_spec
+from normattn_jax.models.sequence import SequenceModel
+from normattn_jax.precision import DTYPES
+from normattn_jax.sweep import config as config_lib
+from normattn_jax.sweep.layout import ModelsAxis
+from normattn_jax.train.grid import (DATA_AXIS, Grid, GridRun, data_shards_for, grid_mesh,
+                                     model_keys, own_slice, run_grid)
+from normattn_jax.train.optim import make_optimizer, with_learning_rate
+from normattn_jax.train.state import EVAL_STREAM, TRAIN_STREAM, TrainState
+
+Array = jax.Array
+# The per-model hyper-parameters of a sweep's grid.
+HYPERPARAMETERS = ("learning_rate", "l2")
+
+
+def _own(value: Optional[bool], default: bool) -> bool:
+  """A config switch: None leaves the arch's (or the task's) own choice."""
+  return default if value is None else bool(value)
+
+
+# ``Setup.attention``'s default: the spec that the config's attention section names.
+FROM_CONFIG = "from the config"
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+  """The static part of a grid: one architecture at one point of the shape sweeps.
+
+  Attributes:
+    arch: the architecture.
+    config: the (point) config.
+    attention: the normalisation the arch's attention is swapped to (None: the arch's own), as
+      the sweep's plan made it once from the config (``plan.SweepPlan.attention``); by default
+      read from ``config.attention`` here.
+  """
+  arch: str
+  config: ml_collections.ConfigDict
+  attention: Union[AttentionSpec, None, str] = FROM_CONFIG
+
+  @property
+  def spec(self) -> Optional[AttentionSpec]:
+    """The normalisation of the model's attention (None: the arch's own)."""
+    if self.attention is FROM_CONFIG:
+      return attention_spec(self.config.attention, "attention", keep=True)
+    return self.attention
+
+  @property
+  def task(self) -> tasks.Task:
+    """The registered task that ``config.task.name`` names."""
+    return tasks.get(self.config.task.name)
+
+  @property
+  def settings(self) -> ml_collections.ConfigDict:
+    """The config's ``task`` section, which the task's functions take: each setting the task
+    owns at its default where the config leaves it out."""
+    return tasks.resolved_settings(self.task, self.config.task)
+
+  @property
+  def val_len(self) -> int:
+    """The validation sequence length: the task's ``validation_length`` of ``seq_len``."""
+    return self.task.validation_length(self.settings.seq_len)
+
+  @property
+  def positional(self) -> bool:
+    """``model.positional``, or when it is None the task's own choice."""
+    return _own(self.config.model.positional, self.task.positional)
+
+  @property
+  def warmup_steps(self) -> int:
+    """Warm-up steps: 10% of ``train.num_steps`` if warm-up is on (BERT's default), else 0."""
+    warm = _own(self.config.train.warmup, self.arch == "bert")
+    return self.config.train.num_steps // 10 if warm else 0
+
+  @property
+  def clip_norm(self):
+    """The per-tensor gradient clipping norm: 1.0 if clipping is on (BERT's default), else None."""
+    return 1.0 if _own(self.config.train.clip, self.arch == "bert") else None
+
+  def model(self) -> SequenceModel:
+    """The ``SequenceModel`` of this arch and config (``max_len`` covers the validation length).
+
+    Returns:
+      The unbound flax module.
+    """
+    c, task = self.config, self.task
+    return SequenceModel(
+        vocab_size=self.settings.vocab_size,
+        max_len=max(self.settings.seq_len, self.val_len), d_model=c.model.d_model,
+        num_layers=c.model.num_layers, num_heads=c.model.num_heads, arch=self.arch,
+        normalization=self.spec,
+        normalize=c.model.normalize,
+        attention_gelu=c.model.attention_gelu, output=self.settings.output,
+        num_classes=None if task.num_classes is None else task.num_classes(self.settings),
+        positional=self.positional, dropout_rate=c.train.dropout,
+        attention_module=AttentionModuleSpec.from_config(c.model), dtype=DTYPES[c.model.dtype],
+        ffn_implementation=c.model.ffn_implementation)
+
+  def sample(self, key: Array, batch_size: int, seq_len: int):
+    """(inputs, labels) for one batch of the task.
+
+    Args:
+      key: a PRNG key.
+      batch_size: the number of sequences.
+      seq_len: the tokens per sequence.
+
+    Returns:
+      ``(inputs, labels)``: int32 ``[batch_size, seq_len]`` and the task's labels.
+    """
+    return self.task.sample(key, batch_size, seq_len, self.settings)
+
+
+def l2_penalty(params) -> Array:
+  """Sum of squared kernels (Keras' kernel regulariser: no biases, gains or embeddings).
+
+  Args:
+    params: a flax params tree.
+
+  Returns:
+    The scalar sum of the squares of every leaf named ``kernel``.
+  """
+  leaves = jax.tree_util.tree_leaves_with_path(params)
+  return sum(jnp.sum(jnp.square(x)) for path, x in leaves
+             if getattr(path[-1], "key", None) == "kernel")
+
+
+class Programs(NamedTuple):
+  """The pure functions of ONE model; the caller vmaps and jits them."""
+  init: Callable        # (key_data, hp) -> TrainState
+  train_step: Callable  # (state, hp) -> (state, (loss, accuracy))
+  chunk: Callable       # (state, hp, eval_sets) -> (state, metrics): eval_every steps + evaluation
+
+
+def make_programs(setup: Setup, data_shards: Optional[int] = None) -> Programs:
+  """The training and evaluation functions of one model of ``setup``. With
+  ``train.data_shards`` > 1 they run inside ``over_models``' mesh, whose "data" axis splits each
+  model's batch: every shard draws the whole batch from the model's key, trains on its slice and
+  the shards average their gradients and metrics (``lax.pmean``), so a model's numbers are its
+  one-device numbers up to the order of a sum (dropout masks are drawn per slice).
+
+  Args:
+    setup: the arch and config of the grid.
+    data_shards: the mesh's "data" axis (``data_shards_for``); None: the config's, 0 as 1.
+
+  Returns:
+    ``Programs(init, train_step, chunk)``, each for one model.
+  """
+  c = setup.config
+  shards = data_shards or c.train.data_shards or 1
+  model = setup.model()
+  batch_size = c.train.batch_size
+  n = setup.settings.seq_len
+  deterministic = c.train.dropout == 0
+  grouped = setup.task.grouped_eval
+  tx = make_optimizer(c.train.num_steps, setup.warmup_steps, setup.clip_norm)
+
+  def init(key: Array, hp: dict) -> TrainState:
+    key = jax.random.wrap_key_data(key)
+    params = model.init(key, jnp.zeros((1, n), jnp.int32))
+    state = TrainState.create(apply_fn=model.apply, params=params, tx=tx,
+                              key=jax.random.fold_in(key, 1))
+    return state.replace(opt_state=with_learning_rate(state.opt_state, hp["learning_rate"]))
+
+  def loss_fn(params, inputs, labels, hp, dropout_key):
+    logits = model.apply(params, inputs, deterministic=deterministic,
+                         rngs=None if deterministic else {"dropout": dropout_key})
+    logits = logits.astype(jnp.float32)
+    loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+    acc = jnp.mean(jnp.argmax(logits, -1) == labels)
+    return loss + hp["l2"] * l2_penalty(params), (loss, acc)
+
+  def train_step(state: TrainState, hp: dict):
+    data_key, dropout_key = jax.random.split(state.step_key(TRAIN_STREAM))
+    inputs, labels = own_slice(setup.sample(data_key, batch_size, n), shards)
+    grads, (loss, acc) = jax.grad(loss_fn, has_aux=True)(state.params, inputs, labels, hp,
+                                                          dropout_key)
+    if shards > 1:
+      grads, loss, acc = jax.lax.pmean((grads, loss, acc), DATA_AXIS)
+    return state.apply_gradients(grads=grads, loss=loss), (loss, acc)
+
+  def accuracy(params, inputs, labels):
+    """The batch's accuracy and whether its logits were finite (argmax(NaN) is no score)."""
+    logits = model.apply(params, inputs)
+    return jnp.mean(jnp.argmax(logits, -1) == labels), jnp.isfinite(logits).all()
+
+  def evaluate(state: TrainState, eval_sets) -> tuple[dict, Array]:
+    keys = jax.random.split(state.step_key(EVAL_STREAM), c.eval.val_batches)
+    val, finite = jax.lax.map(lambda k: accuracy(state.params, *setup.sample(k, batch_size,
+                                                                             setup.val_len)), keys)
+    metrics, finite = {"val_acc": jnp.mean(val)}, finite.all()
+    for validation, eval_set in zip((False, True), eval_sets):
+      inputs, labels = eval_set  # [groups, chunks, chunk_size, (length)]
+      flat = (inputs.reshape((-1,) + inputs.shape[2:]), labels.reshape((-1,) + labels.shape[2:]))
+      per_chunk, chunk_finite = jax.lax.map(lambda batch: accuracy(state.params, *batch), flat)
+      finite &= chunk_finite.all()
+      metrics.update(zip(grouped.metric_names(validation),
+                         jnp.mean(per_chunk.reshape(labels.shape[:2]), axis=-1)))
+    return metrics, finite
+
+  def chunk(state: TrainState, hp: dict, eval_sets) -> tuple[TrainState, dict]:
+    state, (loss, acc) = jax.lax.scan(lambda s, _: train_step(s, hp), state, None,
+                                      length=c.train.eval_every)
+    evaluated, finite = evaluate(state, eval_sets)
+    # parameters that blew up in the chunk's last step: the loss was finite, the logits are not
+    state = state.replace(diverged=state.diverged | ~finite)
+    metrics = {"train_loss": jnp.mean(loss), "train_acc": jnp.mean(acc), **evaluated}
+    metrics["diverged"] = state.diverged
+    # a diverged model has failed: its accuracies are 0, not whatever argmax(NaN) hits
+    return state, {k: (v if k in ("diverged", "train_loss") else jnp.where(state.diverged, 0.0, v))
+                   for k, v in metrics.items()}
+
+  return Programs(init, train_step, chunk)
+
+
+def eval_sets_for(setup: Setup, seed: int, chunk_size: int = 250):
+  """The task's grouped evaluation sets (``Task.grouped_eval``) at N and at the validation
+  length, shared by every model, each shaped ``[groups, chunks, chunk_size, ...]`` for a
+  memory-bounded ``lax.map``; empty for a task without them.
+
+  Args:
+    setup: the arch and config of the grid.
+    seed: the seed the sets are drawn from (``config.seed``).
+    chunk_size: the most examples per chunk; lowered until it divides ``eval.case_set_size``.
+
+  Returns:
+    ``((inputs, labels) at N, (inputs, labels) at the validation length)``, or ().
+  """
+  grouped = setup.task.grouped_eval
+  if grouped is None:
+    return ()
+  per_group = setup.config.eval.case_set_size
+  chunk_size = min(chunk_size, per_group)
+  while per_group % chunk_size:
+    chunk_size -= 1
+  sets = []
+  for i, length in enumerate((setup.settings.seq_len, setup.val_len)):
+    key = jax.random.fold_in(jax.random.key(seed), 1000 + i)
+    inputs, labels = grouped.sample(key, per_group, length, setup.settings)
+    shape = (len(grouped.groups), per_group // chunk_size, chunk_size)
+    sets.append((inputs.reshape(shape + inputs.shape[1:]),
+                 labels.reshape(shape + labels.shape[1:])))
+  return tuple(sets)
+
+
+def build_grid(setup: Setup, num_models: int) -> Grid:
+  """The grid of a sweep's ``setup`` (``make_programs``) for ``num_models`` models, the
+  task's grouped evaluation sets shared.
+
+  Args:
+    setup: the arch and config of the grid.
+    num_models: the number of models before padding.
+
+  Returns:
+    The ``Grid``.
+  """
+  c = setup.config  # validated: its mesh divides the devices and the batch
+  shards = data_shards_for(c.train.data_shards, num_models, c.train.batch_size,
+                           jax.device_count())
+  mesh = grid_mesh(shards)
+  programs = make_programs(setup, shards)
+  shared = (eval_sets_for(setup, setup.config.seed),)
+
+  def init(key, hp, *_):  # a sweep's model starts from its key and hyper-parameters alone
+    return programs.init(key, hp)
+
+  hp = {name: jax.ShapeDtypeStruct((), jnp.float32) for name in HYPERPARAMETERS}
+  return Grid.of(init, programs.chunk, num_models, c.train.models_per_vmap, shared, mesh,
+                per_model=hp)
+
+
+def _check_models(hyperparameters: dict, keys: np.ndarray) -> int:
+  """The number of models, once every per-model array agrees on it."""
+  missing = [name for name in HYPERPARAMETERS if name not in hyperparameters]
+  if missing:
+    raise ValueError(f"hyperparameters lack {missing}; the grid needs {HYPERPARAMETERS}")
+  keys = np.asarray(keys)
+  if keys.ndim != 2 or not len(keys):
+    raise ValueError(f"keys must be raw key data shaped [models, key size], got {keys.shape}")
+  for name, value in hyperparameters.items():
+    if np.shape(value) != (len(keys),):
+      raise ValueError(f"hyperparameters[{name!r}] has shape {np.shape(value)}; the grid has "
+                       f"{len(keys)} models (one key each)")
+  return len(keys)
+
+
+def train_grid(config: ml_collections.ConfigDict, arch: str, *,
+               hyperparameters: Optional[dict] = None, keys: Optional[np.ndarray] = None,
+               resume: Optional[Callable] = None,
+               on_chunk: Optional[Callable] = None) -> GridRun:
+  """Train the grid of one architecture at one static configuration: init, then
+  ``num_steps / eval_every`` chunks, each followed by an evaluation.
+
+  Args:
+    config: a sweep config at one static point (``config.point_config``); validated first.
+    arch: one of ``config.archs``' architectures.
+    hyperparameters: per-model ``{"learning_rate", "l2"}`` float32 arrays ``[models]``; by
+      default the config's models axis (learning rates x vmapped sweep x seeds).
+    keys: per-model raw key data ``[models, 2]``; by default ``model_keys`` of the config's
+      seeds. Give both or neither.
+    resume: ``(grid, state, hp) -> (chunks done, state, metrics so far)``, called once with the
+      freshly initialised sharded state, before any chunk: how a caller restores a checkpoint
+      (the state sharded as the one given; the metrics ``{name: [evaluations, models]}``
+      writable arrays that the run goes on filling, or ``{}`` with 0 chunks done). Raising
+      stops the run before it trains.
+    on_chunk: ``(chunks done, state, metrics so far) -> None``, called after every chunk with
+      the sharded state and the metrics filled up to that chunk (for logging, checkpoints and
+      budgets; raising stops the run).
+
+  Returns:
+    ``GridRun``: the metrics ``{name: [evaluations, models]}`` (train_loss, train_acc, val_acc,
+    the task's extra metrics, diverged) and the final states.
+  """
+  config_lib.validate(config)
+  if (hyperparameters is None) != (keys is None):
+    raise ValueError("give both hyperparameters and keys, or neither (the config's grid)")
+  if hyperparameters is None:
+    axis = ModelsAxis.of(config)
+    hyperparameters, keys = axis.hyperparameters(), model_keys(config.seed, axis.seed_indices())
+  num_models = _check_models(hyperparameters, keys)
+  grid = build_grid(Setup(arch, config), num_models)
+  hp = {k: np.asarray(v, np.float32) for k, v in hyperparameters.items()}
+  return run_grid(grid, keys, hp, config.train.num_steps // config.train.eval_every,
+                  resume=resume, on_chunk=on_chunk)

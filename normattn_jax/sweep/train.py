@@ -1,0 +1,253 @@
+"""Run a whole sweep: for every static point (shape sweeps) and architecture, train the grid of
+models (``programs.build_grid`` on the engine's ``run_grid``), resuming from checkpoints, then
+score it (``scoring``) and write ``metrics.npz`` and ``summary.json`` (``artifacts``); the
+command line draws the figures (``normattn_jax.reporting.drawers``).
+
+One ``RunLog`` per workdir logs every grid: ``history.jsonl`` and TensorBoard get, per grid,
+learning rate and evaluation, the mean over that learning rate's models of ``LOGGED``. A resumed
+sweep starts its log empty and each grid replays the rows of the evaluations its checkpoint
+restored (the checkpoint holds their metrics) before it logs new ones: rows past a checkpoint,
+which will be trained again, are not kept twice, and the history ends as an uninterrupted
+run's, row for row.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Optional
+
+import jax
+import ml_collections
+import numpy as np
+
+from normattn_jax.sweep import artifacts
+from normattn_jax.sweep import config as config_lib
+from normattn_jax.sweep.layout import ModelsAxis
+from normattn_jax.sweep.migrate import migrate_sweep
+from normattn_jax.sweep.plan import SweepGrid, SweepPlan
+from normattn_jax.sweep.programs import Setup, build_grid
+from normattn_jax.sweep.scoring import best_lines, summarise
+from normattn_jax.train import kinds, multihost, runs
+from normattn_jax.train.checkpoint import restore_newest_state
+from normattn_jax.train.driver import Budget, RunHooks
+from normattn_jax.train.grid import model_keys
+from normattn_jax.train.run_log import RunLog
+from normattn_jax.train.runs import RunContext
+
+# The metrics a sweep's history.jsonl and TensorBoard follow, per grid and learning rate.
+LOGGED = ("train_loss", "train_acc", "val_acc")
+
+
+def log_evaluations(log: RunLog, name: str, axis: ModelsAxis, every: int, metrics: dict,
+                    indices) -> None:
+  """Record, per evaluation in ``indices`` and learning rate, the mean of ``LOGGED`` over that
+  learning rate's models (swept values and seeds).
+
+  Args:
+    log: the sweep's log.
+    name: the grid's name (``layout.grid_name``), the rows' ``grid`` label.
+    axis: the grid's models axis.
+    every: training steps between evaluations.
+    metrics: ``{name: [evaluations, models]}``.
+    indices: the evaluations to record, 0 the first.
+  """
+  lr_index = axis.lr_indices()
+  for index in indices:
+    for i, learning_rate in enumerate(axis.learning_rates):
+      models = lr_index == i
+      log.record((index + 1) * every,
+                 {key: float(np.mean(metrics[key][index, models])) for key in LOGGED},
+                 grid=name, learning_rate=f"{learning_rate:g}")
+
+
+def train_point(plan: SweepPlan, grid: SweepGrid, workdir, log: RunLog,
+                budget: Optional[Budget] = None) -> dict:
+  """Train (or resume) one grid of a sweep: an arch at one static point.
+
+  Args:
+    plan: the sweep's plan.
+    grid: one of ``plan.grids``.
+    workdir: the sweep's workdir; checkpoints go to ``checkpoints/<grid name>``.
+    log: the sweep's log (rows, TensorBoard, progress).
+    budget: evaluations this call may run before ``Interrupted``; None: no limit.
+
+  Returns:
+    The metrics ``{name: [evaluations, models]}``.
+  """
+  point, axis, name = plan.point_config(grid.point), plan.axis, grid.name
+  every = point.train.eval_every
+  num_chunks = point.train.num_steps // every
+
+  def record(indices, metrics):
+    log_evaluations(log, name, axis, every, metrics, indices)
+    log.advance(len(indices) * every * axis.num_models)
+
+  hooks = RunHooks(os.path.join(workdir, "checkpoints", name), point.train.checkpoint_every,
+                   num_chunks, record=record, budget=budget, name=name)
+  setup = Setup(grid.arch, point, plan.attention[grid.point])
+  return hooks.train(build_grid(setup, axis.num_models),
+                     model_keys(point.seed, axis.seed_indices()), axis.hyperparameters()).metrics
+
+
+def resummarise(workdir: str) -> dict:
+  """Score a finished run again from its ``config.json`` and ``metrics.npz``, no training:
+  rewrites ``summary.json`` (after a change in how results are scored; the caller redraws the
+  figures).
+
+  Args:
+    workdir: a finished sweep's workdir; one stored under the field name ``sweep.values`` reads
+      as ``sweep.grid``.
+
+  Returns:
+    The new summary.
+  """
+  plan = SweepPlan.of(artifacts.read_config(workdir))
+  summary = summarise(plan, artifacts.read_results(workdir, plan))
+  artifacts.write_summary(workdir, summary)
+  return summary
+
+
+def load_model(workdir: str, arch: str, learning_rate: float, seed: int = 0,
+               value: Optional[float] = None):
+  """One trained model of a finished sweep, as a plain Flax module and its variables.
+
+  Args:
+    workdir: the sweep's workdir (its ``config.json`` and final checkpoints).
+    arch: one of the sweep's ``archs``.
+    learning_rate: one of its ``learning_rates``.
+    seed: the seed's index, in ``[0, num_seeds)``.
+    value: the swept value (``sweep.grid``), for a sweep that has one; else None.
+
+  Returns:
+    ``(module, variables)``: the ``SequenceModel`` and ``{"params": ...}`` after the last
+    training step, so that ``module.apply(variables, tokens)`` runs it.
+
+  Raises:
+    ValueError: naming the choices, for an arch, learning rate, seed or value the sweep does not
+      hold, or a run that has not finished.
+  """
+  plan = SweepPlan.of(artifacts.read_config(workdir))
+  if not 0 <= seed < plan.axis.num_seeds:
+    raise ValueError(f"seed={seed!r}: the sweep trained seeds 0..{plan.axis.num_seeds - 1}")
+  module, seeds = load_models(workdir, arch, learning_rate, value)
+  return module, seeds[seed]
+
+
+def load_models(workdir: str, arch: str, learning_rate: float, value: Optional[float] = None):
+  """Every seed's trained model of one cell of a finished sweep, restored at once (what the
+  report card analyses: its evaluation sweep's seeds at the selected learning rate).
+
+  Args:
+    workdir: the sweep's workdir (its ``config.json`` and final checkpoints).
+    arch: one of the sweep's ``archs``.
+    learning_rate: one of its ``learning_rates``.
+    value: the swept value (``sweep.grid``), for a sweep that has one; else None.
+
+  Returns:
+    ``(module, [variables per seed])``: the ``SequenceModel`` and, per seed index, its
+    ``{"params": ...}`` after the last training step.
+
+  Raises:
+    ValueError: naming the choices, for an arch, learning rate or value the sweep does not hold,
+      or a run that has not finished.
+  """
+  plan = SweepPlan.of(artifacts.read_config(workdir))
+  if arch not in plan.archs:
+    raise ValueError(f"arch={arch!r}: the sweep trained {plan.archs}")
+  grid = tuple(plan.config.sweep.grid)  # as the config gives them, for the errors
+  if (value is None) != (not grid):
+    raise ValueError(f"value={value!r}: the sweep's values are {grid or 'none'}")
+  point, value_row = plan.locate(None if value is None else _index_of(grid, value, "value"))
+  point_config, axis = plan.point_config(point), plan.axis
+  lr_index = _index_of(axis.learning_rates, learning_rate, "learning_rate")
+  folder = os.path.join(workdir, "checkpoints", plan.grid(arch, point).name)
+  done, state = restore_newest_state(folder)
+  if done != point_config.train.num_steps // point_config.train.eval_every:
+    raise ValueError(f"{folder}: its newest checkpoint is evaluation {done}, not the last; "
+                     f"finish the sweep first")
+  seeds = [jax.tree.map(lambda x, row=row: x[row], state["params"])
+           for row in axis.rows(lr_index, value_row)]
+  return Setup(arch, point_config).model(), seeds
+
+
+def _index_of(choices, value, field: str) -> int:
+  """The index of ``value`` among ``choices`` (numbers, matched to float rounding)."""
+  matches = np.flatnonzero(np.isclose(np.asarray(choices, float), float(value), rtol=1e-6,
+                                      atol=0))
+  if len(matches) != 1:
+    raise ValueError(f"{field}={value!r}: the sweep's are {tuple(choices)}")
+  return int(matches[0])
+
+
+def train_sweep(config: ml_collections.ConfigDict, context: RunContext) -> dict:
+  """The sweep kind's ``train``: every (point, arch) grid in turn, each resumed from its
+  checkpoints and paid from the one budget.
+
+  Returns:
+    ``{grid key: metrics {name: [evaluations, models]}}``, what ``scoring.summarise`` scores.
+  """
+  plan = SweepPlan.of(config)
+  results = {}
+  started = time.perf_counter()
+  with RunLog(context.workdir, total=plan.total_model_steps, unit="model-step",
+              tensorboard=context.tensorboard, progress=context.show_progress) as log:
+    for grid in plan.grids:
+      results[grid.key] = train_point(plan, grid, context.workdir, log, context.budget)
+  if multihost.is_chief():  # on several hosts, one says so
+    context.log(f"trained {len(plan.grids)} grid(s) in {time.perf_counter() - started:.0f} s; "
+                f"results in {context.workdir}")
+  return results
+
+
+def save_results(workdir: str, config: ml_collections.ConfigDict, results: dict) -> None:
+  """The sweep kind's ``save``: ``metrics.npz``, every metric of every grid."""
+  artifacts.save_metrics(os.path.join(workdir, artifacts.METRICS), SweepPlan.of(config), results)
+
+
+def describe(summary: dict) -> list[str]:
+  """What the command line prints of a finished sweep: each arch's best, and its figures."""
+  return best_lines(summary) + ["figures: accuracy.png (and case_accuracy.png, "
+                                "learning_curves.png) in the workdir"]
+
+
+SWEEP = kinds.register(kinds.RunKind(
+    name="sweep",
+    # its summary is the best over the evaluations: train.eval_every changes the results
+    may_differ={"train.checkpoint_every"},
+    base_config=config_lib.base_config,
+    validate=config_lib.validate,
+    train=train_sweep,
+    summarise=lambda config, results: summarise(SweepPlan.of(config), results),
+    save=save_results,
+    describe=describe,
+    summary_format={"indent": 2, "sort_keys": True},
+    renamed={"sweep.values": "sweep.grid"},
+    added={"model.output_gate": None, "model.qk_norm": None, "model.differential": False,
+           "model.dtype": "float32", "model.attention_implementation": "auto",
+           "train.data_shards": 1, "model.ffn_implementation": "xla"},
+    migrate=migrate_sweep))
+
+
+def run_sweep(config: ml_collections.ConfigDict, workdir: str, *, budget: Optional[Budget] = None,
+              show_progress: bool = True, tensorboard: bool = True, afresh: bool = False) -> dict:
+  """``runs.run`` of a sweep config: validate, train every (point, arch) grid, write the
+  results; returns the summary. The workdir resumes a run of this config, or returns a finished
+  one's summary untouched; another config's is refused (``WorkdirError``) unless ``afresh`` moves
+  it aside (``open_workdir``).
+
+  Args:
+    config: the sweep config (``config.kind`` "sweep").
+    workdir: where config.json, checkpoints, history.jsonl, TensorBoard scalars, metrics.npz
+      and summary.json go (the figures: ``reporting.figures.draw_finished_sweep``).
+    budget: the evaluations and/or minutes this call may run before ``Interrupted``, its
+      checkpoint written (``Budget``); the next call resumes. None runs to the end.
+    show_progress: show a progress bar (in model-steps).
+    tensorboard: write TensorBoard scalars besides history.jsonl.
+    afresh: move a workdir of another config aside instead of refusing it.
+
+  Returns:
+    The summary (``scoring.summarise``).
+  """
+  kinds.check_kind(config, SWEEP.name)
+  return runs.run(config, workdir, afresh=afresh, budget=budget, show_progress=show_progress,
+                  tensorboard=tensorboard)

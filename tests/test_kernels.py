@@ -1,0 +1,230 @@
+"""The Pallas kernels equal the XLA path, run in Pallas' interpret mode on the CPU: the
+feed-forward sub-block (values and gradients of every parameter and the input, both layouts,
+padded widths and several hidden chunks; the GPU's blocks and the TPU's), and the fused attention
+through jax's TPU flash kernel against the quadratic definitions. The kernels are used only
+where chosen or measured faster (``kernels.rules``), and bad choices are refused by name."""
+import json
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from normattn_jax.attention import fused
+from normattn_jax.attention.registry import get
+from normattn_jax.blocks import TransformerBlock
+from normattn_jax.feedforward import takes_kernel
+from normattn_jax.kernels import ffn, platform, rules
+from normattn_jax.precision import BF16_TOLERANCES
+from helpers.attention_paths import dense_mask, lengths_mask, out_and_grads
+from helpers.sweeps import tiny_sweep_config
+
+# d = 24 (padded to 32 on a GPU), a hidden layer of 200 (two chunks of 128, the second padded)
+# or of 96 (one chunk, padded), 2 x 6 = 12 rows (one padded block): every padding at once
+BATCH, N, D, HIDDEN = 2, 6, 24, 200
+
+
+def block_inputs(dtype=jnp.float32):
+  x = jax.random.normal(jax.random.key(0), (BATCH, N, D)).astype(dtype)
+  return x, lengths_mask([N, 4], N)
+
+
+def block_paths(arch, dtype=jnp.float32, ffn_features=HIDDEN):
+  """The block's output and gradients (parameters, input) on the XLA path and on the kernels,
+  and the two parameter trees as each initialises them."""
+  x, mask = block_inputs(dtype)
+  out = {}
+  for implementation in ("xla", "pallas"):
+    block = TransformerBlock(num_heads=2, arch=arch, ffn_features=ffn_features, dtype=dtype,
+                             ffn_implementation=implementation)
+    params = block.init(jax.random.key(1), x, mask)
+    out[implementation] = params, out_and_grads(
+        lambda p, x, block=block: block.apply(p, x, mask).astype(jnp.float32), params, x)
+  return out
+
+
+def assert_close(got, want, tol):
+  """Values within ``tol``, gradients within ``tol`` of each leaf's largest entry (or 1)."""
+  np.testing.assert_allclose(got[0], want[0], atol=tol, rtol=tol)
+  for g, w in zip(jax.tree.leaves(got[1]), jax.tree.leaves(want[1])):
+    g, w = np.asarray(g, np.float32), np.asarray(w, np.float32)
+    np.testing.assert_allclose(g, w, atol=tol * max(float(np.max(np.abs(w))), 1.0), rtol=0)
+
+
+@pytest.fixture(scope="module", params=[("mte", HIDDEN, 2), ("bert", 4 * D, 1)])
+def paths(request):
+  arch, hidden, chunks = request.param
+  config = ffn.make_config(arch, 1e-3, BATCH * N, D, hidden)
+  assert (config.d_padded, config.ffn_padded, config.chunks, config.rows) == (
+      32, 128 * chunks, chunks, 16)
+  return block_paths(arch, ffn_features=hidden)
+
+
+def test_the_ffn_kernels_equal_the_xla_path(paths):
+  """MTE over two chunks of hidden features, BERT over one (each pass over the chunks reusing
+  it)."""
+  (params, got), (xla_params, want) = paths["pallas"], paths["xla"]
+  chex.assert_trees_all_equal(params, xla_params)  # one parameter tree, same initial values
+  assert_close(got, want, 2e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["mte", "bert"])
+def test_the_ffn_kernels_in_bf16_stay_within_the_bf16_tolerances(arch):
+  f32 = block_paths(arch)["xla"][1]
+  bf16 = block_paths(arch, jnp.bfloat16)
+  for implementation in ("xla", "pallas"):
+    out, grads = bf16[implementation][1]
+    rms = lambda a: float(np.sqrt(np.mean(np.square(np.asarray(a, np.float32)))))
+    assert rms(out - f32[0]) / rms(f32[0]) < BF16_TOLERANCES["output_rms"], implementation
+    flat = lambda t: np.concatenate([np.asarray(x, np.float32).ravel()
+                                     for x in jax.tree.leaves(t)])
+    error = np.linalg.norm(flat(grads) - flat(f32[1])) / np.linalg.norm(flat(f32[1]))
+    assert error < BF16_TOLERANCES["gradient"], implementation
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["mte", "bert", "sum"])
+def test_the_ffn_kernels_on_the_tpu_blocks_equal_the_xla_path(arch):
+  """The TPU's blocks (128 rows, 128 hidden features, widths unpadded); "sum" pools, with a
+  hidden layer of 6d + 1 features."""
+  with platform.tracing_for("tpu", interpret=True):
+    out = block_paths(arch, ffn_features=None if arch == "sum" else 300)
+  assert_close(out["pallas"][1], out["xla"][1], 2e-5)
+
+
+@pytest.mark.slow
+def test_the_ffn_kernels_over_a_models_axis_equal_the_xla_path():
+  """vmapped as a grid vmaps its models (each with its own parameters)."""
+  x, mask = block_inputs()
+  xs = jnp.stack([x, 2 * x, -x])
+  result = {}
+  for implementation in ("xla", "pallas"):
+    block = TransformerBlock(num_heads=2, arch="mte", ffn_implementation=implementation)
+    params = jax.vmap(lambda k: block.init(k, x, mask))(jax.random.split(jax.random.key(4), 3))
+    result[implementation] = out_and_grads(jax.vmap(
+        lambda p, x, block=block: block.apply(p, x, mask)), params, xs)
+  assert_close(result["pallas"], result["xla"], 2e-5)
+
+
+# ----- the fused attention on a TPU: jax's Pallas flash kernel -----
+
+HEADS, WIDTH = 2, 4
+PARAMS = {"softmax": {}, "dnas": {}, "hnas": {"hybrid_weight": jnp.array([0.3, 0.8])},
+          "sink": {"sink_logit": jnp.array([0.5, -1.5])},
+          "ssmax": {"ssmax_scale": jnp.array([0.8, 1.4])}}
+# name -> (n_q, n_k, query_mask, key_mask, causal)
+CASES = {"masks": (7, 7, lengths_mask([7, 5], 7), lengths_mask([6, 7], 7), False),
+         "padded_causal": (7, 7, lengths_mask([7, 4], 7), lengths_mask([7, 4], 7), True),
+         "q_shorter": (3, 9, None, lengths_mask([9, 6], 9), False)}
+
+
+def attention_inputs(n_q, n_k):
+  ks = jax.random.split(jax.random.key(0), 3)
+  return (1.5 * jax.random.normal(ks[0], (BATCH, n_q, HEADS, WIDTH)),
+          jax.random.normal(ks[1], (BATCH, n_k, HEADS, WIDTH)),
+          jax.random.normal(ks[2], (BATCH, n_k, HEADS, WIDTH)))
+
+
+def quadratic(name, q, k, v, params, mask):
+  weights = get(name).attention_weights(jnp.einsum("bqhd,bkhd->bhqk", q, k), mask, params)
+  return jnp.einsum("bhqk,bkhe->bqhe", weights, v)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(PARAMS))
+@pytest.mark.fast_subset(lambda p: p["name"] == "sink" and p["case"] == "padded_causal")
+def test_the_tpu_flash_kernel_equals_the_quadratic_path(name, case):
+  """The sink (its key and column, a key mask in the column, the causal mask with the sink's
+  query in front, lengths padded to whole blocks) in ``make test``; every normalisation with a
+  fused path and every case in ``make test-all``."""
+  n_q, n_k, query_mask, key_mask, causal = CASES[case]
+  q, k, v = attention_inputs(n_q, n_k)
+  with platform.tracing_for("tpu", interpret=True):
+    assert fused.kernel_for(jnp.float32, WIDTH + 1) == "pallas"
+    fn = lambda *a: get(name).fused_attention(*a, query_mask=query_mask, key_mask=key_mask,
+                                              causal=causal, mask=None, block_size=4)
+    got = out_and_grads(fn, q, k, v, PARAMS[name])
+    assert "pallas_call" in str(jax.make_jaxpr(fn)(q, k, v, PARAMS[name]))
+  mask = dense_mask(BATCH, n_q, n_k, query_mask, key_mask, causal)
+  want = out_and_grads(lambda *a: quadratic(name, *a, mask), q, k, v, PARAMS[name])
+  assert_close(got, want, 2e-5)
+
+
+# ----- where the kernels run -----
+
+def rules_file(tmp_path, entries: dict) -> str:
+  path = tmp_path / "rules.json"
+  path.write_text(json.dumps({"format": 1, "devices": {"Test GPU": entries}}))
+  return str(path)
+
+
+def on_device(monkeypatch, kind):
+  monkeypatch.setattr(platform, "target", lambda: platform.Target("cuda", False, kind))
+
+
+def test_auto_takes_a_kernel_only_where_it_was_measured_faster(tmp_path, monkeypatch):
+  fast = {"layout": "mte", "dtype": "float32", "d_model": 32, "ffn_features": 128}
+  path = rules_file(tmp_path, {
+      "ffn": [dict(fast, speedup=1.3), dict(fast, d_model=128, ffn_features=512, speedup=0.8)],
+      "fused_attention": [{"normalization": "softmax", "dtype": "bfloat16", "num_keys": 32,
+                           "head_dim": 8, "speedup": 1.2},
+                          {"normalization": "softmax", "dtype": "bfloat16", "num_keys": 1024,
+                           "head_dim": 8, "speedup": 0.9}]})
+  monkeypatch.setenv(rules.ENVIRONMENT, path)
+  on_device(monkeypatch, "Test GPU")
+  assert takes_kernel("auto", "mte", jnp.float32, 32, 128, dropout_active=False)
+  assert not takes_kernel("auto", "mte", jnp.float32, 32, 128, dropout_active=True)
+  assert not takes_kernel("auto", "mte", jnp.float32, 128, 512, dropout_active=False)  # slower
+  assert not takes_kernel("auto", "bert", jnp.float32, 32, 128, dropout_active=False)  # unmeasured
+  assert takes_kernel("pallas", "bert", jnp.float32, 32, 128, dropout_active=False)
+  softmax = get("softmax")
+  auto = lambda n: fused.takes_fused_path(softmax, "auto", [], jnp.bfloat16, 8, num_keys=n)
+  assert auto(32) and not auto(1024)      # measured: faster at 32 keys, slower at 1024
+  assert not auto(64) and not auto(512)   # unmeasured: from 512 keys on cuDNN only (none here)
+  on_device(monkeypatch, "Another GPU")   # the measurements are the Test GPU's alone
+  assert not takes_kernel("auto", "mte", jnp.float32, 32, 128, dropout_active=False)
+  assert not auto(32)
+  block = TransformerBlock(num_heads=2, ffn_implementation="auto")
+  x = jnp.zeros((2, 4, 32))
+  params = jax.eval_shape(lambda: block.init(jax.random.key(0), x))
+  traced = lambda: str(jax.make_jaxpr(lambda p: block.apply(p, x))(params))
+  assert "pallas_call" not in traced()
+  on_device(monkeypatch, "Test GPU")
+  assert "pallas_call" in traced()
+
+
+def test_bad_kernel_choices_and_rules_are_refused(tmp_path, monkeypatch):
+  with pytest.raises(ValueError, match=r"ffn_implementation='triton': must be one of"):
+    TransformerBlock(ffn_implementation="triton")
+  with pytest.raises(ValueError, match=r"ffn_implementation='pallas' .*needs dropout_rate=0, "
+                                       r"got 0.1"):
+    TransformerBlock(ffn_implementation="pallas", dropout_rate=0.1)
+  from normattn_jax.sweep import config as config_lib
+  c = tiny_sweep_config()
+  c.model.ffn_implementation = "pallas"
+  c.train.dropout = 0.2
+  with pytest.raises(ValueError, match=r"config.model.ffn_implementation='pallas' .*needs "
+                                       r"config.train.dropout=0, got 0.2"):
+    config_lib.validate(c)
+  c.model.ffn_implementation = "fused"
+  with pytest.raises(ValueError, match=r"config.model.ffn_implementation='fused': must be one"):
+    config_lib.validate(c)
+  path = rules_file(tmp_path, {"ffn": [{"layout": "mte", "speedup": 2.0}]})
+  monkeypatch.setenv(rules.ENVIRONMENT, path)
+  with pytest.raises(ValueError, match=r"ffn entry .* needs \('layout', 'dtype', 'd_model', "
+                                       r"'ffn_features'\) and a speedup > 0"):
+    rules.load()
+  monkeypatch.setenv(rules.ENVIRONMENT, str(tmp_path / "missing.json"))
+  with pytest.raises(ValueError, match="NORMATTN_JAX_KERNEL_RULES=.*no such file"):
+    rules.load()
+  with pytest.raises(ValueError, match=r"platform='gpu': must be one of"):
+    with platform.tracing_for("gpu"):
+      pass
+
+
+def test_the_shipped_rules_load_and_merge():
+  shipped = rules.check_rules(json.load(open(rules.RULES_FILE)), rules.RULES_FILE)
+  measured = {"format": 1, "devices": {"Test GPU": {"ffn": []}}}
+  assert set(rules.merged(shipped, measured)["devices"]) == set(shipped["devices"]) | {"Test GPU"}
