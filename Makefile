@@ -1,11 +1,14 @@
-# make run: the main job; make test: ruff, then the fast suite; make test-all: with the slow tests,
-# compiled with XLA's full optimisation (tests/conftest.py), then the docs; make docs: the docs
-# site in docs/_build/html, its tutorials executed, every warning an error. Each test file runs
+# make run: the main job; make test: ruff, then the fast suite; make test-all: the docs with every
+# tutorial executed afresh, then the suite with the slow tests, compiled with XLA's full
+# optimisation (tests/conftest.py), which also reads the executed tutorials; make docs: the docs
+# site in docs/_build/html, every warning an error, a tutorial executed only when its code
+# changed (jupyter-cache in docs/_build/.jupyter_cache, kept between builds). Each test file runs
 # on one of the two workers (--dist loadfile), so its module fixtures are built and its programs
 # compiled once; the heaviest files start first (tests/conftest.py). Each creates .venv and
 # installs the project with every extra on first use, at the versions of constraints.txt; make
 # constraints pins that file to what .venv holds.
 PYTHON ?= python3
+NB_EXECUTION_MODE ?= cache
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -28,12 +31,13 @@ test: $(STAMP)
 
 test-all: $(STAMP)
 	$(PY) -m ruff check .
+	$(MAKE) docs NB_EXECUTION_MODE=force
 	NORMATTN_JAX_TEST_OPTIMIZED=1 $(PY) -m pytest -q -n 2 --dist loadfile tests
-	$(MAKE) docs
 
 docs: $(STAMP)
-	rm -rf docs/_build docs/_autosummary
-	cd docs && ../$(PY) -m sphinx -b html -W --keep-going . _build/html
+	rm -rf docs/_build/html docs/_build/doctrees docs/_build/jupyter_execute docs/_autosummary
+	cd docs && NB_EXECUTION_MODE=$(NB_EXECUTION_MODE) ../$(PY) -m sphinx -b html -W --keep-going \
+	  . _build/html
 
 constraints: $(STAMP)
 	{ sed -n '/^#/p' constraints.txt; $(PY) -m pip freeze --exclude-editable \
@@ -42,4 +46,5 @@ constraints: $(STAMP)
 	touch $(STAMP)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis docs/_build docs/_autosummary docs/jupyter_execute dist
+	rm -rf $(VENV) .pytest_cache .hypothesis docs/_build docs/_autosummary docs/_generated \
+	  docs/jupyter_execute dist

@@ -40,12 +40,36 @@ with open("normattn_jax/__init__.py") as f:
 with open("README.md") as f:
   README = f.read()
 
+DOCS = "https://normattn-jax.readthedocs.io"
+
 setup(
     name="normattn_jax",
     version=VERSION,
-    description="Attention normalisations (softmax, DNAS, HNAS, Sinkhorn, NAP, NON) in JAX/Flax",
+    description="Attention normalisations for Flax: a drop-in multi-head attention with 13 "
+                "normalisations, grids of small models in one program, four papers' experiments",
     long_description=README,
     long_description_content_type="text/markdown",
+    author="The normattn_jax authors",
+    url=DOCS,
+    project_urls={
+        "Documentation": DOCS,
+        "Changelog": f"{DOCS}/en/latest/changelog.html",
+        "Citation": f"{DOCS}/en/latest/citing.html",
+    },
+    # PEP 639: the SPDX expression (the License-Expression field, which replaces the licence
+    # classifiers) and the licence's text, shipped in the sdist and the wheel.
+    license_expression="Apache-2.0",
+    license_files=["LICENSE"],
+    classifiers=[
+        "Development Status :: 3 - Alpha",
+        "Intended Audience :: Science/Research",
+        "Intended Audience :: Developers",
+        "Operating System :: OS Independent",
+        "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3 :: Only",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+    keywords="jax flax attention transformer softmax normalization",
     # normattn_jax.configs ships with the package: --config takes a config's name or a path,
     # and a config builds on another (``from normattn_jax.configs import ...``).
     packages=find_packages(include=["normattn_jax", "normattn_jax.*"]),
@@ -69,8 +93,10 @@ setup(
         "all": sorted(set(PRETRAIN + ANALYSIS)),
         "test": ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100", "ruff>=0.6", "build>=1.2",
                  "twine>=5"],
-        # make docs: Sphinx with MyST notebooks, as flax's and optax's docs are built
-        "docs": ["sphinx>=8", "myst-nb>=1.1", "sphinx-book-theme>=1.1", "ipykernel>=6"],
+        # make docs: Sphinx with MyST notebooks, as flax's and optax's docs are built; the
+        # tutorials' outputs cached by jupyter-cache
+        "docs": ["sphinx>=8", "myst-nb>=1.1", "sphinx-book-theme>=1.1", "ipykernel>=6",
+                 "jupyter-cache>=1.0"],
         # normattn_jax.pytorch_peer and benchmarks/pytorch_peer.py; not part of "all"
         "peer": EXPERIMENTS + ["torch"],
     },

@@ -11,6 +11,8 @@
 #                         grids' shapes, written as kernel rules (f_kernels/rules.json; a killed
 #                         run keeps its cases and the next loan measures the rest); merge with
 #                         benchmarks/kernel_speed.py --merge <out>/f_kernels/rules.json
+#   f_card_lm       90 s  the report cards' LM part at the gpu scale (experiments/card_lms.py),
+#                         a slice per loan: it stops itself and resumes from its checkpoints
 #   e_paper_scale  rest   the paper-scale sweeps: Table 5 at N = 128, Fig. 5's remaining d, Fig. 3
 #
 # Each step prints its budget, writes everything under <out>/<step>/ (log.txt; the sweeps'
@@ -31,7 +33,7 @@ if [[ ${1:-} == --dry-run ]]; then dry=1; shift; fi
 if [[ $dry == 1 ]]; then default_out=gpu_checks_dry; else default_out=gpu_logs; fi
 out=${1:-$default_out}
 shift || true
-steps=${*:-a_tests b_grid c_pretrain d_fused_dnas f_kernels e_paper_scale}
+steps=${*:-a_tests b_grid c_pretrain d_fused_dnas f_kernels f_card_lm e_paper_scale}
 QUEUE_SECONDS=${QUEUE_SECONDS:-540}
 MIN_STEP_SECONDS=${MIN_STEP_SECONDS:-30}
 KILL_GRACE=15  # seconds a step that overran gets between TERM and KILL
@@ -111,7 +113,15 @@ paper_scale() {  # paper_scale <folder> <dry 0|1> <seconds>: the sweeps one afte
     ((code == 0)) || return $code
   done
 }
-export -f paper_scale
+card_lms() {  # card_lms <folder> <scale> <seconds> [names]: the LM part stops itself (--max_minutes)
+  # half a minute before the step's limit, its checkpoints written (exit 3: not done, the next
+  # loan resumes); done once every arm is and lm_board.json is written
+  local minutes
+  minutes=$(awk "BEGIN { m = ($3 - 30) / 60; print (m > 0.1 ? m : 0.1) }")
+  $PY experiments/card_lms.py --scale="$2" --workdir="$1" --max_minutes="$minutes" \
+    ${4:+--names="$4"}
+}
+export -f paper_scale card_lms
 export PY
 
 if [[ $dry == 1 ]]; then
@@ -129,6 +139,8 @@ if [[ $dry == 1 ]]; then
     --max_n 256 --min_n 256 --repeats 1
   step f_kernels 60 $PY benchmarks/kernel_speed.py --sizes 8 --dtypes float32 --layouts mte \
     --normalizations softmax --models 2 --batch 2 --repeats 1 --out "$out/f_kernels/rules.json"
+  step f_card_lm 90 bash -c 'card_lms "$1" smoke "$2" ssmax' _ "$out/f_card_lm/run" \
+    "$((90 < QUEUE_SECONDS - SECONDS - KILL_GRACE ? 90 : QUEUE_SECONDS - SECONDS - KILL_GRACE))"
   step e_paper_scale $QUEUE_SECONDS bash -c 'paper_scale "$1" 1 "$2"' _ "$out/e_paper_scale" \
     "$((QUEUE_SECONDS - SECONDS - KILL_GRACE))"
 else
@@ -142,6 +154,8 @@ else
   step d_fused_dnas 50 $PY benchmarks/attention_scaling.py --dtype bfloat16 --batch 8 \
     --normalizations softmax,dnas --min_n 512 --max_n 2048 --repeats 10
   step f_kernels 60 $PY benchmarks/kernel_speed.py --out "$out/f_kernels/rules.json"
+  step f_card_lm 90 bash -c 'card_lms "$1" gpu "$2"' _ "$out/f_card_lm/run" \
+    "$((90 < QUEUE_SECONDS - SECONDS - KILL_GRACE ? 90 : QUEUE_SECONDS - SECONDS - KILL_GRACE))"
   step e_paper_scale $QUEUE_SECONDS bash -c 'paper_scale "$1" 0 "$2"' _ "$out/e_paper_scale" \
     "$((QUEUE_SECONDS - SECONDS - KILL_GRACE))"
 fi

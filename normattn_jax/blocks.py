@@ -34,6 +34,8 @@ from normattn_jax.feedforward import check_ffn_implementation, kernel_sub_block,
 from normattn_jax.norms import LayerNorm
 from normattn_jax.validation import check_int
 
+__all__ = ["ARCHITECTURES", "Architecture", "TransformerBlock", "resolve_architecture"]
+
 Array = jax.Array
 
 

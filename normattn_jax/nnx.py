@@ -30,6 +30,8 @@ from normattn_jax.attention.module_spec import ADDITIONS, AttentionModuleSpec
 from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.validation import check_int
 
+__all__ = ["MultiHeadAttention", "from_linen", "load_linen_params"]
+
 Array = jax.Array
 # The Linen module's options that change the attention around the weights; refused here.
 LINEN_ONLY_OPTIONS = ADDITIONS
@@ -41,31 +43,13 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
   Every argument of flax's constructor keeps its meaning (``num_heads``, ``in_features``,
   ``qkv_features``, ``out_features``, ``num_kv_heads``, ``dropout_rate``, ``decode``,
   ``normalize_qk``, ``rngs``, ...), except ``attention_fn``, which this module replaces (a
-  custom one is refused). The extra keyword arguments:
-
-    - normalization: a name in ``registry.names()`` at its default options, or an
-      ``AttentionSpec`` that sets them (e.g. ``AttentionSpec("hnas", {"hybrid_init": 0.0})``).
-      Its per-head parameters are ``nnx.Param`` attributes of shape ``[num_heads]`` named as in
-      the Linen module's params tree (NAP: ``nap_gain``, ``nap_bias``; HNAS:
-      ``hybrid_weight``), initialised from the resolved options.
-    - implementation: "auto" | "quadratic" | "fast" | "fused", as in the Linen module: "fast"
-      never forms the weights, so it takes ``is_causal`` (queries and keys of one length) but no
-      dense ``mask``, no attention dropout, no ``sow_weights`` and no ``decode``; "fused"
-      (``jax.nn.dot_product_attention``, for ``registry.fusable()``) has the same limits, but
-      the normalisations that normalise each row alone also take a dense ``mask``, and so
-      ``decode``; "auto" takes the fused path where its kernel would be cuDNN's (from
-      ``fused.AUTO_MIN_KEYS`` keys on), else the fast one where nothing blocks it and
-      ``fast_is_faster`` says it pays.
-    - scale_logits: divide the logits by sqrt(head_dim); None: the normalisation's own choice
-      (yes except for NAP).
-    - block_size: queries per block of the blockwise fast paths.
-    - output_gate / qk_norm / differential: the Linen module's options, not supported here: any
-      value but the default is refused (flax's own ``normalize_qk`` works).
-    - allow_future_leak: compute a causal call (``is_causal=True``, or a dense causal ``mask``
-      where it is concrete) with a normalisation that is not causal-safe (DNAS, HNAS, Sinkhorn:
-      ``registry.Normalization.causal_safe``), whose outputs then depend on later positions;
-      without it such a call is refused. A mask traced inside ``jit`` cannot be read before it
-      runs and is not checked (``attention.causality``): say ``is_causal=True`` there.
+  custom one is refused). The added arguments, ``normalization``, ``implementation``,
+  ``scale_logits``, ``block_size`` and ``allow_future_leak``, are the Linen
+  :class:`normattn_jax.attention.MultiHeadAttention`'s fields of those names (see
+  ``__init__``); its ``output_gate``, ``qk_norm`` and ``differential`` are refused here (flax's
+  own ``normalize_qk`` works). A normalisation's per-head parameters are ``nnx.Param``
+  attributes ``[num_heads]`` named as in the Linen params tree (NAP: ``nap_gain``,
+  ``nap_bias``; HNAS: ``hybrid_weight``), initialised from the resolved options.
 
   ``decode=True`` (with ``init_cache``) works for the normalisations whose weights of a query
   depend on that query's logits alone (softmax, NAP, NON, sigmoid, sink, ...); it is refused for
@@ -92,8 +76,14 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
       num_kv_heads: the number of key/value heads (grouped-query attention); default
         ``num_heads``.
       in_kv_features: the width of ``inputs_k``/``inputs_v``; default ``in_features``.
-      normalization: a registered name or an ``AttentionSpec`` (see the class docstring).
-      implementation: "auto" | "quadratic" | "fast" | "fused".
+      normalization: a registered name (``attention.names()``) at its default options, or an
+        ``AttentionSpec`` that sets them, e.g. ``AttentionSpec("hnas", {"hybrid_init": 0.0})``.
+      implementation: "auto" | "quadratic" | "fast" | "fused", as in the Linen module: "fast"
+        never forms the weights, so it takes ``is_causal`` but no dense ``mask``, no attention
+        dropout, no ``sow_weights`` and no ``decode``; "fused"
+        (:func:`jax.nn.dot_product_attention`, for ``attention.fusable()``) has the same
+        limits, except that the row-wise normalisations also take a dense ``mask`` and so
+        ``decode``; "auto" chooses as the Linen module does.
       scale_logits: divide the logits by sqrt(head_dim); None: the normalisation's choice.
       block_size: queries per block of the blockwise fast paths.
       output_gate: must be None (the Linen module's option, not supported here).

@@ -14,6 +14,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+__all__ = ["LAYER_NORM_KINDS", "LayerNorm", "normalize"]
+
+#: The LayerNorm variants of Brody et al.: both parts, projection only, scaling only, none.
 LAYER_NORM_KINDS = ("standard", "no_projection", "no_scaling", "none")
 
 

@@ -19,15 +19,18 @@ import jax.numpy as jnp
 
 from normattn_jax.attention.registry import AttentionSpec
 
+__all__ = ["BF16_TOLERANCES", "DTYPES", "check_compute_dtype"]
+
+#: A config's compute dtypes by name (``model.dtype``).
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-# How far a bf16 model's attention may lie from the same parameters' float32 attention, per
-# normalisation and implementation (tests/test_precision.py: MultiHeadAttention, 4 heads of 8,
-# 64 tokens, unit-normal inputs): ``output_rms`` the error's RMS over the output's RMS,
-# ``output_max`` its largest entry over the output's, ``gradient`` the parameters' gradient
-# error's norm over the gradient's norm. bf16 keeps 8 bits (a relative rounding of 2^-9 = 0.2%);
-# the projections' inputs, weights and outputs each round once, the logits' matmul and the
-# weighted sum sum 8-64 rounded terms: measured 0.5-1.1% RMS, 0.4-1.7% at worst, gradients
-# 0.5-1.6% (Scalable-Softmax's, whose scale multiplies the rounded logits, the most).
+#: How far a bf16 model's attention may lie from the same parameters' float32 attention, per
+#: normalisation and implementation (tests/test_precision.py: MultiHeadAttention, 4 heads of 8,
+#: 64 tokens, unit-normal inputs): ``output_rms`` the error's RMS over the output's RMS,
+#: ``output_max`` its largest entry over the output's, ``gradient`` the parameters' gradient
+#: error's norm over the gradient's norm. bf16 keeps 8 bits (a relative rounding of 2^-9 = 0.2%);
+#: the projections' inputs, weights and outputs each round once, the logits' matmul and the
+#: weighted sum sum 8-64 rounded terms: measured 0.5-1.1% RMS, 0.4-1.7% at worst, gradients
+#: 0.5-1.6% (Scalable-Softmax's, whose scale multiplies the rounded logits, the most).
 BF16_TOLERANCES = {"output_rms": 0.015, "output_max": 0.03, "gradient": 0.025}
 
 

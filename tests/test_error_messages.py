@@ -66,7 +66,7 @@ def test_other_coordinator_addresses_are_refused_by_value(address):
 
 
 def test_the_run_scripts_refuse_a_coordinator_address_by_flag(tmp_path):
-  script = ("from absl import app\nfrom normattn_jax.train import cli\n"
+  script = ("from absl import app\nfrom normattn_jax.cli import command as cli\n"
             "RUN = cli.define_run_flags()\n"
             "app.run(lambda argv: cli.run_command(lambda *a, **k: print('ran'), None, RUN))\n")
   done = run_script("-c", script, f"--workdir={tmp_path / 'w'}", "--distributed",
@@ -190,6 +190,7 @@ def test_unselectable_fractions_refuse_impossible_sizes():
     (dict(scale_logits="yes"), "scale_logits must be True or False, got 'yes'"),
     (dict(normalizes_over_queries=None), "normalizes_over_queries must be True or False"),
     (dict(fast_pays_off=None), "fast_pays_off must be a function"),
+    (dict(paper="https://arxiv.org/abs/1"), "paper must be None or a (citation, address) pair"),
 ])
 def test_a_normalisation_that_could_not_work_is_refused_naming_the_field(fields, match):
   from normattn_jax.attention import registry

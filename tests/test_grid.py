@@ -133,14 +133,17 @@ def test_same_config_same_summary(reference, tmp_path):
   assert read(tmp_path) == read(reference)
 
 
-def test_killed_run_resumes_to_the_same_numbers_and_history(reference, tmp_path):
+def test_killed_run_resumes_to_the_same_numbers_and_history(reference, tmp_path, capsys):
   with pytest.raises(Interrupted):
     # nap done, sum stopped after one evaluation
     run(tiny_sweep_config(), tmp_path, budget=Budget(chunks=4))
   assert not os.path.exists(tmp_path / "summary.json")
   assert ([(row["grid"], row["step"]) for row in history(tmp_path)][-3:] ==
           [("nap", 30), ("sum", 10), ("sum", 10)])
+  capsys.readouterr()
   run(tiny_sweep_config(), tmp_path)
+  checkpoint = os.path.join(tmp_path, "checkpoints", "sum", "1")
+  assert f"sum: resumed from step 10 (checkpoint {checkpoint})" in capsys.readouterr().out
   assert read(tmp_path) == read(reference)
   assert history_bytes(tmp_path) == history_bytes(reference)
 

@@ -33,6 +33,19 @@ def test_readme_shows_the_public_api_in_examples():
     assert name in text, f"no README example uses {name}"
 
 
+def test_the_readmes_table_of_normalisations_is_the_registrys():
+  """The table says what the registry holds: regenerate it with ``python -m
+  normattn_jax.attention.properties`` when a normalisation or its paths change."""
+  from normattn_jax.attention import properties
+  with open(os.path.join(ROOT, "README.md")) as f:
+    text = f.read()
+  found = re.search(r"<!-- python -m normattn_jax.attention.properties .*?-->\n(.*?)\n"
+                    r"<!-- end of the table -->", text, flags=re.S)
+  assert found, "no table of the normalisations in the README"
+  assert found.group(1) == properties.table()
+  assert text.index(found.group(1)) < text.index("## "), "the table is not on the first screen"
+
+
 def test_the_guides_show_the_weight_functions_and_a_registered_task():
   text = "\n".join(block for page, _, block in BLOCKS if page != "README.md")
   for name in ("dnas_weights", "tasks.register", "mixing_ratios", "nnx.vmap"):

@@ -97,7 +97,7 @@ def test_registration_is_checked():
     register(Normalization("with_alpha", sparsemax_weights, fused="oops"))
   for kernels in (("gpu",), "xla", ("xla",)):  # an unknown kernel, a string, no fused path
     with pytest.raises(ValueError, match=r"fused_auto_kernels must be a tuple of the kernels "
-                                         r"\('xla', 'cudnn'\)"):
+                                         r"\('xla', 'cudnn', 'pallas'\)"):
       register(Normalization("with_alpha", sparsemax_weights, fused_auto_kernels=kernels))
   assert "with_alpha" not in NORMALIZATIONS
   temporary = register(Normalization("temporary", sparsemax_weights))
@@ -228,6 +228,19 @@ def test_specs_compare_by_value_and_read_from_a_config():
   assert AttentionSpec.of("tempered") == AttentionSpec("tempered") != spec
   assert str(spec) == "tempered(temperature=2.0)" and spec.to_config()["options"] == {
       "temperature": 2.0}
+
+
+@pytest.mark.parametrize("name, options, match", [
+    ("tempered", {"temperature": -1.0}, "'tempered': option temperature must be a number > 0, "
+                                        "got -1.0"),
+    ("tempered", {"temprature": 2.0}, "'tempered' has no option 'temprature' \\(given 2.0\\)"),
+    ("tempered", {"temperature": "2.0"}, "option temperature must be a number, got '2.0'"),
+    ("sinkhorn", {"sinkhorn_iters": True}, "option sinkhorn_iters must be a number, got True"),
+    ("tempred", {}, "must be one of .*'tempered'.*got 'tempred'")])
+def test_a_spec_is_checked_when_it_is_made(name, options, match):
+  """Before any module is built: the name, each option's name, kind (its default's) and rule."""
+  with pytest.raises(ValueError, match=match):
+    AttentionSpec(name, options)
 
 
 def test_the_command_line_sets_an_option_and_refuses_a_misspelt_field(monkeypatch):

@@ -462,83 +462,98 @@ def check_module_options(*, output_gate: Optional[str] = None, qk_norm: Optional
 class MultiHeadAttention(nn.Module):
   """Multi-head attention whose weights come from any registered normalisation.
 
-  Extra fields beyond flax's:
-    normalization: a name in ``registry.names()`` ("softmax" | "dnas" | "hnas" | "sinkhorn" |
-      "nap" | "non" or one registered by the user) at its default options, or an
-      ``AttentionSpec`` that sets them, e.g. ``AttentionSpec("sinkhorn", {"sinkhorn_iters": 5})``
-      or ``AttentionSpec("hnas", {"hybrid_init": 0.0})`` (HNAS's initial u per head, kept in
-      [0, 1] by a straight-through clip).
-    scale_logits: divide the logits by sqrt(head_dim); None means the normalisation's own
-      choice (yes except for NAP, whose normalisation makes the scale moot, as in its code).
-    head_norm / head_norm_epsilon / head_activation: optional LayerNorm and activation on the
-      concatenated head outputs before the output projection (the MTE/NAP attention sub-module).
-    implementation: "quadratic" forms the weights; "fast" uses the exact paths of ``fast.py``
-      (linear-time NAP/NON, O(N)-memory DNAS/HNAS/Sinkhorn), which never form them, so they
-      take structured masks (``padding_mask``, ``query_mask``, ``key_mask``, ``causal``), no
-      dense ``mask``, no attention dropout and no ``sow_weights``; "fused" runs
-      ``jax.nn.dot_product_attention`` (``fused.py``: cuDNN's flash kernel on an NVIDIA GPU in
-      bf16/fp16, XLA's elsewhere) for the normalisations that are softmax attention with
-      per-key offsets (``registry.fusable()``: softmax, DNAS, HNAS, Sinkhorn, sink,
-      Scalable-Softmax; any other is refused here), with the fast path's limits, except that the
-      row-wise ones also take a dense ``mask``, and the kernels' own matmul precision applies
-      (not ``precision``); "auto" (default) takes the fused path where its kernel would be
-      cuDNN's, from ``fused.AUTO_MIN_KEYS`` keys on (``fused.takes_fused_path``), else the
-      fast path where it is allowed and ``fast_is_faster`` says it pays. Same params on every
-      path.
-    output_gate: None | "headwise" | "elementwise": gated attention (Qiu et al. 2025): the
-      attention output ``[..., q, heads, head_dim]`` times ``sigmoid(inputs_q W_g + b_g)``, one
-      gate per head and query ("headwise", ``W_g: features -> heads``) or per head and feature
-      ("elementwise", ``W_g: features -> heads x head_dim``), right after the attention (after
-      differential attention's per-head norm), before ``head_norm``/``head_activation`` and the
-      output projection. Its params: ``gate`` (a DenseGeneral, kernel_init/bias_init/use_bias
-      as the projections').
-    qk_norm / qk_norm_epsilon: None | "rms" | "layer": RMSNorm (no bias) or LayerNorm of each
-      head's queries and keys over head_dim, before the logit scaling (the QK-norm of Gemma 3
-      and ViT-22B; OLMo 2 normalises the whole projection instead), with a learned scale (and
-      bias for "layer") per head feature shared by the heads: ``query_norm``, ``key_norm``.
-      It changes only q and k, so the fast paths take it too. With ``differential`` each map's
-      half of the features is normalised (one scale of head_dim / 2, shared by the two maps).
-    differential / layer_index: differential attention (Ye et al. 2024): each head's query and
-      key features split in halves (Q1, Q2), (K1, K2) of head_dim / 2, the weights
-      ``N(Q1 K1^T s) - lambda N(Q2 K2^T s)`` with ``N`` the registered normalisation (the
-      paper's softmax, or any other applied to both maps with the same per-head parameters),
-      ``s = 1/sqrt(head_dim / 2)`` where the normalisation scales its logits,
-      ``lambda = exp(lq1 . lk1) - exp(lq2 . lk2) + lambda_init``, ``lambda_init =
-      0.8 - 0.6 exp(-0.3 (layer_index - 1))`` (``layer_index``: the layer's depth from 1),
-      then each head's output through an RMSNorm (eps 1e-5, learned scale shared by the
-      heads) times ``1 - lambda_init``. A head here is one of the paper's heads (its value is
-      2 x the maps' width, as in the paper); params ``lambda_q1``, ``lambda_k1``,
-      ``lambda_q2``, ``lambda_k2`` ([head_dim / 2], normal(0.1) init, shared by the heads as
-      in the paper's code) and ``diff_norm``. The outputs are linear in the weights, so the
-      fast paths compute it as two fast attentions.
+  A drop-in for :class:`flax.linen.MultiHeadDotProductAttention`: its fields, call (masks,
+  dropout, ``decode``, ``sow_weights``), parameter names and shapes (``query``, ``key``,
+  ``value``, ``out``; ``query_ln``/``key_ln`` with ``normalize_qk``) and decode cache are
+  flax's, and with ``normalization="softmax"`` it gives flax's outputs from flax's parameters.
+  One field chooses the weights, ``normalization``; the others after it are optional additions
+  that default off, adding no parameter. A normalisation's per-head parameters join the params
+  tree by name (NAP: ``nap_gain`` and ``nap_bias``, HNAS: ``hybrid_weight``, each
+  ``[num_heads]``). :class:`normattn_jax.nnx.MultiHeadAttention` is the same for
+  :class:`flax.nnx.MultiHeadAttention`.
 
-  All three default off, adding no parameter: the params tree is then flax's.
-  And a safety catch:
-    allow_future_leak: compute a causal call (``causal=True``, or a dense causal ``mask``
-      where it is concrete) with a normalisation that is not causal-safe (DNAS, HNAS,
-      Sinkhorn: ``registry.Normalization.causal_safe``), whose outputs then depend on later
-      positions; without it such a call is refused. A mask traced inside ``jit`` cannot be read
-      before it runs and is not checked (``attention.causality``): say ``causal=True`` there.
-  The normalisation's per-head parameters join the params tree by name: NAP adds a scalar
-  ``nap_gain`` (init 1) and ``nap_bias`` (init 0) per head; HNAS adds ``hybrid_weight``.
+  Example::
 
-  flax's fields, for every normalisation:
-    attention_fn: must stay flax's ``dot_product_attention``: the weights come from
-      ``normalization`` (a custom function would bypass it and the fast paths).
+    layer = MultiHeadAttention(num_heads=4, normalization="dnas")
+    params = layer.init(jax.random.key(0), x)                  # x: [batch, length, features]
+    y = layer.apply(params, x, padding_mask=jnp.arange(x.shape[1]) < 7)
+
+  Attributes:
+    num_heads: the number of heads; it divides ``qkv_features``.
+    dtype: the dtype of the computation (None: inferred from the inputs and params).
+    param_dtype: the dtype of the parameters.
+    qkv_features: the width of the queries, keys and values over all heads (None: the
+      inputs' width).
+    out_features: the width of the output (None: the inputs' width).
+    broadcast_dropout: one attention-dropout mask shared by the batch and the heads.
+    dropout_rate: the dropout rate of the attention weights, in [0, 1).
+    deterministic: no dropout when True; None: ``__call__``'s ``deterministic`` decides.
+    precision: the matmuls' precision (:class:`jax.lax.Precision`); the fused path uses its
+      kernel's own.
+    kernel_init: the initialiser of the projections' kernels.
+    out_kernel_init: the output projection's kernel initialiser (None: ``kernel_init``).
+    bias_init: the initialiser of the projections' biases.
+    out_bias_init: the output projection's bias initialiser (None: ``bias_init``).
+    use_bias: whether the projections have biases.
+    attention_fn: must stay :func:`flax.linen.dot_product_attention` (the weights come from
+      ``normalization``; a custom function is refused).
     decode: flax's autoregressive cache (collection "cache": ``cached_key``, ``cached_value``
-      ``[..., max_length, heads, head_dim]``, ``cache_index``). ``init`` with the full-length
-      input makes it; each ``apply(..., mutable=["cache"])`` then takes one position, stores its
-      key and value at ``cache_index`` and attends to the positions stored so far (a key mask,
-      so the fast paths take it too). Refused for normalisations that normalise over the
-      queries (``check_decodable``).
-    normalize_qk: flax's QK-norm, a LayerNorm without bias (``query_ln``, ``key_ln``, epsilon
-      ``qk_norm_epsilon``); ``qk_norm="layer"`` has a bias too. Not both.
-    force_fp32_for_softmax: the weights computed from float32 (at least) logits and kept in
-      float32 into the weighted sum, as flax's; on the fast paths the heads' outputs are float32.
-    qkv_dot_general(_cls) / out_dot_general(_cls): the ``dot_general`` (or its factory) of the
-      query/key/value (and output gate) projections and of the output projection.
-    qk_attn_weights_einsum_cls / attn_weights_value_einsum_cls: factories of the einsums of the
-      logits and of the weighted sum (quadratic path only: the fast paths form no weights).
+      ``[..., max_length, heads, head_dim]``, ``cache_index``): ``init`` with the full-length
+      input makes it; each ``apply(..., mutable=["cache"])`` then takes one position and
+      attends to the positions stored so far. Refused for the normalisations that normalise
+      over the queries (``Normalization.normalizes_over_queries``: DNAS, HNAS, Sinkhorn).
+    normalize_qk: flax's QK-norm, a LayerNorm without bias of the queries and keys
+      (``query_ln``, ``key_ln``, epsilon ``qk_norm_epsilon``); not with ``qk_norm``.
+    force_fp32_for_softmax: compute the weights from float32 (at least) logits and keep them
+      in float32 into the weighted sum, as flax does; the fast paths' outputs are float32 then.
+    qkv_dot_general: the ``dot_general`` of the query, key, value (and gate) projections.
+    out_dot_general: the ``dot_general`` of the output projection.
+    qkv_dot_general_cls: a factory of ``qkv_dot_general``.
+    out_dot_general_cls: a factory of ``out_dot_general``.
+    qk_attn_weights_einsum_cls: a factory of the logits' einsum (quadratic path only: the fast
+      and fused paths form no weights); set with ``attn_weights_value_einsum_cls``.
+    attn_weights_value_einsum_cls: a factory of the weighted sum's einsum.
+    normalization: a registered name (``attention.names()``; the built-ins and their
+      properties are tabled in :doc:`/guides/normalisations`) at its default options, or an
+      :class:`~normattn_jax.attention.AttentionSpec` that sets them, e.g.
+      ``AttentionSpec("sinkhorn", {"sinkhorn_iters": 5})``.
+    scale_logits: divide the logits by sqrt(head_dim); None: the normalisation's own choice
+      (yes except NAP, whose normalisation makes the scale moot, as in its paper's code).
+    head_norm: a LayerNorm over the concatenated head outputs before the output projection
+      (the MTE/NAP attention sub-module).
+    head_norm_epsilon: its epsilon.
+    head_activation: an activation after it (e.g. ``nn.gelu``), or None.
+    implementation: "quadratic" forms the weights; "fast" takes the exact path of
+      ``attention.fast`` that never forms them (linear-time NAP/NON, O(N)-memory DNAS, HNAS,
+      Sinkhorn and the row-wise ones), so it takes the structured masks (``padding_mask``,
+      ``query_mask``, ``key_mask``, ``causal``) but no dense ``mask``, no attention dropout and
+      no ``sow_weights``; "fused" runs :func:`jax.nn.dot_product_attention` (cuDNN's flash
+      kernel on an NVIDIA GPU in bf16/fp16, XLA's elsewhere) for the normalisations that are
+      softmax attention with per-key offsets (``attention.fusable()``), with the fast path's
+      limits except that the row-wise ones also take a dense ``mask``; "auto" (default) takes
+      the fused path where its kernel would be cuDNN's from ``fused.AUTO_MIN_KEYS`` keys on,
+      else the fast path where nothing blocks it and it pays (``fast_is_faster``). The same
+      parameters on every path.
+    block_size: queries per block of the blockwise fast and fused paths.
+    output_gate: None, "headwise" or "elementwise": gated attention (Qiu et al. 2025), the
+      attention output times ``sigmoid(inputs_q W_g + b_g)``, one gate per head and query or
+      per head and feature, before ``head_norm`` and the output projection (params: ``gate``).
+    qk_norm: None, "rms" or "layer": an RMSNorm (no bias) or LayerNorm of each head's queries
+      and keys over head_dim before the logit scaling (the QK-norm of Gemma 3 and ViT-22B),
+      one learned scale (and bias) per head feature shared by the heads (``query_norm``,
+      ``key_norm``); the fast paths take it too.
+    qk_norm_epsilon: the epsilon of ``qk_norm`` and ``normalize_qk``.
+    differential: differential attention (Ye et al. 2024): each head's query and key features
+      split in halves, the weights ``N(Q1 K1^T s) - lambda N(Q2 K2^T s)`` with ``N`` the
+      normalisation, ``lambda = exp(lq1 . lk1) - exp(lq2 . lk2) + lambda_init``, each head's
+      output through an RMSNorm times ``1 - lambda_init`` (params: ``lambda_q1``,
+      ``lambda_k1``, ``lambda_q2``, ``lambda_k2``, ``diff_norm``); the head width must be even.
+    layer_index: the layer's depth from 1, for ``lambda_init = 0.8 - 0.6 exp(-0.3 (l - 1))``.
+    allow_future_leak: compute a causal call (``causal=True``, or a dense causal ``mask``
+      where it is concrete) with a normalisation that is not causal-safe (DNAS, HNAS, Sinkhorn:
+      ``Normalization.causal_safe``), whose outputs then depend on later positions; without it
+      such a call is refused. A mask traced inside ``jit`` cannot be read before it runs and is
+      not checked (``attention.causality``): say ``causal=True`` there.
   """
   num_heads: int
   dtype: Optional[Any] = None
@@ -612,23 +627,51 @@ class MultiHeadAttention(nn.Module):
                hybrid_weight: Optional[Array] = None,
                padding_mask: Optional[Array] = None,
                head_params: Optional[dict] = None) -> Array:
-    """Attend from ``inputs_q [..., q, features]`` to ``inputs_k``/``inputs_v`` (default: self).
+    """Attend from ``inputs_q`` to ``inputs_k`` and ``inputs_v`` (default: self-attention).
 
-    ``mask`` is boolean, broadcastable to ``[..., num_heads, q, k]``, True = attend (or flax's
-    0/1 mask, as ``nn.make_attention_mask`` gives it: ``flax_mask``). The
-    structured masks ``query_mask [..., q]``, ``key_mask [..., k]`` (True = valid) and ``causal``
-    (aligned at the ends: query i sees the keys j <= i + k - q) combine with it and also work on
-    the fast path. ``padding_mask [..., n]`` (True = real
-    token) is the one for padded self-attention: it masks the queries and the keys alike, as
-    DNAS, HNAS and Sinkhorn need (they also normalise over the queries, so a key mask alone lets
-    padding change the real outputs). Cross-attention (``inputs_k``/``inputs_v`` not
-    ``inputs_q``) has two paddings, so there it is an error: pass ``query_mask`` and
-    ``key_mask``. ``head_params`` (name -> ``[num_heads]``) supplies per-head parameters of
-    the normalisation from the caller instead of this module's own (a model whose layers share
-    all other parameters keeps them per layer, as ALBERT with HNAS does); ``hybrid_weight`` is
-    HNAS's u that way. ``inputs_kv`` is flax's deprecated alias of ``inputs_k`` and
-    ``inputs_v`` both. With ``decode`` (cache made), a call takes one position: ``key_mask`` and
-    a dense ``mask`` then cover the cache's ``max_length`` keys, and ``padding_mask`` is refused.
+    The masks combine (a position is attended where every given one allows it) and, except
+    the dense ``mask``, also work on the fast and fused paths. With ``decode`` (the cache
+    made), a call takes one position: ``key_mask`` and a dense ``mask`` cover the cache's
+    ``max_length`` keys, and ``padding_mask`` is refused.
+
+    Args:
+      inputs_q: the queries' inputs, ``[..., q, features]``.
+      inputs_k: the keys' inputs, ``[..., k, features]``; None: ``inputs_q``.
+      inputs_v: the values' inputs, ``[..., k, features]``; None: ``inputs_k``.
+      inputs_kv: flax's deprecated alias of ``inputs_k`` and ``inputs_v`` both.
+      mask: a dense mask broadcastable to ``[..., num_heads, q, k]``, True = attend; or flax's
+        0/1 mask (1 = attend), as :func:`flax.linen.make_attention_mask` and
+        :func:`flax.linen.make_causal_mask` give it.
+      deterministic: no attention dropout when True; merged with the field of that name.
+      dropout_rng: the key of the attention dropout (None: the module's "dropout" stream).
+      sow_weights: store the weights used in the "intermediates" collection as
+        ``attention_weights`` (quadratic path only).
+      query_mask: ``[..., q]`` booleans, True = a valid query; the weights of an invalid one
+        are 0 (and, for DNAS, HNAS and Sinkhorn, it takes no part in any key's normalisation).
+      key_mask: ``[..., k]`` booleans, True = a valid key.
+      causal: query i attends to the keys j <= i + k - q (the sequences aligned at their
+        ends, as a query continuing a key cache). DNAS, HNAS and Sinkhorn also normalise each
+        key over all the queries, later ones included, so their causal outputs still depend
+        on later positions: in a decoder use a row-wise normalisation (the table's
+        "causal-safe").
+      hybrid_weight: HNAS's mixing weight u per head, ``[num_heads]``, in place of the
+        module's own (a model whose layers share their parameters keeps one per layer).
+      padding_mask: ``[..., n]`` booleans, True = a real token: for padded self-attention it
+        masks the queries and the keys alike, as DNAS, HNAS and Sinkhorn need (a key mask
+        alone lets padding change their real outputs). Refused for cross-attention (pass
+        ``query_mask`` and ``key_mask``) and in a decode step.
+      head_params: ``{name: [num_heads]}``, the normalisation's per-head parameters from the
+        caller in place of the module's own (``hybrid_weight`` is one of them).
+
+    Returns:
+      The attention's output, ``[..., q, out_features]``, ``out_features`` the inputs' width
+      unless the field sets it.
+
+    Raises:
+      ValueError: for a mask, input or per-head parameter of the wrong shape or kind, a
+        ``padding_mask`` with cross-attention or in a decode step, a decode step past the
+        cache, or a path that cannot take what the call asks (e.g. ``implementation="fast"``
+        with a dense ``mask``), each naming what is refused.
     """
     norm = self.spec.normalization
     inputs_k, inputs_v = keys_and_values(inputs_q, inputs_k, inputs_v, inputs_kv)

@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping, Optional, Union
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from normattn_jax.attention import causality
 from normattn_jax.attention import fast as fast_lib
@@ -78,14 +79,59 @@ def unit_interval(value) -> Optional[str]:
 class Option:
   """A setting of one normalisation, owned by it: its name, default and rule.
 
-  - ``problem(value)``: why ``value`` is refused ("must be ..."), or None when it is accepted.
-  - init_only: only the per-head parameters' initialisers read it (HNAS's ``hybrid_init``); the
-    weight and fast functions are not passed it.
+  A value is checked where an ``AttentionSpec`` is made: it must be of the default's kind (a
+  number, True or False, a string; ``kind_problem``) and pass ``problem``.
+
+  Attributes:
+    name: the keyword the weight, fast and fused functions take it by.
+    default: the value where a spec leaves it out; it must pass its own rule.
+    problem: ``problem(value)``: why ``value`` is refused ("must be ..."), or None when it is
+      accepted.
+    init_only: only the per-head parameters' initialisers read it (HNAS's ``hybrid_init``);
+      the weight and fast functions are not passed it.
   """
   name: str
   default: Any
   problem: Callable[[Any], Optional[str]] = any_value
   init_only: bool = False
+
+  def refusal(self, value) -> Optional[str]:
+    """Why ``value`` is refused: of another kind than the default (``kind_problem``), or by
+    the option's rule; None when it is accepted.
+
+    Args:
+      value: the value given for this option.
+
+    Returns:
+      "must be ..." or None.
+    """
+    return kind_problem(self.default, value) or self.problem(value)
+
+
+def _is_number(value) -> bool:
+  """A real number that is not a bool (numpy's scalars included)."""
+  return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def kind_problem(default, value) -> Optional[str]:
+  """Why ``value`` is not of its option's kind, which the default sets: a number (int or
+  float alike), True or False, or a string; None for any other default (None, a tuple, ...)
+  or a value of its kind.
+
+  Args:
+    default: the option's default.
+    value: the value given.
+
+  Returns:
+    "must be a number", "must be True or False" or "must be a string"; or None.
+  """
+  if isinstance(default, bool):
+    return None if isinstance(value, (bool, np.bool_)) else "must be True or False"
+  if _is_number(default):
+    return None if _is_number(value) else "must be a number"
+  if isinstance(default, str):
+    return None if isinstance(value, str) else "must be a string"
+  return None
 
 
 def non_negative(value) -> Optional[str]:
@@ -144,6 +190,9 @@ class Normalization:
   - needs_float32: why a model with this normalisation must compute in float32 (a config asking
     for bfloat16 is refused with it, ``normattn_jax.precision``); None: bf16 keeps it within
     ``precision.BF16_TOLERANCES``.
+  - paper: ``(citation, address)`` of the paper that defines it, e.g. ``("Ding et al. 2020",
+    "https://arxiv.org/abs/2009.14308")``, for the tables of the docs
+    (``attention.properties``); None for none.
   """
   name: str
   weights: Callable[..., Array]
@@ -157,6 +206,7 @@ class Normalization:
   fused: Optional[Callable[..., Array]] = None
   fused_auto_kernels: tuple = ()
   needs_float32: Optional[str] = None
+  paper: Optional[tuple] = None
   causal_safe: bool = False
 
   @property
@@ -193,12 +243,12 @@ class Normalization:
     given = dict(given)
     unknown = sorted(set(given) - set(self.option_names))
     if unknown:
-      raise ValueError(f"normalization {self.name!r} has no option {unknown[0]!r}; its options "
-                       f"are {self.option_names}")
+      raise ValueError(f"normalization {self.name!r} has no option {unknown[0]!r} (given "
+                       f"{given[unknown[0]]!r}); its options are {self.option_names}")
     resolved = {}
     for option in self.options:
       value = given.get(option.name, option.default)
-      problem = option.problem(value)
+      problem = option.refusal(value)
       if problem:
         raise ValueError(f"normalization {self.name!r}: option {option.name} {problem}, got "
                          f"{value!r}")
@@ -377,6 +427,9 @@ def _field_problem(normalization: Normalization) -> Optional[tuple[str, str]]:
        and all(k in fused_lib.KERNELS for k in n.fused_auto_kernels)
        and (n.fused is not None or not n.fused_auto_kernels),
        f"a tuple of the kernels {fused_lib.KERNELS} (empty without a fused path)"),
+      ("paper", n.paper is None or (isinstance(n.paper, tuple) and len(n.paper) == 2
+                                    and all(isinstance(part, str) for part in n.paper)),
+       "None or a (citation, address) pair of strings"),
   )
   for field, ok, must in rules:
     if not ok:
@@ -461,6 +514,19 @@ class AttentionSpec:
   ``AttentionSpec("sinkhorn", {"sinkhorn_iters": 5})``; a plain name wherever a spec is taken
   means the normalisation at its defaults. The options are stored sorted as ``(name, value)``
   pairs, so that equal specs compare and hash equal (flax module fields, jit caches).
+
+  A spec is checked when it is made: the name must be registered, and each option must be one
+  the normalisation has, of its default's kind (a number, a bool, a string) and accepted by its
+  rule, so that a bad value is named where it is written, not at ``init``.
+
+  Attributes:
+    name: a registered normalisation (``names()``).
+    options: option values by name; the ones left out take their defaults.
+
+  Raises:
+    ValueError: naming the normalisation, the option and the value, for an unknown name, an
+      option the normalisation does not have, or a value of another kind or refused by the
+      option's rule.
   """
   name: str
   options: Union[Mapping[str, Any], tuple] = ()
@@ -475,6 +541,7 @@ class AttentionSpec:
       raise ValueError(f"attention options must be a mapping of names to values, got "
                        f"{self.options!r}") from None
     object.__setattr__(self, "options", pairs)
+    self.resolved()
 
   @classmethod
   def of(cls, value: Union[str, "AttentionSpec", Mapping[str, Any]]) -> "AttentionSpec":
@@ -556,6 +623,15 @@ def _row_local_pays_off(q_len, k_len, head_dim, causal, num_logits) -> bool:
 CUDNN = ("cudnn",)  # "auto" takes the fused path on cuDNN's kernel only (fused.py)
 
 
+def _paper(citation: str, arxiv_id: str) -> tuple:
+  """``Normalization.paper`` of a paper on arXiv."""
+  return citation, f"https://arxiv.org/abs/{arxiv_id}"
+
+
+RICHTER = _paper("Richter & Wattenhofer 2020", "2005.09561")  # NAP, NON
+DING = _paper("Ding et al. 2020", "2009.14308")  # DNAS, HNAS, Sinkhorn
+
+
 def _unblocked(fn):
   """A linear fast path takes no ``block_size``."""
   return lambda q, k, v, *, block_size, **kwargs: fn(q, k, v, **kwargs)
@@ -571,12 +647,13 @@ def _leak_checked(fn):
 SOFTMAX = register(Normalization(  # "auto" keeps it quadratic (as flax computes it) but on cuDNN
     "softmax", weights_lib.softmax_weights,
     fast=fast_lib.softmax_attention, fused=fused_lib.softmax_attention,
-    fused_auto_kernels=CUDNN, causal_safe=True))
+    fused_auto_kernels=CUDNN, causal_safe=True,
+    paper=_paper("Vaswani et al. 2017", "1706.03762")))
 DNAS = register(Normalization(
     "dnas", weights_lib.dnas_weights,
     fast=_leak_checked(fast_lib.dnas_attention), fast_pays_off=_blockwise_pays_off,
     normalizes_over_queries=True, fused=_leak_checked(fused_lib.dnas_attention),
-    fused_auto_kernels=CUDNN))
+    fused_auto_kernels=CUDNN, paper=DING))
 HNAS = register(Normalization(
     "hnas", lambda logits, mask, hybrid_weight: weights_lib.hnas_weights(
         logits, hybrid_weight, mask),
@@ -589,7 +666,7 @@ HNAS = register(Normalization(
     fast_pays_off=_blockwise_pays_off, normalizes_over_queries=True,
     fused=_leak_checked(lambda q, k, v, hybrid_weight, **kw: fused_lib.hnas_attention(
         q, k, v, hybrid_weight, **kw)),
-    fused_auto_kernels=CUDNN))
+    fused_auto_kernels=CUDNN, paper=DING))
 SINKHORN = register(Normalization(
     "sinkhorn", lambda logits, mask, sinkhorn_iters: weights_lib.sinkhorn_weights(
         logits, sinkhorn_iters, mask),
@@ -599,7 +676,7 @@ SINKHORN = register(Normalization(
     normalizes_over_queries=True,
     # exact, but its 2 k - 1 blockwise offset passes outweigh the fused one: never "auto"
     fused=_leak_checked(lambda q, k, v, sinkhorn_iters, **kw: fused_lib.sinkhorn_attention(
-        q, k, v, sinkhorn_iters, **kw))))
+        q, k, v, sinkhorn_iters, **kw)), paper=DING))
 NAP = register(Normalization(
     "nap", lambda logits, mask, nap_gain, nap_bias: weights_lib.nap_weights(
         logits, nap_gain, nap_bias, mask),
@@ -608,12 +685,12 @@ NAP = register(Normalization(
     params=(HeadParam("nap_gain", lambda options: nn.initializers.ones),
             HeadParam("nap_bias", lambda options: nn.initializers.zeros)),
     scale_logits=False,  # NAP's normalisation makes the scale moot (as in the paper's code)
-    fast_pays_off=_linear_pays_off, causal_safe=True))
+    fast_pays_off=_linear_pays_off, causal_safe=True, paper=RICHTER))
 NON = register(Normalization(
     "non", weights_lib.non_weights,
     fast=_unblocked(fast_lib.non_attention),
     head_norm=False,  # its 1/sqrt(N) inside non_weights replaces the MTE head LayerNorm
-    fast_pays_off=_linear_pays_off, causal_safe=True))
+    fast_pays_off=_linear_pays_off, causal_safe=True, paper=RICHTER))
 
 # Today's wave. Learned per-head parameters start where each paper puts its constant: sigmoid's
 # bias offset at 0 (so the bias is -log(n)), the sink logit at 0 (softmax_1), Scalable-Softmax's
@@ -627,21 +704,23 @@ SIGMOID = register(Normalization(
     fast=lambda q, k, v, sigmoid_bias, **kw: fast_lib.sigmoid_attention(q, k, v, sigmoid_bias,
                                                                        **kw),
     params=(HeadParam("sigmoid_bias", lambda options: nn.initializers.zeros),),
-    fast_pays_off=_row_local_pays_off, causal_safe=True))
+    fast_pays_off=_row_local_pays_off, causal_safe=True,
+    paper=_paper("Ramapuram et al. 2024", "2409.04431")))
 SINK = register(Normalization(
     "sink", lambda logits, mask, sink_logit: weights_lib.sink_weights(logits, sink_logit, mask),
     fast=lambda q, k, v, sink_logit, **kw: fast_lib.sink_attention(q, k, v, sink_logit, **kw),
     params=(HeadParam("sink_logit", lambda options: nn.initializers.zeros),),
     fast_pays_off=_row_local_pays_off,
     fused=lambda q, k, v, sink_logit, **kw: fused_lib.sink_attention(q, k, v, sink_logit, **kw),
-    fused_auto_kernels=CUDNN, causal_safe=True))
+    fused_auto_kernels=CUDNN, causal_safe=True, paper=_paper("Xiao et al. 2023", "2309.17453")))
 SOFTPICK = register(Normalization(
     "softpick", lambda logits, mask, softpick_eps: weights_lib.softpick_weights(
         logits, mask, softpick_eps),
     fast=lambda q, k, v, softpick_eps, **kw: fast_lib.softpick_attention(q, k, v, softpick_eps,
                                                                         **kw),
     options=(Option("softpick_eps", 1e-6, non_negative),),
-    fast_pays_off=_row_local_pays_off, causal_safe=True))
+    fast_pays_off=_row_local_pays_off, causal_safe=True,
+    paper=_paper("Zuhri et al. 2025", "2504.20966")))
 SSMAX = register(Normalization(
     "ssmax", lambda logits, mask, ssmax_scale: weights_lib.ssmax_weights(
         logits, ssmax_scale, mask),
@@ -650,16 +729,19 @@ SSMAX = register(Normalization(
     fast_pays_off=_row_local_pays_off,
     fused=lambda q, k, v, ssmax_scale, **kw: fused_lib.ssmax_attention(q, k, v, ssmax_scale,
                                                                        **kw),
-    fused_auto_kernels=CUDNN, causal_safe=True))
+    fused_auto_kernels=CUDNN, causal_safe=True, paper=_paper("Nakanishi 2025", "2501.19399")))
 SPARSEMAX = register(Normalization(
     "sparsemax", weights_lib.sparsemax_weights,
     needs_float32="its gradient flows through the keys in the support alone, and bf16's rounding "
                   "of the logits moves keys in and out of it: 9% off the float32 gradient "
-                  "(tests/test_precision.py)", causal_safe=True))
-ENTMAX15 = register(Normalization("entmax15", weights_lib.entmax15_weights, causal_safe=True))
+                  "(tests/test_precision.py)", causal_safe=True,
+    paper=_paper("Martins & Astudillo 2016", "1602.02068")))
+ENTMAX15 = register(Normalization("entmax15", weights_lib.entmax15_weights, causal_safe=True,
+                                  paper=_paper("Peters et al. 2019", "1905.05702")))
 STICKBREAKING = register(Normalization(
     "stickbreaking", weights_lib.stickbreaking_weights,
-    fast=fast_lib.stickbreaking_attention, fast_pays_off=_blockwise_pays_off, causal_safe=True))
+    fast=fast_lib.stickbreaking_attention, fast_pays_off=_blockwise_pays_off, causal_safe=True,
+    paper=_paper("Tan et al. 2024", "2410.17980")))
 
 #: The names above, fixed -- what the library ships, whatever a user registers later.
 BUILTIN_NORMALIZATIONS = names()

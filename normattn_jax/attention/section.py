@@ -50,12 +50,11 @@ def attention_spec(section: Mapping, field: str, *,
       fail_config(f"{field}.{OPTIONS}", options, f"options need a normalisation in {field}.name")
     return None
   try:
-    spec = AttentionSpec(name, options)
-    spec.normalization
+    AttentionSpec(name)  # the name alone: a spec checks its options when it is made
   except ValueError as err:
     fail_config(f"{field}.name", name, str(err))
   try:
-    spec.resolved()
+    spec = AttentionSpec(name, options)
   except ValueError as err:
     fail_config(f"{field}.{OPTIONS}", options, str(err))
   return spec

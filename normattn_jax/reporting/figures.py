@@ -404,30 +404,54 @@ def draw_finished_sweep(workdir: str) -> None:
              os.path.join(workdir, artifacts.METRICS), workdir)
 
 
+def median_interval(values, level: float = 0.95) -> tuple[float, float, float]:
+  """``(median, low, high)``: the median of per-seed values with its distribution-free interval
+  (the order statistics of a binomial test of the median, ``scipy.stats.quantile_test``)."""
+  stats = require("scipy.stats", "analysis")
+  v = np.asarray(values, np.float64)
+  v = v[np.isfinite(v)]
+  median = float(np.median(v))
+  ci = stats.quantile_test(v, q=median, p=0.5).confidence_interval(level)
+  low, high = (median if not np.isfinite(x) else float(x) for x in (ci.low, ci.high))
+  return median, low, high
+
+
 def card_accuracy(report: dict, path: str) -> None:
-  """A report card's figure: per task, each arm's best accuracy per evaluation seed (dots) and
-  their mean (bar), at the arm's selected learning rate; training accuracy, for the mode task
-  validation accuracy at 2N.
+  """A report card's figure: per task, each arm's best accuracy per evaluation seed (dots), their
+  median (bar) and its 95% distribution-free interval (``median_interval``), at the arm's
+  selected learning rate; training accuracy, for the mode task validation accuracy at 2N. The
+  title names the card and its scale, the strip below its provenance (the machine among it).
 
   Args:
     report: ``card.train.run``'s report.
     path: the image file to write.
   """
   tasks_ = list(report["tasks"])
-  fig, axes = plt.subplots(1, len(tasks_), figsize=(3.2 * len(tasks_), 3), squeeze=False)
+  fig, axes = plt.subplots(1, len(tasks_), figsize=(4.2 * len(tasks_), 3.9), squeeze=False)
+  names = {"card": report["name"], "softmax": "softmax\n(baseline)", "nap": "NAP\n(baseline)"}
   for ax, task in zip(axes[0], tasks_):
     metric = "val_acc" if task == "mode" else "train_acc"
     arms = report["tasks"][task]["arms"]
+    colours = curve_colours(len(arms))
     for i, (label, entry) in enumerate(arms.items()):
-      values = np.asarray(entry[metric])
-      ax.bar(i, values.mean(), color=curve_colours(len(arms))[i], alpha=0.6)
-      ax.plot(np.full(values.shape, i), values, "k.", markersize=5)
-    ax.set_xticks(range(len(arms)), [report["name"] if a == "card" else f"{a} (baseline)"
-                                     for a in arms], fontsize=8)
-    ax.set_ylim(0, 1)
-    ax.set_title(f"{task}: {'val (2N)' if metric == 'val_acc' else 'train'} accuracy",
+      values = 100 * np.asarray(entry[metric], np.float64)
+      median, low, high = median_interval(values)
+      ax.bar(i, median, color=colours[i], alpha=0.55, width=0.6)
+      ax.errorbar(i, median, yerr=[[median - low], [high - median]], color="k", capsize=4,
+                  linewidth=1.2)
+      jitter = np.linspace(-0.18, 0.18, values.size)
+      ax.plot(i + jitter, values, "k.", markersize=3, alpha=0.7)
+    ax.set_xticks(range(len(arms)), [names.get(a, a) for a in arms], fontsize=8)
+    low = min(100 * np.min(e[metric]) for e in arms.values())
+    ax.set_ylim(max(0.0, low - 5), 100.5)
+    ax.set_ylabel("%", fontsize=8)
+    ax.set_title(f"{task.replace('_', ' ')}: "
+                 f"{'validation at 2N' if metric == 'val_acc' else 'training'} accuracy",
                  fontsize=9)
-  fig.suptitle(f"{report['normalization']}, {report['scale']} scale", fontsize=10)
+  s = report["sizes"]
+  fig.suptitle(f"{report['normalization']}, {report['scale']} scale (N = {s['seq_len']}, "
+               f"d = {s['d_model']}, {s['evaluation_seeds']} evaluation seeds)\nbars: median "
+               f"with its 95% interval; dots: seeds", fontsize=9)
   provenance_lib.save(fig, path, card_provenance(report), dpi=110)
 
 

@@ -315,10 +315,12 @@ class OurSweep:
 
   @property
   def learning_rates(self) -> tuple[float, ...]:
+    """The run's learning rates, in its config's order."""
     return self.plan.axis.learning_rates
 
   @property
   def points(self) -> list[dict]:
+    """The run's static sweep points (``[{}]`` without a static sweep)."""
     return [dict(point) for point in self.plan.points]
 
   def seeds(self, arch: str, metric: str, learning_rate: float,
@@ -501,6 +503,7 @@ class PixelGrids:
 
   @property
   def archs(self) -> list[str]:
+    """The architectures of the images, in their first order."""
     return list(dict.fromkeys(arch for arch, _, _ in self.images))
 
 

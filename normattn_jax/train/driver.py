@@ -15,6 +15,7 @@ from typing import Callable, Optional
 import jax
 import numpy as np
 
+from normattn_jax.train import multihost
 from normattn_jax.train.checkpoint import GridCheckpoints
 from normattn_jax.train.grid import GridRun, run_grid
 from normattn_jax.validation import check_float, check_int
@@ -71,6 +72,37 @@ class Budget:
   def out_of_time(self) -> bool:
     """Whether the minutes are spent, once a chunk has run."""
     return self.deadline is not None and bool(self.ran) and self.clock() >= self.deadline
+
+
+def trained_steps(state) -> Optional[int]:
+  """The training step a (restored) state is at: the largest ``step`` of its models, read from
+  this process's shards; None for a state without a ``step``."""
+  step = getattr(state, "step", None)
+  if step is None:
+    return None
+  shards = getattr(step, "addressable_shards", None)
+  values = [np.asarray(s.data) for s in shards] if shards else [np.asarray(step)]
+  values = [v for v in values if v.size]
+  return int(max(v.max() for v in values)) if values else None
+
+
+def resumed_message(name: str, state, done: int, num_chunks: int, checkpoint: str) -> str:
+  """What a resumed run says: from which step (``trained_steps``, else the chunks done) and
+  which checkpoint.
+
+  Args:
+    name: what runs (a grid's name, "pre-training").
+    state: the restored state.
+    done: the chunks (or steps) the checkpoint holds.
+    num_chunks: the chunks the run runs in all.
+    checkpoint: the checkpoint's folder.
+
+  Returns:
+    ``"<name>: resumed from step N (checkpoint <folder>)"``.
+  """
+  steps = trained_steps(state)
+  where = f"step {steps}" if steps is not None else f"{done} of {num_chunks} chunks"
+  return f"{name}: resumed from {where} (checkpoint {checkpoint})"
 
 
 class RunHooks:
@@ -145,6 +177,9 @@ class RunHooks:
       done, restored = self.checkpoints.restore_newest(like)
       state = jax.device_put(restored["state"], jax.tree.map(lambda a: a.sharding, state))
       metrics = {k: np.array(v) for k, v in restored.get("metrics", {}).items()}
+      if multihost.is_chief():
+        print(resumed_message(self.name, state, done, self.num_chunks,
+                              os.path.join(self.checkpoints.directory, str(done))), flush=True)
     if not self.state_only:
       self.record(range(done), metrics)
     if self.on_resume is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import numbers
 import os
+import sys
 from typing import Iterable, Optional
 
 import numpy as np
@@ -20,6 +21,45 @@ def _plain(value):
     return value
   array = np.asarray(value)
   return array.item() if array.ndim == 0 else array.tolist()
+
+
+# Where stderr is not a terminal (a log file, a pipe, a batch job), the bar's refreshes become
+# lines of their own, one per LINE_SECONDS at most, instead of carriage returns over one line.
+LINE_SECONDS = 30.0
+
+
+class LineStream:
+  """A stream for tqdm that writes each refresh of the bar as a plain line: the carriage
+  returns and the padding it writes for a terminal dropped, empty writes skipped."""
+
+  def __init__(self, stream):
+    self.stream = stream
+
+  def write(self, text: str) -> None:
+    """Write the bar's text, if any, as one line."""
+    line = text.replace("\r", "").rstrip()
+    if line:
+      self.stream.write(line + "\n")
+
+  def flush(self) -> None:
+    """Flush the stream."""
+    self.stream.flush()
+
+
+def bar_output(stream) -> dict:
+  """tqdm's ``file`` (and refresh interval) for ``stream``: the stream itself on a terminal,
+  else a ``LineStream`` that writes a line every ``LINE_SECONDS``.
+
+  Args:
+    stream: where the bar goes (``sys.stderr``).
+
+  Returns:
+    Keyword arguments of ``tqdm``.
+  """
+  isatty = getattr(stream, "isatty", None)
+  if isatty is not None and isatty():
+    return {"file": stream}
+  return {"file": LineStream(stream), "mininterval": LINE_SECONDS, "ascii": True}
 
 
 class RunLog:
@@ -57,7 +97,7 @@ class RunLog:
     if progress and total:
       tqdm = require("tqdm", "experiments").tqdm
       self._bar = tqdm(total=total, initial=resume_from if unit == "step" else 0, unit=unit,
-                       unit_scale=unit != "step", smoothing=0.1)
+                       unit_scale=unit != "step", smoothing=0.1, **bar_output(sys.stderr))
 
   def record(self, step: int, scalars: dict, **labels) -> dict:
     """Append one row to the history and its numbers to TensorBoard.
