@@ -45,6 +45,9 @@ MOVED_NAMES = {
        for name in ("ModelsAxis", "grid_name", "HYPERPARAMETER_OF")},
     ("normattn_jax.train.migrate", "with_attention_section"): "normattn_jax.attention.section",
     ("normattn_jax.train.migrate", "with_boolean_switches"): "normattn_jax.sweep.migrate",
+    # a task's settings are options, as a normalisation's are
+    ("normattn_jax.tasks", "Setting"): "normattn_jax.validation:Option",
+    ("normattn_jax.tasks.registry", "Setting"): "normattn_jax.validation:Option",
 }
 
 
@@ -62,8 +65,10 @@ def moved_attribute(module: str, name: str):
   target = MOVED_NAMES.get((module, name))
   if target is None:
     raise AttributeError(f"module {module!r} has no attribute {name!r}")
-  _warn(f"{module}.{name}", f"{target}.{name}")
-  return getattr(importlib.import_module(target), name)
+  target, _, new_name = target.partition(":")  # "module:new name" for a renamed one
+  new_name = new_name or name
+  _warn(f"{module}.{name}", f"{target}.{new_name}")
+  return getattr(importlib.import_module(target), new_name)
 
 
 class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):

@@ -3,16 +3,21 @@ integers count, ``bool`` does not (``True`` would otherwise pass as 1). And the 
 of every config field: NaN fails every comparison and infinity passes ``> 0``, so a bound alone
 would let both through to training and into ``config.json``.
 
-``RULES`` holds, as data, the rule of each config field that more than one kind of run has (a
-sweep, fine-tuning, pre-training, the causal-LM and majority analyses): every validator checks
-those fields with ``check_fields``, so that a field means the same wherever it appears.
+One vocabulary for what a value must be: a ``Rule`` (``integer``, ``number``, ``number_list``) is
+a function of a value that says why it is refused; ``RULES`` holds, as data, the rule of each
+config field that more than one kind of run has (a sweep, fine-tuning, pre-training, the
+causal-LM and majority analyses), which every validator checks with ``check_fields``, so that a
+field means the same wherever it appears; and an ``Option`` (a name, a default and such a rule)
+is a setting that a registered object owns, a normalisation's option as a task's setting.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 import numbers
-from typing import Any, Optional
+from typing import Any, Callable, Optional
+
+import numpy as np
 
 
 def int_problem(value, low: int = 1) -> Optional[str]:
@@ -178,6 +183,20 @@ class Rule:
     if self.kind not in ("integer", "number", "numbers"):
       raise ValueError(f"kind={self.kind!r}: choose from ('integer', 'number', 'numbers')")
 
+  def __call__(self, value) -> Optional[str]:
+    """Why ``value`` breaks the rule ("must be ..."), or None: a rule is an ``Option``'s
+    ``problem`` as it is a config field's."""
+    if self.kind == "integer":
+      return int_problem(value, int(self.low))
+    bounds = dict(low=self.low, high=self.high, open_low=self.open_low, open_high=self.open_high)
+    if self.kind == "number":
+      return float_problem(value, **bounds)
+    values = tuple(value) if isinstance(value, (list, tuple)) else None
+    if not values:
+      return "must be a non-empty sequence of numbers"
+    return next((f"[{i}] {problem}" for i, problem in
+                 ((i, float_problem(v, **bounds)) for i, v in enumerate(values)) if problem), None)
+
   def check(self, field: str, value) -> None:
     """``fail_config`` naming ``field`` and ``value`` unless ``value`` keeps the rule."""
     if self.kind == "integer":
@@ -204,6 +223,71 @@ def number(low: Optional[float] = None, high: Optional[float] = None, *, open_lo
 def number_list(low: Optional[float] = None, *, open_low: bool = False) -> Rule:
   """A non-empty sequence of finite numbers, each >= (or >) ``low``."""
   return Rule("numbers", low, open_low=open_low)
+
+
+def any_value(value) -> Optional[str]:
+  """The rule of an option that takes any value: never a problem."""
+  del value
+  return None
+
+
+def _is_number(value) -> bool:
+  """A real number that is not a bool (numpy's scalars included)."""
+  return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def kind_problem(default, value) -> Optional[str]:
+  """Why ``value`` is not of its option's kind, which the default sets: a number (int or float
+  alike), True or False, or a string; None for any other default (None, a tuple, ...) or a
+  value of its kind.
+
+  Args:
+    default: the option's default.
+    value: the value given.
+
+  Returns:
+    "must be a number", "must be True or False" or "must be a string"; or None.
+  """
+  if isinstance(default, bool):
+    return None if isinstance(value, (bool, np.bool_)) else "must be True or False"
+  if _is_number(default):
+    return None if _is_number(value) else "must be a number"
+  if isinstance(default, str):
+    return None if isinstance(value, str) else "must be a string"
+  return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+  """A named setting that a registered object owns, with its default and its rule: a
+  normalisation's option (``attention.registry.Normalization.options``) and a task's setting
+  (``tasks.Task.settings``) alike. A value must be of the default's kind (``kind_problem``) and
+  pass ``problem``; both are checked before anything compiles.
+
+  Attributes:
+    name: the keyword its functions take it by, and its field in a config section.
+    default: the value where it is left out; it must pass its own rule.
+    problem: ``problem(value)``: why ``value`` is refused ("must be ..."), or None when it is
+      accepted: a ``Rule`` (``integer(1)``, ``number(0, 1)``, ...) or any such function.
+    init_only: a normalisation's option that only its per-head parameters' initialisers read
+      (HNAS's ``hybrid_init``): its weight and fast functions are not passed it.
+  """
+  name: str
+  default: Any
+  problem: Callable[[Any], Optional[str]] = any_value
+  init_only: bool = False
+
+  def refusal(self, value) -> Optional[str]:
+    """Why ``value`` is refused: of another kind than the default (``kind_problem``), or by
+    the rule; None when it is accepted.
+
+    Args:
+      value: the value given for this option.
+
+    Returns:
+      "must be ..." or None.
+    """
+    return kind_problem(self.default, value) or self.problem(value)
 
 
 # The config fields of more than one kind of run, each with its one rule.

@@ -144,7 +144,7 @@ def test_vmap_over_init_and_apply_and_jit():
 def test_bad_arguments_name_the_field():
   with pytest.raises(ValueError, match="normalization"):
     MultiHeadAttention(num_heads=2, normalization="not_registered")  # tests register sparsemax
-  with pytest.raises(ValueError, match="'hnas': option hybrid_init must be a number in .*1.5"):
+  with pytest.raises(ValueError, match=r"'hnas': option hybrid_init must lie in \[0, 1\], got 1.5"):
     MultiHeadAttention(num_heads=2, normalization=AttentionSpec("hnas", {"hybrid_init": 1.5}))
   with pytest.raises(ValueError, match="sinkhorn_iters must be a positive integer, got 0"):
     MultiHeadAttention(num_heads=2, normalization=AttentionSpec("sinkhorn", {"sinkhorn_iters": 0}))

@@ -58,7 +58,7 @@ def test_softpick_epsilon_is_an_option():
   params = layer.init(KEY, X)
   np.testing.assert_allclose(sown_weights(layer, params),
                              W.softpick_weights(logits_of(params), None, 10.0), atol=1e-6)
-  with pytest.raises(ValueError, match="softpick_eps must be a finite number >= 0"):
+  with pytest.raises(ValueError, match="softpick_eps must be >= 0, got -1"):
     MultiHeadAttention(num_heads=2, normalization=AttentionSpec("softpick", {"softpick_eps": -1}))
 
 

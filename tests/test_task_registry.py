@@ -240,6 +240,7 @@ OFFSET_PLUGIN = '''
 import jax
 import jax.numpy as jnp
 from normattn_jax import tasks
+from normattn_jax.validation import integer
 
 
 def first_plus_offset(key, batch_size, seq_len, settings):
@@ -250,7 +251,7 @@ def first_plus_offset(key, batch_size, seq_len, settings):
 
 tasks.register(tasks.Task("first_plus_offset", first_plus_offset, outputs=("classes",),
                           positional=False,
-                          settings=(tasks.Setting("offset", 1, tasks.positive_int),)))
+                          settings=(tasks.Option("offset", 1, integer(1)),)))
 '''
 
 OFFSET_CONFIG = '''
@@ -308,8 +309,9 @@ def test_a_plugin_task_owns_a_setting_the_command_line_sets(offset_plugin, monke
 
 
 @pytest.mark.parametrize("override, said", [
-    ("--config.task.offset=0", r"config.task.offset=0: must be an integer >= 1"),
-    ("--config.task.offset=1.5", r"config.task.offset=1.5: must be an integer >= 1"),
+    ("--config.task.offset=0", r"config.task.offset=0: must be a positive integer"),
+    ("--config.task.offset=1.5", r"config.task.offset=1.5: must be a positive integer"),
+    ("--config.task.offset='3'", r"config.task.offset='3': must be a number"),
     ("--config.task.ofset=2", r"config.task.ofset=2: no such field"),
 ])
 def test_a_bad_task_setting_is_refused_naming_the_field(offset_plugin, monkeypatch, override,
@@ -327,9 +329,9 @@ def test_a_setting_is_the_tasks_own_and_registration_checks_them(offset_plugin, 
   with pytest.raises(ValueError, match=r"config.task.offset=2: no such field"):
     validate(c)
   sample = lambda key, b, n, s: (jnp.zeros((b, n), jnp.int32), jnp.zeros(b, jnp.int32))
-  with pytest.raises(ValueError, match="settings must be Setting objects of distinct names"):
+  with pytest.raises(ValueError, match="settings must be Option objects of distinct names"):
     tasks.register(tasks.Task("twice", sample, outputs=("classes",),
-                              settings=(tasks.Setting("k", 1), tasks.Setting("k", 2))))
+                              settings=(tasks.Option("k", 1), tasks.Option("k", 2))))
 
 
 @pytest.mark.parametrize("output, sample, said", [
@@ -359,12 +361,13 @@ def test_a_tasks_settings_are_checked_as_it_is_registered():
   """A default that breaks its own rule, and a setting named like a shared field (the config
   would read the shared field: the setting silently ignored), are refused by register."""
   from normattn_jax.sweep.config import base_config
+  from normattn_jax.validation import integer
   assert set(tasks.SHARED_FIELDS) == set(base_config().task.keys())
   for settings, said in (
-      ((tasks.Setting("offset", 0, tasks.positive_int),),
-       r"setting offset's default 0 breaks its own rule: must be an integer >= 1"),
-      ((tasks.Setting("seq_len", 3),), r"settings \['seq_len'\] take the names of fields every "
-                                       r"task shares")):
+      ((tasks.Option("offset", 0, integer(1)),),
+       r"setting offset's default 0 breaks its own rule: must be "),
+      ((tasks.Option("seq_len", 3),), r"settings \['seq_len'\] take the names of fields every "
+                                      r"task shares")):
     with pytest.raises(ValueError, match=r"task 'bad_settings': " + said):
       tasks.register(tasks.Task("bad_settings", copy_first, outputs=("classes",),
                                 settings=settings))
@@ -373,21 +376,17 @@ def test_a_tasks_settings_are_checked_as_it_is_registered():
 
 def test_a_setting_the_sampler_cannot_take_is_named():
   """2**70 passed the integer rule and failed inside the sampler as an anonymous
-  OverflowError; the rule now bounds it, and a sampler's failure names the task and its
-  settings."""
+  OverflowError; a sampler's failure on the checked batches names the task and its settings."""
+  from normattn_jax.validation import integer
   shifted = lambda key, b, n, s: (jnp.zeros((b, n), jnp.int32),
                                   (jnp.zeros(b, jnp.int32) + s.offset) % s.vocab_size)
-  for problem, said in ((tasks.positive_int, r"config.task.offset=1180591620717411303424: must "
-                                             r"be at most 2147483647"),
-                        (None, r"task 'shifted': its sampler fails on a batch at "
-                                          r"N = 16 with the settings \{'offset': "
-                                          r"1180591620717411303424\}: OverflowError")):
-    rule = {} if problem is None else {"problem": problem}  # None: any value (the default)
-    tasks.register(tasks.Task("shifted", shifted, outputs=("classes",),
-                              settings=(tasks.Setting("offset", 1, **rule),)))
-    try:
-      with pytest.raises(ValueError, match=said):
-        validate(copy_config(**{"task.name": "shifted", "task.seq_len": 16,
-                                "task.offset": 2**70}))
-    finally:
-      tasks.unregister("shifted")
+  tasks.register(tasks.Task("shifted", shifted, outputs=("classes",),
+                            settings=(tasks.Option("offset", 1, integer(1)),)))
+  try:
+    with pytest.raises(ValueError, match=r"task 'shifted': its sampler fails on a batch at "
+                                         r"N = 16 with the settings \{'offset': "
+                                         r"1180591620717411303424\}: OverflowError"):
+      validate(copy_config(**{"task.name": "shifted", "task.seq_len": 16,
+                              "task.offset": 2**70}))
+  finally:
+    tasks.unregister("shifted")

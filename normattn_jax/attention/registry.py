@@ -7,21 +7,18 @@ look a name up here instead of testing for it, so a normalisation registered fro
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 from typing import Any, Callable, Mapping, Optional, Union
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from normattn_jax.attention import causality
 from normattn_jax.attention import fast as fast_lib
 from normattn_jax.attention import fused as fused_lib
 from normattn_jax.attention import weights as weights_lib
 from normattn_jax.registry import Registry
-from normattn_jax.validation import int_problem
+from normattn_jax.validation import Option, integer, number
 
 Array = jax.Array
 QUADRATIC_LOGITS_LIMIT = 1 << 28  # 1 GiB of float32 logits
@@ -61,84 +58,6 @@ class HeadParam:
   init: Callable[[Mapping[str, Any]], Callable]
   constrain: Callable[[Array], Array] = _identity
   per_layer: bool = False
-
-
-def any_value(value) -> Optional[str]:
-  """``Option.problem`` of an option that takes any value: never a problem."""
-  return None
-
-
-def unit_interval(value) -> Optional[str]:
-  """``Option.problem`` of a fraction: a real number in [0, 1]."""
-  if isinstance(value, numbers.Real) and not isinstance(value, bool) and 0.0 <= value <= 1.0:
-    return None
-  return "must be a number in [0, 1]"
-
-
-@dataclasses.dataclass(frozen=True)
-class Option:
-  """A setting of one normalisation, owned by it: its name, default and rule.
-
-  A value is checked where an ``AttentionSpec`` is made: it must be of the default's kind (a
-  number, True or False, a string; ``kind_problem``) and pass ``problem``.
-
-  Attributes:
-    name: the keyword the weight, fast and fused functions take it by.
-    default: the value where a spec leaves it out; it must pass its own rule.
-    problem: ``problem(value)``: why ``value`` is refused ("must be ..."), or None when it is
-      accepted.
-    init_only: only the per-head parameters' initialisers read it (HNAS's ``hybrid_init``);
-      the weight and fast functions are not passed it.
-  """
-  name: str
-  default: Any
-  problem: Callable[[Any], Optional[str]] = any_value
-  init_only: bool = False
-
-  def refusal(self, value) -> Optional[str]:
-    """Why ``value`` is refused: of another kind than the default (``kind_problem``), or by
-    the option's rule; None when it is accepted.
-
-    Args:
-      value: the value given for this option.
-
-    Returns:
-      "must be ..." or None.
-    """
-    return kind_problem(self.default, value) or self.problem(value)
-
-
-def _is_number(value) -> bool:
-  """A real number that is not a bool (numpy's scalars included)."""
-  return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def kind_problem(default, value) -> Optional[str]:
-  """Why ``value`` is not of its option's kind, which the default sets: a number (int or
-  float alike), True or False, or a string; None for any other default (None, a tuple, ...)
-  or a value of its kind.
-
-  Args:
-    default: the option's default.
-    value: the value given.
-
-  Returns:
-    "must be a number", "must be True or False" or "must be a string"; or None.
-  """
-  if isinstance(default, bool):
-    return None if isinstance(value, (bool, np.bool_)) else "must be True or False"
-  if _is_number(default):
-    return None if _is_number(value) else "must be a number"
-  if isinstance(default, str):
-    return None if isinstance(value, str) else "must be a string"
-  return None
-
-
-def non_negative(value) -> Optional[str]:
-  """``Option.problem`` of a finite number >= 0 (e.g. softpick's epsilon)."""
-  if isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 <= value < math.inf:
-    return None
-  return "must be a finite number >= 0"
 
 
 def never(q_len: int, k_len: int, head_dim: int, causal: bool, num_logits: int) -> bool:
@@ -662,7 +581,7 @@ HNAS = register(Normalization(
     params=(HeadParam("hybrid_weight",
                       lambda options: nn.initializers.constant(options["hybrid_init"]),
                       constrain=straight_through_clip, per_layer=True),),
-    options=(Option("hybrid_init", 0.5, unit_interval, init_only=True),),  # u at the start
+    options=(Option("hybrid_init", 0.5, number(0, 1), init_only=True),),  # u at the start
     fast_pays_off=_blockwise_pays_off, normalizes_over_queries=True,
     fused=_leak_checked(lambda q, k, v, hybrid_weight, **kw: fused_lib.hnas_attention(
         q, k, v, hybrid_weight, **kw)),
@@ -672,7 +591,7 @@ SINKHORN = register(Normalization(
         logits, sinkhorn_iters, mask),
     fast=_leak_checked(lambda q, k, v, sinkhorn_iters, **kw: fast_lib.sinkhorn_attention(
         q, k, v, sinkhorn_iters, **kw)),
-    options=(Option("sinkhorn_iters", 3, int_problem),), fast_pays_off=_blockwise_pays_off,
+    options=(Option("sinkhorn_iters", 3, integer(1)),), fast_pays_off=_blockwise_pays_off,
     normalizes_over_queries=True,
     # exact, but its 2 k - 1 blockwise offset passes outweigh the fused one: never "auto"
     fused=_leak_checked(lambda q, k, v, sinkhorn_iters, **kw: fused_lib.sinkhorn_attention(
@@ -718,7 +637,7 @@ SOFTPICK = register(Normalization(
         logits, mask, softpick_eps),
     fast=lambda q, k, v, softpick_eps, **kw: fast_lib.softpick_attention(q, k, v, softpick_eps,
                                                                         **kw),
-    options=(Option("softpick_eps", 1e-6, non_negative),),
+    options=(Option("softpick_eps", 1e-6, number(0)),),
     fast_pays_off=_row_local_pays_off, causal_safe=True,
     paper=_paper("Zuhri et al. 2025", "2504.20966")))
 SSMAX = register(Normalization(

@@ -70,7 +70,6 @@ def base_config() -> ml_collections.ConfigDict:
   c.task.seq_len = 128
   c.task.vocab_size = 100
   c.task.output = "tokens"      # tokens | first | classes | token_classes
-  c.task.min_margin = 0         # majority task: the majority type's least lead
 
   c.model = ml_collections.ConfigDict()
   c.model.d_model = 128
@@ -229,9 +228,6 @@ def _validate_fields(config) -> None:
   if config.task.output not in task.outputs:
     _fail("task.output", config.task.output,
           f"the {config.task.name} task needs one of {task.outputs}")
-  if (isinstance(config.task.min_margin, bool) or config.task.min_margin < 0
-      or config.task.min_margin > config.task.seq_len):
-    _fail("task.min_margin", config.task.min_margin, "must lie in [0, task.seq_len]")
   for field in SWITCHES:
     _switch(config, field)
   check_config_float("train.l2", config.train.l2, 0)

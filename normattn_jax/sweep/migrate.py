@@ -1,5 +1,7 @@
 """How an old sweep ``config.json`` reads as today's: its switches were the strings "auto" (or
-""), "true" and "false", and its normalisation a flat top-level ``normalization`` field.
+""), "true" and "false", its normalisation a flat top-level ``normalization`` field, and the
+majority task's ``min_margin`` a field of every sweep's ``task`` section (now the majority
+task's own setting).
 """
 from __future__ import annotations
 
@@ -39,6 +41,17 @@ def with_boolean_switches(stored: dict) -> dict:
   return {**stored, **{name: section for name, section in sections.items() if name in stored}}
 
 
+def without_shared_min_margin(stored: dict) -> dict:
+  """A stored sweep tree without ``task.min_margin`` where its task does not own it (every sweep
+  config had the field, at 0, before it was the majority task's setting)."""
+  task = stored.get("task")
+  if not isinstance(task, dict) or "min_margin" not in task or task.get("name") == "majority":
+    return stored
+  return {**stored, "task": {k: v for k, v in task.items() if k != "min_margin"}}
+
+
 def migrate_sweep(tree: dict) -> dict:
-  """An old sweep ``config.json`` tree's switches as booleans and its attention as one section."""
-  return with_attention_section(with_boolean_switches(tree), "", "normalization", "attention", ())
+  """An old sweep ``config.json`` tree's switches as booleans, its attention as one section, and
+  no ``task.min_margin`` its task does not own."""
+  return with_attention_section(without_shared_min_margin(with_boolean_switches(tree)), "",
+                                "normalization", "attention", ())

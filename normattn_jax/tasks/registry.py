@@ -3,9 +3,9 @@
 The grid engine, the config validation and the figures look a task up here instead of testing
 for its name, so a task registered from user code (``register(Task(...))``) trains through
 ``run_sweep`` and the sweep CLI (``--plugins=my_tasks``) like a built-in one. A task owns its
-settings as a normalisation owns its options (``Setting``: name, default, rule): a sweep sets
-them in its ``task`` section (``--config.task.<setting>=...``), and the task's functions read
-them, defaults filled in, from ``resolved_settings``.
+settings as a normalisation owns its options (``validation.Option``: name, default, rule): a
+sweep sets them in its ``task`` section (``--config.task.<setting>=...``), and the task's
+functions read them, defaults filled in, from ``resolved_settings``.
 """
 from __future__ import annotations
 
@@ -15,15 +15,15 @@ from typing import Any, Callable, Optional
 import jax
 import numpy as np
 
+from normattn_jax import _moved
 from normattn_jax.models.sequence import OUTPUTS
 from normattn_jax.registry import Registry
-from normattn_jax.validation import fail_config
+from normattn_jax.validation import Option, fail_config
 
 Array = jax.Array
 # The fields of a config's ``task`` section that every task shares (``train.config``): a setting
 # of one task may not take their names, which the validation would read as the shared field.
-SHARED_FIELDS = ("name", "seq_len", "vocab_size", "output", "min_margin")
-INT32_MAX = 2**31 - 1  # the samplers compute in int32
+SHARED_FIELDS = ("name", "seq_len", "vocab_size", "output")
 # sample(key, batch_size, seq_len, settings) -> (inputs [batch, seq_len] int32, labels)
 Sampler = Callable[[Array, int, int, Any], tuple[Array, Array]]
 
@@ -40,49 +40,6 @@ def fail(field: str, value, why: str):
     ValueError: always.
   """
   fail_config(f"task.{field}", value, why)
-
-
-def any_value(value) -> Optional[str]:
-  """The default ``Setting.problem``: accept any value.
-
-  Args:
-    value: the setting's value (ignored).
-
-  Returns:
-    None.
-  """
-  del value
-  return None
-
-
-def positive_int(value) -> Optional[str]:
-  """``Setting.problem`` of an integer >= 1 (e.g. a period or a count) that int32 holds, as
-  the samplers compute in it (2**70 would fail inside one as an anonymous OverflowError).
-
-  Args:
-    value: the setting's value.
-
-  Returns:
-    None, or why ``value`` is refused.
-  """
-  if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-    return "must be an integer >= 1"
-  if value > INT32_MAX:
-    return f"must be at most {INT32_MAX} (the samplers compute in int32)"
-  return None
-
-
-@dataclasses.dataclass(frozen=True)
-class Setting:
-  """A setting of one task, owned by it: its name in a config's ``task`` section, its default
-  and its rule.
-
-  - ``problem(value)``: why ``value`` is refused ("must be ..."), or None when it is accepted;
-    called by the config validation before anything compiles.
-  """
-  name: str
-  default: Any
-  problem: Callable[[Any], Optional[str]] = any_value
 
 
 def same_length(seq_len: int) -> int:
@@ -161,7 +118,7 @@ class Task:
       run with; called by the config validation before anything compiles.
     grouped_eval: extra evaluation sets scored per group, or None.
     num_classes: ``settings -> classes`` of a class output, or None for one per token type.
-    settings: the settings the task owns (``Setting``), in the config's ``task`` section
+    settings: the settings the task owns (``Option``), in the config's ``task`` section
       beside the fields every task shares; its functions find them there, each at its default
       where the config leaves it out.
   """
@@ -173,7 +130,7 @@ class Task:
   check: Callable[[Any], None] = no_rules
   grouped_eval: Optional[GroupedEval] = None
   num_classes: Optional[Callable[[Any], int]] = None
-  settings: tuple[Setting, ...] = ()
+  settings: tuple[Option, ...] = ()
 
   def setting_defaults(self) -> dict[str, Any]:
     """Each setting the task owns -> its default."""
@@ -207,22 +164,22 @@ class Task:
 
 
 def _check(task: Task) -> None:
-  """A task's labels must match one of the output heads; its settings are ``Setting`` objects
+  """A task's labels must match one of the output heads; its settings are ``Option`` objects
   of distinct names, none a shared field's (``SHARED_FIELDS``), each default kept by its rule."""
   if not task.outputs or any(output not in OUTPUTS for output in task.outputs):
     raise ValueError(f"task {task.name!r}: outputs must be a non-empty tuple from {OUTPUTS}, "
                      f"got {task.outputs!r}")
   setting_names = [getattr(setting, "name", None) for setting in task.settings]
-  if (not all(isinstance(s, Setting) for s in task.settings)
+  if (not all(isinstance(s, Option) for s in task.settings)
       or len(set(setting_names)) != len(setting_names)):
-    raise ValueError(f"task {task.name!r}: settings must be Setting objects of distinct names, "
+    raise ValueError(f"task {task.name!r}: settings must be Option objects of distinct names, "
                      f"got {task.settings!r}")
   shared = sorted(set(setting_names) & set(SHARED_FIELDS))
   if shared:
     raise ValueError(f"task {task.name!r}: settings {shared} take the names of fields every "
                      f"task shares {SHARED_FIELDS}, which the config would read instead")
   for setting in task.settings:
-    why = setting.problem(setting.default)
+    why = setting.refusal(setting.default)
     if why:
       raise ValueError(f"task {task.name!r}: setting {setting.name}'s default "
                        f"{setting.default!r} breaks its own rule: {why}")
@@ -240,7 +197,7 @@ def check_settings(task: Task, section) -> None:
   """
   for setting in task.settings:
     if setting.name in section:
-      why = setting.problem(section[setting.name])
+      why = setting.refusal(section[setting.name])
       if why:
         fail(setting.name, section[setting.name], why)
 
@@ -332,3 +289,8 @@ unregister = REGISTRY.unregister
 get = REGISTRY.get
 names = REGISTRY.names
 TASKS = REGISTRY.view  #: the live, tuple-like view of the names
+
+
+def __getattr__(name: str):
+  """The previous release's names of this module (``normattn_jax._moved``)."""
+  return _moved.moved_attribute(__name__, name)

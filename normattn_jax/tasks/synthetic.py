@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from normattn_jax.tasks import registry
+from normattn_jax.validation import Option, integer
 
 ARGMIN_TOKEN = 64  # if it occurs, the label is the position of the smallest token
 FIRST_TOKEN = 50   # else, if it occurs, the label is the first position
@@ -295,10 +296,17 @@ MODE_FINDING = registry.register(registry.Task(
     outputs=("classes",),
     validation_length=lambda seq_len: 2 * seq_len,  # the NAP paper validates at 2N
     positional=False))  # counting tasks have no positional embedding in the paper
+def _check_majority_settings(settings) -> None:
+  if settings.min_margin > settings.seq_len:
+    registry.fail("min_margin", settings.min_margin, "must lie in [0, task.seq_len]")
+
+
 MAJORITY = registry.register(registry.Task(
     "majority", lambda key, batch_size, seq_len, settings: majority(
         key, batch_size, seq_len, settings.vocab_size, settings.min_margin),
-    outputs=("token_classes",), positional=False))
+    outputs=("token_classes",), positional=False, check=_check_majority_settings,
+    # the majority type's least lead over the runner-up, in tokens (the paper: 6)
+    settings=(Option("min_margin", 0, integer(0)),)))
 
 #: The names above, fixed -- what the library ships, whatever a user registers later.
 BUILTIN_TASKS = registry.names()
