@@ -18,6 +18,7 @@ from absl import app, flags
 
 from normattn_jax.reporting import mutations, verdicts
 from normattn_jax.reporting.reproduction import Results
+from normattn_jax.cli.command import parse_flags
 
 _DOCUMENT = flags.DEFINE_string("document", "REPRODUCTION.md", "The document.")
 _RESULTS = flags.DEFINE_string("results", "results", "The folder of the committed results.")
@@ -54,4 +55,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)

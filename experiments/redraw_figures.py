@@ -23,6 +23,7 @@ import os
 import numpy as np
 from absl import app, flags
 
+from normattn_jax.cli.command import parse_flags
 from normattn_jax.reporting import analysis_figures, figures, provenance, training_figures
 from normattn_jax.sweep import artifacts, seeds
 
@@ -173,4 +174,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)

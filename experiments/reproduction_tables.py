@@ -17,6 +17,7 @@ import sys
 from absl import app, flags
 
 from normattn_jax.reporting import reproduction, verdicts
+from normattn_jax.cli.command import parse_flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -60,4 +61,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)

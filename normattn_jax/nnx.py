@@ -24,7 +24,8 @@ from flax.nnx.nn.attention import dot_product_attention
 from normattn_jax.attention import fast as fast_lib
 from normattn_jax.attention import fused as fused_lib
 from normattn_jax.attention.module import (check_attention_fields, check_cache_room,
-                                          check_decodable, takes_fast_path)
+                                          check_decodable, takes_fast_path, taking_part,
+                                          zero_outside)
 from normattn_jax.attention.module_spec import ADDITIONS, AttentionModuleSpec
 from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.validation import check_int
@@ -43,7 +44,7 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
   ``qkv_features``, ``out_features``, ``num_kv_heads``, ``dropout_rate``, ``decode``,
   ``normalize_qk``, ``rngs``, ...), except ``attention_fn``, which this module replaces (a
   custom one is refused). The added arguments, ``normalization``, ``implementation``,
-  ``scale_logits`` and ``block_size``, are the Linen
+  ``scale_logits``, ``block_size`` and ``allow_future_leak``, are the Linen
   :class:`normattn_jax.attention.MultiHeadAttention`'s fields of those names (see
   ``__init__``); its ``output_gate``, ``qk_norm`` and ``differential`` are refused here (flax's
   own ``normalize_qk`` works). A normalisation's per-head parameters are ``nnx.Param``
@@ -62,7 +63,8 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
                implementation: str = "auto", scale_logits: Optional[bool] = None,
                block_size: int = fast_lib.DEFAULT_BLOCK, output_gate: Optional[str] = None,
                qk_norm: Optional[str] = None, differential: bool = False,
-               attention_fn=dot_product_attention, rngs: nnx.Rngs, **kwargs):
+               allow_future_leak: bool = False, attention_fn=dot_product_attention,
+               rngs: nnx.Rngs, **kwargs):
     """Check every field, then build flax's module and the normalisation's parameters.
 
     Args:
@@ -87,6 +89,7 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
       output_gate: must be None (the Linen module's option, not supported here).
       qk_norm: must be None (idem; flax's ``normalize_qk`` is available).
       differential: must be False (idem).
+      allow_future_leak: accept causal calls of a normalisation that is not causal-safe.
       attention_fn: must be flax's ``dot_product_attention`` (the default); this module
         computes the attention itself.
       rngs: the ``nnx.Rngs`` of the parameters (and of dropout, as in flax).
@@ -118,6 +121,8 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
     if scale_logits not in (None, True, False):
       raise ValueError(f"scale_logits must be None, True or False, got {scale_logits!r}")
     check_int("block_size", block_size)
+    if not isinstance(allow_future_leak, bool):
+      raise ValueError(f"allow_future_leak must be True or False, got {allow_future_leak!r}")
     if kwargs.get("decode"):
       check_decodable(spec)
     super().__init__(num_heads, in_features, qkv_features, out_features, num_kv_heads,
@@ -129,6 +134,7 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
     self.implementation = implementation
     self.scale_logits = scale_logits
     self.block_size = block_size
+    self.allow_future_leak = allow_future_leak
     norm, options = spec.normalization, spec.resolved()
     for param in norm.params:
       if hasattr(self, param.name):
@@ -162,11 +168,24 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
       The output ``[batch..., q, out_features]``.
 
     Raises:
-      ValueError: flax's errors, and ``decode`` with a normalisation that normalises over the
-        queries or with implementation="fast".
+      ValueError: flax's errors, ``decode`` with a normalisation that normalises over the
+        queries or with implementation="fast", and a causal call (``is_causal``, or a concrete
+        causal ``mask``) of a normalisation that is not causal-safe, unless the module was made
+        with ``allow_future_leak=True``.
     """
+    self.normalization.normalization.check_causal(
+        causal=is_causal, mask=mask, allow_future_leak=self.allow_future_leak,
+        name=str(self.normalization))
     room = None
-    if decode or (decode is None and self.decode):
+    decoding = decode or (decode is None and self.decode)
+    flax_refuses = inputs_k is None and inputs_v is not None  # flax's error, raised below
+    if mask is not None and not decoding and not flax_refuses:  # padding's NaN or inf: no harm
+      queries, keys = taking_part(jnp.asarray(mask) != 0, None, None, inputs_q.ndim - 2)
+      inputs_k = inputs_q if inputs_k is None else inputs_k
+      inputs_v = inputs_k if inputs_v is None else inputs_v
+      inputs_q, inputs_k, inputs_v = (zero_outside(inputs_q, queries),
+                                      zero_outside(inputs_k, keys), zero_outside(inputs_v, keys))
+    if decoding:
       check_decodable(self.normalization)
       if self.implementation == "fast":
         raise ValueError("implementation='fast' cannot decode: the cache adds a dense mask of "
@@ -251,13 +270,15 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
                                   dense_mask=mask is not None, structured="is_causal"):
       out = norm.fused_attention(query, key, value, params, options,
                                  mask=None if mask is None else jnp.asarray(mask).astype(bool),
-                                 causal=is_causal, block_size=self.block_size)
+                                 causal=is_causal, block_size=self.block_size,
+                                 allow_future_leak=self.allow_future_leak)
       return out.astype(dtype)
     if takes_fast_path(spec, self.implementation, blockers, n_q, n_k, query.shape[-1],
                        is_causal, num_logits, structured="is_causal"):
       to_heads = lambda x: jnp.swapaxes(x, -2, -3)  # [..., n, h, d] <-> [..., h, n, d]
       out = norm.fast_attention(to_heads(query), to_heads(key), to_heads(value), params, options,
-                                causal=is_causal, block_size=self.block_size)
+                                causal=is_causal, block_size=self.block_size,
+                                allow_future_leak=self.allow_future_leak)
       return to_heads(out).astype(dtype)
 
     if mask is not None:

@@ -379,3 +379,23 @@ def dotted_holder(tree: dict, field: str) -> tuple[Optional[dict], str]:
   for section in sections:
     tree = tree.get(section) if isinstance(tree, dict) else None
   return (tree if isinstance(tree, dict) else None), key
+
+
+def check_bool_fields(config, base, prefix: str = "") -> None:
+  """Refuse a value that is not True or False in each field whose default in ``base`` is one
+  (``--config.train.shard_parameters=None`` would otherwise read as False).
+
+  Args:
+    config: the config (a ConfigDict or nested dicts), holding ``base``'s fields.
+    base: the kind's config at its defaults.
+    prefix: the dotted path of ``base`` within the whole config.
+
+  Raises:
+    ValueError: ``config.<field>=<value>: must be True or False`` for the first such field.
+  """
+  for name, default in base.items():
+    field = f"{prefix}{name}"
+    if hasattr(default, "items") and hasattr(config.get(name), "items"):
+      check_bool_fields(config[name], default, f"{field}.")
+    elif isinstance(default, bool) and name in config and not isinstance(config[name], bool):
+      fail_config(field, config[name], "must be True or False")

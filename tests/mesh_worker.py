@@ -12,11 +12,7 @@ import jax
 import numpy as np
 
 from normattn_jax.sweep.programs import train_grid
-from helpers.mesh import GRID_SHARDS, grid_config, pretraining_steps
-
-
-def flat(tree) -> np.ndarray:
-  return np.concatenate([np.ravel(np.asarray(x)) for x in jax.tree.leaves(tree)])
+from helpers.mesh import GRID_SHARDS, first_step, flat, grid_config, pretraining_steps
 
 
 def main(out: str) -> None:
@@ -30,6 +26,7 @@ def main(out: str) -> None:
   run = train_grid(grid_config(GRID_SHARDS), "mte", on_chunk=record)
   np.savez(os.path.join(out, "grid.npz"), params=flat(run.state.params), **run.metrics)
   layout["asked"] = layout["grid"]
+  np.savez(os.path.join(out, "first_step.npz"), **first_step(GRID_SHARDS))
   losses, state = pretraining_steps(shard_parameters=True)
   layout["pretraining"] = [[list(x.shape), str(x.sharding.spec)]
                            for x in jax.tree.leaves((state.params, state.opt_state))]

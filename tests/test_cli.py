@@ -98,6 +98,27 @@ def test_the_compilation_cache_is_on_by_default_under_the_users_cache(tmp_path):
     jax.config.update("jax_compilation_cache_dir", given)
 
 
+def test_a_compilation_cache_pointed_at_a_file_is_said_once_and_left_off(tmp_path):
+  """JAX warned on every program it compiled ("Error reading persistent compilation cache
+  entry ... Not a directory"); the run now says it once, naming the path, and compiles
+  without it."""
+  import jax
+  from normattn_jax.cli import command as cli
+  (tmp_path / "file").write_text("not a folder")
+  given = jax.config.jax_compilation_cache_dir
+  try:
+    for environ, path in (({"XDG_CACHE_HOME": str(tmp_path / "file")}, "file/normattn_jax/jax"),
+                          ({}, "file")):
+      jax.config.update("jax_compilation_cache_dir",
+                        None if environ else str(tmp_path / "file"))  # JAX_COMPILATION_CACHE_DIR
+      with pytest.warns(UserWarning, match=f"the compilation cache {tmp_path / path} cannot be "
+                                           f"a folder .*compiles without it"):
+        assert cli.enable_compilation_cache(True, environ) is None
+      assert jax.config.jax_compilation_cache_dir is None
+  finally:
+    jax.config.update("jax_compilation_cache_dir", given)
+
+
 def test_a_run_resumed_on_another_device_count_says_so(tmp_path, monkeypatch):
   import json
   import pytest
@@ -148,3 +169,39 @@ def test_quick_compile_comes_before_the_first_computation():
     cli.quick_compile({})
   if os.environ.get("NORMATTN_JAX_TEST_OPTIMIZED", "0") != "1":
     assert set(cli.QUICK_COMPILE_FLAGS) <= set(os.environ["XLA_FLAGS"].split())
+
+
+def test_a_config_field_given_twice_is_found_by_its_name():
+  """ml_collections joins a repeated tuple flag's values and keeps a scalar's last: each config
+  flag given twice is found, in any spelling; ``--`` ends the flags."""
+  argv = ["run.py", "--config=demo", "--config.archs=('nap',)", "--workdir=w",
+          "--config.archs", "('mte',)", "--noconfig.model.flag", "-config.model.flag",
+          "--configs=1", "--", "--config.seed=1", "--config.seed=2"]
+  assert cli.repeated_config_fields(argv) == ["config.archs", "config.model.flag"]
+  assert cli.repeated_config_fields(["run.py", "--config=a.py", "--config", "b.py"]) == ["config"]
+  assert cli.repeated_config_fields(["run.py", "--config=a.py", "--config.archs=('nap',)"]) == []
+  assert cli.usage_problem(["run.py"], ["run.py"]) is None
+
+
+def test_a_repeated_config_field_and_stray_arguments_are_refused_before_anything_runs():
+  """The union of two --config.archs, and an unquoted workdir with a space, each exit with a
+  usage error naming what was given (the config would also fail, so nothing trains anyway)."""
+  sweep = [sys.executable, "-m", "normattn_jax.cli.sweep", "--config=demo",
+           "--config.num_seeds=0"]
+  for extra, said in (
+      (["--config.archs=('nap',)", "--config.archs=('mte',)", "--workdir=/nowhere"],
+       "--config.archs is given more than once"),
+      (["--workdir", "/nowhere/my", "runs", "a"],
+       "unexpected positional arguments ['runs', 'a']")):
+    done = subprocess.run(sweep + extra, capture_output=True, text=True, cwd=REPO, timeout=300,
+                          env=subprocess_env())
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert said in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("minutes", ["nan", "inf"])
+def test_a_budget_that_is_not_a_finite_number_of_minutes_is_a_usage_error(minutes):
+  done = command(f"--max_minutes={minutes}", "--workdir=/nowhere")
+  assert done.returncode == 1, done.stderr[-2000:]
+  assert (f"flag --max_minutes={minutes}: must be a finite number of minutes (0: no limit)"
+          in done.stderr), done.stderr[-2000:]

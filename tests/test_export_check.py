@@ -198,3 +198,30 @@ def test_a_callback_custom_call_is_named_even_past_the_jaxpr():
     assert exports.module_problems(program, "cuda", "", (target,)) == [
         f"custom_call ['{target}']: a host callback in a training step"]
   assert exports.module_problems(program, "cuda", "", ("__cudnn$fmhaSoftmax",)) == []
+
+
+@pytest.mark.slow  # a grid, a pre-training and a fine-tuning exported: a minute and more
+def test_a_plugin_exports_on_every_kind_and_an_empty_check_is_refused(tmp_path):
+  """A plugin's normalisation, causal-safe or not, checked on every kind of program: each kind
+  exports on both platforms (a card has no LM, so no program, for one that is not
+  causal-safe, which the command says); a check that would check nothing is refused."""
+  (tmp_path / "probe_norms.py").write_text(
+      "from normattn_jax.attention.registry import Normalization, register\n"
+      "from normattn_jax.attention.weights import softmax_weights\n"
+      "register(Normalization('probe_safe', softmax_weights, causal_safe=True))\n"
+      "register(Normalization('probe_unsafe', softmax_weights))\n")
+  env = subprocess_env(tmp_path)
+  command = [sys.executable, "-m", "normattn_jax.cli.export_check",
+             "--plugins=probe_norms", "--quiet"]
+  for name, kinds in (("probe_safe", exports.KINDS),
+                      ("probe_unsafe", [k for k in exports.KINDS if k != "card"])):
+    done = subprocess.run(command + [f"--normalization={name}"], env=env, capture_output=True,
+                          text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for kind in kinds:
+      assert re.search(rf"{kind} +\d+ programs +\d+ exports +0 failed", done.stdout), kind
+  assert re.search(r"card +0 programs: none for probe_unsafe", done.stdout), done.stdout
+  empty = subprocess.run(command + ["--normalization=probe_unsafe", "--kinds=card"], env=env,
+                         capture_output=True, text=True, timeout=300)
+  assert empty.returncode == 1 and "no program of the kinds ['card'] for probe_unsafe" in (
+      empty.stderr), empty.stderr[-2000:]

@@ -26,14 +26,18 @@ def inputs(n, seed=0, scale=1.0):
 
 
 
+# The paths' numbers are compared under causal masks too: DNAS, HNAS and Sinkhorn are then
+# computed with the opt-in (their outputs see later positions, test_causality.py).
+LEAK = dict(allow_future_leak=True)
 PAIRS = {
     "softmax": (lambda q, k, v, **m: fast.softmax_attention(q, k, v, block_size=8, **m),
                 lambda l, m: W.softmax_weights(l, m)),
-    "dnas": (lambda q, k, v, **m: fast.dnas_attention(q, k, v, block_size=8, **m),
+    "dnas": (lambda q, k, v, **m: fast.dnas_attention(q, k, v, block_size=8, **LEAK, **m),
              lambda l, m: W.dnas_weights(l, m)),
-    "hnas": (lambda q, k, v, **m: fast.hnas_attention(q, k, v, 0.3, block_size=8, **m),
+    "hnas": (lambda q, k, v, **m: fast.hnas_attention(q, k, v, 0.3, block_size=8, **LEAK, **m),
              lambda l, m: W.hnas_weights(l, 0.3, m)),
-    "sinkhorn": (lambda q, k, v, **m: fast.sinkhorn_attention(q, k, v, 3, block_size=16, **m),
+    "sinkhorn": (lambda q, k, v, **m: fast.sinkhorn_attention(q, k, v, 3, block_size=16, **LEAK,
+                                                              **m),
                  lambda l, m: W.sinkhorn_weights(l, 3, m)),
     "nap": (lambda q, k, v, **m: fast.nap_attention(q, k, v, 1.3, 0.2, **m),
             lambda l, m: W.nap_weights(l, 1.3, 0.2, m)),
@@ -102,9 +106,10 @@ def test_rows_without_a_valid_key_are_zero():
 def test_module_paths_agree_with_the_same_params(normalization):
   x = jax.random.normal(jax.random.key(1), (2, 12, 16))
   pad = jnp.arange(12)[None] < jnp.array([[12], [9]])
-  quad = MultiHeadAttention(num_heads=2, normalization=normalization, implementation="quadratic")
+  quad = MultiHeadAttention(num_heads=2, normalization=normalization, implementation="quadratic",
+                            allow_future_leak=True)
   quick = MultiHeadAttention(num_heads=2, normalization=normalization, implementation="fast",
-                             block_size=4)
+                             block_size=4, allow_future_leak=True)
   params = quad.init(jax.random.key(2), x)
   for causal in (False, True):
     kwargs = dict(query_mask=pad, key_mask=pad, causal=causal)

@@ -127,6 +127,19 @@ def test_offline_tasks_keep_max_examples_per_split(root, tokenizer, load):
 
 # ----- refused before the workdir is written -----
 
+def test_a_second_fine_tuning_into_a_running_ones_workdir_is_refused(root, tmp_path):
+  """Two fine-tunings of one workdir at once: the second is refused by the first's lock before
+  it pins its starting point or writes anything."""
+  import socket
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  (workdir / "run.lock").write_text(json.dumps({"pid": os.getppid(),
+                                                "host": socket.gethostname()}))
+  with pytest.raises(WorkdirError, match="is in use by process"):
+    ft.run_finetuning(tiny_finetune_config(root), str(workdir), **QUIET)
+  assert os.listdir(workdir) == ["run.lock"]
+
+
 def test_the_corrected_command_needs_no_afresh(root, tmp_path):
   workdir = str(tmp_path / "run")
   c = tiny_finetune_config(root)

@@ -69,8 +69,10 @@ def quadratic(name, q, k, v, params, mask):
 
 
 def fused_path(name, q, k, v, params, query_mask, key_mask, causal, mask=None):
+  """The fused path; causal calls of DNAS, HNAS and Sinkhorn are compared with the opt-in."""
   return get(name).fused_attention(q, k, v, params, query_mask=query_mask, key_mask=key_mask,
-                                   causal=causal, mask=mask, block_size=BLOCK)
+                                   causal=causal, mask=mask, block_size=BLOCK,
+                                   allow_future_leak=True)
 
 
 def assert_same(got, want, tol=1e-5):
@@ -179,7 +181,8 @@ def test_leading_axes_and_unequal_value_width():
   k = jax.random.normal(ks[1], (2, 3, 6, H, D))
   v = jax.random.normal(ks[2], (2, 3, 6, H, 2 * D + 1))
   key_mask = jax.random.bernoulli(ks[3], 0.7, (2, 3, 6))
-  got = quick(lambda *a: fused.dnas_attention(*a, key_mask=key_mask, causal=True))(q, k, v)
+  got = quick(lambda *a: fused.dnas_attention(*a, key_mask=key_mask, causal=True,
+                                              allow_future_leak=True))(q, k, v)
   mask = key_mask[..., None, None, :] & jnp.tril(jnp.ones((5, 6), bool), 1)
   want = jnp.einsum("...hqk,...khe->...qhe",
                     get("dnas").attention_weights(jnp.einsum("...qhd,...khd->...hqk", q, k),
@@ -355,7 +358,8 @@ def test_the_auto_rule(monkeypatch):
 def test_auto_takes_the_fused_path_on_cudnn_from_its_minimum_length(monkeypatch):
   kernels = simulated_cudnn(monkeypatch)
   x = jax.random.normal(jax.random.key(8), (1, fused.AUTO_MIN_KEYS, 16))
-  layer = MultiHeadAttention(num_heads=2, normalization="dnas", dtype=jnp.bfloat16)
+  layer = MultiHeadAttention(num_heads=2, normalization="dnas", dtype=jnp.bfloat16,
+                             allow_future_leak=True)
   params = quick(layer.init)(jax.random.key(9), x[:, :6])
   apply = quick(lambda p, x: layer.apply(p, x, causal=True))
   kernels.clear()
@@ -363,7 +367,8 @@ def test_auto_takes_the_fused_path_on_cudnn_from_its_minimum_length(monkeypatch)
   assert kernels == []  # one key short: the quadratic path
   got = apply(params, x)
   assert kernels == ["cudnn"] * 3  # the offsets' two calls, then the attention
-  quad = MultiHeadAttention(num_heads=2, normalization="dnas", implementation="quadratic")
+  quad = MultiHeadAttention(num_heads=2, normalization="dnas", implementation="quadratic",
+                            allow_future_leak=True)
   want = quick(lambda p, x: quad.apply(p, x, causal=True))(params, x)
   np.testing.assert_allclose(got.astype(jnp.float32), want, atol=5e-2, rtol=5e-2)
 
@@ -374,9 +379,10 @@ def test_the_module_gives_the_quadratic_answer(name):
   x = jax.random.normal(jax.random.key(5), (2, 7, 8))
   memory = jax.random.normal(jax.random.key(6), (2, 5, 8))
   padding = lengths_mask([7, 5], 7)
-  quad = MultiHeadAttention(num_heads=2, normalization=name, implementation="quadratic")
+  quad = MultiHeadAttention(num_heads=2, normalization=name, implementation="quadratic",
+                            allow_future_leak=True)
   fuse = MultiHeadAttention(num_heads=2, normalization=name, implementation="fused",
-                            block_size=BLOCK)
+                            block_size=BLOCK, allow_future_leak=True)
   params = quad.init(jax.random.key(6), x)
   params = {"params": dict(params["params"], **PARAMS[name])}  # away from the initial values
 
@@ -437,7 +443,8 @@ def test_nnx_fused_equals_quadratic():
   key_mask = nnx.make_attention_mask(jnp.ones((2, 6)), lengths_mask([4, 6], 6))
   for name in NAMES:
     modules = {impl: NnxAttention(4, 16, normalization=name, implementation=impl, decode=False,
-                                  rngs=nnx.Rngs(0)) for impl in ("quadratic", "fused")}
+                                  allow_future_leak=True, rngs=nnx.Rngs(0))
+               for impl in ("quadratic", "fused")}
     calls = [dict(is_causal=True)] + [dict(mask=key_mask)] * (name in ROW_WISE)
     for call in calls:
       got, want = (nnx.jit(lambda m, x, call=call: m(x, **call))(modules[impl], x)

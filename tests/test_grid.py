@@ -1,5 +1,6 @@
 """The grid engine: validation, determinism, resume, divergence isolation, 8 devices."""
 import json
+import re
 import os
 import subprocess
 import sys
@@ -157,16 +158,52 @@ def test_rows_past_the_last_checkpoint_are_logged_once(reference, tmp_path):
   assert history_bytes(tmp_path) == history_bytes(reference)
 
 
-def test_a_sweep_stopped_by_time_keeps_its_last_chunk_and_resumes(reference, tmp_path):
+@pytest.mark.parametrize("every", [2, 0])
+def test_a_sweep_stopped_by_time_keeps_its_last_chunk_and_resumes(reference, tmp_path, every):
   """--max_minutes (the GPU queue's way to end a loan's sweep): the chunk that passed the time
-  is checkpointed though it is no checkpoint_every multiple, and the rerun ends as one run."""
-  config = tiny_sweep_config(**{"train.checkpoint_every": 2})
+  is checkpointed though it is no checkpoint_every multiple, and even with checkpoints off (0,
+  where the rerun started over), and the rerun ends as one run."""
+  config = tiny_sweep_config(**{"train.checkpoint_every": every})
   with pytest.raises(Interrupted, match="out of time after 1 of"):
     run(config, tmp_path, budget=Budget(minutes=1e-9))
   [grid] = os.listdir(tmp_path / "checkpoints")
   assert sorted(os.listdir(tmp_path / "checkpoints" / grid)) == ["1"]
   run(config, tmp_path)
   assert history_bytes(tmp_path) == history_bytes(reference)
+
+
+def finished_run_flags(workdir):
+  """The command line's flags of a plain rerun of ``workdir`` (``cli.run_kind``)."""
+  from types import SimpleNamespace
+
+  from normattn_jax.cli import command as cli
+  given = dict(workdir=str(workdir), distributed=False, coordinator_address="", num_processes=0,
+               process_id=-1, afresh=False, plugins=[], cpu_devices=None,
+               compilation_cache=False, max_minutes=0.0)
+  return cli.RunFlags(**{name: SimpleNamespace(value=value) for name, value in given.items()})
+
+
+def test_a_finished_run_rerun_draws_only_its_missing_figures(reference, tmp_path, monkeypatch):
+  """A rerun of a finished sweep returns its summary; of its figures only a missing one is
+  drawn (the others keep their bytes and times), and a read-only workdir is left alone."""
+  import shutil
+
+  from normattn_jax.cli import command as cli
+  workdir = tmp_path / "finished"
+  shutil.copytree(reference, workdir)
+  config, flags_ = tiny_sweep_config(), finished_run_flags(workdir)
+  figures = ("accuracy.png", "case_accuracy.png", "learning_curves.png")
+  assert cli.run_kind(config, flags_) == read(reference)
+  kept = {name: (workdir / name).stat().st_mtime_ns for name in figures}
+  (workdir / "learning_curves.png").unlink()
+  cli.run_kind(config, flags_)
+  assert (workdir / "learning_curves.png").exists()
+  for name in ("accuracy.png", "case_accuracy.png"):
+    assert (workdir / name).stat().st_mtime_ns == kept[name]
+  (workdir / "accuracy.png").unlink()
+  monkeypatch.setattr(cli.os, "access", lambda path, mode: False)  # a read-only mount
+  assert cli.run_kind(config, flags_) == read(reference)
+  assert not (workdir / "accuracy.png").exists()
 
 
 def test_the_budget_stops_before_a_chunk_it_cannot_pay():
@@ -493,3 +530,27 @@ def test_a_non_finite_steps_reference_is_refused():
                                            steps_scale="inverse", steps_reference=float("inf")))
   with pytest.raises(ValueError, match=r"config.sweep.steps_reference=inf: .*finite"):
     validate(c)
+
+
+def test_the_engine_refuses_bad_widths_and_models_axes_before_tracing():
+  """Grid.of took a negative, fractional or boolean width and no models at all (an anonymous
+  TypeError in a reshape, or a run of nothing); run_grid padded too few keys with other models'
+  keys and failed on too many inputs with "negative dimensions"."""
+  from normattn_jax.train.grid import Grid, run_grid
+  init = lambda key, hp: {"w": jnp.zeros(3) + hp}
+  chunk = lambda state, hp: ({"w": state["w"] + hp}, {"loss": jnp.sum(state["w"])})
+  for kwargs, said in ((dict(num_models=0), "num_models must be a positive integer, got 0"),
+                       (dict(num_models=3, per_vmap=-1), "per_vmap must be an integer >= 0"),
+                       (dict(num_models=3, per_vmap=1.5), "per_vmap must be an integer >= 0"),
+                       (dict(num_models=3, per_vmap=True), "per_vmap must be an integer >= 0")):
+    with pytest.raises(ValueError, match=re.escape(said)):
+      Grid.of(init, chunk, **kwargs)
+  grid = Grid.of(init, chunk, 3, 1)
+  keys, hp = np.zeros((3, 2), np.uint32), np.ones(3, np.float32)
+  for args, said in (((keys[:2], hp, 2), "keys has shape (2, 2): its leading axis must be the "
+                                         "grid's 3 models"),
+                     ((keys, {"lr": np.ones(5)}, 2), "per_model (chunk 0)['lr'] has shape (5,)"),
+                     ((keys, lambda i: np.ones(3 + i), 2), "per_model (chunk 1) has shape (4,)"),
+                     ((keys, hp, -1), "num_chunks must be an integer >= 0, got -1")):
+    with pytest.raises(ValueError, match=re.escape(said)):
+      run_grid(grid, *args)

@@ -204,3 +204,22 @@ def test_a_disk_that_fills_leaves_no_run_that_looks_finished(tmp_path):
       np.testing.assert_array_equal(got[name], want[name], err_msg=name)
   finally:
     subprocess.run(["umount", mount], capture_output=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["pretrain", "finetune"])
+def test_two_runs_started_at_once_on_one_workdir_end_as_one_run(kind, tmp_path, request):
+  """Started together, one run takes the workdir's lock and trains; the other is refused
+  (WorkdirError, nothing written), or, arriving after the first finished, returns its
+  summary; the workdir ends as one finished run, with no checkpoint left half-written."""
+  args = (request.getfixturevalue("encoder"),) if kind == "finetune" else ()
+  workdir = str(tmp_path / "run")
+  both = [child(kind, workdir, *args) for _ in range(2)]
+  ends = [(process.wait(timeout=900), process.stderr.read()) for process in both]
+  assert sorted(code == 0 for code, _ in ends) in ([False, True], [True, True]), ends
+  for code, err in ends:
+    if code:
+      assert "is in use by process" in err, err[-2000:]
+  assert os.path.exists(os.path.join(workdir, "summary.json"))
+  assert not glob.glob(os.path.join(workdir, "checkpoints", "**", "*orbax-checkpoint-tmp*"),
+                       recursive=True)

@@ -3,6 +3,7 @@ family of words for the board and every card (each card's committed words are th
 tables that render, the columns that rank, the words' stability over random halvings."""
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -218,6 +219,18 @@ def test_a_cost_row_without_its_fields_is_named():
       leaderboard.read_reports(folder)
 
 
+def test_an_unfinished_card_is_named_and_the_board_is_not_made_without_it(tmp_path):
+  """A card folder without report.json (a card still running, or killed) was dropped from the
+  board without a word; the shared baselines' folder (neither file) is not a card."""
+  shutil.copytree(os.path.join(REPO, "results", "report_cards", "softmax"), tmp_path / "softmax")
+  (tmp_path / "running").mkdir()
+  (tmp_path / "running" / "config.json").write_text('{"normalization": "sink"}')
+  (tmp_path / "baselines" / "cpu-1234").mkdir(parents=True)
+  with pytest.raises(ValueError, match=r"cards folder .*: running unfinished \(a card's "
+                                       r"config.json, no report.json yet\)"):
+    leaderboard.read_reports(str(tmp_path))
+  (tmp_path / "running" / "config.json").unlink()
+  assert [r["name"] for r in leaderboard.read_reports(str(tmp_path))] == ["softmax"]
 def lm_seeds(level, share, count=8):
   return [{"diverged": False, "final_train_loss": level, "zero_share": 0.0,
            "loss_by_band": {str(m): [level + 0.01 * i + 0.02 * b for b in range(m.bit_length())]

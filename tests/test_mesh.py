@@ -1,9 +1,9 @@
 """The (models x data) mesh: a grid lays its models over one axis and splits each model's batch
 over the other (``train.data_shards``), pre-training shards its parameters over its devices
 where ``train.shard_parameters`` asks (FSDP-style). On 8 host devices (a process of its own,
-``tests/mesh_worker.py``) both give the one-device numbers up to rounding, each array laid out
-as the config asked; a mesh that does not divide the devices or the batch is refused before
-anything compiles, with the numbers."""
+``tests/mesh_worker.py``) both give the one-device numbers to the tolerances
+docs/accelerators.md states, each array laid out as the config asked; a mesh that does not
+divide the devices or the batch is refused before anything compiles, with the numbers."""
 import json
 import os
 import subprocess
@@ -19,11 +19,7 @@ from normattn_jax.train.grid import data_shards_for
 from normattn_jax.sweep.programs import train_grid
 
 from helpers import REPO, subprocess_env
-from helpers.mesh import LEARNING_RATE, grid_config, pretraining_steps
-
-
-def flat(tree) -> np.ndarray:
-  return np.concatenate([np.ravel(np.asarray(x)) for x in jax.tree.leaves(tree)])
+from helpers.mesh import LEARNING_RATE, first_step, flat, grid_config, pretraining_steps
 
 
 @pytest.mark.slow  # a process of its own that compiles two grids and a pre-training
@@ -37,14 +33,22 @@ def test_eight_devices_give_the_one_device_numbers_laid_out_as_asked(tmp_path):
     layout = json.load(f)
   assert layout["asked"] == {"spec": "P('models',)", "mesh": {"models": 2, "data": 4}}
   assert layout["auto"] == layout["asked"]  # 3 models on 8 devices: 2 x 4
-  one = train_grid(grid_config(1), "mte")
+  # docs/accelerators.md, "The (models x data) mesh": what is equal, and to what tolerance.
+  # The same initial state bit for bit, the first step's loss to float rounding (a mean of the
+  # shards' means); Adam's first step moves each parameter by the learning rate in its
+  # gradient's sign, which a gradient within rounding of zero may flip: 2 x the rate at most.
+  one, sharded = first_step(1), np.load(tmp_path / "first_step.npz")
+  np.testing.assert_array_equal(sharded["initial"], one["initial"])
+  np.testing.assert_allclose(sharded["loss"], one["loss"], rtol=1e-6)
+  moved = np.abs(sharded["params"] - one["params"])
+  assert np.median(moved) < 1e-6 and moved.max() <= 2 * LEARNING_RATE * (1 + 1e-5)
+  # Then it drifts as two float orders do: on this grid (6 steps) the losses stay within 1e-4
+  # and the parameters within the rate per step; accuracies, counts of argmax hits, may differ
+  # by the examples whose logits nearly tie, so they are not compared value by value.
+  whole = train_grid(grid_config(1), "mte")
   eight = np.load(tmp_path / "grid.npz")
-  np.testing.assert_allclose(eight["train_loss"], one.metrics["train_loss"], rtol=1e-4)
-  for name in ("val_acc", "case_acc_first", "val_case_acc_argmax"):
-    np.testing.assert_array_equal(eight[name], one.metrics[name])
-  # Adam turns the rounding of near-zero gradients into whole steps: a few parameters move by
-  # up to the learning rate per step, the rest agree to rounding
-  difference = np.abs(eight["params"] - flat(one.state.params))
+  np.testing.assert_allclose(eight["train_loss"], whole.metrics["train_loss"], rtol=1e-4)
+  difference = np.abs(eight["params"] - flat(whole.state.params))
   assert np.median(difference) < 1e-5
   assert difference.max() <= LEARNING_RATE * 6
 

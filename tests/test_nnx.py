@@ -160,3 +160,45 @@ def test_transforms_see_the_head_params():
   step = nnx.jit(lambda m, x: m(x, decode=True))
   np.testing.assert_allclose(jnp.concatenate([step(sink, X[:, i:i + 1]) for i in range(N)], 1),
                              full, atol=1e-5)
+
+
+HUGE = 1e18  # the query and key kernels' scale: logits about 1e18
+
+
+def _huge_logit_runs(implementation: str) -> dict:
+  """Every normalisation with the path, causal (DNAS's leak accepted: the paths are compared),
+  its query and key kernels scaled so that the logits are about ``HUGE``: the outputs and the
+  parameters' gradients of its ``implementation`` and of its quadratic path, in one program."""
+  names = [n for n in registry.names()
+           if getattr(registry.get(n), implementation) is not None]
+  graphs, states = {}, {}
+  for name in names:
+    for impl in (implementation, "quadratic"):
+      module = MultiHeadAttention(H, F, normalization=name, implementation=impl, decode=False,
+                                  allow_future_leak=True, rngs=nnx.Rngs(0))
+      for layer in (module.query, module.key):
+        layer.kernel[...] = layer.kernel[...] * np.sqrt(HUGE)
+      graphs[name, impl], states[name, impl] = nnx.split(module)
+
+  @jax.jit
+  def run(states):
+    def out(key, state):
+      return nnx.merge(graphs[key], state)(X, is_causal=True)
+    return {key: (out(key, state), jax.grad(lambda s, key=key: jnp.sum(out(key, s) ** 2))(state))
+            for key, state in states.items()}
+  return run(states)
+
+
+@pytest.mark.slow  # two programs of every normalisation, forward and backward
+@pytest.mark.parametrize("implementation", ["fast", "fused"])
+def test_the_fast_and_fused_paths_are_exact_at_huge_logits(implementation):
+  """The NNX module's fast and fused paths at logits about 1e18: finite outputs and gradients,
+  and the quadratic path's outputs."""
+  found = _huge_logit_runs(implementation)
+  for (name, impl), (out, grads) in found.items():
+    assert np.isfinite(np.asarray(out)).all(), (name, impl)
+    assert all(np.isfinite(np.asarray(g)).all() for g in jax.tree.leaves(grads)), (name, impl)
+    if impl != "quadratic":
+      want = np.asarray(found[name, "quadratic"][0])
+      np.testing.assert_allclose(out, want, atol=1e-4 * (1 + np.abs(want).max()),
+                                 err_msg=f"{name} {impl}")

@@ -223,3 +223,98 @@ def test_padding_mask_errors():
     layer.apply(params, x, padding_mask=mask.astype(jnp.int32))
   with pytest.raises(ValueError, match="padding_mask of shape"):
     layer.apply(params, x, padding_mask=jnp.ones((2, N + 1), bool))
+
+
+# ----- NaN and inf in the padding (what a buffer of unwritten tokens may hold) -----
+
+def with_garbage(x):
+  """``x [2, N + PAD, D]`` with the padded positions of the first example NaN and +-inf."""
+  garbage = jnp.where(jnp.arange(D) % 3 == 0, jnp.nan, jnp.where(jnp.arange(D) % 3 == 1,
+                                                                 jnp.inf, -jnp.inf))
+  return x.at[0, N:].set(garbage)
+
+
+def garbage_effect(build, call, names, params_of):
+  """For each of ``names``: the real positions' outputs and the gradients of a loss on them, from
+  the inputs with finite and with NaN/inf padding, in one program (the two vmapped).
+
+  Args:
+    build: ``name -> module``.
+    call: ``(module, params, x) -> outputs [2, N + PAD, D]`` (the masks its own).
+    names: the normalisations.
+    params_of: ``(name, module, x) -> params`` (made outside the program).
+
+  Returns:
+    ``{name: (outputs [2 inputs, 2, N, D], gradients (tree, leading axis of 2 inputs))}``.
+  """
+  x = jax.random.normal(jax.random.key(7), (2, N + PAD, D))
+  xs = jnp.stack([x, with_garbage(x)])
+  modules = {name: build(name) for name in names}
+  params = {name: params_of(name, modules[name], x) for name in names}
+  weights = jax.random.normal(jax.random.key(8), (2, N, D))
+
+  @functools.partial(jax.jit, **QUICK)
+  def both(params, xs):
+    out = {}
+    for name, module in modules.items():
+      def loss(p, x, module=module):
+        real = call(module, p, x)[:, :N]
+        return jnp.sum(weights * real), real
+      grad = jax.value_and_grad(loss, has_aux=True)
+      (_, real), grads = jax.vmap(grad, in_axes=(None, 0))(params[name], xs)
+      out[name] = (real, grads)
+    return out
+  return both(params, xs)
+
+
+def assert_garbage_is_harmless(found):
+  """Finite, and what finite padding gives: outputs of the real positions and every gradient."""
+  for name, (real, grads) in found.items():
+    assert np.isfinite(np.asarray(real)).all(), name
+    assert_close(real[1], real[0], f"{name} outputs")
+    for (path, leaf) in jax.tree_util.tree_leaves_with_path(grads):
+      assert np.isfinite(np.asarray(leaf)).all(), (name, jax.tree_util.keystr(path))
+      assert_close(leaf[1], leaf[0], f"{name} gradient {jax.tree_util.keystr(path)}")
+
+
+LENGTHS_MASK = jnp.arange(N + PAD)[None] < jnp.array([[N], [N + PAD]])  # the first padded
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@pytest.mark.fast_subset(lambda p: p["implementation"] == "quadratic")  # the zeroing precedes
+def test_nan_and_inf_in_the_padding_reach_no_real_output_nor_gradient(implementation):
+  """Every normalisation on every path it has: 0 weight times NaN is NaN, and so was the
+  projections' gradient at a NaN position, so one NaN in the padding turned the whole
+  sequence's outputs and gradients NaN (as in flax's module); the module zeroes the inputs of
+  the positions no mask lets take part."""
+  names = [name for name in NORMALIZATIONS if has_path(name, implementation)]
+  build = lambda name: MultiHeadAttention(num_heads=H, normalization=name,
+                                          implementation=implementation)
+  found = garbage_effect(
+      build, lambda module, p, x: module.apply(p, x, padding_mask=LENGTHS_MASK), names,
+      lambda name, module, x: init(module, jax.random.key(9), x))
+  assert_garbage_is_harmless(found)
+
+
+@pytest.mark.parametrize("implementation", ["quadratic", "fused"])
+@pytest.mark.fast_subset(lambda p: p["implementation"] == "quadratic")
+def test_nan_and_inf_in_the_padding_are_harmless_in_the_nnx_module_too(implementation):
+  """The NNX module takes padding as flax's dense mask: every normalisation on the quadratic
+  path, and the fused path of those that take a dense mask (its fast path takes none)."""
+  from flax import nnx
+
+  from normattn_jax.nnx import MultiHeadAttention as NnxAttention
+  names = [name for name in NORMALIZATIONS if implementation == "quadratic"
+           or (get(name).fused is not None and not get(name).normalizes_over_queries)]
+  mask = nnx.make_attention_mask(LENGTHS_MASK, LENGTHS_MASK)
+  build = lambda name: NnxAttention(H, D, normalization=name, implementation=implementation,
+                                    decode=False, rngs=nnx.Rngs(0))
+  graphs = {}
+
+  def params_of(name, module, x):
+    graphs[name], state = nnx.split(module)
+    return state
+
+  def call(module, state, x):
+    return nnx.merge(graphs[module.normalization.name], state)(x, mask=mask)
+  assert_garbage_is_harmless(garbage_effect(build, call, names, params_of))

@@ -85,9 +85,9 @@ def test_the_readmes_commands_parse_into_valid_configs(command, tmp_path):
   script, *arguments = shlex.split(command)
   workdir = tmp_path / "a_file"
   workdir.write_text("")
-  arguments = [f"--workdir={workdir}" if a.startswith("--workdir") else a for a in arguments]
-  if "--workdir" in arguments:
+  if "--workdir" in arguments:  # --workdir DIR
     arguments[arguments.index("--workdir") + 1] = str(workdir)
+  arguments = [f"--workdir={workdir}" if a.startswith("--workdir=") else a for a in arguments]
   environment = subprocess_env(tmp_path)
   module = "normattn_jax.cli." + script.removeprefix("normattn-").replace("-", "_")
   done = subprocess.run([sys.executable, "-m", module, *arguments], cwd=ROOT, env=environment,

@@ -106,6 +106,19 @@ def test_registration_is_checked():
   assert "temporary" not in NORMALIZATIONS
 
 
+def test_a_weight_function_of_the_wrong_shape_is_refused_as_it_is_traced():
+  """A plugin answering one weight per query (``[..., q, 1]``) was broadcast over the keys."""
+  register(Normalization("per_query", lambda logits, mask: jnp.mean(logits, -1, keepdims=True)))
+  try:
+    x = jnp.ones((1, 9, 8))
+    with pytest.raises(ValueError, match=r"normalization 'per_query': its weight function "
+                                         r"returned weights of shape \(1, 2, 9, 1\) for logits "
+                                         r"of shape \(1, 2, 9, 9\)"):
+      jax.jit(MultiHeadAttention(num_heads=2, normalization="per_query").init)(KEY, x)
+  finally:
+    unregister("per_query")
+
+
 def test_sparsemax_in_the_module():
   x = jax.random.normal(KEY, (2, 6, 8))
   padding = jnp.array([[True] * 6, [True] * 4 + [False] * 2])

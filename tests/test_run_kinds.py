@@ -181,3 +181,18 @@ def test_a_pretraining_workdir_from_before_the_kinds_is_an_encoder():
   assert encoders.pretraining_config(committed).kind == "pretraining"
   with pytest.raises(ValueError, match="is not a pre-training workdir"):
     encoders.pretraining_config(os.path.join(REPO, "results", "fig3_reduced"))
+
+
+def test_a_config_of_another_kind_is_named_before_a_field_is_read():
+  """A sweep's config with --config.kind=pretraining failed as a chained KeyError on
+  train.eval_batch_size; it is refused naming the fields and the kind they belong to."""
+  from normattn_jax.configs import demo
+  c = demo.get_config()
+  c.kind = "pretraining"
+  with pytest.raises(ValueError, match=r"config.kind='pretraining': the config's fields are not "
+                                       r"a pretraining config's: it lacks \['data'\].*they are "
+                                       r"a 'sweep' config's"):
+    kinds.kind_of(c)
+  c.kind = "sweep"
+  c.extra_field = 1  # a field too many is the known-fields rule's to name
+  assert kinds.kind_of(c).name == "sweep"

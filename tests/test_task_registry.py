@@ -333,3 +333,61 @@ def test_a_setting_is_the_tasks_own_and_registration_checks_them(offset_plugin, 
   with pytest.raises(ValueError, match="settings must be Option objects of distinct names"):
     tasks.register(tasks.Task("twice", sample, outputs=("classes",),
                               settings=(tasks.Option("k", 1), tasks.Option("k", 2))))
+
+
+@pytest.mark.parametrize("output, sample, said", [
+    ("classes", lambda key, b, n, s: (  # one example in 16 at the vocabulary size
+        jnp.zeros((b, n), jnp.int32), jnp.where(jnp.arange(b) % 16 == 0, s.vocab_size, 0)),
+     r"holds labels 8, outside \[0, 8\) \(the 8 classes\), in 64 of its 1024 examples"),
+    ("classes", lambda key, b, n, s: (jnp.zeros((b, n), jnp.int32), jnp.full(b, jnp.nan)),
+     r"the 'classes' output takes integer labels of shape \(1024,\) .* got float32 \(1024,\)"),
+    ("classes", lambda key, b, n, s: (jnp.zeros((b, n), jnp.int32), jnp.zeros((b, n), jnp.int32)),
+     r"the 'classes' output takes integer labels of shape \(1024,\) .* got int32 \(1024, 16\)"),
+    ("token_classes", lambda key, b, n, s: (jnp.zeros((b, n), jnp.int32), jnp.zeros(b, jnp.int32)),
+     r"the 'token_classes' output takes integer labels of shape \(1024, 16\)"),
+])
+def test_labels_are_checked_per_output_head_in_dtype_shape_and_range(output, sample, said):
+  """A label at the vocabulary size in 1 of 16 examples, NaN float labels and labels of the
+  wrong shape all trained to "every learning rate diverged", the table blaming the model."""
+  task = tasks.register(tasks.Task("broken", sample, outputs=(output,)))
+  try:
+    with pytest.raises(ValueError, match=r"task 'broken': .*" + said):
+      validate(copy_config(**{"task.name": "broken", "task.output": output,
+                              "task.seq_len": 16}))
+  finally:
+    tasks.unregister(task.name)
+
+
+def test_a_tasks_settings_are_checked_as_it_is_registered():
+  """A default that breaks its own rule, and a setting named like a shared field (the config
+  would read the shared field: the setting silently ignored), are refused by register."""
+  from normattn_jax.sweep.config import base_config
+  from normattn_jax.validation import integer
+  assert set(tasks.SHARED_FIELDS) == set(base_config().task.keys())
+  for settings, said in (
+      ((tasks.Option("offset", 0, integer(1)),),
+       r"setting offset's default 0 breaks its own rule: must be "),
+      ((tasks.Option("seq_len", 3),), r"settings \['seq_len'\] take the names of fields every "
+                                      r"task shares")):
+    with pytest.raises(ValueError, match=r"task 'bad_settings': " + said):
+      tasks.register(tasks.Task("bad_settings", copy_first, outputs=("classes",),
+                                settings=settings))
+    assert "bad_settings" not in tasks.TASKS
+
+
+def test_a_setting_the_sampler_cannot_take_is_named():
+  """2**70 passed the integer rule and failed inside the sampler as an anonymous
+  OverflowError; a sampler's failure on the checked batches names the task and its settings."""
+  from normattn_jax.validation import integer
+  shifted = lambda key, b, n, s: (jnp.zeros((b, n), jnp.int32),
+                                  (jnp.zeros(b, jnp.int32) + s.offset) % s.vocab_size)
+  tasks.register(tasks.Task("shifted", shifted, outputs=("classes",),
+                            settings=(tasks.Option("offset", 1, integer(1)),)))
+  try:
+    with pytest.raises(ValueError, match=r"task 'shifted': its sampler fails on a batch at "
+                                         r"N = 16 with the settings \{'offset': "
+                                         r"1180591620717411303424\}: OverflowError"):
+      validate(copy_config(**{"task.name": "shifted", "task.seq_len": 16,
+                              "task.offset": 2**70}))
+  finally:
+    tasks.unregister("shifted")

@@ -119,3 +119,27 @@ def test_the_majority_settings_refuse_an_infinite_rate_and_a_negative_seed():
   with pytest.raises(ValueError, match=re.escape("config.learning_rate=inf: must be a finite "
                                                  "number > 0")):
     majority.validate_config(config)
+
+
+def _flag_fields(tree, prefix=""):
+  """The dotted fields of a config whose default is True or False."""
+  for name, value in tree.items():
+    if hasattr(value, "items"):
+      yield from _flag_fields(value, f"{prefix}{name}.")
+    elif isinstance(value, bool):
+      yield f"{prefix}{name}"
+
+
+def test_a_true_or_false_field_refuses_none_in_every_kind_of_run():
+  """``--config.train.shard_parameters=None`` read as False; every such field is refused."""
+  checked = []
+  for kind, (config, validate) in _validators().items():
+    for field in _flag_fields(config):
+      original = validation._value(config, field)
+      _set(config, field, None)
+      with pytest.raises(ValueError, match=re.escape(f"config.{field}=None: must be True or "
+                                                     f"False")):
+        validate(config)
+      _set(config, field, original)
+      checked.append(field)
+  assert {"train.shard_parameters", "show_progress"} <= set(checked)

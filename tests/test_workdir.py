@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from normattn_jax.pretrain import train as pretrain
-from normattn_jax.train import kinds
+from normattn_jax.train import checkpoint, kinds
 from normattn_jax.train.checkpoint import (LOCK, DamagedCheckpointWarning, WorkdirError,
                                            config_differences, config_json, lock_workdir,
                                            open_workdir, unlock_workdir)
@@ -338,12 +338,57 @@ def test_a_lock_of_another_host_is_refused_naming_its_file(tmp_path):
     lock_workdir(str(workdir))
 
 
+def test_a_lock_file_of_garbage_is_refused_naming_it(tmp_path):
+  """A damaged lock cannot be told stale: refused, the file named for the user to delete."""
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  (workdir / LOCK).write_text("{garbage")
+  with pytest.raises(WorkdirError, match=re.escape("a run whose lock file does not read") + ".*"
+                     + re.escape(f"delete {workdir / LOCK}")):
+    lock_workdir(str(workdir))
+  assert (workdir / LOCK).read_text() == "{garbage"
+
+
+def test_a_lock_whose_pid_is_now_an_unrelated_process_is_taken_over(tmp_path):
+  """A killed run's pid, given since to another process (after a reboot, or in a container),
+  kept its workdir refused forever: the lock records when its process started."""
+  workdir = tmp_path / "run"
+  live = os.getppid()  # a live process, not the lock's
+  _holder(workdir, live)
+  (workdir / LOCK).write_text(json.dumps(dict(json.loads((workdir / LOCK).read_text()),
+                                              started="another-boot:1")))
+  if checkpoint._started(live) is None:
+    pytest.skip("this system does not tell when a process started (no /proc)")
+  with pytest.warns(UserWarning, match=f"taking over the lock of process {live}"):
+    lock_workdir(str(workdir))
+  mine = json.loads((workdir / LOCK).read_text())
+  assert mine["pid"] == os.getpid() and mine["started"] == checkpoint._started(os.getpid())
+  unlock_workdir(str(workdir))
+  assert not (workdir / LOCK).exists()
+  _holder(workdir, live)  # the same pid with its own start time: a live run, refused
+  (workdir / LOCK).write_text(json.dumps(dict(json.loads((workdir / LOCK).read_text()),
+                                              started=checkpoint._started(live))))
+  with pytest.raises(WorkdirError, match=f"in use by process {live}"):
+    lock_workdir(str(workdir))
+
+
 def test_the_second_run_into_a_workdir_is_refused_and_writes_nothing(tmp_path):
   workdir = tmp_path / "run"
   _holder(workdir, os.getppid())  # a live process: the first run
   before = snapshot(workdir)
   with pytest.raises(WorkdirError, match="is in use by process"):
     run(sweep_config(), workdir)
+  assert snapshot(workdir) == before
+
+
+def test_a_second_pre_training_into_a_running_ones_workdir_is_refused(tmp_path, random_data):
+  """Two pre-trainings of one workdir at once: the second is refused by the first's lock
+  before it reads its data or writes anything."""
+  workdir = tmp_path / "run"
+  _holder(workdir, os.getppid())  # a live process: the first run
+  before = snapshot(workdir)
+  with pytest.raises(WorkdirError, match="is in use by process"):
+    train_albert(tiny_pretrain_config("hnas"), workdir)
   assert snapshot(workdir) == before
 
 

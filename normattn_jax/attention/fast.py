@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from normattn_jax.attention import weights as weights_lib
+from normattn_jax.attention.causality import refuse_future_leak
 from normattn_jax.attention.numerics import (NAP_EPSILON, check_nap_eps, masked_logsumexp,
                                              power_of_two, power_of_two_exponent,
                                              shift_columns_then_rows)
@@ -283,7 +284,8 @@ def softmax_attention(q, k, v, *, query_mask=None, key_mask=None, causal=False,
 
 
 def sinkhorn_attention(q, k, v, num_iters: int, *, query_mask=None, key_mask=None,
-                       causal=False, block_size: int = DEFAULT_BLOCK) -> Array:
+                       causal=False, block_size: int = DEFAULT_BLOCK,
+                       allow_future_leak: bool = False) -> Array:
   """``num_iters`` Sinkhorn iterations as key biases: 2 num_iters - 1 blockwise passes.
 
   Args:
@@ -295,10 +297,16 @@ def sinkhorn_attention(q, k, v, num_iters: int, *, query_mask=None, key_mask=Non
     key_mask: boolean ``[..., n_k]``, True = valid key; None: all valid.
     causal: query i sees only the keys j <= i + n_k - n_q.
     block_size: the number of queries per block, a positive integer.
+    allow_future_leak: compute a causal call anyway: it normalises over the queries, so the
+      output at a position then depends on the later positions (refused without it).
 
   Returns:
     The outputs, shape ``[..., h, n_q, e]`` in ``q``'s dtype; 0 for rows without a valid key.
+
+  Raises:
+    ValueError: for ``causal`` without ``allow_future_leak``.
   """
+  refuse_future_leak("sinkhorn", causal, allow_future_leak)
   check_int("num_iters", num_iters)
   q, k, v, out_dtype = _prepare(q, k, v, query_mask, key_mask, causal)
   blocks = _Blocks(q, query_mask, key_mask, causal, block_size)
@@ -342,7 +350,7 @@ def sinkhorn_key_offsets(q, k, num_iters: int, *, query_mask=None, key_mask=None
 
 
 def dnas_attention(q, k, v, *, query_mask=None, key_mask=None, causal=False,
-                   block_size: int = DEFAULT_BLOCK) -> Array:
+                   block_size: int = DEFAULT_BLOCK, allow_future_leak: bool = False) -> Array:
   """DNAS: softmax attention with the key bias c_j = logsumexp_i l_ij (one column pass).
 
   Args:
@@ -353,16 +361,22 @@ def dnas_attention(q, k, v, *, query_mask=None, key_mask=None, causal=False,
     key_mask: boolean ``[..., n_k]``, True = valid key; None: all valid.
     causal: query i sees only the keys j <= i + n_k - n_q.
     block_size: the number of queries per block, a positive integer.
+    allow_future_leak: compute a causal call anyway: it normalises over the queries, so the
+      output at a position then depends on the later positions (refused without it).
 
   Returns:
     The outputs, shape ``[..., h, n_q, e]`` in ``q``'s dtype; 0 for rows without a valid key.
+
+  Raises:
+    ValueError: for ``causal`` without ``allow_future_leak``.
   """
+  refuse_future_leak("dnas", causal, allow_future_leak)
   return sinkhorn_attention(q, k, v, 1, query_mask=query_mask, key_mask=key_mask,
-                            causal=causal, block_size=block_size)
+                            causal=causal, block_size=block_size, allow_future_leak=True)
 
 
 def hnas_attention(q, k, v, u, *, query_mask=None, key_mask=None, causal=False,
-                   block_size: int = DEFAULT_BLOCK) -> Array:
+                   block_size: int = DEFAULT_BLOCK, allow_future_leak: bool = False) -> Array:
   """HNAS: ``u * DNAS-out + (1 - u) * softmax-out``; ``u`` broadcasts to ``[..., h, 1, 1]``.
 
   Args:
@@ -374,13 +388,20 @@ def hnas_attention(q, k, v, u, *, query_mask=None, key_mask=None, causal=False,
     key_mask: boolean ``[..., n_k]``, True = valid key; None: all valid.
     causal: query i sees only the keys j <= i + n_k - n_q.
     block_size: the number of queries per block, a positive integer.
+    allow_future_leak: compute a causal call anyway: it normalises over the queries, so the
+      output at a position then depends on the later positions (refused without it).
 
   Returns:
     The outputs, shape ``[..., h, n_q, e]`` in ``q``'s dtype; 0 for rows without a valid key.
+
+  Raises:
+    ValueError: for ``causal`` without ``allow_future_leak``.
   """
+  refuse_future_leak("hnas", causal, allow_future_leak)
   kwargs = dict(query_mask=query_mask, key_mask=key_mask, causal=causal, block_size=block_size)
   u = jnp.asarray(u, jnp.promote_types(q.dtype, jnp.float32))
-  out = u * dnas_attention(q, k, v, **kwargs) + (1 - u) * softmax_attention(q, k, v, **kwargs)
+  out = (u * dnas_attention(q, k, v, allow_future_leak=True, **kwargs)
+         + (1 - u) * softmax_attention(q, k, v, **kwargs))
   return out.astype(q.dtype)
 
 

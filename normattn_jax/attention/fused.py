@@ -53,6 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from normattn_jax.attention import fast as fast_lib
+from normattn_jax.attention.causality import refuse_future_leak
 from normattn_jax.kernels import platform as platform_lib
 from normattn_jax.kernels import rules as kernel_rules
 
@@ -654,7 +655,8 @@ def _refuse_dense_mask(name: str, mask) -> None:
 
 
 def sinkhorn_attention(q, k, v, num_iters: int, *, mask=None, query_mask=None, key_mask=None,
-                       causal=False, block_size: int = fast_lib.DEFAULT_BLOCK) -> Array:
+                       causal=False, block_size: int = fast_lib.DEFAULT_BLOCK,
+                       allow_future_leak: bool = False) -> Array:
   """``num_iters`` Sinkhorn iterations: their key offsets (2 num_iters - 1 blockwise passes; for
   one iteration on cuDNN, the kernel's own statistics, ``column_logsumexp``), then one fused
   softmax call with the offsets in k's column.
@@ -669,19 +671,22 @@ def sinkhorn_attention(q, k, v, num_iters: int, *, mask=None, query_mask=None, k
     key_mask: boolean ``[..., n_k]``, True = valid key; None: all valid.
     causal: query i sees only the keys j <= i + n_k - n_q.
     block_size: queries per block of the offset passes.
+    allow_future_leak: compute a causal call anyway: it normalises over the queries, so the
+      output at a position then depends on the later positions (refused without it).
 
   Returns:
     The outputs ``[..., n_q, h, e]`` in the inputs' dtype; 0 for rows without a valid key.
 
   Raises:
-    ValueError: for a dense mask.
+    ValueError: for a dense mask, or ``causal`` without ``allow_future_leak``.
   """
   _refuse_dense_mask("sinkhorn", mask)
+  refuse_future_leak("sinkhorn", causal, allow_future_leak)
   _check(q, k, v, mask, query_mask, key_mask)
   if _offsets_kernel(q, k, v, causal) == "xla":  # exact where XLA's kernel would round
     return _by_fast_path(fast_lib.sinkhorn_attention, q, k, v, num_iters,
                          query_mask=query_mask, key_mask=key_mask, causal=causal,
-                         block_size=block_size)
+                         block_size=block_size, allow_future_leak=True)
   if num_iters == 1 and _key_statistics_kernel(q, k, causal) == "cudnn":
     lead, dtype = q.shape[:-3], jnp.result_type(q, k)
     flat = [_batch_flat(x.astype(dtype), lead, x.shape[-3:]) for x in (q, k)]
@@ -696,7 +701,8 @@ def sinkhorn_attention(q, k, v, num_iters: int, *, mask=None, query_mask=None, k
 
 
 def dnas_attention(q, k, v, *, mask=None, query_mask=None, key_mask=None, causal=False,
-                   block_size: int = fast_lib.DEFAULT_BLOCK) -> Array:
+                   block_size: int = fast_lib.DEFAULT_BLOCK,
+                   allow_future_leak: bool = False) -> Array:
   """DNAS: softmax attention with the key offsets ``a_j = logsumexp_i l_ij`` (one column pass).
 
   Args:
@@ -708,20 +714,24 @@ def dnas_attention(q, k, v, *, mask=None, query_mask=None, key_mask=None, causal
     key_mask: boolean ``[..., n_k]``, True = valid key; None: all valid.
     causal: query i sees only the keys j <= i + n_k - n_q.
     block_size: queries per block of the column pass.
+    allow_future_leak: compute a causal call anyway: it normalises over the queries, so the
+      output at a position then depends on the later positions (refused without it).
 
   Returns:
     The outputs ``[..., n_q, h, e]`` in the inputs' dtype; 0 for rows without a valid key.
 
   Raises:
-    ValueError: for a dense mask.
+    ValueError: for a dense mask, or ``causal`` without ``allow_future_leak``.
   """
   _refuse_dense_mask("dnas", mask)
+  refuse_future_leak("dnas", causal, allow_future_leak)
   return sinkhorn_attention(q, k, v, 1, mask=mask, query_mask=query_mask, key_mask=key_mask,
-                            causal=causal, block_size=block_size)
+                            causal=causal, block_size=block_size, allow_future_leak=True)
 
 
 def hnas_attention(q, k, v, u, *, mask=None, query_mask=None, key_mask=None, causal=False,
-                   block_size: int = fast_lib.DEFAULT_BLOCK) -> Array:
+                   block_size: int = fast_lib.DEFAULT_BLOCK,
+                   allow_future_leak: bool = False) -> Array:
   """HNAS: ``u * DNAS-out + (1 - u) * softmax-out``, two fused calls.
 
   Args:
@@ -734,19 +744,22 @@ def hnas_attention(q, k, v, u, *, mask=None, query_mask=None, key_mask=None, cau
     key_mask: boolean ``[..., n_k]``, True = valid key; None: all valid.
     causal: query i sees only the keys j <= i + n_k - n_q.
     block_size: queries per block of DNAS's column pass.
+    allow_future_leak: compute a causal call anyway: it normalises over the queries, so the
+      output at a position then depends on the later positions (refused without it).
 
   Returns:
     The outputs ``[..., n_q, h, e]`` in the inputs' dtype; 0 for rows without a valid key.
 
   Raises:
-    ValueError: for a dense mask.
+    ValueError: for a dense mask, or ``causal`` without ``allow_future_leak``.
   """
   _refuse_dense_mask("hnas", mask)
+  refuse_future_leak("hnas", causal, allow_future_leak)
   kwargs = dict(query_mask=query_mask, key_mask=key_mask, causal=causal)
   if _offsets_kernel(q, k, v, causal) == "xla":  # both halves exact, as DNAS's alone
-    return _by_fast_path(fast_lib.hnas_attention, q, k, v,
-                         jnp.asarray(u)[..., None, None], block_size=block_size, **kwargs)
+    return _by_fast_path(fast_lib.hnas_attention, q, k, v, jnp.asarray(u)[..., None, None],
+                         block_size=block_size, allow_future_leak=True, **kwargs)
   u = jnp.asarray(u, jnp.promote_types(q.dtype, jnp.float32))[..., None]  # [h, 1]
-  out = (u * dnas_attention(q, k, v, block_size=block_size, **kwargs)
+  out = (u * dnas_attention(q, k, v, block_size=block_size, allow_future_leak=True, **kwargs)
          + (1 - u) * softmax_attention(q, k, v, **kwargs))
   return out.astype(jnp.result_type(q, k, v))

@@ -22,7 +22,7 @@ from normattn_jax.attention import fast as fast_lib
 from normattn_jax.attention import fused as fused_lib
 from normattn_jax.attention.module_spec import (IMPLEMENTATIONS, OUTPUT_GATES,  # noqa: F401
                                                 QK_NORMS, first_problem)
-from normattn_jax.attention.registry import AttentionSpec, fusable
+from normattn_jax.attention.registry import AttentionSpec, causal_safe_names, fusable
 from normattn_jax.attention.registry import straight_through_clip  # noqa: F401 (public here)
 from normattn_jax.norms import LayerNorm
 from normattn_jax.validation import check_int
@@ -173,6 +173,37 @@ def padding_masks(padding_mask, query_mask, key_mask, length: int):
   return both(query_mask), both(key_mask)
 
 
+def taking_part(mask, query_mask, key_mask, batch_rank: int) -> tuple:
+  """Which queries and which keys take part in the attention at all: a query whose every key is
+  masked, or a key that every query is denied (padding), gets weight 0 in any normalisation.
+
+  Args:
+    mask: dense boolean mask broadcastable to ``[..., h, q, k]``, or None.
+    query_mask: boolean ``[..., q]``, or None.
+    key_mask: boolean ``[..., k]``, or None.
+    batch_rank: the number of batch axes of the inputs (``inputs.ndim - 2``), to tell a dense
+      mask's head axis from its batch axes.
+
+  Returns:
+    ``(queries [..., q] or None, keys [..., k] or None)``, boolean; None where nothing is masked.
+  """
+  queries, keys = query_mask, key_mask
+  if mask is not None:
+    mask = jnp.asarray(mask)
+    if mask.ndim == batch_rank + 3:  # [..., h, q, k]: a position takes part in some head
+      mask = mask.any(-3)
+    and_ = lambda a, b: b if a is None else a & b
+    queries, keys = and_(queries, mask.any(-1)), and_(keys, mask.any(-2))
+  return queries, keys
+
+
+def zero_outside(x: Array, valid: Optional[Array]) -> Array:
+  """``x [..., n, features]`` with the positions where ``valid [..., n]`` is False set to 0:
+  padding that holds NaN or inf never reaches a real output or a gradient (0 weight times NaN
+  is NaN, and so is the projections' gradient ``x^T g`` at a NaN position)."""
+  return x if valid is None else jnp.where(valid[..., None], x, jnp.zeros((), x.dtype))
+
+
 def _less_lambda(parts: list, lam: Optional[Array]) -> Array:
   """Differential attention's ``parts[0] - lambda * parts[1]`` (the two maps' weights or
   outputs); the one part without it (``lam`` None)."""
@@ -195,9 +226,10 @@ def check_decodable(normalization: Union[str, AttentionSpec]) -> None:
   if spec.normalization.normalizes_over_queries:
     raise ValueError(f"decode=True is not supported with normalization={str(spec)!r}: it also "
                      f"normalises each key's weights over the queries, so a query's weights "
-                     f"depend on queries not yet decoded and a key/value cache cannot give the "
-                     f"full pass's outputs; run the whole sequence at once with a causal mask "
-                     f"instead")
+                     f"depend on queries not yet decoded and a key/value cache cannot give them. "
+                     f"Nor can a causal mask over the whole sequence: there each position's "
+                     f"output depends on the later positions (it is not causal-safe). Decode "
+                     f"with a causal-safe normalisation ({', '.join(causal_safe_names())})")
 
 
 # flax's own words for its call's pitfalls (flax.linen.MultiHeadDotProductAttention): the
@@ -517,6 +549,11 @@ class MultiHeadAttention(nn.Module):
       output through an RMSNorm times ``1 - lambda_init`` (params: ``lambda_q1``,
       ``lambda_k1``, ``lambda_q2``, ``lambda_k2``, ``diff_norm``); the head width must be even.
     layer_index: the layer's depth from 1, for ``lambda_init = 0.8 - 0.6 exp(-0.3 (l - 1))``.
+    allow_future_leak: compute a causal call (``causal=True``, or a dense causal ``mask``
+      where it is concrete) with a normalisation that is not causal-safe (DNAS, HNAS, Sinkhorn:
+      ``Normalization.causal_safe``), whose outputs then depend on later positions; without it
+      such a call is refused. A mask traced inside ``jit`` cannot be read before it runs and is
+      not checked (``attention.causality``): say ``causal=True`` there.
   """
   num_heads: int
   dtype: Optional[Any] = None
@@ -554,6 +591,7 @@ class MultiHeadAttention(nn.Module):
   qk_norm_epsilon: float = 1e-6
   differential: bool = False
   layer_index: int = 1
+  allow_future_leak: bool = False
 
   def __post_init__(self):
     check_int("num_heads", self.num_heads)
@@ -572,6 +610,8 @@ class MultiHeadAttention(nn.Module):
         attn_weights_value_einsum_cls=self.attn_weights_value_einsum_cls)
     if self.decode:
       check_decodable(self.normalization)
+    if not isinstance(self.allow_future_leak, (bool, np.bool_)):
+      raise ValueError(f"allow_future_leak must be True or False, got {self.allow_future_leak!r}")
     if not self.qk_norm_epsilon > 0:
       raise ValueError(f"qk_norm_epsilon must be > 0, got {self.qk_norm_epsilon!r}")
     check_int("block_size", self.block_size)
@@ -636,6 +676,8 @@ class MultiHeadAttention(nn.Module):
     norm = self.spec.normalization
     inputs_k, inputs_v = keys_and_values(inputs_q, inputs_k, inputs_v, inputs_kv)
     mask = flax_mask(mask)
+    norm.check_causal(causal=causal, mask=mask, allow_future_leak=self.allow_future_leak,
+                      name=str(self.spec))
     decoding = self.decode and self.has_variable("cache", "cached_key")
     if hybrid_weight is not None:
       if "hybrid_weight" not in norm.param_names:
@@ -652,6 +694,10 @@ class MultiHeadAttention(nn.Module):
                          "[..., max_length] (and query_mask) instead")
       query_mask, key_mask = padding_masks(padding_mask, query_mask, key_mask,
                                            inputs_q.shape[-2])
+    if not decoding:  # a step's key mask covers the cache, not its one position
+      queries, keys = taking_part(mask, query_mask, key_mask, inputs_q.ndim - 2)
+      inputs_q, inputs_k, inputs_v = (zero_outside(inputs_q, queries),
+                                      zero_outside(inputs_k, keys), zero_outside(inputs_v, keys))
     features = self.out_features or inputs_q.shape[-1]
     qkv_features = self.qkv_features or inputs_q.shape[-1]
     if qkv_features % self.num_heads:
@@ -697,15 +743,16 @@ class MultiHeadAttention(nn.Module):
         causal_unequal=causal and n_q != n_k, structured="padding_mask/query_mask/key_mask/causal"):
       outs = [norm.fused_attention(q, k, value, params, self._options(), mask=mask,
                                    query_mask=query_mask, key_mask=key_mask, causal=causal,
-                                   block_size=self.block_size) for q, k in maps]
+                                   block_size=self.block_size,
+                                   allow_future_leak=self.allow_future_leak) for q, k in maps]
       return self._output(_less_lambda(outs, lam).astype(value.dtype), features, inputs_q)
     if self._fast(mask, sow_weights, dropout_active, n_q, n_k, map_dim, causal, num_logits):
       to_heads = lambda x: jnp.swapaxes(x, -2, -3)  # [..., n, h, d] -> [..., h, n, d]
       # the fast paths answer in the queries' dtype: value's (float32 with force_fp32_for_softmax)
       outs = [to_heads(norm.fast_attention(
           to_heads(q.astype(value.dtype)), to_heads(k), to_heads(value), params, self._options(),
-          query_mask=query_mask, key_mask=key_mask, causal=causal, block_size=self.block_size))
-          for q, k in maps]
+          query_mask=query_mask, key_mask=key_mask, causal=causal, block_size=self.block_size,
+          allow_future_leak=self.allow_future_leak)) for q, k in maps]
       return self._output(_less_lambda(outs, lam).astype(value.dtype), features, inputs_q)
 
     mask = structured_mask(mask, query_mask, key_mask, causal, n_q, n_k)

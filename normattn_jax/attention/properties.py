@@ -34,9 +34,11 @@ class Properties:
     row_sums: "1" where every row of weights is a probability distribution over the valid
       keys, "at most 1" where the weights are >= 0 and a row may sum to less, "signed" where
       weights may be negative, "any" where a row may sum to more than 1.
-    causal_safe: a causal mask keeps every query from the later positions. False for the
-      normalisations that also normalise over the queries (DNAS, HNAS, Sinkhorn): each key's
-      weights are normalised over all queries, later ones included.
+    causal_safe: a causal mask keeps every query from the later positions
+      (``Normalization.causal_safe``, which a causal call of one without it is refused for).
+      False for the normalisations that also normalise over the queries (DNAS, HNAS, Sinkhorn):
+      each key's weights are normalised over all queries, later ones included; and for a
+      plugin that does not declare it.
     decodes: it decodes step by step from a key/value cache (``decode=True``), which needs
       rows that do not depend on later queries.
     fast: it has an exact path that never forms the weights (``implementation="fast"``).
@@ -98,7 +100,7 @@ def properties(name: str) -> Properties:
   norm = registry.get(name)
   return Properties(
       name=name, paper=norm.paper, row_sums=row_sums(name),
-      causal_safe=not norm.normalizes_over_queries, decodes=not norm.normalizes_over_queries,
+      causal_safe=norm.causal_safe, decodes=not norm.normalizes_over_queries,
       fast=norm.fast is not None, fused=norm.fused is not None, head_params=norm.param_names,
       options=tuple((o.name, o.default) for o in norm.options))
 

@@ -13,6 +13,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from normattn_jax.attention import causality
 from normattn_jax.attention import fast as fast_lib
 from normattn_jax.attention import fused as fused_lib
 from normattn_jax.attention import weights as weights_lib
@@ -98,6 +99,13 @@ class Normalization:
   - normalizes_over_queries: each key's weights are also normalised over the queries (DNAS, HNAS,
     Sinkhorn), so a query's row depends on the other queries: no step-by-step decoding with a
     key/value cache, and padded queries must be masked.
+  - causal_safe: under a causal mask the output at a position depends on no later input: each
+    query's weights depend on its own row of logits alone (as softmax's, NAP's, sigmoid's), so a
+    masked key's weight and gradient are exactly 0 (``causality.future_dependence`` measures it).
+    Causal calls of a normalisation without it (the flag, or a concrete causal mask) are refused
+    unless the caller passes ``allow_future_leak=True`` (``causality.check_causal``). False by
+    default: a plugin says so once it is known, as a wrong True would let a decoder see its
+    future without a word. Never True with ``normalizes_over_queries``.
   - needs_float32: why a model with this normalisation must compute in float32 (a config asking
     for bfloat16 is refused with it, ``normattn_jax.precision``); None: bf16 keeps it within
     ``precision.BF16_TOLERANCES``.
@@ -118,6 +126,7 @@ class Normalization:
   fused_auto_kernels: tuple = ()
   needs_float32: Optional[str] = None
   paper: Optional[tuple] = None
+  causal_safe: bool = False
 
   @property
   def param_names(self) -> tuple:
@@ -206,16 +215,42 @@ class Normalization:
       The weights, of ``logits``' shape and dtype.
 
     Raises:
-      ValueError: if a per-head parameter is missing or an option is refused.
+      ValueError: if a per-head parameter is missing, an option is refused, or the weight
+        function answers in another shape than the logits' (checked as it is traced: a
+        ``[..., q, 1]`` answer would otherwise be broadcast over the keys without a word).
     """
     weights = self.weights(logits, mask, **_per_head(self, params),
                            **self.function_options(options))
+    if jnp.shape(weights) != jnp.shape(logits):
+      raise ValueError(f"normalization {self.name!r}: its weight function returned weights of "
+                       f"shape {jnp.shape(weights)} for logits of shape {jnp.shape(logits)}; "
+                       f"it must return one weight per logit")
     return weights.astype(logits.dtype)  # float32 per-head params must not promote bf16 logits
+
+  def check_causal(self, *, causal: bool = False, mask=None, allow_future_leak: bool = False,
+                   name: Optional[str] = None, what: Optional[str] = None) -> None:
+    """Refuse a causal call (``causal``, or a concrete dense causal mask) unless the
+    normalisation is causal-safe or ``allow_future_leak`` (``causality.check_causal``).
+
+    Args:
+      causal: the call's causal flag.
+      mask: the call's dense mask, or None (a traced one is not read).
+      allow_future_leak: accept the leak.
+      name: how to name it in the message (e.g. its spec); None: its name.
+      what: how to name a causal call in the message (default "causal=True").
+
+    Raises:
+      ValueError: naming it, the causal call and the opt-in.
+    """
+    causality.check_causal(name or self.name, self.causal_safe, self.normalizes_over_queries,
+                           causal=causal, mask=mask, allow_future_leak=allow_future_leak,
+                           safe=causal_safe_names(), what=what)
 
   def fast_attention(self, q: Array, k: Array, v: Array, params: Mapping[str, Array],
                      options: Optional[Mapping[str, Any]] = None, *, query_mask=None,
                      key_mask=None, causal: bool = False,
-                     block_size: int = fast_lib.DEFAULT_BLOCK) -> Array:
+                     block_size: int = fast_lib.DEFAULT_BLOCK,
+                     allow_future_leak: bool = False) -> Array:
     """``fast`` with ``[heads]`` params broadcast over positions and features.
 
     Args:
@@ -228,17 +263,19 @@ class Normalization:
       key_mask: boolean ``[..., n_k]``, True = valid key; or None.
       causal: query i sees only the keys j <= i + n_k - n_q.
       block_size: queries per block of the blockwise paths (the linear ones ignore it).
+      allow_future_leak: a causal call of a normalisation that is not causal-safe.
 
     Returns:
       The outputs, shape ``[..., h, n_q, e]`` in ``q``'s dtype.
 
     Raises:
-      ValueError: if the normalisation has no fast path, a per-head parameter is missing or an
-        option is refused.
+      ValueError: if the normalisation has no fast path, a per-head parameter is missing, an
+        option is refused, or a causal call is not causal-safe (``check_causal``).
     """
     if self.fast is None:
       raise ValueError(f"normalization {self.name!r} has no fast path; use "
                        f"implementation='quadratic'")
+    self.check_causal(causal=causal, allow_future_leak=allow_future_leak)
     return self.fast(q, k, v, query_mask=query_mask, key_mask=key_mask, causal=causal,
                      block_size=block_size, **_per_head(self, params),
                      **self.function_options(options))
@@ -246,7 +283,8 @@ class Normalization:
   def fused_attention(self, q: Array, k: Array, v: Array, params: Mapping[str, Array],
                       options: Optional[Mapping[str, Any]] = None, *, mask=None,
                       query_mask=None, key_mask=None, causal: bool = False,
-                      block_size: int = fast_lib.DEFAULT_BLOCK) -> Array:
+                      block_size: int = fast_lib.DEFAULT_BLOCK,
+                      allow_future_leak: bool = False) -> Array:
     """``fused`` with the ``[heads]`` params as they are (the layout puts heads second to last).
 
     Args:
@@ -261,16 +299,19 @@ class Normalization:
       key_mask: boolean ``[..., n_k]``, True = valid key; or None.
       causal: query i sees only the keys j <= i + n_k - n_q.
       block_size: queries per block of the key-offset passes (DNAS, HNAS, Sinkhorn).
+      allow_future_leak: a causal call (the flag, or a concrete causal ``mask``) of a
+        normalisation that is not causal-safe.
 
     Returns:
       The outputs, shape ``[..., n_q, h, e]`` in ``q``'s dtype.
 
     Raises:
-      ValueError: if the normalisation has no fused path, a per-head parameter is missing or an
-        option is refused.
+      ValueError: if the normalisation has no fused path, a per-head parameter is missing, an
+        option is refused, or a causal call is not causal-safe (``check_causal``).
     """
     if self.fused is None:
       raise ValueError(f"normalization {self.name!r} has no fused path; fusable: {fusable()}")
+    self.check_causal(causal=causal, mask=mask, allow_future_leak=allow_future_leak)
     return self.fused(q, k, v, mask=mask, query_mask=query_mask, key_mask=key_mask,
                       causal=causal, block_size=block_size, **_per_head(self, params, ()),
                       **self.function_options(options))
@@ -312,9 +353,12 @@ def _field_problem(normalization: Normalization) -> Optional[tuple[str, str]]:
   for field, ok, must in rules:
     if not ok:
       return field, must
-  for field in ("scale_logits", "head_norm", "normalizes_over_queries"):
+  for field in ("scale_logits", "head_norm", "normalizes_over_queries", "causal_safe"):
     if not isinstance(getattr(n, field), bool):
       return field, "True or False"
+  if n.causal_safe and n.normalizes_over_queries:
+    return "causal_safe", ("False for a normalisation that normalises over the queries (a "
+                           "key's column then holds the later queries)")
   return None
 
 
@@ -354,6 +398,15 @@ unregister = REGISTRY.unregister
 get = REGISTRY.get
 names = REGISTRY.names
 NORMALIZATIONS = REGISTRY.view  #: the live, tuple-like view of the names
+
+
+def causal_safe_names() -> tuple:
+  """The registered normalisations that are causal-safe (``Normalization.causal_safe``).
+
+  Returns:
+    Their names, in registration order.
+  """
+  return tuple(name for name in names() if get(name).causal_safe)
 
 
 def fusable() -> tuple:
@@ -506,38 +559,46 @@ def _unblocked(fn):
   return lambda q, k, v, *, block_size, **kwargs: fn(q, k, v, **kwargs)
 
 
+def _leak_checked(fn):
+  """A fast or fused function of DNAS, HNAS or Sinkhorn as the registry calls it:
+  ``Normalization.fast_attention``/``fused_attention`` have refused a causal call already
+  (``causal_safe`` False), so what reaches it is allowed."""
+  return lambda *args, **kwargs: fn(*args, allow_future_leak=True, **kwargs)
+
+
 SOFTMAX = register(Normalization(  # "auto" keeps it quadratic (as flax computes it) but on cuDNN
     "softmax", weights_lib.softmax_weights,
     fast=fast_lib.softmax_attention, fused=fused_lib.softmax_attention,
-    fused_auto_kernels=CUDNN, paper=_paper("Vaswani et al. 2017", "1706.03762")))
+    fused_auto_kernels=CUDNN, causal_safe=True,
+    paper=_paper("Vaswani et al. 2017", "1706.03762")))
 DNAS = register(Normalization(
     "dnas", weights_lib.dnas_weights,
-    fast=fast_lib.dnas_attention, fast_pays_off=_blockwise_pays_off,
-    normalizes_over_queries=True, fused=fused_lib.dnas_attention, fused_auto_kernels=CUDNN,
-    paper=DING))
+    fast=_leak_checked(fast_lib.dnas_attention), fast_pays_off=_blockwise_pays_off,
+    normalizes_over_queries=True, fused=_leak_checked(fused_lib.dnas_attention),
+    fused_auto_kernels=CUDNN, paper=DING))
 HNAS = register(Normalization(
     "hnas", lambda logits, mask, hybrid_weight: weights_lib.hnas_weights(
         logits, hybrid_weight, mask),
-    fast=lambda q, k, v, hybrid_weight, **kw: fast_lib.hnas_attention(q, k, v, hybrid_weight,
-                                                                     **kw),
+    fast=_leak_checked(lambda q, k, v, hybrid_weight, **kw: fast_lib.hnas_attention(
+        q, k, v, hybrid_weight, **kw)),
     params=(HeadParam("hybrid_weight",
                       lambda options: nn.initializers.constant(options["hybrid_init"]),
                       constrain=straight_through_clip, per_layer=True),),
     options=(Option("hybrid_init", 0.5, number(0, 1), init_only=True),),  # u at the start
     fast_pays_off=_blockwise_pays_off, normalizes_over_queries=True,
-    fused=lambda q, k, v, hybrid_weight, **kw: fused_lib.hnas_attention(q, k, v, hybrid_weight,
-                                                                       **kw),
+    fused=_leak_checked(lambda q, k, v, hybrid_weight, **kw: fused_lib.hnas_attention(
+        q, k, v, hybrid_weight, **kw)),
     fused_auto_kernels=CUDNN, paper=DING))
 SINKHORN = register(Normalization(
     "sinkhorn", lambda logits, mask, sinkhorn_iters: weights_lib.sinkhorn_weights(
         logits, sinkhorn_iters, mask),
-    fast=lambda q, k, v, sinkhorn_iters, **kw: fast_lib.sinkhorn_attention(
-        q, k, v, sinkhorn_iters, **kw),
+    fast=_leak_checked(lambda q, k, v, sinkhorn_iters, **kw: fast_lib.sinkhorn_attention(
+        q, k, v, sinkhorn_iters, **kw)),
     options=(Option("sinkhorn_iters", 3, integer(1)),), fast_pays_off=_blockwise_pays_off,
     normalizes_over_queries=True,
     # exact, but its 2 k - 1 blockwise offset passes outweigh the fused one: never "auto"
-    fused=lambda q, k, v, sinkhorn_iters, **kw: fused_lib.sinkhorn_attention(
-        q, k, v, sinkhorn_iters, **kw), paper=DING))
+    fused=_leak_checked(lambda q, k, v, sinkhorn_iters, **kw: fused_lib.sinkhorn_attention(
+        q, k, v, sinkhorn_iters, **kw)), paper=DING))
 NAP = register(Normalization(
     "nap", lambda logits, mask, nap_gain, nap_bias: weights_lib.nap_weights(
         logits, nap_gain, nap_bias, mask),
@@ -546,12 +607,12 @@ NAP = register(Normalization(
     params=(HeadParam("nap_gain", lambda options: nn.initializers.ones),
             HeadParam("nap_bias", lambda options: nn.initializers.zeros)),
     scale_logits=False,  # NAP's normalisation makes the scale moot (as in the paper's code)
-    fast_pays_off=_linear_pays_off, paper=RICHTER))
+    fast_pays_off=_linear_pays_off, causal_safe=True, paper=RICHTER))
 NON = register(Normalization(
     "non", weights_lib.non_weights,
     fast=_unblocked(fast_lib.non_attention),
     head_norm=False,  # its 1/sqrt(N) inside non_weights replaces the MTE head LayerNorm
-    fast_pays_off=_linear_pays_off, paper=RICHTER))
+    fast_pays_off=_linear_pays_off, causal_safe=True, paper=RICHTER))
 
 # Today's wave. Learned per-head parameters start where each paper puts its constant: sigmoid's
 # bias offset at 0 (so the bias is -log(n)), the sink logit at 0 (softmax_1), Scalable-Softmax's
@@ -565,21 +626,23 @@ SIGMOID = register(Normalization(
     fast=lambda q, k, v, sigmoid_bias, **kw: fast_lib.sigmoid_attention(q, k, v, sigmoid_bias,
                                                                        **kw),
     params=(HeadParam("sigmoid_bias", lambda options: nn.initializers.zeros),),
-    fast_pays_off=_row_local_pays_off, paper=_paper("Ramapuram et al. 2024", "2409.04431")))
+    fast_pays_off=_row_local_pays_off, causal_safe=True,
+    paper=_paper("Ramapuram et al. 2024", "2409.04431")))
 SINK = register(Normalization(
     "sink", lambda logits, mask, sink_logit: weights_lib.sink_weights(logits, sink_logit, mask),
     fast=lambda q, k, v, sink_logit, **kw: fast_lib.sink_attention(q, k, v, sink_logit, **kw),
     params=(HeadParam("sink_logit", lambda options: nn.initializers.zeros),),
     fast_pays_off=_row_local_pays_off,
     fused=lambda q, k, v, sink_logit, **kw: fused_lib.sink_attention(q, k, v, sink_logit, **kw),
-    fused_auto_kernels=CUDNN, paper=_paper("Xiao et al. 2023", "2309.17453")))
+    fused_auto_kernels=CUDNN, causal_safe=True, paper=_paper("Xiao et al. 2023", "2309.17453")))
 SOFTPICK = register(Normalization(
     "softpick", lambda logits, mask, softpick_eps: weights_lib.softpick_weights(
         logits, mask, softpick_eps),
     fast=lambda q, k, v, softpick_eps, **kw: fast_lib.softpick_attention(q, k, v, softpick_eps,
                                                                         **kw),
     options=(Option("softpick_eps", 1e-6, number(0)),),
-    fast_pays_off=_row_local_pays_off, paper=_paper("Zuhri et al. 2025", "2504.20966")))
+    fast_pays_off=_row_local_pays_off, causal_safe=True,
+    paper=_paper("Zuhri et al. 2025", "2504.20966")))
 SSMAX = register(Normalization(
     "ssmax", lambda logits, mask, ssmax_scale: weights_lib.ssmax_weights(
         logits, ssmax_scale, mask),
@@ -588,18 +651,18 @@ SSMAX = register(Normalization(
     fast_pays_off=_row_local_pays_off,
     fused=lambda q, k, v, ssmax_scale, **kw: fused_lib.ssmax_attention(q, k, v, ssmax_scale,
                                                                        **kw),
-    fused_auto_kernels=CUDNN, paper=_paper("Nakanishi 2025", "2501.19399")))
+    fused_auto_kernels=CUDNN, causal_safe=True, paper=_paper("Nakanishi 2025", "2501.19399")))
 SPARSEMAX = register(Normalization(
     "sparsemax", weights_lib.sparsemax_weights,
     needs_float32="its gradient flows through the keys in the support alone, and bf16's rounding "
                   "of the logits moves keys in and out of it: 9% off the float32 gradient "
-                  "(tests/test_precision.py)",
+                  "(tests/test_precision.py)", causal_safe=True,
     paper=_paper("Martins & Astudillo 2016", "1602.02068")))
-ENTMAX15 = register(Normalization("entmax15", weights_lib.entmax15_weights,
+ENTMAX15 = register(Normalization("entmax15", weights_lib.entmax15_weights, causal_safe=True,
                                   paper=_paper("Peters et al. 2019", "1905.05702")))
 STICKBREAKING = register(Normalization(
     "stickbreaking", weights_lib.stickbreaking_weights,
-    fast=fast_lib.stickbreaking_attention, fast_pays_off=_blockwise_pays_off,
+    fast=fast_lib.stickbreaking_attention, fast_pays_off=_blockwise_pays_off, causal_safe=True,
     paper=_paper("Tan et al. 2024", "2410.17980")))
 
 #: The names above, fixed -- what the library ships, whatever a user registers later.

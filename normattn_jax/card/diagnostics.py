@@ -153,10 +153,13 @@ def checked_values(diagnostic: Diagnostic, values: Mapping) -> dict:
 # ----- the built-in diagnostics, on the card's LMs -----
 
 def lms(context: CardContext) -> dict:
-  """The arms' LM results, or ``NotApplicable`` for a normalisation that normalises each key's
-  weights over the queries (DNAS, HNAS, Sinkhorn): in a causal LM its weights at a position
-  depend on later tokens, so its losses would see the future."""
+  """The arms' LM results, or ``NotApplicable`` for a normalisation that is not causal-safe, as
+  those that normalise each key's weights over the queries (DNAS, HNAS, Sinkhorn): in a causal
+  LM their weights at a position depend on later tokens, so their losses would see the future."""
   if context.lm.get("card") is None:
+    if not context.spec.normalization.normalizes_over_queries:
+      raise NotApplicable(f"{context.spec} is not declared causal-safe "
+                          f"(Normalization.causal_safe), so it has no causal LM to measure")
     raise NotApplicable(f"{context.spec} normalises each key's weights over the queries, later "
                         f"ones included: in a causal LM a position's output would depend on "
                         f"later tokens, so it has no causal LM to measure")

@@ -23,8 +23,8 @@ With the causal mask alone telling positions apart, every normalisation runs at 
 past L is its own (Scalable-Softmax's s log n, stick-breaking's recency, softmax's dilution).
 
 DNAS, HNAS and Sinkhorn normalise over the queries too, so in a causal LM a position's weights
-depend on later positions' queries: they run (no NaN), but their losses see the future and are
-no evidence of modelling (``registry.Normalization.normalizes_over_queries``).
+depend on later positions' queries and their losses would see the future: ``CausalLM`` refuses
+them, and a card has no LM for them (``registry.Normalization.causal_safe``).
 """
 from __future__ import annotations
 

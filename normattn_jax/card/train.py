@@ -80,7 +80,7 @@ from normattn_jax.validation import check_known_fields
 from normattn_jax.train import grid as grid_lib
 from normattn_jax.train.driver import Budget, Interrupted
 from normattn_jax.sweep.train import load_models, run_sweep
-from normattn_jax.validation import fail_config
+from normattn_jax.validation import check_bool_fields, fail_config
 
 # Optional packages: without them, the error names the extra that installs them.
 ml_collections = require("ml_collections", "analysis")
@@ -233,6 +233,7 @@ def validate_config(c: ml_collections.ConfigDict) -> AttentionSpec:
   """
   check_known_fields(c, base_card_config(), free=("attention.options",))
   kinds.check_kind(c, KIND, absent_is_expected=True)
+  check_bool_fields(c, base_card_config())
   if c.scale not in SCALES:
     fail_config("scale", c.scale, f"choose from {tuple(SCALES)}")
   for field in ("baselines_dir", "cache_dir"):
@@ -881,14 +882,14 @@ def train_lms(spec: AttentionSpec, plan: LMPlan, trainer: Trainer, corpus: tuple
   decoder.
 
   Returns:
-    ``{arm: lm_part's result}``; the card's is None for a normalisation that normalises over
-    the queries (no causal LM: ``diagnostics.lms``).
+    ``{arm: lm_part's result}``; the card's is None for a normalisation that is not
+    causal-safe (no causal LM: ``diagnostics.lms``).
   """
   specs = {"card": spec, "softmax": AttentionSpec.of("softmax"), "nap": AttentionSpec.of("nap")}
   twin = twin_of(spec)
   out = {"card": None}
   for label, folder in lm_dirs(trainer.workdir, trainer.baselines_dir, twin).items():
-    if label == "card" and spec.normalization.normalizes_over_queries:
+    if label == "card" and not spec.normalization.causal_safe:
       continue
     own = twin if label == "card" else label  # the baseline whose LM this is, or None
     key = "card/lm" if own is None else f"baselines/lm_{own}"
@@ -1240,11 +1241,10 @@ LM_BOARD = "lm_board.json"  # the LM part alone, every causal normalisation: wri
 
 
 def causal_normalizations() -> list[str]:
-  """The built-in normalisations a causal LM can run (not normalising over the queries), the
+  """The built-in normalisations a causal LM can run (``Normalization.causal_safe``), the
   baselines first."""
   from normattn_jax.attention.registry import BUILTIN_NORMALIZATIONS, get
-  rest = [n for n in BUILTIN_NORMALIZATIONS if n not in BASELINES
-          and not get(n).normalizes_over_queries]
+  rest = [n for n in BUILTIN_NORMALIZATIONS if n not in BASELINES and get(n).causal_safe]
   return list(BASELINES) + sorted(rest)
 
 
@@ -1264,8 +1264,9 @@ def run_lm_board(names: list, plan_name: str, workdir: str, *, cache_dir: str = 
     fail_config("scale", plan_name, f"choose from {tuple(LM_PLANS)}")
   specs = [AttentionSpec.of(name) for name in dict.fromkeys(list(BASELINES) + list(names))]
   for spec in specs:
-    if spec.normalization.normalizes_over_queries:
-      fail_config("names", spec.name, "normalises over the queries: it has no causal LM")
+    if not spec.normalization.causal_safe:
+      fail_config("names", spec.name, "is not causal-safe (Normalization.causal_safe): it has "
+                                      "no causal LM")
   plan = LM_PLANS[plan_name]
   fingerprint = machine_fingerprint()
   claim_baselines(workdir, fingerprint)

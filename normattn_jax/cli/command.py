@@ -9,10 +9,12 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib
+import math
 import os
 import re
 import shlex
 import sys
+import warnings
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import jax
@@ -69,13 +71,24 @@ def enable_compilation_cache(enabled: bool = True, environ=os.environ) -> Option
     environ: the environment.
 
   Returns:
-    The cache directory in use, or None when the cache is off.
+    The cache directory in use, or None when the cache is off: asked off, or a directory that
+    cannot be made (a file in its place, no permission), which is then said once, by a
+    warning naming it, rather than by JAX on every program.
   """
   if not enabled or environ.get(CACHE_ENV, "1") == "0":
     return None
   if not jax.config.jax_compilation_cache_dir:
     jax.config.update("jax_compilation_cache_dir", compilation_cache_dir(environ))
-  return jax.config.jax_compilation_cache_dir
+  directory = jax.config.jax_compilation_cache_dir
+  try:
+    os.makedirs(directory, exist_ok=True)
+  except OSError as err:
+    jax.config.update("jax_compilation_cache_dir", None)
+    warnings.warn(f"the compilation cache {directory} cannot be a folder ({err}): this run "
+                  f"compiles without it; move what is in its way, or turn it off "
+                  f"(--nocompilation_cache, {CACHE_ENV}=0)", stacklevel=2)
+    return None
+  return directory
 
 
 # XLA's options for programs whose compiling outweighs their running (a smoke-scale report card,
@@ -275,24 +288,76 @@ def section_hint(message: str, config=None) -> str:
           f"its fields, e.g. --config.{path}.{field}={value}")
 
 
+# A config flag as written: --config, --config.<path>, --noconfig.<path> (a bool set False).
+_CONFIG_FLAG = re.compile(r"^--?(?:no)?(config(?:\.[\w.]+)?)(?:=|$)")
+
+
+def repeated_config_fields(argv: Sequence[str]) -> list:
+  """The config flags (``--config`` and each ``--config.<field>``) that ``argv`` gives more than
+  once: ml_collections appends a tuple field's values when its flag is repeated
+  (``--config.archs=('nap',) --config.archs=('mte',)`` trains both) and keeps the last of a
+  scalar, so a wrapper's default and a user's flag would train another grid than either asked.
+
+  Args:
+    argv: the command line, the program first; what follows ``--`` is not read.
+
+  Returns:
+    The repeated flags' names (``config.archs``), in order of first appearance.
+  """
+  counts = {}
+  for arg in argv[1:]:
+    if arg == "--":
+      break
+    match = _CONFIG_FLAG.match(arg)
+    if match:
+      counts[match.group(1)] = counts.get(match.group(1), 0) + 1
+  return [name for name, count in counts.items() if count > 1]
+
+
+def usage_problem(argv: Sequence[str], rest: Sequence[str]) -> Optional[str]:
+  """Why a run script's command line is refused beyond absl's own checks, or None: a config
+  field given twice (``repeated_config_fields``), or positional arguments, which the scripts
+  take none of (an unquoted path with a space would otherwise lose its tail without a word).
+
+  Args:
+    argv: the command line, the program first.
+    rest: what absl's parser left: the program and the arguments that are not flags.
+
+  Returns:
+    The message, or None.
+  """
+  repeated = repeated_config_fields(argv)
+  if repeated:
+    return (f"--{repeated[0]} is given more than once: a tuple field's values would be joined "
+            f"(training the union) and a scalar's last one kept; give each config field once")
+  if len(rest) > 1:
+    return (f"unexpected positional arguments {list(rest[1:])}: this command takes flags only "
+            f"(quote a value with a space, e.g. --workdir='my runs/a')")
+  return None
+
+
 def parse_flags(argv: list) -> list:
   """``app.run``'s flags parser for the run commands: absl's, ``--config`` taking a shipped
   config's name (``with_config_paths``), with ``section_hint`` added to a value given to a config
-  section.
+  section, and ``usage_problem``'s refusals (a config field given twice, positional arguments).
 
   Args:
     argv: the command line.
 
   Returns:
-    The arguments that are not flags.
+    The arguments that are not flags (the program alone).
   """
   try:
-    return flags.FLAGS(with_config_paths(argv))
+    rest = flags.FLAGS(with_config_paths(argv))
+    problem = usage_problem(argv, rest)
   except flags.Error as err:
     config = flags.FLAGS["config"].value if "config" in flags.FLAGS else None
-    print(f"FATAL Flags parsing error: {section_hint(str(err), config)}", file=sys.stderr)
-    print("Pass --helpshort or --helpfull to see help on flags.", file=sys.stderr)
-    sys.exit(1)
+    problem = section_hint(str(err), config)
+  if problem is None:
+    return rest
+  print(f"FATAL Flags parsing error: {problem}", file=sys.stderr)
+  print("Pass --helpshort or --helpfull to see help on flags.", file=sys.stderr)
+  sys.exit(1)
 
 
 def define_cpu_devices_flag() -> flags.FlagHolder:
@@ -347,6 +412,9 @@ def define_run_flags(budget: bool = True) -> RunFlags:
           f"time, its checkpoint written (exit code {INTERRUPTED_EXIT}; 0: no limit); the same "
           "command resumes.", lower_bound=0.0) if budget else None)
   flags.mark_flag_as_required("workdir")
+  if budget:  # nan passes absl's lower bound, inf means nothing 0 does not
+    flags.register_validator("max_minutes", lambda minutes: math.isfinite(minutes),
+                             "must be a finite number of minutes (0: no limit)")
   return holders
 
 
@@ -422,7 +490,8 @@ def resume_command(argv: Sequence[str]) -> str:
 def run_kind(config: Any, run_flags: RunFlags, expected: Optional[str] = None) -> dict:
   """``normattn-run``'s ``main`` (and its aliases'): run the config's kind of run through
   the driver (``runs.run``) within ``--max_minutes``, then, on the chief, draw the kind's figures
-  and print what it says of the summary.
+  (of a run found finished, only those it lacks, ``drawers.draw_missing``, and nothing on a
+  read-only workdir) and print what it says of the summary.
 
   Args:
     config: the script's parsed config; its ``kind`` field picks the kind of run.
@@ -452,12 +521,20 @@ def run_kind(config: Any, run_flags: RunFlags, expected: Optional[str] = None) -
   def run(config, workdir, afresh):
     return runs.run(config, workdir, afresh=afresh, budget=budget)
 
-  summary = run_command(run, config, run_flags, divides=kind.divides(config))
   workdir = run_flags.workdir.value
+  finished = (not run_flags.afresh.value and kind.summary_file == "summary.json"
+              and os.path.isfile(os.path.join(workdir, kind.summary_file)))
+  summary = run_command(run, config, run_flags, divides=kind.divides(config))
   if multihost.is_chief():  # on several hosts, one notes and draws
     from normattn_jax.reporting import provenance
-    provenance.write_note(workdir, experiment=config_description())
-    drawers.draw(kind.name, workdir, summary)
+    if not finished:
+      provenance.write_note(workdir, experiment=config_description())
+      drawers.draw(kind.name, workdir, summary)
+    elif not os.access(workdir, os.W_OK):  # its results stay as they are, and so do its files
+      print(f"{workdir} is read-only: its finished run is left as it is, nothing noted or drawn")
+    else:  # only what it lacks: a note's missing fields, missing figures
+      provenance.write_note(workdir, experiment=config_description())
+      drawers.draw_missing(kind.name, workdir, summary)
   print("\n".join(kind.describe(summary)))
   print(f"results in {workdir}")
   return summary

@@ -14,6 +14,7 @@ from absl import app, flags
 
 from normattn_jax.reporting.tables import finetuning_tables
 from normattn_jax.train.checkpoint import finished_summary
+from normattn_jax.cli.command import parse_flags
 
 _WORKDIRS = flags.DEFINE_list("workdirs", None, "Finished fine-tuning workdirs.")
 _OUTPUT = flags.DEFINE_string("output", None, "Folder for comparison.json and comparison.md.")
@@ -45,7 +46,7 @@ def _main(argv):
 
 def main():
   """The console script ``normattn-compare-finetuning``."""
-  app.run(_main)
+  app.run(_main, flags_parser=parse_flags)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import os
 
 from absl import app, flags
 
-from normattn_jax.cli.command import first_sentence
+from normattn_jax.cli.command import first_sentence, parse_flags
 from normattn_jax.analysis import explaining_away as ea
 from normattn_jax.reporting import analysis_figures, provenance
 
@@ -42,7 +42,7 @@ def _main(argv):
 
 def main():
   """The console script ``normattn-explaining-away``."""
-  app.run(_main)
+  app.run(_main, flags_parser=parse_flags)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,14 @@ def _main(argv):
     platforms = exports.check_platforms(_PLATFORMS.value)
   except ValueError as err:
     raise app.UsageError(str(err)) from None
+  asked = ", ".join(_NORMALIZATIONS.value) or "every normalisation"
+  if not programs:  # a check of nothing would pass
+    raise app.UsageError(f"no program of the kinds {_KINDS.value} for {asked} (the card's and "
+                         f"decode's are only of normalisations that may run causal or decode)")
   print(f"{len(programs)} programs x {len(platforms)} platforms ({', '.join(platforms)})")
+  for kind in _KINDS.value:
+    if not any(program.kind == kind for program in programs):
+      print(f"{kind:9s}    0 programs: none for {asked}")
   began = time.perf_counter()
   on_result = None if _QUIET.value else show
   results = exports.check(programs, platforms, on_result=on_result)

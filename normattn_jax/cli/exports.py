@@ -596,7 +596,7 @@ def card_programs(normalizations: Sequence[str]) -> list:
   return [Program(f"card/{name}/{measure}", "card", name, "quadratic", "float32",
                   _card_build(name, measure), training=False, differentiated=False)
           for name in normalizations for measure in ("losses", "probe")
-          if not attention_registry.get(name).normalizes_over_queries]
+          if attention_registry.get(name).causal_safe]
 
 
 KINDS = ("grid", "pretrain", "finetune", "linen", "nnx", "decode", "card")

@@ -8,6 +8,8 @@ scale (<cards>/lm_<scale>/lm_board.json, experiments/card_lms.py's). Then it wri
 words again from the board's family (its report.json's comparisons and verdicts, report.md and
 accuracy.png; the numbers stay as they are), so that no card says other than the board:
 --norewrite_cards leaves the cards as they are (their words are then their own, provisional).
+A card folder with no report.json yet (a card still running, or stopped) is named and the
+board left as it is.
 """
 import os
 
@@ -15,6 +17,7 @@ from absl import app, flags
 
 from normattn_jax.card.text import write_report
 from normattn_jax.reporting import figures, leaderboard
+from normattn_jax.cli.command import parse_flags
 
 _CARDS = flags.DEFINE_string("cards", "results/report_cards", "Folder of the cards' folders.")
 _OUT = flags.DEFINE_string("out", "REPORT_CARDS.md", "The table's file.")
@@ -52,7 +55,7 @@ def _main(argv):
 
 def main():
   """The console script ``normattn-leaderboard``."""
-  app.run(_main)
+  app.run(_main, flags_parser=parse_flags)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import time
 
 from absl import app, flags
 
-from normattn_jax.cli.command import first_sentence
+from normattn_jax.cli.command import first_sentence, parse_flags
 from normattn_jax.analysis import mixing as mx
 from normattn_jax.models import bert
 from normattn_jax.reporting import analysis_figures, provenance
@@ -96,7 +96,7 @@ def _main(argv):
 
 def main():
   """The console script ``normattn-mixing``."""
-  app.run(_main)
+  app.run(_main, flags_parser=parse_flags)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import os
 
 from absl import app, flags
 
-from normattn_jax.cli.command import first_sentence
+from normattn_jax.cli.command import first_sentence, parse_flags
 from normattn_jax.analysis import mode_collapse as mc
 from normattn_jax.reporting import analysis_figures, provenance
 
@@ -39,7 +39,7 @@ def _main(argv):
 
 def main():
   """The console script ``normattn-mode-collapse``."""
-  app.run(_main)
+  app.run(_main, flags_parser=parse_flags)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import time
 
 from absl import app, flags
 
-from normattn_jax.cli.command import first_sentence
+from normattn_jax.cli.command import first_sentence, parse_flags
 from normattn_jax.analysis.unselectable import fraction_grids
 from normattn_jax.reporting import analysis_figures, provenance
 
@@ -53,7 +53,7 @@ def _main(argv):
 
 def main():
   """The console script ``normattn-unselectable``."""
-  app.run(_main)
+  app.run(_main, flags_parser=parse_flags)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,7 @@ class DecoderBlock(nn.Module):
   init_std: float = 0.02
   residual_init_std: float = 0.02
   attention_module: AttentionModuleSpec = AttentionModuleSpec()
+  allow_future_leak: bool = False
 
   @nn.compact
   def __call__(self, x: Array, deterministic: bool = True, sow_weights: bool = False) -> Array:
@@ -70,7 +71,7 @@ class DecoderBlock(nn.Module):
     attended = MultiHeadAttention(
         num_heads=self.num_heads, use_bias=False, kernel_init=init, out_kernel_init=residual_init,
         dropout_rate=self.dropout_rate, normalization=self.normalization, name="attention",
-        **self.attention_module.module_kwargs())(
+        allow_future_leak=self.allow_future_leak, **self.attention_module.module_kwargs())(
             keys, causal=True, deterministic=deterministic, sow_weights=sow_weights)
     # GPT-2's output projection has a bias; the query, key and value ones are left out.
     attended = attended + self.param("attention_bias", nn.initializers.zeros, (d,))
@@ -111,6 +112,10 @@ class CausalLM(nn.Module):
       ``AttentionSpec``).
     positional: "learned" (GPT-2's position embeddings) or "none" (NoPE: no position
       embedding, the causal mask alone tells positions apart); ``POSITIONALS``.
+    - allow_future_leak: build it with a normalisation that is not causal-safe (DNAS, HNAS,
+      Sinkhorn normalise over the queries, so each position's output depends on the later
+      positions and the next-token loss sees the answer); refused without it
+      (``registry.Normalization.causal_safe``).
   """
   vocab_size: int
   max_len: int
@@ -125,6 +130,7 @@ class CausalLM(nn.Module):
   attention_module: AttentionModuleSpec = AttentionModuleSpec()
   normalization: Union[str, AttentionSpec] = "softmax"
   positional: str = "learned"
+  allow_future_leak: bool = False
 
   def __post_init__(self):
     for name in ("vocab_size", "max_len", "d_model", "num_layers", "num_heads", "mlp_ratio"):
@@ -141,7 +147,10 @@ class CausalLM(nn.Module):
       raise ValueError(f"init_std must be > 0, got {self.init_std!r}")
     if self.positional not in POSITIONALS:
       raise ValueError(f"positional must be one of {POSITIONALS}, got {self.positional!r}")
-    AttentionSpec.of(self.normalization).resolved()  # an unknown name or option fails here
+    spec = AttentionSpec.of(self.normalization)
+    spec.resolved()  # an unknown name or option fails here
+    spec.normalization.check_causal(causal=True, allow_future_leak=self.allow_future_leak,
+                                    name=str(spec), what="a CausalLM's causal attention")
     super().__post_init__()
 
   @nn.compact
@@ -174,7 +183,7 @@ class CausalLM(nn.Module):
           pre_attention_norm_kind=self.pre_attention_norm_kind, mlp_ratio=self.mlp_ratio,
           dropout_rate=self.dropout_rate, layer_norm_epsilon=self.layer_norm_epsilon,
           init_std=self.init_std, residual_init_std=residual_std,
-          attention_module=self.attention_module,
+          attention_module=self.attention_module, allow_future_leak=self.allow_future_leak,
           name=f"block_{layer}")(x, deterministic, sow_weights)
     x = LayerNorm(epsilon=self.layer_norm_epsilon, name="final_norm")(x)
     return embed.attend(x)

@@ -45,7 +45,8 @@ from normattn_jax.train.runs import RunContext
 from normattn_jax.attention.section import attention_section, attention_spec
 from normattn_jax.validation import check_known_fields
 from normattn_jax.train.state import TRAIN_STREAM, TrainState
-from normattn_jax.validation import check_config_float, check_config_int, check_fields
+from normattn_jax.validation import (check_bool_fields, check_config_float, check_config_int,
+                                     check_fields)
 from normattn_jax.validation import fail_config as _fail
 
 CORPORA = ("shakespeare", "files", "wikipedia")
@@ -82,6 +83,7 @@ def validate_pretrain_config(c: ml_collections.ConfigDict) -> None:
   """Check every field before anything is built; errors name the field and the value."""
   check_known_fields(c, base_pretrain_config(), free=("model.attention.options",))
   kinds.check_kind(c, "pretraining", absent_is_expected=True)
+  check_bool_fields(c, base_pretrain_config())
   spec = attention_spec(c.model.attention, "model.attention")
   for name in ("embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                "intermediate_size", "num_hidden_groups", "inner_group_num",

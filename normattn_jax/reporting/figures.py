@@ -378,6 +378,19 @@ def draw_sweep(plan: SweepPlan, summary, metrics_path, workdir):
                          os.path.join(workdir, "learning_curves.png"), groups)
 
 
+def sweep_figure_files(config) -> tuple:
+  """The files ``draw_sweep`` writes for a sweep of ``config``.
+
+  Args:
+    config: the sweep's config (``config.task`` names the task).
+
+  Returns:
+    accuracy.png, case_accuracy.png where the task has metric groups, learning_curves.png.
+  """
+  groups = tasks.get(config.task.name).metric_groups(config.task.seq_len)
+  return ("accuracy.png",) + (("case_accuracy.png",) if groups else ()) + ("learning_curves.png",)
+
+
 def draw_finished_sweep(workdir: str) -> None:
   """Draw a finished sweep's figures (``draw_sweep``) from what its workdir holds: after a run,
   a rescoring or a retrained arch, whose functions write ``summary.json`` and leave the figures

@@ -51,7 +51,8 @@ def read_reports(folder: str) -> list[dict]:
   Raises:
     FileNotFoundError: the folder does not exist, or holds no card.
     ValueError: a report.json that is not JSON or lacks what the board reads, naming the file
-      and what is wrong.
+      and what is wrong; or an unfinished card (``unfinished_cards``), naming it: the board
+      judges every card against the others, so it is not made without one of them.
   """
   return [read_report(path) for path in report_paths(folder)]
 
@@ -60,10 +61,27 @@ def report_paths(folder: str) -> list[str]:
   """Every ``<folder>/<name>/report.json``, sorted (``read_reports``' errors)."""
   if not os.path.isdir(folder):
     raise FileNotFoundError(f"cards folder {folder} does not exist")
+  unfinished = unfinished_cards(folder)
+  if unfinished:
+    raise ValueError(f"cards folder {folder}: {', '.join(unfinished)} unfinished (a card's "
+                     f"config.json, no report.json yet): finish each with the command that "
+                     f"started it (it resumes), or move it out of the folder")
   paths = sorted(glob.glob(os.path.join(folder, "*", "report.json")))
   if not paths:
     raise FileNotFoundError(f"cards folder {folder} holds no <name>/report.json")
   return paths
+
+
+def unfinished_cards(folder: str) -> list:
+  """The folders of ``folder`` that hold a card's ``config.json`` (written as a card starts)
+  but no ``report.json`` (written as it ends); the shared baselines' folder holds neither.
+
+  Returns:
+    Their names, sorted.
+  """
+  started = glob.glob(os.path.join(folder, "*", "config.json"))
+  return sorted(os.path.basename(os.path.dirname(path)) for path in started
+                if not os.path.exists(os.path.join(os.path.dirname(path), "report.json")))
 
 
 def read_report(path: str) -> dict:

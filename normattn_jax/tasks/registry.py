@@ -21,6 +21,9 @@ from normattn_jax.registry import Registry
 from normattn_jax.validation import Option, fail_config
 
 Array = jax.Array
+# The fields of a config's ``task`` section that every task shares (``train.config``): a setting
+# of one task may not take their names, which the validation would read as the shared field.
+SHARED_FIELDS = ("name", "seq_len", "vocab_size", "output")
 # sample(key, batch_size, seq_len, settings) -> (inputs [batch, seq_len] int32, labels)
 Sampler = Callable[[Array, int, int, Any], tuple[Array, Array]]
 
@@ -162,7 +165,7 @@ class Task:
 
 def _check(task: Task) -> None:
   """A task's labels must match one of the output heads; its settings are ``Option`` objects
-  of distinct names."""
+  of distinct names, none a shared field's (``SHARED_FIELDS``), each default kept by its rule."""
   if not task.outputs or any(output not in OUTPUTS for output in task.outputs):
     raise ValueError(f"task {task.name!r}: outputs must be a non-empty tuple from {OUTPUTS}, "
                      f"got {task.outputs!r}")
@@ -171,6 +174,15 @@ def _check(task: Task) -> None:
       or len(set(setting_names)) != len(setting_names)):
     raise ValueError(f"task {task.name!r}: settings must be Option objects of distinct names, "
                      f"got {task.settings!r}")
+  shared = sorted(set(setting_names) & set(SHARED_FIELDS))
+  if shared:
+    raise ValueError(f"task {task.name!r}: settings {shared} take the names of fields every "
+                     f"task shares {SHARED_FIELDS}, which the config would read instead")
+  for setting in task.settings:
+    why = setting.refusal(setting.default)
+    if why:
+      raise ValueError(f"task {task.name!r}: setting {setting.name}'s default "
+                       f"{setting.default!r} breaks its own rule: {why}")
 
 
 def check_settings(task: Task, section) -> None:
@@ -211,11 +223,23 @@ def resolved_settings(task: Task, section):
   return resolved
 
 
+CHECKED_EXAMPLES = 1024  # drawn per length by check_batches
+
+
+def label_shape(output: str, batch: int, seq_len: int) -> tuple:
+  """The shape of a batch's labels for an output head (``OUTPUTS``): one per example, or one per
+  token for "token_classes"."""
+  return (batch, seq_len) if output == "token_classes" else (batch,)
+
+
 def check_batches(task: Task, settings, output: str, classes: int, lengths) -> None:
   """Refuse a task whose batches the model cannot take: inside the compiled step a token past
-  the embeddings or a label past the output's logits gives NaN or a clipped lookup, and every
-  learning rate would count as diverged instead of the run failing. One small batch per length,
-  drawn eagerly before anything compiles.
+  the embeddings or a label past the output's logits gives NaN or a clipped lookup, and float
+  or misshapen labels train too, so that every learning rate would count as diverged instead of
+  the run failing. ``CHECKED_EXAMPLES`` examples per length, drawn eagerly before anything
+  compiles: their tokens' and labels' dtype and shape (``label_shape``), and every value's
+  range. A sample, not a proof: a label out of range in one example of 100 is missed with
+  odds of 3e-5, one of 10^4 with odds of 0.9.
 
   Args:
     task: the task.
@@ -225,23 +249,36 @@ def check_batches(task: Task, settings, output: str, classes: int, lengths) -> N
     lengths: the sequence lengths the run samples at (training and validation).
 
   Raises:
-    ValueError: naming the task, the field (tokens or labels), the value and the range.
+    ValueError: naming the task, the field (tokens or labels), the value or the dtype and shape,
+      and what the output takes.
   """
-  vocab = int(settings.vocab_size)
+  vocab, batch = int(settings.vocab_size), CHECKED_EXAMPLES
   for n in dict.fromkeys(int(length) for length in lengths):
-    inputs, labels = task.sample(jax.random.key(0), 4, n, settings)
+    try:
+      inputs, labels = task.sample(jax.random.key(0), batch, n, settings)
+    except (ArithmeticError, TypeError, ValueError) as err:  # a setting the sampler cannot take
+      own = {s.name: settings[s.name] for s in task.settings if s.name in settings}
+      raise ValueError(f"task {task.name!r}: its sampler fails on a batch at N = {n} with the "
+                       f"settings {own}: {type(err).__name__}: {err}") from err
     inputs, labels = np.asarray(inputs), np.asarray(labels)
-    if inputs.shape != (4, n) or inputs.dtype.kind not in "iu":
-      raise ValueError(f"task {task.name!r}: a batch of 4 at N = {n} must have integer tokens of "
-                       f"shape (4, {n}), got {inputs.dtype} {inputs.shape}")
+    if inputs.shape != (batch, n) or inputs.dtype.kind not in "iu":
+      raise ValueError(f"task {task.name!r}: a batch of {batch} at N = {n} must have integer "
+                       f"tokens of shape ({batch}, {n}), got {inputs.dtype} {inputs.shape}")
+    want = label_shape(output, batch, n)
+    if labels.shape != want or labels.dtype.kind not in "iu":
+      raise ValueError(f"task {task.name!r}: the {output!r} output takes integer labels of "
+                       f"shape {want} for a batch of {batch} at N = {n}, got {labels.dtype} "
+                       f"{labels.shape}")
     limit, what = ((n, f"the N = {n} positions") if output in ("tokens", "first") else
                     (classes, f"the {classes} classes"))
     for field, values, top, of in (("tokens", inputs, vocab, f"config.task.vocab_size={vocab}"),
                                    ("labels", labels, limit, what)):
       bad = (values < 0) | (values >= top)
       if bad.any():
+        examples = int(bad.reshape(batch, -1).any(-1).sum())
         raise ValueError(f"task {task.name!r}: a batch at N = {n} holds {field} "
-                         f"{values[bad][0].item()!r}, outside [0, {top}) ({of})")
+                         f"{values[bad][0].item()!r}, outside [0, {top}) ({of}), in {examples} "
+                         f"of its {batch} examples")
 
 
 # register(task, *, replace=False) also raises ValueError for outputs that are empty or not in

@@ -169,6 +169,27 @@ def _this_host() -> str:
   return socket.gethostname()
 
 
+def _started(pid: int) -> Optional[str]:
+  """When process ``pid`` of this host started, as the kernel counts it since this boot (Linux:
+  ``/proc``), or None where that cannot be read: a lock's pid that lives but started at another
+  time is another process, the lock's own long gone (a pid used again)."""
+  try:
+    with open("/proc/sys/kernel/random/boot_id") as f:
+      boot = f.read().strip()
+    with open(f"/proc/{pid}/stat") as f:
+      fields = f.read().rsplit(")", 1)[1].split()  # the name may hold spaces
+    return f"{boot}:{fields[19]}"  # the 22nd field, starttime (the 3rd after the name is [0])
+  except (OSError, IndexError):
+    return None
+
+
+def _me() -> dict:
+  """This process's lock record: pid, host, and when it started where that can be read."""
+  me = {"pid": os.getpid(), "host": _this_host()}
+  started = _started(os.getpid())
+  return me if started is None else dict(me, started=started)
+
+
 def _alive(pid: int) -> bool:
   """Whether process ``pid`` of this host runs (one of another user's counts)."""
   try:
@@ -191,7 +212,8 @@ def _read_lock(path: str) -> Optional[dict]:
   except (OSError, ValueError):
     return {}
   ok = (isinstance(holder, dict) and isinstance(holder.get("pid"), int)
-        and isinstance(holder.get("host"), str))
+        and isinstance(holder.get("host"), str)
+        and isinstance(holder.get("started", ""), str))
   return holder if ok else {}
 
 
@@ -202,8 +224,14 @@ def lock_holder(workdir: str) -> Optional[dict]:
 
 
 def is_stale(holder: dict, host: str) -> bool:
-  """A lock of a dead process on this host; another host's cannot be told, so it is live."""
-  return bool(holder) and holder["host"] == host and not _alive(holder["pid"])
+  """A lock of a dead process on this host, or of a pid that another process took since (it
+  started at another time than the lock says); another host's cannot be told, so it is live,
+  and so is a lock without its start time whose pid runs."""
+  if not holder or holder["host"] != host:
+    return False
+  if not _alive(holder["pid"]):
+    return True
+  return "started" in holder and _started(holder["pid"]) not in (None, holder["started"])
 
 
 def _create_lock(path: str, holder: dict) -> bool:
@@ -245,7 +273,7 @@ def lock_workdir(workdir: str) -> None:
   """
   os.makedirs(workdir, exist_ok=True)
   path = os.path.join(workdir, LOCK)
-  me = {"pid": os.getpid(), "host": _this_host()}
+  me = _me()
   for _ in range(3):
     if _create_lock(path, me):
       _HELD.add(os.path.abspath(path))
@@ -256,7 +284,7 @@ def lock_workdir(workdir: str) -> None:
     if not is_stale(holder, me["host"]):
       raise WorkdirError(_in_use(workdir, holder, path))
     warnings.warn(f"workdir {workdir}: taking over the lock of process {holder['pid']}, which "
-                  "is no longer running", stacklevel=2)
+                  "is no longer running (or its pid is another process's now)", stacklevel=2)
     _take_over(path, holder)
   raise WorkdirError(_in_use(workdir, lock_holder(workdir) or {}, path))
 
@@ -275,7 +303,7 @@ def unlock_workdir(workdir: str) -> None:
   if path not in _HELD:
     return
   _HELD.discard(path)
-  if lock_holder(workdir) == {"pid": os.getpid(), "host": _this_host()}:
+  if lock_holder(workdir) == _me():
     os.remove(path)
 
 

@@ -113,8 +113,9 @@ class RunHooks:
 
   Args:
     directory: the checkpoints' folder, or None for none.
-    every: checkpoint every that many chunks (and after the last, and when the budget's time
-      runs out); 0: never.
+    every: checkpoint every that many chunks (and after the last); 0: only when the budget's
+      time stops the run (whatever ``every``, the chunk that passes the time is kept, so that
+      the call the run's stop asks for resumes rather than starting over).
     num_chunks: the chunks the grid runs in all.
     record: ``(chunk indices, metrics so far) -> None``: log those chunks' evaluations (called
       for the restored ones on resume, so a resumed history reads as an uninterrupted one).
@@ -134,7 +135,11 @@ class RunHooks:
                record: Callable = lambda indices, metrics: None,
                on_resume: Optional[Callable] = None, budget: Optional[Budget] = None,
                name: str = "grid", state_only: bool = False, may_grow: bool = False):
-    self.checkpoints = GridCheckpoints(directory) if directory and every else None
+    self.directory = directory
+    # with checkpoints off, a folder left by a time stop is still resumed from
+    self.checkpoints = (GridCheckpoints(directory) if directory and (every or may_grow
+                                                                     or os.path.isdir(directory))
+                        else None)
     self.every, self.num_chunks, self.name = (1 if may_grow else every), num_chunks, name
     self.record, self.on_resume = record, on_resume
     self.budget = budget or Budget()
@@ -187,8 +192,10 @@ class RunHooks:
     self.record([done - 1], metrics)
     self.budget.spend()
     # a run stopped by time keeps every chunk it ran: the next call resumes from there
-    if self.checkpoints is not None and (done % self.every == 0 or done == self.num_chunks
-                                         or self.budget.out_of_time()):
+    periodic = self.every and (done % self.every == 0 or done == self.num_chunks)
+    if self.directory and (periodic or self.budget.out_of_time()):
+      if self.checkpoints is None:
+        self.checkpoints = GridCheckpoints(self.directory)
       self.checkpoints.save(done, {"state": state} if self.state_only
                             else {"state": state, "metrics": metrics})
     self.budget.check(self.name, done, self.num_chunks)

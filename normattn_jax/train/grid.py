@@ -20,6 +20,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from normattn_jax import _moved
 from normattn_jax.train.state import TrainState
+from normattn_jax.validation import check_int
 
 Array = jax.Array
 MODELS_AXIS, DATA_AXIS = "models", "data"
@@ -340,7 +341,13 @@ class Grid:
 
     Returns:
       The ``Grid``.
+
+    Raises:
+      ValueError: for a ``num_models`` that is not an integer >= 1 or a ``per_vmap`` that is
+        not one >= 0, before anything is traced.
     """
+    check_int("num_models", num_models)
+    check_int("per_vmap", per_vmap, low=0)
     mesh = mesh or grid_mesh()
     model_devices = mesh.shape[MODELS_AXIS]
     width = models_per_vmap(per_vmap, num_models,
@@ -438,6 +445,17 @@ class GridRun(NamedTuple):
 
 
 
+def _models_first(name: str, tree, num_models: int):
+  """``tree``, each of whose arrays must lead with the models axis of ``num_models``."""
+  for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
+    shape = np.shape(leaf)
+    if not shape or shape[0] != num_models:
+      where = jax.tree_util.keystr(path)
+      raise ValueError(f"run_grid: {name}{where} has shape {shape}: its leading axis must be "
+                       f"the grid's {num_models} models")
+  return tree
+
+
 def run_grid(grid: Grid, keys: np.ndarray, per_model, num_chunks: int, *,
              resume: Optional[Callable] = None, on_chunk: Optional[Callable] = None,
              on_host: Optional[Callable] = None) -> GridRun:
@@ -461,10 +479,20 @@ def run_grid(grid: Grid, keys: np.ndarray, per_model, num_chunks: int, *,
   Returns:
     ``GridRun``: the metrics ``{name: [chunks, models]}`` (rows of chunks that a resume skipped
     as ``resume`` gave them) and the final states.
+
+  Raises:
+    ValueError: for keys or per-model inputs whose leading axis is not the grid's
+      ``num_models`` (the padding would give the missing models other models' keys or
+      nothing), or a ``num_chunks`` that is not an integer >= 0.
   """
   num_models = grid.num_models
-  inputs = per_model if callable(per_model) else lambda index: per_model
-  state = grid.init(grid.shard(np.asarray(keys)), grid.shard(inputs(0)), *grid.shared)
+  check_int("num_chunks", num_chunks, low=0)
+  given = per_model if callable(per_model) else lambda index: per_model
+
+  def inputs(index):
+    return _models_first(f"per_model (chunk {index})", given(index), num_models)
+  keys = _models_first("keys", np.asarray(keys), num_models)
+  state = grid.init(grid.shard(keys), grid.shard(inputs(0)), *grid.shared)
   done, history = 0, {}
   if resume is not None:
     done, state, history = resume(grid, state, grid.shard(inputs(0)))

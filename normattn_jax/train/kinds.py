@@ -108,8 +108,36 @@ def kind_of(config: ml_collections.ConfigDict) -> RunKind:
   """
   name = config.get("kind") if isinstance(config, (ml_collections.ConfigDict, dict)) else None
   if isinstance(name, str) and name in KINDS:
-    return get(name)
+    kind = get(name)
+    check_sections(config, kind)
+    return kind
   return fail_config("kind", name, f"must name a kind of run, one of {names()}")
+
+
+def _top_fields(kind: RunKind) -> Optional[frozenset]:
+  """The top-level fields of ``kind``'s config, or None for a kind without a base config."""
+  return None if kind.base_config is None else frozenset(kind.base_config().keys())
+
+
+def check_sections(config: ml_collections.ConfigDict, kind: RunKind) -> None:
+  """Refuse a config that lacks top-level fields of its kind's (a sweep's config given
+  ``--config.kind=pretraining``), naming the kind whose fields they are, before any field is
+  read: else the first missing field failed deep inside, as a chained KeyError.
+
+  Raises:
+    ValueError: ``config.kind=<value>: ...``, naming the missing and the foreign fields.
+  """
+  want = _top_fields(kind)
+  have = frozenset(config.keys())
+  if want is None or want <= have:  # a field too many is the known-fields rule's to name
+    return
+  matches = [other for other in names() if other != kind.name
+             and _top_fields(get(other)) == have]
+  whose = f"; they are a {matches[0]!r} config's" if matches else ""
+  fail_config("kind", kind.name,
+              f"the config's fields are not a {kind.name} config's: it lacks "
+              f"{sorted(want - have)} and has {sorted(have - want)}{whose} (a config file "
+              f"of that kind runs that kind)")
 
 
 def check_kind(config: ml_collections.ConfigDict, expected: str, *,
