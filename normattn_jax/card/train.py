@@ -423,12 +423,6 @@ def sweep_folders(workdir: str, report: dict) -> list:
           for folder in (arm.select_dir, arm.evaluate_dir)]
 
 
-def selection_means(run: seeds_lib.OurSweep, arch: str) -> list:
-  """Each learning rate's mean training accuracy over the seeds (each at its best over
-  training); None where every seed failed."""
-  return [seeds_lib.pixel(run.seeds(arch, "train_acc", lr))["mean"] for lr in run.learning_rates]
-
-
 def _rounded(rate: float) -> float:
   return float(f"{rate:.4g}")
 
