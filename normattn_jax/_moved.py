@@ -6,6 +6,7 @@ packages its old names now live in.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.abc
 import importlib.util
@@ -48,6 +49,8 @@ MOVED_NAMES = {
     # a task's settings are options, as a normalisation's are
     ("normattn_jax.tasks", "Setting"): "normattn_jax.validation:Option",
     ("normattn_jax.tasks.registry", "Setting"): "normattn_jax.validation:Option",
+    # named for what it does (``card.stats.compare`` compares two arms)
+    ("normattn_jax.sweep.seeds", "compare"): "normattn_jax.sweep.seeds:compare_with_authors",
 }
 
 
@@ -88,6 +91,7 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     target = importlib.import_module(new)
     module.__dict__.update({key: value for key, value in vars(target).items()
                             if not key.startswith("__")})
+    module.__getattr__ = functools.partial(moved_attribute, new)  # the new module's old names
 
 
 def install() -> None:

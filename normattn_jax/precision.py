@@ -69,7 +69,7 @@ def resolve_dtype(dtype: str, normalizations: Iterable, backend: Optional[str] =
 
   Args:
     dtype: a key of ``DTYPES``, or ``AUTO``.
-    normalizations: the model's attention normalisations (names or ``AttentionSpec``s; none
+    normalizations: the model's attention normalisations (names or ``AttentionSpec`` objects; none
       for pooling).
     backend: the platform (``jax.default_backend()`` when None).
 

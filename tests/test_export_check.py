@@ -61,7 +61,7 @@ def test_the_list_covers_every_kind_normalisation_and_implementation():
 @pytest.mark.fast_subset(lambda params: params["name"] in FAST)
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_program_exports_for_tpu_and_cuda(name):
-  results = exports.check([PROGRAMS[name]])
+  results = exports.check_exports([PROGRAMS[name]])
   assert [r.platform for r in results] == list(exports.PLATFORMS)
   assert not exports.failures(results)
   cuda = results[-1]
@@ -79,7 +79,7 @@ def test_without_tracing_for_cudnn_the_fused_export_is_caught(monkeypatch):
   fallback, named."""
   monkeypatch.setattr(fused_lib, "tracing_for_cudnn", lambda cudnn=True: contextlib.nullcontext())
   monkeypatch.setattr(fused_lib, "cudnn_device", lambda: False)
-  [result] = exports.check([PROGRAMS["linen/dnas/fused/bfloat16"]], ("cuda",))
+  [result] = exports.check_exports([PROGRAMS["linen/dnas/fused/bfloat16"]], ("cuda",))
   assert result.problems and "__cudnn$fmhaSoftmax" in result.problems[0]
   assert "XLA's fallback" in result.problems[0]
 
@@ -93,7 +93,7 @@ def test_a_host_callback_in_a_training_step_is_named():
   register(Normalization("printing_softmax", printing_softmax))
   try:
     programs = exports.programs(["printing_softmax"], kinds=("linen",))
-    results = exports.check(programs[:1])
+    results = exports.check_exports(programs[:1])
   finally:
     unregister("printing_softmax")
   lines = exports.failures(results)
@@ -127,7 +127,7 @@ def test_bad_requests_are_refused_before_anything_is_traced():
   with pytest.raises(ValueError, match=r"kinds=\('grids',\)"):
     exports.programs(kinds=("grids",))
   with pytest.raises(ValueError, match=r"platforms=\('rocm',\): each must be one of"):
-    exports.check([], ("rocm",))
+    exports.check_exports([], ("rocm",))
 
 
 def test_the_command_checks_a_plugin_and_names_what_fails(tmp_path):
@@ -173,7 +173,7 @@ def test_tracing_for_a_platform_decides_the_kernel_whatever_the_machine():
 def test_the_cudnn_version_stand_in_lives_only_inside_an_export():
   from jax._src.cudnn import fused_attention_stablehlo as cudnn_attention
   before = cudnn_attention.check_cudnn_version
-  [result] = exports.check([PROGRAMS["linen/softmax/fused/bfloat16"]], ("cuda",))
+  [result] = exports.check_exports([PROGRAMS["linen/softmax/fused/bfloat16"]], ("cuda",))
   assert not result.problems and exports.CUDNN_BACKWARD in result.targets
   assert cudnn_attention.check_cudnn_version is before
 

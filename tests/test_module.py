@@ -91,14 +91,15 @@ def test_hybrid_weight_from_the_caller_replaces_the_parameter():
   params = own.init(KEY, X)["params"]
   u = jnp.array([0.3, 0.3, 0.3, 0.3])
   shared = {k: v for k, v in params.items() if k != "hybrid_weight"}
-  supplied = own.apply({"params": shared}, X, hybrid_weight=u)
+  supplied = own.apply({"params": shared}, X, head_params={"hybrid_weight": u})
   chex.assert_trees_all_close(supplied, own.apply({"params": params}, X), atol=1e-6)
-  other = own.apply({"params": shared}, X, hybrid_weight=jnp.array([1.0, 0.0, 1.0, 0.0]))
+  other = own.apply({"params": shared}, X,
+                    head_params={"hybrid_weight": jnp.array([1.0, 0.0, 1.0, 0.0])})
   assert not np.allclose(other, supplied)
   with pytest.raises(ValueError, match="hybrid_weight must have shape"):
-    own.apply({"params": shared}, X, hybrid_weight=jnp.ones(3))
-  with pytest.raises(ValueError, match="hybrid_weight is HNAS's u"):
-    MultiHeadAttention(num_heads=4).init(KEY, X, hybrid_weight=u)
+    own.apply({"params": shared}, X, head_params={"hybrid_weight": jnp.ones(3)})
+  with pytest.raises(ValueError, match="hybrid_weight is not a per-head parameter"):
+    MultiHeadAttention(num_heads=4).init(KEY, X, head_params={"hybrid_weight": u})
 
 
 @pytest.mark.parametrize("normalization", ["nap", "softmax", "non"])

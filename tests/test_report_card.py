@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 
 import numpy as np
 import pytest
@@ -545,6 +546,34 @@ def test_the_grid_is_extended_past_an_edge_until_interior_or_capped():
                                                   "top (cap 0.243)")
   assert text.selection_outcome({"learning_rates": list(grid)}, 0.027) == (
       "on an edge of the grid, not extended")
+
+
+def test_a_selection_reads_its_sweep_once_and_trains_only_its_extension(monkeypatch):
+  """Each rate's score comes from the selection sweep read once (an extension rate's from its
+  own sweep, trained first); the card's numbers reuse the record rather than selecting again."""
+  class Sweep:  # a finished sweep: every seed's accuracy is its learning rate
+    def __init__(self, rates):
+      self.learning_rates = rates
+      self.config = types.SimpleNamespace(learning_rates=rates)
+
+    def seeds(self, arch, metric, lr):
+      return np.full((2, 3), lr)
+
+  grid, read, trained = [0.027, 0.0081, 0.00243], [], []
+  def sweep_at(folder):
+    read.append(os.path.basename(folder))
+    rates = {"select": grid, "evaluate": [0.243]}
+    return Sweep(rates.get(folder) or [float(folder.rpartition("_")[2])])
+  monkeypatch.setattr(rc.seeds_lib.OurSweep, "read", staticmethod(sweep_at))
+  arm = rc.Arm("card", "select", "evaluate", "nap", "extend")
+  record = rc.best_learning_rate(arm, trained.append)
+  assert record["extended"] == [0.081, 0.243] and trained == [0.081, 0.243]
+  assert read == ["select", "lr_0.081", "lr_0.243"]
+  read.clear()
+  scores = rc.task_scores("mode", "smoke", {"card": arm}, {"card": record})
+  assert read == ["evaluate"] and scores["arms"]["card"]["learning_rate"] == 0.243
+  assert scores["arms"]["card"]["selection"]["train_acc_means"] == pytest.approx(
+      grid + [0.081, 0.243])
 
 
 def test_the_lms_select_their_rate_by_the_training_loss():

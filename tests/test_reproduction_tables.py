@@ -57,11 +57,11 @@ def test_a_changed_verdict_number_is_found(document, results):
 
 
 def test_numbers_are_read_as_the_document_writes_them():
-  assert (verdicts.numbers_in("NAP 94.3 / 85.1 at 2.19e-4 (3.4-8.2%), 1,000 examples, L1, "
-                              "d = 128, 0.3^7, N/2, `results/d128_nap/seeds.json` 5-against-5, "
-                              "down to -87 (below -20), +0.50, 18.7 -> 27.5")
-          == ["94.3", "85.1", "2.19e-4", "3.4", "8.2", "1,000", "128", "0.3", "5", "5", "-87",
-              "-20", "+0.50", "18.7", "27.5"])
+  numbers = findings.numbers_in("NAP 94.3 / 85.1 at 2.19e-4 (3.4-8.2%), 1,000 examples, L1, "
+                                "d = 128, 0.3^7, N/2, `results/d128_nap/seeds.json` 5-against-5, "
+                                "down to -87 (below -20), +0.50, 18.7 -> 27.5")
+  assert [t.text for t in numbers] == ["94.3", "85.1", "2.19e-4", "3.4", "8.2", "1,000", "128",
+                                       "0.3", "5", "5", "-87", "-20", "+0.50", "18.7", "27.5"]
 
 
 def test_findings_are_read_in_order_with_their_words():
@@ -278,8 +278,8 @@ def committed_seed_reports() -> list[str]:
 @pytest.mark.parametrize("path", committed_seed_reports(),
                          ids=lambda path: os.path.relpath(path, RESULTS))
 def test_a_committed_seed_report_is_recomputed_from_the_runs_metrics(path):
-  """Each per-seed report (``seeds.json``) is what ``seeds.compare`` computes again from its
-  runs' ``metrics.npz``: every cell and test of ours."""
+  """Each per-seed report (``seeds.json``) is what ``seeds.compare_with_authors`` computes again
+  from its runs' ``metrics.npz``: every cell and test of ours."""
   import json
 
   from normattn_jax.sweep import seeds
@@ -288,7 +288,7 @@ def test_a_committed_seed_report_is_recomputed_from_the_runs_metrics(path):
     stored = json.load(f)
   runs = [seeds.OurSweep.read(os.path.join(REPO, w)) for w in stored["runs"]]
   tests = tuple((t["better"], t["worse"]) for t in stored["tests"])
-  again = seeds.compare(runs, None, stored["threshold"], tuple(dict.fromkeys(tests)))
+  again = seeds.compare_with_authors(runs, None, stored["threshold"], tuple(dict.fromkeys(tests)))
   again = json.loads(json.dumps(again))
   assert [c["ours"] for c in again["cells"]] == [c["ours"] for c in stored["cells"]]
   assert [t["ours"] for t in again["tests"]] == [t["ours"] for t in stored["tests"]]

@@ -100,7 +100,7 @@ def test_ours_beside_the_authors_cell_by_cell(tmp_path):
   authors.mkdir(), run.mkdir()
   write_authors(authors, "NAP")  # no BERT stored: ours alone
   c = our_run(run)
-  report = seeds.compare([seeds.OurSweep.read(str(run))], str(authors), threshold=0.8,
+  report = seeds.compare_with_authors([seeds.OurSweep.read(str(run))], str(authors), threshold=0.8,
                          tests=(("nap", "bert"),))
   cells = {(cell["arch"], cell["learning_rate"]): cell for cell in report["cells"]}
   assert set(cells) == {(a, lr) for a in c.archs for lr in c.learning_rates}
@@ -131,7 +131,8 @@ def test_ours_beside_the_authors_cell_by_cell(tmp_path):
 
 def test_without_the_authors_the_table_has_no_column_of_theirs(tmp_path):
   our_run(tmp_path)
-  report = seeds.compare([seeds.OurSweep.read(str(tmp_path))], tests=(("nap", "bert"),))
+  report = seeds.compare_with_authors([seeds.OurSweep.read(str(tmp_path))],
+                                      tests=(("nap", "bert"),))
   table = seeds.markdown(report)
   assert "authors" not in table and "| p |" not in table
   assert table.splitlines()[-1] == "| nap > bert | - | 0.0081 / 0.0081 | 0.004 | 0.004 |"
@@ -143,7 +144,7 @@ def test_the_authors_test_takes_their_own_best_learning_rate(tmp_path):
   write_authors(authors, "NAP")
   write_authors(authors, "BERT")
   our_run(run)
-  (test,) = seeds.compare([seeds.OurSweep.read(str(run))], str(authors),
+  (test,) = seeds.compare_with_authors([seeds.OurSweep.read(str(run))], str(authors),
                           tests=(("nap", "bert"),))["tests"]
   # made-up curves rise with the learning-rate index: the smallest rate, 0.3^4, is the best
   assert test["authors_learning_rates"] == [pytest.approx(0.0081)] * 2
@@ -228,7 +229,16 @@ def test_a_diverged_seed_counts_as_failed_at_every_evaluation():
 
 
 def _compare(run, authors):
-  return seeds.compare([seeds.OurSweep.read(str(run))], str(authors))
+  return seeds.compare_with_authors([seeds.OurSweep.read(str(run))], str(authors))
+
+
+def test_the_previous_names_still_import_for_one_release():
+  with pytest.warns(DeprecationWarning, match="compare_with_authors"):
+    assert seeds.compare is seeds.compare_with_authors
+  with pytest.warns(DeprecationWarning, match="normattn_jax.sweep.seeds"):
+    from normattn_jax.reporting import seeds as old  # the module's path before it moved
+  with pytest.warns(DeprecationWarning, match="compare_with_authors"):
+    assert old.compare is seeds.compare_with_authors
 
 
 def test_a_missing_authors_folder_is_refused_by_name(tmp_path):
@@ -365,7 +375,7 @@ def test_the_best_constant_guess_beats_one_over_n_as_ties_go_to_the_first():
 
 def test_a_seed_has_learned_the_case_task_only_with_all_three_cases(tmp_path, guess_rate):
   c = case_run(tmp_path)
-  report = seeds.compare([seeds.OurSweep.read(str(tmp_path))], threshold=0.8)
+  report = seeds.compare_with_authors([seeds.OurSweep.read(str(tmp_path))], threshold=0.8)
   (rule,) = report["case_rules"]
   assert rule == {"seq_len": 8, "vocab_size": c.task.vocab_size, "case_set_size": 1000,
                   "chance": 0.02, "threshold": pytest.approx(0.0421, abs=1e-4)}
@@ -390,7 +400,7 @@ def test_a_seed_has_learned_the_case_task_only_with_all_three_cases(tmp_path, gu
 
 def test_a_case_just_below_the_threshold_is_not_learned(tmp_path, guess_rate):
   case_run(tmp_path, argmax_of_bert=0.042)  # twice chance, not chance + 5 SE
-  report = seeds.compare([seeds.OurSweep.read(str(tmp_path))])
+  report = seeds.compare_with_authors([seeds.OurSweep.read(str(tmp_path))])
   bert = next(cell["ours"] for cell in report["cells"]
               if cell["arch"] == "bert" and cell["learning_rate"] == 0.09)
   assert bert["learned_all"] == [False] * 5
@@ -401,7 +411,7 @@ def test_the_authors_seeds_are_not_judged_without_their_cases(tmp_path, guess_ra
   authors.mkdir(), run.mkdir()
   write_authors(authors, "NAP")
   case_run(run)
-  report = seeds.compare([seeds.OurSweep.read(str(run))], str(authors))
+  report = seeds.compare_with_authors([seeds.OurSweep.read(str(run))], str(authors))
   nap = next(cell for cell in report["cells"]
              if cell["arch"] == "nap" and cell["learning_rate"] == 0.0081)
   assert nap["authors"]["train_acc"]["learned"] is None and "cases" not in nap["authors"]
@@ -413,7 +423,7 @@ def test_the_authors_seeds_are_not_judged_without_their_cases(tmp_path, guess_ra
 
 def test_a_case_task_run_without_case_metrics_keeps_the_training_rule(tmp_path):
   our_run(tmp_path)  # tiny_sweep_config's case task, stored without case_acc_*
-  report = seeds.compare([seeds.OurSweep.read(str(tmp_path))], threshold=0.8)
+  report = seeds.compare_with_authors([seeds.OurSweep.read(str(tmp_path))], threshold=0.8)
   assert report["case_rules"] == [] and all("case_rule" not in c for c in report["cells"])
   assert seeds.markdown(report).startswith(
       "Best accuracy over training per seed (%); train >= 80%: seeds whose best training "

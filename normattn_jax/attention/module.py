@@ -624,7 +624,6 @@ class MultiHeadAttention(nn.Module):
                dropout_rng: Optional[Array] = None, sow_weights: bool = False,
                query_mask: Optional[Array] = None,
                key_mask: Optional[Array] = None, causal: bool = False,
-               hybrid_weight: Optional[Array] = None,
                padding_mask: Optional[Array] = None,
                head_params: Optional[dict] = None) -> Array:
     """Attend from ``inputs_q`` to ``inputs_k`` and ``inputs_v`` (default: self-attention).
@@ -654,14 +653,13 @@ class MultiHeadAttention(nn.Module):
         key over all the queries, later ones included, so their causal outputs still depend
         on later positions: in a decoder use a row-wise normalisation (the table's
         "causal-safe").
-      hybrid_weight: HNAS's mixing weight u per head, ``[num_heads]``, in place of the
-        module's own (a model whose layers share their parameters keeps one per layer).
       padding_mask: ``[..., n]`` booleans, True = a real token: for padded self-attention it
         masks the queries and the keys alike, as DNAS, HNAS and Sinkhorn need (a key mask
         alone lets padding change their real outputs). Refused for cross-attention (pass
         ``query_mask`` and ``key_mask``) and in a decode step.
       head_params: ``{name: [num_heads]}``, the normalisation's per-head parameters from the
-        caller in place of the module's own (``hybrid_weight`` is one of them).
+        caller in place of the module's own (HNAS's ``hybrid_weight``, NAP's ``nap_gain`` and
+        ``nap_bias``: a model whose layers share their parameters keeps one per layer).
 
     Returns:
       The attention's output, ``[..., q, out_features]``, ``out_features`` the inputs' width
@@ -679,10 +677,6 @@ class MultiHeadAttention(nn.Module):
     norm.check_causal(causal=causal, mask=mask, allow_future_leak=self.allow_future_leak,
                       name=str(self.spec))
     decoding = self.decode and self.has_variable("cache", "cached_key")
-    if hybrid_weight is not None:
-      if "hybrid_weight" not in norm.param_names:
-        raise ValueError(f"hybrid_weight is HNAS's u, but normalization={self.normalization!r}")
-      head_params = dict(head_params or {}, hybrid_weight=hybrid_weight)
     head_params = self._check_head_params(norm, head_params or {})
     if padding_mask is not None:
       if any(x is not inputs_q for x in (inputs_k, inputs_v)):

@@ -205,7 +205,7 @@ def _sparsity(context: CardContext) -> dict:
 
 # ----- their controls, on the references that ``card_lm.references`` measures once -----
 
-def references(context: CardContext) -> Mapping:
+def measured_references(context: CardContext) -> Mapping:
   """The LM's references, or ``NotApplicable`` where the card measured none."""
   if not context.references:
     raise NotApplicable("the LM's references (n-gram models, MiniLM, random initialisation) "
@@ -233,7 +233,7 @@ def _random_init(refs: Mapping, read: Callable[[dict], float]) -> dict:
 
 
 def _length_controls(context: CardContext) -> dict:
-  refs = references(context)
+  refs = measured_references(context)
   trigram, windows = refs["ngram"]["3"], refs["ngram"]["windows"]
   one = float(np.mean(trigram["loss_by_band"]["1"]))
   out = {}
@@ -252,7 +252,7 @@ def _length_controls(context: CardContext) -> dict:
 
 
 def _sink_controls(context: CardContext) -> dict:
-  refs = references(context)
+  refs = measured_references(context)
   uniform = refs["uniform"]["first_token_share"]
   count = max(1, len(refs["random_init"]["seeds"]))
   negatives = lambda read: [_control("uniform causal attention at L", [uniform] * count),
@@ -265,7 +265,7 @@ def _sink_controls(context: CardContext) -> dict:
 
 
 def _massive_controls(context: CardContext) -> dict:
-  refs = references(context)
+  refs = measured_references(context)
   gaussian = refs["gaussian"]
   return {"massive_ratio": {
       "positive": _minilm(refs, "massive_ratio"),
@@ -275,7 +275,7 @@ def _massive_controls(context: CardContext) -> dict:
 
 
 def _sparsity_controls(context: CardContext) -> dict:
-  refs = references(context)
+  refs = measured_references(context)
   logits = refs["random_logits"]
   return {"zero_share": {
       "positive": _control(f"sparsemax of Gaussian logits of the probe's size "

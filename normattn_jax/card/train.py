@@ -423,12 +423,6 @@ def sweep_folders(workdir: str, report: dict) -> list:
           for folder in (arm.select_dir, arm.evaluate_dir)]
 
 
-def selection_means(run: seeds_lib.OurSweep, arch: str) -> list:
-  """Each learning rate's mean training accuracy over the seeds (each at its best over
-  training); None where every seed failed."""
-  return [seeds_lib.pixel(run.seeds(arch, "train_acc", lr))["mean"] for lr in run.learning_rates]
-
-
 def _rounded(rate: float) -> float:
   return float(f"{rate:.4g}")
 
@@ -479,18 +473,18 @@ def extend_selection(rates, score: Callable[[float], Optional[float]]) -> dict:
             "extended": grid[len(rates):], "cap": cap, "outcome": outcome}
 
 
-def task_score(arm: Arm, train: Optional[Callable[[float], None]] = None
+def task_score(arm: Arm, selection: seeds_lib.OurSweep,
+               train: Optional[Callable[[float], None]] = None
                ) -> Callable[[float], Optional[float]]:
   """An arm's selection score per rate: the mean training accuracy over the selection seeds,
-  read from the grid's sweep or the rate's own extension sweep (``train(rate)`` first, where
-  given, trains it or finds it finished)."""
+  read from the grid's sweep (``selection``, read once) or the rate's own extension sweep
+  (``train(rate)`` first, where given, trains it or finds it finished)."""
   def score(rate):
+    on_grid = [lr for lr in selection.learning_rates if np.isclose(rate, lr)]
+    if on_grid:
+      return seeds_lib.pixel(selection.seeds(arm.arch, "train_acc", on_grid[0]))["mean"]
     if train is not None:
       train(rate)
-    base = arm.selection()
-    if any(np.isclose(rate, lr) for lr in base.learning_rates):
-      lr = next(lr for lr in base.learning_rates if np.isclose(rate, lr))
-      return seeds_lib.pixel(base.seeds(arm.arch, "train_acc", lr))["mean"]
     run = seeds_lib.OurSweep.read(arm.rate_dir(rate))
     return seeds_lib.pixel(run.seeds(arm.arch, "train_acc", run.learning_rates[0]))["mean"]
   return score
@@ -498,22 +492,25 @@ def task_score(arm: Arm, train: Optional[Callable[[float], None]] = None
 
 def best_learning_rate(arm: Arm, train: Optional[Callable[[float], None]] = None) -> dict:
   """The paper's pick, the rate of the best mean training accuracy (seeds each at their best
-  over training), on the grid extended past an edge it picks (``extend_selection``)."""
-  return extend_selection(arm.selection().config.learning_rates, task_score(arm, train))
+  over training), on the grid extended past an edge it picks (``extend_selection``;
+  ``train(rate)`` trains a rate of the extension or finds it finished)."""
+  selection = arm.selection()
+  return extend_selection(selection.config.learning_rates, task_score(arm, selection, train))
 
 
-def arm_seeds(arm: Arm, metrics: tuple) -> dict:
+def arm_seeds(arm: Arm, metrics: tuple, selection: dict) -> dict:
   """An arm's selection and its evaluation seeds' best (over training) of each metric.
 
   Args:
     arm: the arm, both stages trained (and its grid's extension).
     metrics: metric names of its sweeps.
+    selection: the arm's ``best_learning_rate`` record, made when its stages were trained
+      (``train_all``).
 
   Returns:
     ``{"learning_rate": the selected rate, "selection": {"learning_rates", "train_acc_means",
     "extended", "cap", "outcome"}, metric: [per evaluation seed]}``.
   """
-  selection = best_learning_rate(arm)
   run = arm.sweep()
   lr = run.learning_rates[0]
   out = {"learning_rate": lr,
@@ -527,7 +524,7 @@ def arm_seeds(arm: Arm, metrics: tuple) -> dict:
   return out
 
 
-def task_scores(task: str, scale: str, task_arms: dict) -> dict:
+def task_scores(task: str, scale: str, task_arms: dict, selections: dict) -> dict:
   """One task's numbers: each arm's selection and evaluation seeds and, for the case tasks,
   which seeds learn all three cases.
 
@@ -535,13 +532,15 @@ def task_scores(task: str, scale: str, task_arms: dict) -> dict:
     task: a key of ``CARD_TASKS``.
     scale: a key of ``SCALES``.
     task_arms: ``arms(...)`` of the task.
+    selections: ``{label: best_learning_rate's record}`` of each arm (``train_all``'s).
 
   Returns:
     ``{"arms": {label: {...}}, "threshold"?, "chance"?}``.
   """
   cased = CARD_TASKS[task][0] == "case_distinction"
   metrics = ("train_acc", "val_acc") + tuple(f"case_acc_{c}" for c in CASES) * cased
-  out = {"arms": {label: arm_seeds(arm, metrics) for label, arm in task_arms.items()}}
+  out = {"arms": {label: arm_seeds(arm, metrics, selections[label])
+                  for label, arm in task_arms.items()}}
   if cased:
     s = SCALES[scale]
     chance = case_guess_rate(s.seq_len, CASE_VOCAB)
@@ -793,7 +792,8 @@ def train_all(spec: AttentionSpec, scale: str, trainer: Trainer) -> dict:
     trainer: the card's ``Trainer``.
 
   Returns:
-    ``{task: {arm: extend_selection's record}}``.
+    ``{task: {arm: best_learning_rate's record}}`` (a card that is a baseline: its baseline's
+    record as its own).
   """
   def sweep(key, folder, config):
     trainer(key, folder, lambda: run_sweep(config, folder, show_progress=trainer.show_progress,
@@ -818,11 +818,12 @@ def train_all(spec: AttentionSpec, scale: str, trainer: Trainer) -> dict:
       extend = lambda rate, label=label, arm=arm, own=own: sweep(
           _run_key(label, f"{task}/extend_{rate:.4g}", arm.arch), arm.rate_dir(rate),
           sweep_config(task, scale, (arm.arch,), own, rates=(rate,)))
-      record = best_learning_rate(arm, lambda rate, arm=arm, extend=extend: None if any(
-          np.isclose(rate, lr) for lr in arm.selection().learning_rates) else extend(rate))
+      record = best_learning_rate(arm, extend)
       out[task][label] = record
       sweep(_run_key(label, f"{task}/evaluate", arm.arch), arm.evaluate_dir,
             sweep_config(task, scale, (arm.arch,), own, record["selected"]))
+    if twin is not None:
+      out[task]["card"] = out[task][twin]
   return out
 
 
@@ -1081,7 +1082,7 @@ def make_card(config: ml_collections.ConfigDict, context) -> dict:
   trainer = Trainer(spec, workdir, baselines_dir, context.budget, log,
                     config.show_progress and context.show_progress, context.tensorboard)
   twin = twin_of(spec)
-  train_all(spec, scale, trainer)
+  selections = train_all(spec, scale, trainer)
   s = SCALES[scale]
   phase(log, spec, 4)
   corpus, corpus_name, heldout_text = lm_corpus(config)
@@ -1092,7 +1093,8 @@ def make_card(config: ml_collections.ConfigDict, context) -> dict:
             "baselines": {"dir": os.path.relpath(baselines_dir, workdir),  # the card moves
                           "trained_by": {key: entry["trained_by"] for key, entry in
                                          sorted(_provenance(baselines_dir).items())}},
-            "tasks": {task: task_scores(task, scale, arms(workdir, baselines_dir, task, twin))
+            "tasks": {task: task_scores(task, scale, arms(workdir, baselines_dir, task, twin),
+                                        selections[task])
                       for task in CARD_TASKS},
             "lm_selection": {label: None if entry is None else entry["selection"]
                              for label, entry in lms.items()},

@@ -55,7 +55,8 @@ def _main(argv):
     raise app.UsageError(f"--figure={_FIGURE.value} draws the authors' plots: give --authors")
   try:  # our workdirs and the authors' folder: refused by the file at fault
     runs = [seeds.OurSweep.read(w) for w in workdirs]
-    report = seeds.compare(runs, _AUTHORS.value, _THRESHOLD.value, parse_tests(_TESTS.value))
+    report = seeds.compare_with_authors(runs, _AUTHORS.value, _THRESHOLD.value,
+                                        parse_tests(_TESTS.value))
   except (FileNotFoundError, ValueError) as err:
     raise app.UsageError(str(err)) from None
   report["runs"] = workdirs

@@ -52,7 +52,7 @@ def _main(argv):
       print(f"{kind:9s}    0 programs: none for {asked}")
   began = time.perf_counter()
   on_result = None if _QUIET.value else show
-  results = exports.check(programs, platforms, on_result=on_result)
+  results = exports.check_exports(programs, platforms, on_result=on_result)
   for kind, entry in exports.counts(results).items():
     print(f"{kind:9s} {entry['programs']:4d} programs {entry['exports']:4d} exports "
           f"{entry['failed']:3d} failed")

@@ -7,7 +7,7 @@ evaluation) for the six NAP architectures and every registered normalisation on 
 implementation it offers, in float32 and bfloat16; pre-training's training and evaluation steps
 (UNAS, DNAS, HNAS); the fine-tuning grid's chunk; the Linen and NNX attention modules forward and
 backward; a decode step with the key/value cache; the report card's measurement programs.
-``check(programs, platforms)`` exports each for each platform and reads the exported module:
+``check_exports(programs, platforms)`` exports each for each platform and reads the exported module:
 
 * no host callback (``pure_callback``, ``io_callback``, ``jax.debug.print``) in a training
   step: found in the jaxpr by primitive and in the module by custom-call target
@@ -206,7 +206,7 @@ def _cudnn_version_assumed() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def tracing_for(platform: str) -> Iterator[None]:
+def exporting_for(platform: str) -> Iterator[None]:
   """The trace-time choices of ``platform``, whatever this machine is: cuDNN's kernel for
   "cuda", never for "tpu" (``fused.tracing_for_cudnn``), and the Pallas kernels lowered for it
   (``kernels.platform.tracing_for``)."""
@@ -257,7 +257,7 @@ def export_one(program: Program, platform: str) -> Result:
   problems = []
   targets = ()
   try:
-    with tracing_for(platform):
+    with exporting_for(platform):
       fn, args = program.build()
       if program.training:
         called = callback_primitives(jax.make_jaxpr(fn)(*args).jaxpr)
@@ -276,7 +276,7 @@ def export_one(program: Program, platform: str) -> Result:
                 time.perf_counter() - began, targets)
 
 
-def check(programs: Iterable[Program], platforms: Sequence[str] = PLATFORMS,
+def check_exports(programs: Iterable[Program], platforms: Sequence[str] = PLATFORMS,
           on_result: Optional[Callable[[Result], None]] = None) -> list:
   """Every program exported for every platform and checked.
 
@@ -411,7 +411,7 @@ def ffn_programs(dtypes: Sequence[str] = COMPUTE_DTYPES, archs: Sequence[str] = 
           for arch in archs for dtype in dtypes]
 
 
-def pretraining_config(normalization: str, implementation: str, dtype: str):
+def tiny_pretraining_config(normalization: str, implementation: str, dtype: str):
   """A small pre-training config (ALBERT's ops at any size)."""
   from normattn_jax.pretrain.train import base_pretrain_config
   c = base_pretrain_config()
@@ -436,7 +436,7 @@ def _pretraining_batch(c) -> dict:
 def _pretraining_build(normalization: str, implementation: str, dtype: str, step: str):
   def build():
     from normattn_jax.pretrain import train as pretrain
-    c = pretraining_config(normalization, implementation, dtype)
+    c = tiny_pretraining_config(normalization, implementation, dtype)
     pretrain.validate_pretrain_config(c)
     trainer = pretrain.Trainer(c, c.data.vocab_size)
     batch = _pretraining_batch(c)
@@ -467,7 +467,7 @@ def _finetune_build(normalization: str, implementation: str, dtype: str):
     from normattn_jax.finetune import encoders, task as task_lib, train as finetune
     from normattn_jax.models.albert import AlbertModel
     from normattn_jax.pretrain.train import model_config
-    pc = pretraining_config(normalization, implementation, dtype)
+    pc = tiny_pretraining_config(normalization, implementation, dtype)
     c = finetune.base_finetune_config()
     c.learning_rates, c.num_seeds = (1e-3,), 1
     c.train.update(batch_size=4, num_steps=2, warmup_steps=1, eval_every=1, eval_batch_size=4,

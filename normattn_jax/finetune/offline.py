@@ -93,7 +93,7 @@ def _accuracy_scorer(labels: np.ndarray):
   return lambda predictions: {"accuracy": metrics.accuracy(predictions, labels)}
 
 
-def check_fields(c) -> None:
+def check_offline_fields(c) -> None:
   """The offline tasks' own fields, named as ``config.task.<field>`` in errors."""
   for name in ("validation_fraction", "dev_fraction"):
     check_config_float(f"task.{name}", c[name], 0, 1, open_low=True, open_high=True)
@@ -166,7 +166,7 @@ def genre_splits(c) -> tuple[list, dict]:
   """The held-out documents and ``{"train", "dev"}`` splits of ``shakespeare_genre`` before
   tokenisation, checked (``_checked``); no tokenizer needed, so that a bad config is refused
   before the workdir is written."""
-  check_fields(c)
+  check_offline_fields(c)
   documents = held_out_documents(corpus_files(c), c.validation_fraction)
   passages, labels, owners = genre_examples(documents, c.passage_lines)
   dev_ids = dev_documents(documents, c.dev_fraction)
@@ -224,7 +224,7 @@ def next_line_examples(documents: Sequence[Document], seed: int):
 def next_line_splits(c) -> tuple[list, dict]:
   """The held-out documents and ``{"train", "dev"}`` splits of ``shakespeare_next_line``
   before tokenisation, checked as ``genre_splits``."""
-  check_fields(c)
+  check_offline_fields(c)
   documents = held_out_documents(corpus_files(c), c.validation_fraction)
   dev_ids = dev_documents(documents, c.dev_fraction)
   splits = {}

@@ -144,12 +144,11 @@ class BertLayer(nn.Module):
   ``normalization`` (a name or an ``AttentionSpec`` with its options) chooses the attention's
   weights (pretrained BERTs: softmax); ``padding_mask [..., N]`` (True = token) masks padded queries
   and keys alike, so padding never changes the real positions' outputs, whatever the
-  normalisation; ``head_params`` (or ``hybrid_weight``, HNAS's u) at call time supply the
-  normalisation's per-head parameters. ``attention_module`` carries ``MultiHeadAttention``'s own
-  options (by default ``QUADRATIC``, no addition: a pretrained BERT's parameters and
-  arithmetic); ``layer_index`` at
-  call time is the layer's depth from 1 (differential attention's lambda_init, which ALBERT's
-  shared layers take per application)."""
+  normalisation; ``head_params`` at call time supply the normalisation's per-head parameters
+  (HNAS's ``hybrid_weight``, NAP's gain and bias). ``attention_module`` carries
+  ``MultiHeadAttention``'s own options (by default ``QUADRATIC``, no addition: a pretrained
+  BERT's parameters and arithmetic); ``layer_index`` at call time is the layer's depth from 1
+  (differential attention's lambda_init, which ALBERT's shared layers take per application)."""
   config: BertConfig
   dropout_rate: float = 0.0
   dtype: Optional[Any] = None
@@ -164,8 +163,8 @@ class BertLayer(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array, padding_mask: Optional[Array] = None, deterministic: bool = True,
-               sow_weights: bool = False, hybrid_weight: Optional[Array] = None,
-               head_params: Optional[dict] = None, layer_index: int = 1) -> Array:
+               sow_weights: bool = False, head_params: Optional[dict] = None,
+               layer_index: int = 1) -> Array:
     c = self.config
     norm = lambda name: LayerNorm(epsilon=c.layer_norm_eps, param_dtype=self.param_dtype,
                                   name=name)
@@ -179,7 +178,7 @@ class BertLayer(nn.Module):
         dtype=self.dtype, param_dtype=self.param_dtype, layer_index=layer_index,
         name="attention", **self.attention_module.module_kwargs(),
     )(x, padding_mask=padding_mask, deterministic=deterministic, sow_weights=sow_weights,
-      hybrid_weight=hybrid_weight, head_params=head_params)
+      head_params=head_params)
     p = norm("attention_norm")(x + dropout(h))
     f = dense(c.hidden_size, "ffn_out")(ACTIVATIONS[c.hidden_act](
         dense(c.intermediate_size, "ffn_in")(p)))

@@ -51,7 +51,7 @@ def majority(curves: dict, num_seeds: int, path: str) -> None:
   axes[0].legend()
   fig.suptitle(f"majority, {num_seeds} seeds per variant (mean, min-max band)")
   folder = os.path.dirname(path)
-  config = provenance.read_json(os.path.join(folder, "config.json"))
+  config = provenance.read_json_if_any(os.path.join(folder, "config.json"))
   scale = config and (f"majority task, N = {config['seq_len']}, {config['num_types']} types, "
                       f"d = {config['d_model']}, {int(steps[-1])} steps, "
                       f"batch {config['batch_size']}")
@@ -202,7 +202,7 @@ def causal_lm_loss(summary: dict, path: str) -> None:
   ax.set_ylabel("training loss (nats / token)")
   ax.legend()
   folder = os.path.dirname(path)
-  config = provenance.read_json(os.path.join(folder, "config.json"))
+  config = provenance.read_json_if_any(os.path.join(folder, "config.json"))
   scale = config and (f"GPT-2-style LM, {config['model']['num_layers']} layers, d = "
                       f"{config['model']['d_model']}, windows of {summary.get('window')} tokens, "
                       f"{config['train']['num_steps']} steps, "

@@ -58,7 +58,7 @@ class Provenance:
     return f"{self.experiment} | {self.scale} | {self.seeds} | machine: {self.machine}"
 
 
-def read_json(path: str):
+def read_json_if_any(path: str):
   """A JSON file, or None where there is none."""
   try:
     with open(path) as f:
@@ -69,7 +69,7 @@ def read_json(path: str):
 
 def note(folder: str, figure: str = "") -> dict:
   """A folder's own ``about.json``, with its entry for ``figure`` (a file name) over it."""
-  noted = read_json(os.path.join(folder, ABOUT)) or {}
+  noted = read_json_if_any(os.path.join(folder, ABOUT)) or {}
   return {**{k: v for k, v in noted.items() if k != "figures"},
           **noted.get("figures", {}).get(figure, {})}
 
@@ -77,7 +77,7 @@ def note(folder: str, figure: str = "") -> dict:
 def write_note(folder: str, **fields: str) -> None:
   """Add ``fields`` (e.g. ``experiment="Fig. 3: ..."``) to a run folder's ``about.json`` where
   it has none of its own: what a command knows of its run that the run's files do not hold."""
-  noted = read_json(os.path.join(folder, ABOUT)) or {}
+  noted = read_json_if_any(os.path.join(folder, ABOUT)) or {}
   added = {k: v for k, v in fields.items() if v and k not in noted}
   if added:
     os.makedirs(folder, exist_ok=True)
@@ -107,7 +107,7 @@ def machine(folder: str, figure: str = "") -> str:
   """The machine a folder's run ran on: its own note's "machine", else its ``versions.json``'s,
   else its parent's note's, else not recorded."""
   own = note(folder, figure).get("machine")
-  versions = read_json(os.path.join(folder, VERSIONS))
+  versions = read_json_if_any(os.path.join(folder, VERSIONS))
   return (own or (versions and machine_of_versions(versions))
           or about(folder, figure).get("machine") or NOT_RECORDED)
 

@@ -82,7 +82,7 @@ def finetuning_curves(summary: dict, metrics_path: str, path: str) -> None:
   ax.set_title(summary["task"], fontsize=9)
   ax.legend(fontsize=8)
   folder = os.path.dirname(path)
-  config = provenance.read_json(os.path.join(folder, "config.json"))
+  config = provenance.read_json_if_any(os.path.join(folder, "config.json"))
   scale = config and (f"{summary['task']}, {config['train']['num_steps']} steps, batch "
                       f"{config['train']['batch_size']}, sequences of "
                       f"{config['task']['max_seq_length']} tokens")

@@ -118,11 +118,6 @@ def paper_source_problems(r: Results) -> list[str]:
 
 # ----- the document -----
 
-def numbers_in(paragraph: str) -> list[str]:
-  """The numbers of a paragraph in order, each with its sign, code spans left out."""
-  return [t.text for t in findings.numbers_in(paragraph)]
-
-
 def paragraphs(document: str) -> list[str]:
   """The document's paragraphs (split at blank lines), stripped."""
   return [p.strip() for p in PARAGRAPH.split(document) if p.strip()]

@@ -29,6 +29,7 @@ from typing import Mapping, Optional
 
 import numpy as np
 
+from normattn_jax import _moved
 from normattn_jax._extras import require
 from normattn_jax.tasks import synthetic
 from normattn_jax.sweep import artifacts
@@ -384,8 +385,9 @@ def rank_test(better: np.ndarray, worse: np.ndarray, alternative: str = "greater
   return float(stats.mannwhitneyu(better, worse, alternative=alternative).pvalue)
 
 
-def compare(runs: list[OurSweep], authors_dir: Optional[str] = None, threshold: float = 0.8,
-            tests: tuple[tuple[str, str], ...] = ()) -> dict:
+def compare_with_authors(runs: list[OurSweep], authors_dir: Optional[str] = None,
+                         threshold: float = 0.8, tests: tuple[tuple[str, str], ...] = ()
+                         ) -> dict:
   """Every cell of ``runs`` seed by seed, beside the authors' same cell where they stored it,
   and rank tests between architectures at their best learning rates.
 
@@ -604,8 +606,8 @@ def _test(better: dict, worse: dict, value, better_sweep, worse_sweep) -> dict:
 
 
 def markdown(report: dict) -> str:
-  """``compare``'s report as two markdown tables: the cells seed by seed, and the tests (the
-  authors' columns only where the report holds their seeds)."""
+  """``compare_with_authors``'s report as two markdown tables: the cells seed by seed, and the
+  tests (the authors' columns only where the report holds their seeds)."""
   pct = lambda xs: ", ".join(f"{100 * x:.1f}" for x in xs)
   pix = lambda p: " / ".join("-" if p[k] is None else f"{100 * p[k]:.1f}"
                              for k in ("min", "mean", "max"))
@@ -677,3 +679,8 @@ def _cases(cases: Optional[Mapping]) -> str:
     return "-"
   return ", ".join("/".join(f"{100 * x:.1f}" for x in seed)
                    for seed in zip(*(cases[case] for case in CASES)))
+
+
+def __getattr__(name: str):
+  """The previous release's names of this module (``normattn_jax._moved``)."""
+  return _moved.moved_attribute(__name__, name)
