@@ -1,5 +1,6 @@
 """The report card: its checks, configs and guard (fast), and whole smoke cards of a plugin
 normalisation with an option, in process and from the command line (slow)."""
+import dataclasses
 import json
 import os
 import re
@@ -53,6 +54,13 @@ def card(name="tempered_softmax", scale="smoke", **fields):
   c.attention.options.update(fields.pop("options", {}))
   c.update(fields)
   return c
+
+
+def on_sweeps(monkeypatch, instead):
+  """Call ``instead()`` where the card would run one of its sweeps."""
+  run_checked = rc.runs.run_checked
+  monkeypatch.setattr(rc.runs, "run_checked", lambda kind, *a, **k: instead()
+                      if kind.name == "sweep" else run_checked(kind, *a, **k))
 
 
 def test_the_config_names_the_field_and_value():
@@ -140,7 +148,7 @@ def test_refuses_a_workdir_of_another_card_before_training(tmp_path, monkeypatch
   machine = rc.fingerprint_id(rc.machine_fingerprint())
   open_workdir(workdir, rc.card_config(SPEC, "smoke", machine), rc.KIND)
   unlock_workdir(workdir)  # as the card's run does when it ends
-  monkeypatch.setattr(rc, "run_sweep", lambda *a, **k: pytest.fail("trained"))
+  on_sweeps(monkeypatch, lambda: pytest.fail("trained"))
   with pytest.raises(WorkdirError, match="normalization was \"tempered_softmax\", now \"dnas\""):
     rc.run(card("dnas"), workdir)
   with pytest.raises(WorkdirError, match="scale was \"smoke\", now \"cpu\""):
@@ -171,7 +179,7 @@ def test_a_finished_card_reads_back_read_only_and_a_damaged_report_is_named(tmp_
   unlock_workdir(str(workdir))
   (workdir / "summary.json").write_text(json.dumps({"report": "report.json"}))
   (workdir / "report.json").write_text(json.dumps({"protocol": rc.PROTOCOL, "name": "x"}))
-  monkeypatch.setattr(rc, "run_sweep", lambda *a, **k: pytest.fail("trained"))
+  on_sweeps(monkeypatch, lambda: pytest.fail("trained"))
   def read_only(path):
     raise OSError(30, "Read-only file system", path)
   monkeypatch.setattr(checkpoint, "lock_workdir", read_only)
@@ -226,9 +234,9 @@ def test_a_committed_card_is_this_config_s(tmp_path, name, monkeypatch):
   with open(os.path.join(workdir, "report.json")) as f:
     report = json.load(f)
   monkeypatch.setattr(rc, "machine_fingerprint", lambda: report["machine"])
-  def trains(*args, **kwargs):
+  def trains():
     raise Trains
-  monkeypatch.setattr(rc, "run_sweep", trains)
+  on_sweeps(monkeypatch, trains)
   with pytest.raises(Trains):
     rc.run(card(report["name"], "cpu", baselines_dir=str(tmp_path / "baselines"),
                 options=report["options"]), workdir)
@@ -692,14 +700,18 @@ def _check_report(workdir, extra=()):
 def test_smoke_card_in_process_resumes_without_training(tmp_path, baselines, monkeypatch):
   workdir = str(tmp_path / "tempered")
   config = card(options={"temperature": 2.0}, baselines_dir=baselines, show_progress=False)
+  checked, validate = [], rc.SWEEP.validate
+  monkeypatch.setattr(rc, "SWEEP", dataclasses.replace(
+      rc.SWEEP, validate=lambda c: checked.append(c) or validate(c)))
   report = rc.run(config, workdir)
+  assert len(checked) == 2 * len(rc.CARD_TASKS)  # at the card's entry, none on the way down
   assert report["normalization"] == "tempered_softmax(temperature=2.0)"
   _check_report(workdir)
   assert os.path.exists(os.path.join(baselines, "case", "select", "summary.json"))
   assert os.path.exists(os.path.join(baselines, "lm_nap", "evaluate", "lm.json"))
   with open(os.path.join(baselines, rc.PROVENANCE)) as f:
     assert {e["trained_by"] for e in json.load(f).values()} == {report["normalization"]}
-  monkeypatch.setattr(rc, "run_sweep", lambda *a, **k: pytest.fail("trained again"))
+  on_sweeps(monkeypatch, lambda: pytest.fail("trained again"))
   start = time.perf_counter()
   assert rc.run(config, workdir) == json.loads(json.dumps(report))
   assert time.perf_counter() - start < 5

