@@ -29,7 +29,8 @@ class Interrupted(Exception):
 class Budget:
   """The chunks (or steps) this call may still run, None: no limit; and the minutes of wall time
   after which it stops, 0: no limit. Time stops a call only once it has run a chunk (the chunk
-  that passes the minutes ends), so that each call of a run stopped by time gets further.
+  that passes the minutes ends; or, where the next chunk was already dispatched then,
+  ``RunHooks.state_needed``, that one), so that each call of a run stopped by time gets further.
 
   Raises:
     ValueError: for chunks that are not an integer >= 0, or minutes that are not a number >= 0.
