@@ -16,6 +16,7 @@ from normattn_jax.analysis import majority as m
 from normattn_jax.train.checkpoint import WorkdirError, open_workdir, unlock_workdir
 from normattn_jax.train.driver import Budget, Interrupted
 from normattn_jax.train.grid import run_grid
+from normattn_jax.train.timing import counting
 
 D = 8
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -175,15 +176,16 @@ def test_training_all_variants_and_seeds_in_one_program_learns():
   embeddings = states.params["params"]["embedding"]["embedding"]
   np.testing.assert_array_equal(embeddings[0], embeddings[2])  # a seed's variants start alike
   before = grid.program(programs.evaluate)(states, settings)
-  for _ in range(3):
-    states, metrics = grid.chunk(states, settings)
+  with counting() as at_calls:  # the chunk was compiled with the grid, once
+    for _ in range(3):
+      states, metrics = grid.chunk(states, settings)
   assert metrics["test_accuracy"].shape == (6,) and int(states.step[0]) == 3 * 2 * 7
   assert not metrics["diverged"].any() and not metrics["overflow"].any()
   assert (metrics["test_loss"] < before["test_loss"]).all()
   assert (metrics["test_accuracy"] > before["test_accuracy"]).mean() >= 0.5
   assert np.isfinite(metrics["query_angle"]).all()
   assert ((0 <= metrics["query_angle"]) & (metrics["query_angle"] <= 90)).all()
-  assert grid.chunk_program._cache_size() == 1
+  assert at_calls.names == [] and grid.compiles.names == ["jit(init)", "jit(chunk)"]
 
 
 def test_models_per_vmap_0_is_the_engines_auto_width():

@@ -145,6 +145,7 @@ def test_an_evaluation_on_non_finite_outputs_counts_as_diverged(root):
   """An infinite learning rate: the one step's loss is finite, the dev predictions after it come
   from NaN parameters. That model is flagged; its peer is not."""
   c = tiny_finetune_config(root, num_seeds=2)
+  c.train.eval_every = 1  # a chunk of one step (the grid is compiled for its rows' shape)
   start = encoders.load_starting_point(c.encoder)
   task = offline.load_genre(start.tokenizer, c.task)
   grid, _ = ft.build_grid(c, task, start, 2)

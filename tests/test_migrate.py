@@ -64,7 +64,8 @@ def test_flat_options_become_the_section_keeping_only_what_differs_from_the_defa
   sweep = {"normalization": "", "sweep": {"values": [1]}, "model": {}, "train": {}}
   assert with_current_names(sweep, "sweep") == {
       "kind": "sweep", "attention": {"name": "", "options": {}}, "sweep": {"grid": [1]},
-      "model": dict(OPTIONS_OFF, **SWEEP_COMPUTE), "train": {"data_shards": 1}}
+      "model": dict(OPTIONS_OFF, **SWEEP_COMPUTE),
+      "train": {"data_shards": 1, "checkpoint_minutes": 0.0}}
   today = with_current_names(sweep, "sweep")
   assert with_current_names(today, "sweep") == today
 
@@ -111,3 +112,22 @@ def test_a_tree_that_has_the_module_options_keeps_them():
 def test_a_committed_sweep_reads_as_float32_on_the_auto_path():
   assert (with_current_names(stored("fig3_reduced"), "sweep")["model"].items() >=
           SWEEP_COMPUTE.items())
+
+
+def test_a_committed_sweep_without_timed_checkpoints_resumes_and_rescores(tmp_path):
+  """``train.checkpoint_minutes`` came after the committed sweeps: theirs reads as 0 (off), their
+  workdir takes today's config of the run, with any such minutes (they change only when
+  checkpoints are written), and re-scores to its summary."""
+  from normattn_jax.sweep import artifacts
+  from normattn_jax.sweep.train import resummarise
+  from normattn_jax.train.checkpoint import check_workdir
+  run = "table3_first_token_d64_n128_nap"
+  assert "checkpoint_minutes" not in stored(run)["train"]
+  for name in ("config.json", "metrics.npz"):
+    (tmp_path / name).write_bytes(open(os.path.join(REPO, "results", run, name), "rb").read())
+  config = artifacts.read_config(str(tmp_path))
+  assert config.train.checkpoint_minutes == 0.0
+  config.train.checkpoint_minutes = 5.0
+  check_workdir(str(tmp_path), config, "sweep")
+  with open(os.path.join(REPO, "results", run, "summary.json")) as f:
+    assert resummarise(str(tmp_path)) == json.load(f)

@@ -386,7 +386,7 @@ def train_variant(c: ml_collections.ConfigDict, name: str, grid: grid_lib.Grid, 
 
 def initial_states(c: ml_collections.ConfigDict, grid: grid_lib.Grid) -> TrainState:
   """The untrained states of a variant's grid (host arrays, a leading seeds axis)."""
-  states = grid.init(grid.shard(model_keys(c)), grid.shard(per_model_settings(c)), *grid.shared)
+  states = grid.start(grid.shard(model_keys(c)), grid.shard(per_model_settings(c)))
   return jax.tree.map(lambda x: grid_lib.to_host(x)[:grid.num_models], states)
 
 

@@ -355,7 +355,7 @@ def _grid_build(arch: str, normalization: Optional[str], implementation: str, dt
   def build():
     from normattn_jax.sweep import programs
     c = grid_config(arch, normalization, implementation, dtype, ffn)
-    grid = programs.build_grid(programs.Setup(arch, c), 1)
+    grid = programs.build_grid(programs.Setup(arch, c), 1, ahead=False)
     keys = jax.ShapeDtypeStruct((grid.padded, 2), jnp.uint32)
     hp = {name: jax.ShapeDtypeStruct((grid.padded,), jnp.float32)
           for name in programs.HYPERPARAMETERS}
@@ -485,7 +485,7 @@ def _finetune_build(normalization: str, implementation: str, dtype: str):
     with kernel_platform.tracing_for("cpu"):
       params = encoder.init(jax.random.key(0), jnp.asarray(split["input_ids"][:1]))["params"]
     start = encoders.StartingPoint(encoder, params, None, "export check", n)
-    grid, _ = finetune.build_grid(c, task, start, 1)
+    grid, _ = finetune.build_grid(c, task, start, 1, ahead=False)
     keys = jax.ShapeDtypeStruct((grid.padded, 2), jnp.uint32)
     per_model = {"learning_rate": jax.ShapeDtypeStruct((grid.padded,), jnp.float32),
                  "rows": jax.ShapeDtypeStruct((grid.padded, 1, 4), jnp.int32)}

@@ -335,8 +335,8 @@ def make_programs(c: ml_collections.ConfigDict, task: task_lib.FinetuneTask,
 
 
 def build_grid(c: ml_collections.ConfigDict, task: task_lib.FinetuneTask,
-               start: encoders.StartingPoint,
-               num_models: int) -> tuple[grid_lib.Grid, FinetunePrograms]:
+               start: encoders.StartingPoint, num_models: int, *,
+               ahead: bool = True) -> tuple[grid_lib.Grid, FinetunePrograms]:
   """The fine-tuning grid on the engine (``grid.Grid.of``): the task's arrays, the dev batches
   and the pre-trained parameters shared by every model, the vmap width memory-aware as a
   sweep's (``Grid.of``).
@@ -346,6 +346,7 @@ def build_grid(c: ml_collections.ConfigDict, task: task_lib.FinetuneTask,
     task: the task.
     start: the starting point.
     num_models: the models of the grid (learning rates x seeds).
+    ahead: compile its programs here (``Grid.of``); False leaves them jitted (to export them).
 
   Returns:
     ``(grid, programs)``.
@@ -357,7 +358,7 @@ def build_grid(c: ml_collections.ConfigDict, task: task_lib.FinetuneTask,
   per_model = {"learning_rate": jax.ShapeDtypeStruct((), jnp.float32),
                "rows": jax.ShapeDtypeStruct((c.train.eval_every, c.train.batch_size), jnp.int32)}
   grid = grid_lib.Grid.of(programs.init, programs.chunk, num_models, c.train.models_per_vmap,
-                          shared, per_model=per_model)
+                          shared, per_model=per_model, ahead=ahead)
   return grid, programs
 
 

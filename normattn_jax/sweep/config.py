@@ -102,6 +102,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.l2 = 0.0
   c.train.dropout = 0.0
   c.train.checkpoint_every = 4  # in evaluations; 0 disables checkpoints
+  # also checkpoint after the first evaluation that ends this many minutes after the last
+  # checkpoint (a long grid on a machine that may be taken away); 0: not by time
+  c.train.checkpoint_minutes = 0.0
   # models vmapped together, the vmaps one after another (lax.map); 0 = one on a CPU, each
   # device's whole share on an accelerator. At a fixed width a model's numbers do not depend
   # on the rest of the grid.
@@ -226,6 +229,7 @@ def _validate_fields(config) -> None:
     _fail("eval.validation_case_sets", config.eval.validation_case_sets, "must be True or False")
   _validate_shapes(config)
   check_fields(config, ("train.models_per_vmap", "train.checkpoint_every"))
+  check_config_float("train.checkpoint_minutes", config.train.checkpoint_minutes, 0)
   _non_negative_int(config, "train.data_shards")
   check_mesh(config)
   task = _task(config)

@@ -266,13 +266,14 @@ def eval_sets_for(setup: Setup, seed: int, chunk_size: int = 250):
   return tuple(sets)
 
 
-def build_grid(setup: Setup, num_models: int) -> Grid:
+def build_grid(setup: Setup, num_models: int, *, ahead: bool = True) -> Grid:
   """The grid of a sweep's ``setup`` (``make_programs``) for ``num_models`` models, the
-  task's grouped evaluation sets shared.
+  task's grouped evaluation sets shared, its programs compiled here (``Grid.of``).
 
   Args:
     setup: the arch and config of the grid.
     num_models: the number of models before padding.
+    ahead: compile the programs here; False leaves them jitted, uncompiled (to export them).
 
   Returns:
     The ``Grid``.
@@ -289,7 +290,7 @@ def build_grid(setup: Setup, num_models: int) -> Grid:
 
   hp = {name: jax.ShapeDtypeStruct((), jnp.float32) for name in HYPERPARAMETERS}
   return Grid.of(init, programs.chunk, num_models, c.train.models_per_vmap, shared, mesh,
-                per_model=hp)
+                per_model=hp, ahead=ahead)
 
 
 def _check_models(hyperparameters: dict, keys: np.ndarray) -> int:

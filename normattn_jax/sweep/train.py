@@ -3,6 +3,10 @@ models (``programs.build_grid`` on the engine's ``run_grid``), resuming from che
 score it (``scoring``) and write ``metrics.npz`` and ``summary.json`` (``artifacts``); the
 command line draws the figures (``normattn_jax.reporting.drawers``).
 
+While one grid trains, the next one's programs are compiled in a background thread
+(``BUILT_AHEAD``); each grid's compiles and seconds (building, waiting for the build, training,
+checkpoints) go to ``timing.json`` and one log line (``train.timing``).
+
 One ``RunLog`` per workdir logs every grid: ``history.jsonl`` and TensorBoard get, per grid,
 learning rate and evaluation, the mean over that learning rate's models of ``LOGGED``. A resumed
 sweep starts its log empty and each grid replays the rows of the evaluations its checkpoint
@@ -12,6 +16,7 @@ run's, row for row.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import time
 from typing import Optional
@@ -28,14 +33,20 @@ from normattn_jax.sweep.plan import SweepGrid, SweepPlan
 from normattn_jax.sweep.programs import Setup, build_grid
 from normattn_jax.sweep.scoring import best_lines, summarise
 from normattn_jax.train import kinds, multihost, runs
-from normattn_jax.train.checkpoint import restore_newest_state
+from normattn_jax.train.checkpoint import restore_newest_state, write_json
 from normattn_jax.train.driver import Budget, RunHooks
-from normattn_jax.train.grid import model_keys
+from normattn_jax.train.grid import Grid, model_keys
 from normattn_jax.train.run_log import RunLog
 from normattn_jax.train.runs import RunContext
+from normattn_jax.train.timing import GridTiming, Stopwatch, counting
 
 # The metrics a sweep's history.jsonl and TensorBoard follow, per grid and learning rate.
 LOGGED = ("train_loss", "train_acc", "val_acc")
+# Grids whose programs are compiled in a background thread while one trains: 1 (the next one),
+# or 0 (each compiled in its turn, the devices idle meanwhile).
+BUILT_AHEAD = 1
+# The workdir's record of where each grid's time went in the last call (``GridTiming``).
+TIMING = "timing.json"
 
 
 def log_evaluations(log: RunLog, name: str, axis: ModelsAxis, every: int, metrics: dict,
@@ -60,8 +71,27 @@ def log_evaluations(log: RunLog, name: str, axis: ModelsAxis, every: int, metric
                  grid=name, learning_rate=f"{learning_rate:g}")
 
 
+def build_point(plan: SweepPlan, grid: SweepGrid) -> tuple[Grid, GridTiming]:
+  """Compile one grid of a sweep (``programs.build_grid``), in whichever thread calls it.
+
+  Args:
+    plan: the sweep's plan.
+    grid: one of ``plan.grids``.
+
+  Returns:
+    The compiled ``Grid`` and its ``GridTiming``, its compiles and build seconds filled in.
+  """
+  point = plan.point_config(grid.point)
+  with Stopwatch() as watch:
+    built = build_grid(Setup(grid.arch, point, plan.attention[grid.point]), plan.axis.num_models)
+  timing = GridTiming(build_seconds=watch.seconds)
+  timing.compiles.add(built.compiles)
+  return built, timing
+
+
 def train_point(plan: SweepPlan, grid: SweepGrid, workdir, log: RunLog,
-                budget: Optional[Budget] = None) -> dict:
+                budget: Optional[Budget] = None, built: Optional[Grid] = None,
+                timing: Optional[GridTiming] = None) -> dict:
   """Train (or resume) one grid of a sweep: an arch at one static point.
 
   Args:
@@ -70,6 +100,8 @@ def train_point(plan: SweepPlan, grid: SweepGrid, workdir, log: RunLog,
     workdir: the sweep's workdir; checkpoints go to ``checkpoints/<grid name>``.
     log: the sweep's log (rows, TensorBoard, progress).
     budget: evaluations this call may run before ``Interrupted``; None: no limit.
+    built: the grid's compiled programs (``build_point``); None compiles them here.
+    timing: where its training's compiles and seconds are added; None: nowhere.
 
   Returns:
     The metrics ``{name: [evaluations, models]}``.
@@ -77,16 +109,57 @@ def train_point(plan: SweepPlan, grid: SweepGrid, workdir, log: RunLog,
   point, axis, name = plan.point_config(grid.point), plan.axis, grid.name
   every = point.train.eval_every
   num_chunks = point.train.num_steps // every
+  timing = timing or GridTiming()
+  if built is None:
+    built, _ = build_point(plan, grid)
 
   def record(indices, metrics):
     log_evaluations(log, name, axis, every, metrics, indices)
     log.advance(len(indices) * every * axis.num_models)
 
   hooks = RunHooks(os.path.join(workdir, "checkpoints", name), point.train.checkpoint_every,
-                   num_chunks, record=record, budget=budget, name=name)
-  setup = Setup(grid.arch, point, plan.attention[grid.point])
-  return hooks.train(build_grid(setup, axis.num_models),
-                     model_keys(point.seed, axis.seed_indices()), axis.hyperparameters()).metrics
+                   num_chunks, record=record, budget=budget, name=name,
+                   minutes=point.train.checkpoint_minutes)
+  keys, watch = model_keys(point.seed, axis.seed_indices()), Stopwatch()
+  try:
+    with counting(timing.compiles), watch:
+      return hooks.train(built, keys, axis.hyperparameters()).metrics
+  finally:
+    timing.train_seconds, timing.checkpoint_seconds = watch.seconds, hooks.checkpoint_seconds
+
+
+def train_grids(plan: SweepPlan, workdir: str, log: RunLog, budget: Optional[Budget] = None,
+                on_grid=lambda grid, timing: None) -> dict:
+  """Train every grid of ``plan`` in turn, the next one's programs compiled in a background
+  thread while one trains (``BUILT_AHEAD``): an error of that compile is raised here, when its
+  grid's turn comes; rows, files and results come in the order of ``plan.grids`` either way.
+
+  Args:
+    plan: the sweep's plan.
+    workdir: the sweep's workdir.
+    log: the sweep's log.
+    budget: the call's budget; None: no limit.
+    on_grid: ``(SweepGrid, GridTiming) -> None``, called after each grid has trained.
+
+  Returns:
+    ``{grid key: metrics {name: [evaluations, models]}}``.
+  """
+  results = {}
+  pool = concurrent.futures.ThreadPoolExecutor(max_workers=1,
+                                               thread_name_prefix="normattn-compile")
+  try:
+    pending = pool.submit(build_point, plan, plan.grids[0]) if BUILT_AHEAD else None
+    for index, grid in enumerate(plan.grids):
+      with Stopwatch() as waited:
+        built, timing = pending.result() if BUILT_AHEAD else build_point(plan, grid)
+      timing.waited_seconds = waited.seconds
+      if BUILT_AHEAD and index + 1 < len(plan.grids):
+        pending = pool.submit(build_point, plan, plan.grids[index + 1])
+      results[grid.key] = train_point(plan, grid, workdir, log, budget, built, timing)
+      on_grid(grid, timing)
+  finally:  # a stopped run does not wait for the next grid's compile
+    pool.shutdown(wait=False, cancel_futures=True)
+  return results
 
 
 def resummarise(workdir: str) -> dict:
@@ -187,12 +260,17 @@ def train_sweep(config: ml_collections.ConfigDict, context: RunContext) -> dict:
     ``{grid key: metrics {name: [evaluations, models]}}``, what ``scoring.summarise`` scores.
   """
   plan = SweepPlan.of(config)
-  results = {}
   started = time.perf_counter()
+  timings = {}
+
+  def on_grid(grid, timing):
+    timings[grid.name] = timing.as_json()
+    if multihost.is_chief():
+      write_json(context.path(TIMING), {"grids": timings}, indent=2)
+      context.log(timing.line(grid.name))
   with RunLog(context.workdir, total=plan.total_model_steps, unit="model-step",
               tensorboard=context.tensorboard, progress=context.show_progress) as log:
-    for grid in plan.grids:
-      results[grid.key] = train_point(plan, grid, context.workdir, log, context.budget)
+    results = train_grids(plan, context.workdir, log, context.budget, on_grid)
   if multihost.is_chief():  # on several hosts, one says so
     context.log(f"trained {len(plan.grids)} grid(s) in {time.perf_counter() - started:.0f} s; "
                 f"results in {context.workdir}")
@@ -213,7 +291,7 @@ def describe(summary: dict) -> list[str]:
 SWEEP = kinds.register(kinds.RunKind(
     name="sweep",
     # its summary is the best over the evaluations: train.eval_every changes the results
-    may_differ={"train.checkpoint_every"},
+    may_differ={"train.checkpoint_every", "train.checkpoint_minutes"},
     base_config=config_lib.base_config,
     validate=config_lib.validate,
     workdir_config=config_lib.with_compute_dtype,  # "auto" recorded as the dtype it ran in
@@ -226,7 +304,7 @@ SWEEP = kinds.register(kinds.RunKind(
     added={"model.output_gate": None, "model.qk_norm": None, "model.differential": False,
            "model.dtype": "float32", "model.attention_implementation": "auto",
            "train.data_shards": 1, "model.ffn_implementation": "xla",
-           "eval.validation_case_sets": True},
+           "eval.validation_case_sets": True, "train.checkpoint_minutes": 0.0},
     migrate=migrate_sweep))
 
 

@@ -451,9 +451,17 @@ def write_versions(workdir: str) -> dict:
   return stored
 
 
+def host_copy(tree):
+  """``tree`` with each numpy array copied (a run goes on writing its metrics arrays in place)
+  and everything else (device arrays, scalars) as it is."""
+  return jax.tree.map(lambda x: np.array(x, copy=True) if isinstance(x, np.ndarray) else x, tree)
+
+
 class GridCheckpoints:
   """Save / restore ``{"state": stacked TrainState, "metrics": {...}}`` keyed by evaluations
-  done (for pre-training: by steps done)."""
+  done (for pre-training: by steps done). Saves are asynchronous: ``save`` returns once the
+  data are orbax's own, and the files are written while the run goes on; the next ``save``,
+  ``latest``, a restore and ``close`` wait for them."""
 
   def __init__(self, directory: str, max_to_keep: int = 2):
     self.directory = os.path.abspath(directory)
@@ -461,10 +469,24 @@ class GridCheckpoints:
     self.manager = ocp.CheckpointManager(self.directory, options=self.options)
 
   def latest(self):
+    self.manager.wait_until_finished()
     return self.manager.latest_step()
 
   def save(self, evals_done: int, tree) -> None:
-    self.manager.save(evals_done, args=ocp.args.StandardSave(tree))
+    """Start writing ``tree`` as the checkpoint of ``evals_done``, once the previous save is
+    written. It returns once nothing the caller does next can change what is written: host
+    arrays are copied here (``host_copy``), and orbax copies device arrays to the host before
+    its save returns (its default synchronous transfer: no limit on the bytes in flight), so
+    that a state donated to the next chunk right after is not read again.
+
+    Args:
+      evals_done: the step.
+      tree: the tree to save (device and host arrays).
+    """
+    self.manager.save(evals_done, args=ocp.args.StandardSave(host_copy(tree)))
+
+  def wait(self) -> None:
+    """Wait until every save started is written (raising a save's error)."""
     self.manager.wait_until_finished()
 
   def restore(self, evals_done: int, like: Optional[dict]):
@@ -483,6 +505,7 @@ class GridCheckpoints:
     Returns:
       The restored tree.
     """
+    self.manager.wait_until_finished()
     path = epath.Path(self.directory) / str(evals_done) / ITEM
     handler = ocp.StandardCheckpointHandler()
     try:
@@ -502,6 +525,7 @@ class GridCheckpoints:
     None)`` without any. Newer ones that do not (a truncated file, an empty step folder, shards
     of one process that do not read) are skipped with a warning and deleted, so that the
     resumed run saves those steps again. None restoring is an error."""
+    self.manager.wait_until_finished()
     damaged, reasons = [], []
     for step in sorted(self.manager.all_steps(), reverse=True):
       try:

@@ -29,7 +29,8 @@ class Interrupted(Exception):
 class Budget:
   """The chunks (or steps) this call may still run, None: no limit; and the minutes of wall time
   after which it stops, 0: no limit. Time stops a call only once it has run a chunk (the chunk
-  that passes the minutes ends), so that each call of a run stopped by time gets further.
+  that passes the minutes ends; or, where the next chunk was already dispatched then,
+  ``RunHooks.state_needed``, that one), so that each call of a run stopped by time gets further.
 
   Raises:
     ValueError: for chunks that are not an integer >= 0, or minutes that are not a number >= 0.
@@ -129,21 +130,32 @@ class RunHooks:
     may_grow: the run's target (``num_chunks``) may be raised between calls (the majority run,
       resumed for more steps): checkpoint after every chunk, so that the last one is never
       trained twice, whatever target a later call sets.
+    minutes: also checkpoint after the first chunk that ends that many minutes (of the budget's
+      clock) after the last checkpoint (or the start); 0: not by time.
+
+  Attributes:
+    checkpoint_seconds: the wall seconds the run was blocked by its checkpoints (saves, and the
+      wait for the last one's files at ``close``).
   """
 
   def __init__(self, directory: Optional[str], every: int, num_chunks: int, *,
                record: Callable = lambda indices, metrics: None,
                on_resume: Optional[Callable] = None, budget: Optional[Budget] = None,
-               name: str = "grid", state_only: bool = False, may_grow: bool = False):
+               name: str = "grid", state_only: bool = False, may_grow: bool = False,
+               minutes: float = 0.0):
+    check_float("minutes", minutes, 0)
     self.directory = directory
     # with checkpoints off, a folder left by a time stop is still resumed from
-    self.checkpoints = (GridCheckpoints(directory) if directory and (every or may_grow
+    self.checkpoints = (GridCheckpoints(directory) if directory and (every or may_grow or minutes
                                                                      or os.path.isdir(directory))
                         else None)
     self.every, self.num_chunks, self.name = (1 if may_grow else every), num_chunks, name
     self.record, self.on_resume = record, on_resume
     self.budget = budget or Budget()
     self.state_only = state_only
+    self.minutes = minutes
+    self.saved_at = self.budget.clock()
+    self.checkpoint_seconds = 0.0
 
   def train(self, grid, keys, per_model, *, on_host: Optional[Callable] = None) -> GridRun:
     """Train ``grid`` (``grid.run_grid``) from its newest checkpoint to ``num_chunks``, with
@@ -163,7 +175,7 @@ class RunHooks:
     """
     with self:
       return run_grid(grid, keys, per_model, self.num_chunks, resume=self.resume,
-                      on_chunk=self.on_chunk, on_host=on_host)
+                      on_chunk=self.on_chunk, on_host=on_host, state_needed=self.state_needed)
 
   def resume(self, grid, state, per_model):
     """The newest checkpoint that restores, else a fresh start; see ``run_grid``.
@@ -187,23 +199,69 @@ class RunHooks:
     self.budget.check(self.name, done, self.num_chunks)
     return done, state, metrics
 
+  def _periodic(self, done: int) -> bool:
+    """Whether the checkpoint after ``done`` chunks is one of every ``every``, or the last."""
+    return bool(self.every) and (done % self.every == 0 or done == self.num_chunks)
+
+  def _time_says(self, flag: bool) -> bool:
+    """A decision of the clock taken alike in every process (any one's is every one's): each
+    saves its shards of the same checkpoints."""
+    return bool(flag) if jax.process_count() == 1 else not multihost.everywhere(not flag)
+
+  def _timed(self) -> bool:
+    """Whether ``minutes`` have passed since the last checkpoint."""
+    return bool(self.minutes) and self.budget.clock() - self.saved_at >= 60.0 * self.minutes
+
+  def state_needed(self, done: int) -> bool:
+    """``run_grid``'s ``state_needed``: whether ``on_chunk`` after ``done`` chunks will read the
+    state (asked before it runs): when a checkpoint is due (every ``every``, the last, by
+    ``minutes``) or the budget stops there (its last chunk, or its time passed). Where not,
+    the next chunk is already running when ``on_chunk`` gets no state; a time that passes in
+    between is acted on after that next chunk (it checkpoints, or stops the run, in this one's
+    stead).
+    """
+    if self.budget.left is not None and self.budget.left <= 1:
+      return True
+    if self.directory and self._periodic(done):
+      return True
+    timed = self.minutes and self.directory
+    late = self.budget.deadline is not None
+    if not (timed or late):
+      return False
+    return self._time_says((timed and self._timed())
+                           or (late and self.budget.clock() >= self.budget.deadline))
+
   def on_chunk(self, done: int, state, metrics: dict) -> None:
-    """Record the chunk's evaluation, checkpoint, then pay the chunk from the budget."""
+    """Record the chunk's evaluation, checkpoint, then pay the chunk from the budget; with no
+    state (``run_grid`` ran the next chunk already: ``state_needed``), record and pay only."""
     self.record([done - 1], metrics)
     self.budget.spend()
+    if state is None:
+      return
     # a run stopped by time keeps every chunk it ran: the next call resumes from there
-    periodic = self.every and (done % self.every == 0 or done == self.num_chunks)
-    if self.directory and (periodic or self.budget.out_of_time()):
-      if self.checkpoints is None:
-        self.checkpoints = GridCheckpoints(self.directory)
-      self.checkpoints.save(done, {"state": state} if self.state_only
-                            else {"state": state, "metrics": metrics})
+    due = self._periodic(done) or (
+        (self.minutes or self.budget.deadline is not None)
+        and self._time_says(self._timed() or self.budget.out_of_time()))
+    if self.directory and due:
+      self.save(done, {"state": state} if self.state_only
+                else {"state": state, "metrics": metrics})
     self.budget.check(self.name, done, self.num_chunks)
+
+  def save(self, done: int, tree: dict) -> None:
+    """Checkpoint ``tree`` after ``done`` chunks (asynchronously: ``GridCheckpoints.save``)."""
+    started = time.perf_counter()
+    if self.checkpoints is None:
+      self.checkpoints = GridCheckpoints(self.directory)
+    self.checkpoints.save(done, tree)
+    self.saved_at = self.budget.clock()
+    self.checkpoint_seconds += time.perf_counter() - started
 
   def close(self) -> None:
     """Wait for the checkpoints being written and release them."""
     if self.checkpoints is not None:
+      started = time.perf_counter()
       self.checkpoints.close()
+      self.checkpoint_seconds += time.perf_counter() - started
 
   def __enter__(self) -> "RunHooks":
     return self

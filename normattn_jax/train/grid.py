@@ -4,8 +4,10 @@ Training is a pure function of (rng, hyper-parameters): ``init(key, per_model) -
 ``chunk(state, per_model) -> (state, metrics)``, both written for one model (a chunk is some
 training steps and an evaluation) and mapped over a flattened leading "models" axis, sharded over
 all devices: each device runs its share as a ``lax.map`` over vmaps of ``per_vmap`` models
-(``over_models``). ``Grid.of`` compiles the programs of one model over that axis and ``run_grid``
-trains them chunk by chunk, with ``resume``/``on_chunk`` hooks (``driver.RunHooks``). The engine
+(``over_models``). ``Grid.of`` compiles the programs of one model over that axis, once each and
+ahead of their first call, and ``run_grid`` trains them chunk by chunk, the next chunk dispatched
+before the host reads a chunk's metrics where no hook needs its state, with
+``resume``/``on_chunk`` hooks (``driver.RunHooks``). The engine
 knows no task, model or kind of run: a sweep's programs are ``normattn_jax.sweep.programs``', a
 fine-tuning's ``normattn_jax.finetune.train``'s.
 """
@@ -20,6 +22,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from normattn_jax import _moved
 from normattn_jax.train.state import TrainState
+from normattn_jax.train.timing import CompileCounts, counting
 from normattn_jax.validation import check_int
 
 Array = jax.Array
@@ -100,35 +103,41 @@ MEMORY_FRACTION = 0.5
 
 
 def models_per_vmap(requested: int, num_models: int,
-                    bytes_per_model: Optional[Callable[[], int]] = None,
                     model_devices: Optional[int] = None) -> int:
   """How many models one vmap holds: ``requested``, or when it is 0 (auto) one on a CPU (the
-  fastest there at the NAP paper's defaults, BENCHMARKS.md) and on an accelerator as many of
-  each device's share as fit ``MEMORY_FRACTION`` of its memory (all of them when the device does
-  not report its memory or no ``bytes_per_model`` is given). The one meaning of a
+  fastest there at the NAP paper's defaults, BENCHMARKS.md) and on an accelerator each device's
+  whole share, which ``Grid.of`` narrows where XLA's memory analysis of that very program finds
+  more than ``MEMORY_FRACTION`` of the device's memory (``fitted_width``). The one meaning of a
   ``models_per_vmap`` field of 0, in every config that has one (sweeps, fine-tuning, the
   majority run).
 
   Args:
     requested: the config's ``models_per_vmap``, e.g. a sweep's ``train.models_per_vmap``.
     num_models: the number of models of the grid.
-    bytes_per_model: ``() -> bytes`` one model's program needs (``program_bytes``), called only
-      on an accelerator with ``requested`` 0.
     model_devices: the devices the models are laid over (the mesh's "models" axis; default
       all).
 
   Returns:
-    A positive integer.
+    A positive integer: the width to compile first.
   """
   if requested:
     return requested
   if jax.default_backend() == "cpu":
     return 1
-  share = -(-num_models // (model_devices or jax.device_count()))
+  return -(-num_models // (model_devices or jax.device_count()))
+
+
+def memory_budget() -> Optional[int]:
+  """The bytes one program's vmaps of models may fill: ``MEMORY_FRACTION`` of an accelerator's
+  memory; None on a CPU (whose width is 1) or a device that does not report its memory.
+
+  Returns:
+    Bytes, or None.
+  """
+  if jax.default_backend() == "cpu":
+    return None
   stats = jax.devices()[0].memory_stats() or {}
-  if bytes_per_model is None or "bytes_limit" not in stats:
-    return share
-  return width_within(share, bytes_per_model(), int(MEMORY_FRACTION * stats["bytes_limit"]))
+  return int(MEMORY_FRACTION * stats["bytes_limit"]) if "bytes_limit" in stats else None
 
 
 def width_within(share: int, bytes_per_model: int, budget: int) -> int:
@@ -145,63 +154,53 @@ def width_within(share: int, bytes_per_model: int, budget: int) -> int:
   return max(1, min(share, budget // max(bytes_per_model, 1)))
 
 
-def program_bytes(fn: Callable, *args) -> int:
-  """The memory a jitted ``fn(*args)`` needs, by XLA's analysis of the compiled program:
-  arguments, outputs and temporaries (compiled, not run).
+def fitted_width(width: int, needed: int, budget: int) -> int:
+  """The width of a program compiled ``width`` models wide that needs ``needed`` bytes, fitted
+  to ``budget``: ``width`` itself when it fits, else the widest whose models, each needing its
+  share of ``needed``, do (``width_within``).
 
   Args:
-    fn: a function of one model.
+    width: the models per vmap the program was compiled with.
+    needed: the bytes it needs (``executable_bytes``).
+    budget: the bytes it may fill (``memory_budget``).
+
+  Returns:
+    An integer in ``[1, width]``.
+  """
+  if needed <= budget:
+    return width
+  return width_within(width, -(-needed // width), budget)
+
+
+def executable_bytes(compiled) -> Optional[int]:
+  """The memory a compiled program needs by XLA's analysis: arguments, outputs (less those that
+  reuse donated arguments' buffers) and temporaries; None where the backend gives no analysis.
+
+  Args:
+    compiled: a ``jax.stages.Compiled``.
+
+  Returns:
+    Bytes, or None.
+  """
+  memory = compiled.memory_analysis()
+  if memory is None:
+    return None
+  return int(memory.argument_size_in_bytes + memory.output_size_in_bytes
+             - memory.alias_size_in_bytes + memory.temp_size_in_bytes)
+
+
+def program_bytes(fn: Callable, *args) -> int:
+  """The memory a jitted ``fn(*args)`` needs, by XLA's analysis of the compiled program
+  (``executable_bytes``; compiled, not run).
+
+  Args:
+    fn: a function.
     *args: its arguments, arrays or ``jax.ShapeDtypeStruct``.
 
   Returns:
     Bytes.
   """
-  memory = jax.jit(fn).lower(*args).compile().memory_analysis()
-  return int(memory.argument_size_in_bytes + memory.output_size_in_bytes
-             + memory.temp_size_in_bytes)
-
-
-def model_bytes(init: Callable, chunk: Callable, per_model, shared: tuple = ()
-                ) -> Callable[[], int]:
-  """``models_per_vmap``'s ``bytes_per_model`` for the programs of one model: the memory of
-  ``chunk`` on the state ``init`` makes (shapes only; compiled, not run).
-
-  Args:
-    init: ``(key data, per_model, *shared) -> state``.
-    chunk: ``(state, per_model, *shared) -> (state, outputs)``.
-    per_model: one model's per-model inputs, as ``jax.ShapeDtypeStruct`` objects.
-    shared: the arrays every model reads.
-
-  Returns:
-    A function of no arguments that returns the bytes (called only when they are needed).
-  """
-  def measure() -> int:
-    key = jax.random.key_data(jax.random.key(0))
-    state = jax.eval_shape(init, key, per_model, *shared)
-    return program_bytes(chunk, state, per_model, *shared)
-
-  return measure
-
-
-def measured_bytes(init: Callable, chunk: Callable, per_model, shared: tuple,
-                   mesh: Mesh) -> Optional[Callable[[], int]]:
-  """``models_per_vmap``'s ``bytes_per_model`` for a grid's programs, or None where one model
-  cannot be measured alone: no ``per_model`` shapes, or a data-parallel mesh (a model split over
-  its "data" axis is only built on that mesh).
-
-  Args:
-    init: ``(key data, per_model, *shared) -> state`` of one model.
-    chunk: ``(state, per_model, *shared) -> (state, outputs)`` of one model.
-    per_model: one model's per-model inputs, or None.
-    shared: the arrays every model reads.
-    mesh: the grid's mesh.
-
-  Returns:
-    ``model_bytes``' function, or None.
-  """
-  if per_model is None or mesh.shape[DATA_AXIS] > 1:
-    return None
-  return model_bytes(init, chunk, per_model, shared)
+  return executable_bytes(jax.jit(fn).lower(*args).compile())
 
 
 def padded_count(num_models: int, per_vmap: int, model_devices: Optional[int] = None) -> int:
@@ -267,6 +266,8 @@ def over_models(fn: Callable, per_vmap: int, mesh: Optional[Mesh] = None) -> Cal
     # check guards nothing here, and the compiled program is the same without it
     return jax.shard_map(on_device, mesh=mesh, in_specs=specs, out_specs=P(MODELS_AXIS),
                          check_vma=False)(x, per_model, *shared)
+  # the program is named after the function of one model (XLA's compile logs, ``timing``)
+  run.__name__ = run.__qualname__ = getattr(fn, "__name__", run.__name__)
   return run
 
 
@@ -300,6 +301,49 @@ def models_program(fn: Callable, per_vmap: int, *, donate: bool = False,
                  donate_argnums=(0,) if donate else ())
 
 
+class GridExecutables(NamedTuple):
+  """A grid's programs compiled ahead of their first call (``compile_programs``)."""
+  init: Callable   # (key data [padded], per_model [padded], *shared) -> states
+  chunk: Callable  # (states, per_model, *shared) -> (states, metrics), states donated
+
+
+def key_data_shape() -> jax.ShapeDtypeStruct:
+  """The shape and dtype of one model's raw key data (``model_keys``' rows), traced, not run."""
+  return jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0)))
+
+
+def compile_programs(init_program: Callable, chunk_program: Callable, padded: int, per_model,
+                     shared: tuple, mesh: Mesh) -> GridExecutables:
+  """Lower and compile a grid's jitted init and chunk (``models_program``) from shapes alone,
+  for arguments laid out as the grid lays them (the models axis ``padded`` long, sharded over
+  the mesh's "models" axis; ``shared`` as they are): the executables the grid calls, so that
+  nothing compiles at the first call, and a grid can be compiled in one thread while another
+  trains.
+
+  Args:
+    init_program: the jitted ``(key data, per_model, *shared) -> states``.
+    chunk_program: the jitted ``(states, per_model, *shared) -> (states, metrics)``.
+    padded: the models axis' length.
+    per_model: one model's per-model inputs (``jax.ShapeDtypeStruct`` objects or arrays).
+    shared: the arrays every model reads, on the devices.
+    mesh: the grid's mesh.
+
+  Returns:
+    ``GridExecutables``.
+  """
+  sharding = models_sharding(mesh)
+
+  def over_models_axis(x):
+    return jax.ShapeDtypeStruct((padded,) + tuple(np.shape(x)), x.dtype, sharding=sharding)
+  keys = over_models_axis(key_data_shape())
+  inputs = jax.tree.map(over_models_axis, per_model)
+  init = init_program.lower(keys, inputs, *shared).compile()
+  states = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding,
+                                                       weak_type=x.weak_type),
+                        jax.eval_shape(init_program, keys, inputs, *shared))
+  return GridExecutables(init, chunk_program.lower(states, inputs, *shared).compile())
+
+
 @dataclasses.dataclass
 class Grid:
   """The compiled, sharded programs of ``num_models`` models of one static configuration
@@ -313,6 +357,10 @@ class Grid:
   chunk_program: Callable  # jitted (states, per_model, *shared) -> (states, metrics)
   shared: tuple            # the data every model reads, on the devices
   mesh: Optional[Mesh] = None  # (models x data), grid_mesh; None: every device on models
+  # init and chunk compiled ahead (``Grid.of`` given ``per_model``), which ``start`` and
+  # ``chunk`` call; None: the jitted programs, compiled at their first call
+  compiled: Optional[GridExecutables] = None
+  compiles: CompileCounts = dataclasses.field(default_factory=CompileCounts)  # Grid.of's
 
   @property
   def sharding(self) -> NamedSharding:
@@ -321,9 +369,14 @@ class Grid:
 
   @classmethod
   def of(cls, init: Callable, chunk: Callable, num_models: int, per_vmap: int = 0,
-         shared: tuple = (), mesh: Optional[Mesh] = None, *, per_model=None) -> "Grid":
+         shared: tuple = (), mesh: Optional[Mesh] = None, *, per_model=None,
+         ahead: bool = True) -> "Grid":
     """The grid of the programs of one model, its vmap width the engine's own choice unless
-    asked for: every caller's ``models_per_vmap`` field goes here as it is.
+    asked for: every caller's ``models_per_vmap`` field goes here as it is. Given
+    ``per_model``, its init and chunk are compiled here, once each (``compile_programs``); on an
+    accelerator with the auto width, the chunk at each device's whole share, and only if XLA's
+    memory analysis of it exceeds ``MEMORY_FRACTION`` of the device's memory once more at the
+    width that analysis allows (``fitted_width``, said in a line).
 
     Args:
       init: ``(key data, per_model, *shared) -> TrainState`` of one model (the shared arrays,
@@ -331,13 +384,14 @@ class Grid:
       chunk: ``(state, per_model, *shared) -> (state, metrics)`` of one model: some training
         steps and an evaluation.
       num_models: the number of models before padding.
-      per_vmap: the models per vmap asked for; 0 the auto width (``models_per_vmap``), from one
-        model's memory when ``per_model`` is given.
+      per_vmap: the models per vmap asked for; 0 the auto width (``models_per_vmap``).
       shared: arrays every model reads (e.g. a data set), replicated on every device.
       mesh: the (models x data) mesh (``grid_mesh``); None: every device on the models axis.
       per_model: one model's per-model inputs (``jax.ShapeDtypeStruct`` objects or arrays),
-        to measure its memory (``model_bytes``) on an accelerator; None takes each device's
-        share.
+        to compile the programs ahead; None leaves them to compile at their first call (and
+        takes each device's whole share on an accelerator).
+      ahead: compile here (given ``per_model``); False leaves the jitted programs alone, e.g.
+        to export them for another platform than this machine's.
 
     Returns:
       The ``Grid``.
@@ -349,13 +403,47 @@ class Grid:
     check_int("num_models", num_models)
     check_int("per_vmap", per_vmap, low=0)
     mesh = mesh or grid_mesh()
-    model_devices = mesh.shape[MODELS_AXIS]
-    width = models_per_vmap(per_vmap, num_models,
-                            measured_bytes(init, chunk, per_model, shared, mesh), model_devices)
-    return cls(num_models, width, padded_count(num_models, width, model_devices),
-               models_program(init, width, mesh=mesh),
-               models_program(chunk, width, donate=True, mesh=mesh),
-               jax.device_put(tuple(shared), replicated(mesh)), mesh)
+    shared = jax.device_put(tuple(shared), replicated(mesh))
+    width = models_per_vmap(per_vmap, num_models, mesh.shape[MODELS_AXIS])
+    per_model = per_model if ahead else None
+    with counting() as compiles:
+      grid = cls.at_width(init, chunk, num_models, width, shared, mesh, per_model)
+      budget = memory_budget() if not per_vmap and grid.compiled is not None else None
+      needed = None if budget is None else executable_bytes(grid.compiled.chunk)
+      narrower = width if needed is None else fitted_width(width, needed, budget)
+      if narrower < width:
+        if jax.process_index() == 0:
+          print(f"grid of {num_models} models: {width} per vmap need {needed / 2**30:.2f} GiB "
+                f"of {budget / 2**30:.2f} GiB ({MEMORY_FRACTION:.0%} of the device's memory): "
+                f"compiling again at {narrower} per vmap", flush=True)
+        grid = cls.at_width(init, chunk, num_models, narrower, shared, mesh, per_model)
+    grid.compiles = compiles
+    return grid
+
+  @classmethod
+  def at_width(cls, init: Callable, chunk: Callable, num_models: int, width: int,
+               shared: tuple, mesh: Mesh, per_model=None) -> "Grid":
+    """``Grid.of`` at a width given (``shared`` already on the devices), compiled ahead when
+    ``per_model`` is given."""
+    padded = padded_count(num_models, width, mesh.shape[MODELS_AXIS])
+    init_program = models_program(init, width, mesh=mesh)
+    chunk_program = models_program(chunk, width, donate=True, mesh=mesh)
+    compiled = (None if per_model is None else
+                compile_programs(init_program, chunk_program, padded, per_model, shared, mesh))
+    return cls(num_models, width, padded, init_program, chunk_program, shared, mesh, compiled)
+
+  def start(self, keys, per_model) -> TrainState:
+    """Every model's first state (its ``init``).
+
+    Args:
+      keys: the models' raw key data, sharded (``shard``).
+      per_model: the per-model inputs, sharded.
+
+    Returns:
+      The states, each with a leading ``[padded]`` axis.
+    """
+    program = self.init if self.compiled is None else self.compiled.init
+    return program(keys, per_model, *self.shared)
 
   def chunk(self, state: TrainState, per_model) -> tuple[TrainState, dict]:
     """One chunk of every model (``state`` is donated).
@@ -367,7 +455,8 @@ class Grid:
     Returns:
       ``(states, metrics)``, each with a leading ``[padded]`` axis.
     """
-    return self.chunk_program(state, per_model, *self.shared)
+    program = self.chunk_program if self.compiled is None else self.compiled.chunk
+    return program(state, per_model, *self.shared)
 
   def program(self, fn: Callable) -> Callable:
     """Another function of one model over this grid, e.g. an evaluation.
@@ -404,7 +493,7 @@ class Grid:
     Returns:
       name -> ``jax.ShapeDtypeStruct``.
     """
-    return jax.eval_shape(self.chunk, state, per_model)[1]
+    return jax.eval_shape(self.chunk_program, state, per_model, *self.shared)[1]
 
 
 def model_keys(seed: int, seed_indices: np.ndarray) -> np.ndarray:
@@ -458,9 +547,12 @@ def _models_first(name: str, tree, num_models: int):
 
 def run_grid(grid: Grid, keys: np.ndarray, per_model, num_chunks: int, *,
              resume: Optional[Callable] = None, on_chunk: Optional[Callable] = None,
-             on_host: Optional[Callable] = None) -> GridRun:
+             on_host: Optional[Callable] = None,
+             state_needed: Optional[Callable[[int], bool]] = None) -> GridRun:
   """Train any grid (``Grid.of``): init every model from its key, then run ``num_chunks``
-  chunks, collecting each chunk's metrics on the host.
+  chunks, collecting each chunk's metrics on the host. Where ``state_needed`` says that the
+  state after a chunk is not needed, the next chunk is dispatched before that chunk's metrics
+  are read, so that the devices do not wait for the host between them.
 
   Args:
     grid: the compiled programs.
@@ -475,6 +567,12 @@ def run_grid(grid: Grid, keys: np.ndarray, per_model, num_chunks: int, *,
       ``driver.RunHooks.on_chunk`` logs, checkpoints and budgets.
     on_host: ``{name: [models, ...]} -> {name: [models]}``, what a chunk's outputs become on
       the host before they are recorded (e.g. predictions scored into metrics); None keeps them.
+    state_needed: ``chunks done -> bool``, asked before that chunk's metrics are read: whether
+      ``on_chunk`` reads the state after it (to checkpoint it); where not, the next chunk is
+      dispatched first, the state donated to it, and ``on_chunk`` gets None for the state.
+      ``driver.RunHooks.state_needed`` says so where no checkpoint is due and the budget does not
+      stop. None: always needed (each chunk dispatched after the previous one's ``on_chunk``).
+      The numbers are the same either way.
 
   Returns:
     ``GridRun``: the metrics ``{name: [chunks, models]}`` (rows of chunks that a resume skipped
@@ -492,20 +590,32 @@ def run_grid(grid: Grid, keys: np.ndarray, per_model, num_chunks: int, *,
   def inputs(index):
     return _models_first(f"per_model (chunk {index})", given(index), num_models)
   keys = _models_first("keys", np.asarray(keys), num_models)
-  state = grid.init(grid.shard(keys), grid.shard(inputs(0)), *grid.shared)
+  state = grid.start(grid.shard(keys), grid.shard(inputs(0)))
   done, history = 0, {}
   if resume is not None:
     done, state, history = resume(grid, state, grid.shard(inputs(0)))
-  for index in range(done, num_chunks):
-    state, metrics = grid.chunk(state, grid.shard(inputs(index)))
-    metrics = {name: to_host(value)[:num_models] for name, value in metrics.items()}
+
+  def record(index, outputs):
+    metrics = {name: to_host(value)[:num_models] for name, value in outputs.items()}
     if on_host is not None:
       metrics = on_host(metrics)
     for name, value in metrics.items():
       curve = history.setdefault(name, np.zeros((num_chunks,) + value.shape, value.dtype))
       curve[index] = value
+
+  running = grid.chunk(state, grid.shard(inputs(done))) if done < num_chunks else None
+  for index in range(done, num_chunks):
+    state, outputs = running
+    chunks_done = index + 1
+    ahead = (chunks_done < num_chunks and state_needed is not None
+             and not state_needed(chunks_done))
+    if ahead:  # the devices run the next chunk while the host reads this one's metrics
+      running = grid.chunk(state, grid.shard(inputs(chunks_done)))
+    record(index, outputs)
     if on_chunk is not None:
-      on_chunk(index + 1, state, history)
+      on_chunk(chunks_done, None if ahead else state, history)
+    if not ahead and chunks_done < num_chunks:
+      running = grid.chunk(state, grid.shard(inputs(chunks_done)))
   return GridRun(history, jax.tree.map(lambda x: to_host(x)[:num_models], state))
 
 
