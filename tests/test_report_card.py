@@ -19,6 +19,7 @@ from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.registry import load_plugins
 from normattn_jax.card import diagnostics as diagnostics_lib
 from normattn_jax.card import train as rc
+from normattn_jax.reporting import drawers
 from normattn_jax.sweep import config as config_lib
 from normattn_jax.train.checkpoint import WorkdirError, open_workdir, unlock_workdir
 
@@ -706,6 +707,7 @@ def test_smoke_card_in_process_resumes_without_training(tmp_path, baselines, mon
   report = rc.run(config, workdir)
   assert len(checked) == 2 * len(rc.CARD_TASKS)  # at the card's entry, none on the way down
   assert report["normalization"] == "tempered_softmax(temperature=2.0)"
+  drawers.draw(rc.KIND, workdir, report)  # as the command line does
   _check_report(workdir)
   assert os.path.exists(os.path.join(baselines, "case", "select", "summary.json"))
   assert os.path.exists(os.path.join(baselines, "lm_nap", "evaluate", "lm.json"))
