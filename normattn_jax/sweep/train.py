@@ -226,7 +226,7 @@ SWEEP = kinds.register(kinds.RunKind(
     added={"model.output_gate": None, "model.qk_norm": None, "model.differential": False,
            "model.dtype": "float32", "model.attention_implementation": "auto",
            "train.data_shards": 1, "model.ffn_implementation": "xla",
-           "eval.validation_case_sets": True},
+           "eval.validation_case_sets": True, "train.flat_adam": False},
     migrate=migrate_sweep))
 
 
