@@ -56,5 +56,8 @@ def test_a_projection_from_measured_rates_is_training_alone():
     assert grid.compile_s is None and grid.evaluation_s is None and not grid.calibrated
     assert grid.seconds == pytest.approx(grid.model_steps / estimate.rate_at(rates,
                                                                              grid.cost.gflop))
+  again = estimate.reproject(estimate.report(result, "float32"), rates)  # nothing compiled
+  assert again[-1] == (f"total grids=2 model_steps=160 "
+                       f"train_h={result.total('seconds') / 3600:.3f}")
   with pytest.raises(ValueError, match="rates must be"):
     estimate.rate_at([(0.0, 1.0)], 1.0)

@@ -13,7 +13,8 @@ for --config.attention.name=<its name> (its options: --config.attention.options.
 --estimate trains nothing and writes nothing (no --workdir): it prints, per grid and in all, the
 model-steps, FLOPs, bytes and programs, and the wall time projected from a few timed chunks on
 this machine (``normattn_jax.sweep.estimate``); --estimate_rates=<GFLOP>:<model-steps/s>,...
-projects the training time from rates measured elsewhere instead.
+projects the training time from rates measured elsewhere instead, and with
+--estimate_costs=<an earlier --estimate's output> does so without compiling anything.
 """
 
 from absl import app, flags, logging
@@ -30,6 +31,9 @@ _ESTIMATE_RATES = flags.DEFINE_list(
     "estimate_rates", [], "With --estimate: <GFLOP per model-step>:<model-steps/s> pairs "
     "measured elsewhere; the training time is projected from them (estimate.rate_at), nothing "
     "is timed.")
+_ESTIMATE_COSTS = flags.DEFINE_string(
+    "estimate_costs", None, "With --estimate and --estimate_rates: a file holding an earlier "
+    "--estimate's output, whose grids are projected again from the rates, nothing compiled.")
 _RUN = cli.define_run_flags(workdir_unless="estimate")
 
 
@@ -46,6 +50,16 @@ def _estimate(config) -> None:
   from normattn_jax.sweep import config as config_lib
   from normattn_jax.sweep import estimate
   rates = _rates(_ESTIMATE_RATES.value) or None
+  if _ESTIMATE_COSTS.value:
+    if rates is None:
+      raise app.UsageError("--estimate_costs needs --estimate_rates")
+    with open(_ESTIMATE_COSTS.value) as f:
+      try:
+        lines = estimate.reproject(f.read().splitlines(), rates)
+      except ValueError as err:
+        raise app.UsageError(f"--estimate_costs={_ESTIMATE_COSTS.value}: {err}") from None
+    print("\n".join(lines), flush=True)
+    return
   cli.split_cpu(_RUN.cpu_devices.value)
   logging.set_verbosity(logging.ERROR)
   cli.load_plugins(_RUN.plugins.value)

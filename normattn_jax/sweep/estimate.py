@@ -166,6 +166,16 @@ def calibrate(setup: Setup, grid_models: int, steps: int = 2, repeats: int = 2) 
   Returns:
     The ``Calibration``.
   """
+  return calibrated_grid(setup, grid_models, steps, repeats)[0]
+
+
+def calibrated_grid(setup: Setup, grid_models: int, steps: int = 2, repeats: int = 2):
+  """``calibrate``, and the trained states of the calibration's grid (for timing a checkpoint
+  of them).
+
+  Returns:
+    ``(Calibration, states)``.
+  """
   c = ml_collections.ConfigDict(setup.config.to_dict())
   c.train.eval_every, c.train.num_steps = steps, steps * (repeats + 1)
   cal = Setup(setup.arch, c, setup.attention)
@@ -189,7 +199,8 @@ def calibrate(setup: Setup, grid_models: int, steps: int = 2, repeats: int = 2) 
   chunk = statistics.median(chunk_s)
   compile_s = max(first_init - warm_init, 0.0) + max(first_chunk - chunk, 0.0)
   step_s = max(chunk - evaluation_s, 0.0) / (steps * models)
-  return Calibration(compile_s, step_s, evaluation_s * grid_models / models, models, steps)
+  return (Calibration(compile_s, step_s, evaluation_s * grid_models / models, models, steps),
+          state)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -367,3 +378,34 @@ def report(result: SweepEstimate, dtype: str) -> list[str]:
       f"evaluation_h={_hours(parts['evaluation_s'])} "
       f"projected_h={_hours(result.total('seconds'))}")
   return lines
+
+
+def reproject(lines: Sequence[str], rates: Sequence[tuple[float, float]]) -> list[str]:
+  """An earlier estimate's grids (its printed ``report`` lines) projected again from measured
+  rates, nothing compiled: each grid's model-steps at ``rate_at`` its GFLOP per model-step.
+
+  Args:
+    lines: what ``report`` printed (other lines are skipped).
+    rates: ``(GFLOP per model-step, model-steps/s)`` pairs.
+
+  Returns:
+    One line per grid and a total, training time alone.
+
+  Raises:
+    ValueError: if ``lines`` hold no grid.
+  """
+  out, total_steps, total_s = [], 0, 0.0
+  for line in lines:
+    fields = dict(re.findall(r"(\w+)=(\S+)", line))
+    if not line.startswith("grid=") or "model_steps" not in fields:
+      continue
+    steps, gflop = int(fields["model_steps"]), float(fields["gflop_per_model_step"])
+    seconds = steps / rate_at(rates, gflop)
+    total_steps, total_s = total_steps + steps, total_s + seconds
+    out.append(f"grid={fields['grid']} model_steps={steps} gflop_per_model_step={gflop:.4f} "
+               f"model_steps_per_s={rate_at(rates, gflop):.1f} train_h={_hours(seconds)}")
+  if not out:
+    raise ValueError("no grid lines (grid=... model_steps=... gflop_per_model_step=...) to "
+                     "project")
+  out.append(f"total grids={len(out)} model_steps={total_steps} train_h={_hours(total_s)}")
+  return out
