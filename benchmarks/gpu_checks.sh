@@ -8,8 +8,8 @@
 #                        peak at d = N = 128 and 32, float32 and bf16, before and after the step's
 #                        cuts (first-token path, no L2 term); one real Table 5 grid's compile,
 #                        evaluation and checkpoint seconds; then Table 5's projected time
-#                        (normattn-sweep --estimate, its grids' costs from the host's CPU, the
-#                        rates just measured)
+#                        (normattn-sweep --estimate --estimate_costs: its grids' costs from a
+#                        CPU's cost analysis, results/estimates/, the rates just measured)
 #   f_kernels      60 s  each kernel (feed-forward, fused attention) against the XLA path at the
 #                        grids' shapes, written as kernel rules (f_kernels/rules.json; a killed
 #                        run keeps its cases and the next loan measures the rest); merge with
@@ -144,10 +144,11 @@ print(",".join(f"{gflop[r['d']]}:{r['model_steps_per_s']}" for r in rows("speed.
                if r.get("cuts") == "after" and r.get("dtype") == dtype and r.get("d") in gflop))
 PY
 }
-engine() {  # engine <folder> <dry 0|1>: the engine's measurements on the GPU while the host's CPU
-  # takes the cost analysis of the measured steps and of Table 5's 48 grids; then Table 5
-  # projected from the measured rates (training alone), in float32 and bf16
-  local folder=$1 pids=() dtype
+engine() {  # engine <folder> <dry 0|1>: the engine's measurements on the GPU; then Table 5
+  # projected from the measured rates (training alone), in float32 and bf16, each grid's cost and
+  # each measured step's from a CPU's cost analysis: the committed ones (results/estimates/, this
+  # CPU's), else the host's CPU takes them while the GPU measures
+  local folder=$1 pids=() dtype committed=results/estimates
   local -a speed=(--sizes defaults --sizes small --models 50 --steps 10 --repeats 3)
   local -a cost=(--archs mte --sizes 32,128 --dtypes float32,bfloat16)
   local -a table5=(--config normattn_jax/configs/fig16_mode_lr_x_vocab.py)
@@ -162,13 +163,19 @@ engine() {  # engine <folder> <dry 0|1>: the engine's measurements on the GPU wh
     dtypes=(float32)
   fi
   trap 'kill "${pids[@]}" 2>/dev/null' EXIT
-  JAX_PLATFORMS=cpu $PY benchmarks/step_cost.py "${cost[@]}" > "$folder/cpu_cost.txt" 2>&1 &
-  pids+=($!)
-  JAX_PLATFORMS=cpu $PY -m normattn_jax.cli.sweep "${table5[@]}" --estimate \
-    --estimate_rates=1:1 > "$folder/table5_costs.txt" 2>&1 &
-  pids+=($!)
+  if [[ $2 == 0 && -s $committed/step_cost.txt && -s $committed/fig16_mode_lr_x_vocab.txt ]]; then
+    cp "$committed/step_cost.txt" "$folder/cpu_cost.txt"
+    cp "$committed/fig16_mode_lr_x_vocab.txt" "$folder/table5_costs.txt"
+  else
+    JAX_PLATFORMS=cpu $PY benchmarks/step_cost.py "${cost[@]}" > "$folder/cpu_cost.txt" 2>&1 &
+    pids+=($!)
+    JAX_PLATFORMS=cpu $PY -m normattn_jax.cli.sweep "${table5[@]}" --estimate \
+      --estimate_rates=1:1 > "$folder/table5_costs.txt" 2>&1 &
+    pids+=($!)
+  fi
   $PY benchmarks/engine_speed.py "${speed[@]}" | tee "$folder/speed.txt" || return 1
-  wait "${pids[@]}" || { echo "the CPU cost analyses failed: $folder/*.txt"; return 1; }
+  ((${#pids[@]} == 0)) || wait "${pids[@]}" \
+    || { echo "the CPU cost analyses failed: $folder/*.txt"; return 1; }
   for dtype in "${dtypes[@]}"; do
     echo "-- Table 5 projected from the $dtype rates: --estimate_rates=$(rates_of "$folder" "$dtype")"
     $PY -m normattn_jax.cli.sweep "${table5[@]}" --estimate \
