@@ -4,12 +4,12 @@ wall time on the device at hand, from a short calibration of real chunks. Nothin
 and no workdir is written.
 
 The calibration times, per architecture, the grid of that arch with the fewest FLOPs per
-model-step: its real chunk program (the config's shapes, evaluation sets and batch) built with
-``train.eval_every`` cut to a few steps, its compile (the init and chunk programs' first calls
-less a warm call) and a few warm chunks, its evaluation timed apart (the same evaluation over
-the same models) so that a chunk's time splits into training steps and an evaluation. On a CPU
-it runs one model per device (the models of a CPU grid run one after another, width 1, so a
-model-step takes as long in a grid of any size), on an accelerator the grid's own models axis.
+model-step: the two halves of its real chunk program (the config's shapes, evaluation sets and
+batch) over its models axis, a few training steps (``lax.scan``) and the evaluation, each
+compiled (its first call less a warm one; the chunk's compile is theirs and the init's) and
+timed warm. On a CPU it runs one model per device (the models of a CPU grid run one after
+another, width 1, so a model-step takes as long in a grid of any size), on an accelerator the
+grid's own models axis.
 Each grid's time is then
 
   compile + model-steps x seconds per model-step + evaluations x seconds per evaluation,
@@ -37,7 +37,7 @@ import numpy as np
 from normattn_jax.sweep import config as config_lib
 from normattn_jax.sweep.plan import SweepGrid, SweepPlan
 from normattn_jax.sweep.programs import Setup, build_grid, make_programs
-from normattn_jax.train.grid import model_keys
+from normattn_jax.train.grid import DATA_AXIS, model_keys
 
 # HLO operations that launch no work of their own: they name, pack or reinterpret buffers.
 FREE = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast",
@@ -125,8 +125,9 @@ class Calibration:
   """What a few timed chunks of one grid measured, per model of the grid's models axis.
 
   Attributes:
-    compile_s: the grid's init and chunk programs' compile (their first calls less warm ones).
-    step_s: seconds per model-step (a chunk's time less its evaluation's, over its model-steps).
+    compile_s: the grid's init program's compile and its chunk's (the training steps' and the
+      evaluation's, each its first call less a warm one).
+    step_s: seconds per model-step (the timed training steps over their model-steps).
     evaluation_s: seconds of one evaluation of the whole grid.
     models: the models the calibration ran (one per device on a CPU; the grid's elsewhere).
     steps: the training steps of each timed chunk.
@@ -181,26 +182,31 @@ def calibrated_grid(setup: Setup, grid_models: int, steps: int = 2, repeats: int
   cal = Setup(setup.arch, c, setup.attention)
   models = calibration_models(grid_models)
   grid = build_grid(cal, models)
-  programs = make_programs(cal)
+  programs = make_programs(cal, grid.mesh.shape[DATA_AXIS])
   keys = model_keys(c.seed, np.zeros(models, int))
   hp = grid.shard({"learning_rate": np.full(models, 1e-3, np.float32),
                    "l2": np.full(models, c.train.l2, np.float32)})
   first_init, state = _timed(lambda: grid.init(grid.shard(keys), hp, *grid.shared))
   warm_init, _ = _timed(lambda: grid.init(grid.shard(keys), hp, *grid.shared))
-  first_chunk, (state, _) = _timed(lambda: grid.chunk(state, hp))
-  chunk_s = []
-  for _ in range(repeats):
-    took, (state, _) = _timed(lambda s=state: grid.chunk(s, hp))
-    chunk_s.append(took)
+
+  def train(s, h, *shared):
+    return jax.lax.scan(lambda st, _: programs.train_step(st, h), s, None, length=steps)[0]
+
+  train_s, train_compile, state = _warm_median(grid.program(train), state, hp, repeats)
   evaluation = grid.program(lambda s, h, *shared: programs.evaluate(s, shared[0]))
-  _timed(lambda: evaluation(state, hp))  # compiled once, not a cost of the real grid
-  evaluation_s = statistics.median(_timed(lambda: evaluation(state, hp))[0]
-                                   for _ in range(repeats))
-  chunk = statistics.median(chunk_s)
-  compile_s = max(first_init - warm_init, 0.0) + max(first_chunk - chunk, 0.0)
-  step_s = max(chunk - evaluation_s, 0.0) / (steps * models)
-  return (Calibration(compile_s, step_s, evaluation_s * grid_models / models, models, steps),
-          state)
+  evaluation_s, evaluation_compile, _ = _warm_median(evaluation, state, hp, repeats)
+  # the chunk program holds the training steps and the evaluation: its compile, their two
+  compile_s = max(first_init - warm_init, 0.0) + train_compile + evaluation_compile
+  return (Calibration(compile_s, train_s / (steps * models), evaluation_s * grid_models / models,
+                      models, steps), state)
+
+
+def _warm_median(program, state, hp, repeats: int):
+  """(median seconds of ``repeats`` warm calls, the first call's seconds beyond that, the first
+  call's output) of ``program(state, hp)``."""
+  first, out = _timed(lambda: program(state, hp))
+  warm = statistics.median(_timed(lambda: program(state, hp))[0] for _ in range(repeats))
+  return warm, max(first - warm, 0.0), out
 
 
 @dataclasses.dataclass(frozen=True)
