@@ -1,19 +1,27 @@
 #!/usr/bin/env bash
 # The checks that need an NVIDIA GPU, as ONE queue that fits one short loan: at most 9 minutes
-# (QUEUE_SECONDS) in all, the steps in the order of their value (BENCHMARKS.md, "The GPU queue"):
+# of device time, start included, so about 540 s of commands (QUEUE_SECONDS), the steps in the
+# order of their value (BENCHMARKS.md, "The GPU queue"); each step's limit is its budget below:
 #
-#   a_tests        150 s  the fused tests on cuDNN's own kernel, the export and bf16 tests
-#   b_grid         160 s  the grid's MFU at d = 128, and 50 small models in one program against
-#                         one after another (goal >= 30x)
-#   c_pretrain      90 s  UNAS / DNAS / HNAS time ratios, each round starting with the next scheme
-#   d_fused_dnas    50 s  fused DNAS against fused softmax at N = 512 .. 2048 (goal <= 1.1x)
-#   f_kernels       60 s  each kernel (feed-forward, fused attention) against the XLA path at the
-#                         grids' shapes, written as kernel rules (f_kernels/rules.json; a killed
-#                         run keeps its cases and the next loan measures the rest); merge with
-#                         benchmarks/kernel_speed.py --merge <out>/f_kernels/rules.json
-#   f_card_lm       90 s  the report cards' LM part at the gpu scale (experiments/card_lms.py),
-#                         a slice per loan: it stops itself and resumes from its checkpoints
-#   e_paper_scale  rest   the paper-scale sweeps: Table 5 at N = 128, Fig. 5's remaining d, Fig. 3
+#   a_engine      330 s  the engine's measurements (benchmarks/engine_speed.py): matmul peaks bf16
+#                        and TF32 and the memory bandwidth; model-steps/s and share of the bf16
+#                        peak at d = N = 128 and 32, float32 and bf16, before and after the step's
+#                        cuts (first-token path, no L2 term); one real Table 5 grid's compile,
+#                        evaluation and checkpoint seconds; then Table 5's projected time
+#                        (normattn-sweep --estimate --estimate_costs: its grids' costs from a
+#                        CPU's cost analysis, results/estimates/, the rates just measured)
+#   f_kernels      60 s  each kernel (feed-forward, fused attention) against the XLA path at the
+#                        grids' shapes, written as kernel rules (f_kernels/rules.json; a killed
+#                        run keeps its cases and the next loan measures the rest); merge with
+#                        benchmarks/kernel_speed.py --merge <out>/f_kernels/rules.json
+#   -- optional: what time is left, else the next loan --
+#   a_tests       150 s  the fused tests on cuDNN's own kernel, the export and bf16 tests
+#   b_grid        160 s  50 small models in one program against one after another (goal >= 30x)
+#   c_pretrain     90 s  UNAS / DNAS / HNAS time ratios, each round starting with the next scheme
+#   d_fused_dnas   50 s  fused DNAS against fused softmax at N = 512 .. 2048 (goal <= 1.1x)
+#   f_card_lm      90 s  the report cards' LM part at the gpu scale (experiments/card_lms.py),
+#                        a slice per loan: it stops itself and resumes from its checkpoints
+#   e_paper_scale  rest  the paper-scale sweeps: Table 5 at N = 128, Fig. 5's remaining d, Fig. 3
 #
 # Each step prints its budget, writes everything under <out>/<step>/ (log.txt; the sweeps'
 # workdirs) and, when it ends well, <out>/<step>.done: the next loan, given the same folder,
@@ -33,7 +41,7 @@ if [[ ${1:-} == --dry-run ]]; then dry=1; shift; fi
 if [[ $dry == 1 ]]; then default_out=gpu_checks_dry; else default_out=gpu_logs; fi
 out=${1:-$default_out}
 shift || true
-steps=${*:-a_tests b_grid c_pretrain d_fused_dnas f_kernels f_card_lm e_paper_scale}
+steps=${*:-a_engine f_kernels a_tests b_grid c_pretrain d_fused_dnas f_card_lm e_paper_scale}
 QUEUE_SECONDS=${QUEUE_SECONDS:-540}
 MIN_STEP_SECONDS=${MIN_STEP_SECONDS:-30}
 KILL_GRACE=15  # seconds a step that overran gets between TERM and KILL
@@ -121,10 +129,67 @@ card_lms() {  # card_lms <folder> <scale> <seconds> [names]: the LM part stops i
   $PY experiments/card_lms.py --scale="$2" --workdir="$1" --max_minutes="$minutes" \
     ${4:+--names="$4"}
 }
-export -f paper_scale card_lms
+rates_of() {  # rates_of <folder> <dtype>: "<CPU GFLOP>:<model-steps/s>,..." of the steps measured
+  # after the cuts, each rate paired with the host CPU's cost analysis of the same step, the
+  # measure of every grid's cost in --estimate
+  $PY - "$1" "$2" <<'PY'
+import re, sys
+folder, dtype = sys.argv[1:]
+def rows(name):
+  with open(f"{folder}/{name}") as f:
+    return [dict(re.findall(r"(\w+)=(\S+)", line)) for line in f]
+gflop = {r["d"]: r["gflop_per_model_step"] for r in rows("cpu_cost.txt")
+         if r.get("task") == "first" and r.get("dtype") == dtype}
+print(",".join(f"{gflop[r['d']]}:{r['model_steps_per_s']}" for r in rows("speed.txt")
+               if r.get("cuts") == "after" and r.get("dtype") == dtype and r.get("d") in gflop))
+PY
+}
+engine() {  # engine <folder> <dry 0|1>: the engine's measurements on the GPU; then Table 5
+  # projected from the measured rates (training alone), in float32 and bf16, each grid's cost and
+  # each measured step's from a CPU's cost analysis: the committed ones (results/estimates/, this
+  # CPU's), else the host's CPU takes them while the GPU measures
+  local folder=$1 pids=() dtype committed=results/estimates
+  local -a speed=(--sizes defaults --sizes small --models 50 --steps 10 --repeats 3)
+  local -a cost=(--archs mte --sizes 32,128 --dtypes float32,bfloat16)
+  local -a table5=(--config normattn_jax/configs/fig16_mode_lr_x_vocab.py)
+  local -a dtypes=(float32 bfloat16)
+  if [[ $2 == 1 ]]; then
+    speed=(--tiny --models 2 --steps 1 --repeats 1 --peak_sizes 256 --bandwidth_mb 16
+           --dtypes float32)
+    cost=(--archs mte --sizes 8 --dtypes float32 --batch_size 2)
+    table5+=(--config.archs='("mte",)' --config.learning_rates='(0.1,)' --config.num_seeds=1
+             --config.model.d_model=8 --config.task.seq_len=16 --config.sweep.grid='(2,4)'
+             --config.eval.val_batches=1)
+    dtypes=(float32)
+  fi
+  trap 'kill "${pids[@]}" 2>/dev/null' EXIT
+  if [[ $2 == 0 && -s $committed/step_cost.txt && -s $committed/fig16_mode_lr_x_vocab.txt ]]; then
+    cp "$committed/step_cost.txt" "$folder/cpu_cost.txt"
+    cp "$committed/fig16_mode_lr_x_vocab.txt" "$folder/table5_costs.txt"
+  else
+    JAX_PLATFORMS=cpu $PY benchmarks/step_cost.py "${cost[@]}" > "$folder/cpu_cost.txt" 2>&1 &
+    pids+=($!)
+    JAX_PLATFORMS=cpu $PY -m normattn_jax.cli.sweep "${table5[@]}" --estimate \
+      --estimate_rates=1:1 > "$folder/table5_costs.txt" 2>&1 &
+    pids+=($!)
+  fi
+  $PY benchmarks/engine_speed.py "${speed[@]}" | tee "$folder/speed.txt" || return 1
+  ((${#pids[@]} == 0)) || wait "${pids[@]}" \
+    || { echo "the CPU cost analyses failed: $folder/*.txt"; return 1; }
+  for dtype in "${dtypes[@]}"; do
+    echo "-- Table 5 projected from the $dtype rates: --estimate_rates=$(rates_of "$folder" "$dtype")"
+    $PY -m normattn_jax.cli.sweep "${table5[@]}" --estimate \
+      --estimate_costs "$folder/table5_costs.txt" \
+      --estimate_rates="$(rates_of "$folder" "$dtype")" | tail -1 || return 1
+  done
+}
+export -f paper_scale card_lms rates_of engine
 export PY
 
 if [[ $dry == 1 ]]; then
+  step a_engine 330 bash -c 'engine "$1" 1' _ "$out/a_engine"
+  step f_kernels 60 $PY benchmarks/kernel_speed.py --sizes 8 --dtypes float32 --layouts mte \
+    --normalizations softmax --models 2 --batch 2 --repeats 1 --out "$out/f_kernels/rules.json"
   step a_tests 150 $PY -m pytest -q -p no:cacheprovider -m "not slow" tests/test_export_check.py \
     tests/test_precision.py -k "fused_export_is_caught or host_callback or dtype_problems or \
     refuse_bf16"
@@ -137,13 +202,13 @@ if [[ $dry == 1 ]]; then
     --config.model.max_position_embeddings=32 --rounds 2 --steps 1
   step d_fused_dnas 50 $PY benchmarks/attention_scaling.py --normalizations softmax,dnas \
     --max_n 256 --min_n 256 --repeats 1
-  step f_kernels 60 $PY benchmarks/kernel_speed.py --sizes 8 --dtypes float32 --layouts mte \
-    --normalizations softmax --models 2 --batch 2 --repeats 1 --out "$out/f_kernels/rules.json"
   step f_card_lm 90 bash -c 'card_lms "$1" smoke "$2" ssmax' _ "$out/f_card_lm/run" \
     "$((90 < QUEUE_SECONDS - SECONDS - KILL_GRACE ? 90 : QUEUE_SECONDS - SECONDS - KILL_GRACE))"
   step e_paper_scale $QUEUE_SECONDS bash -c 'paper_scale "$1" 1 "$2"' _ "$out/e_paper_scale" \
     "$((QUEUE_SECONDS - SECONDS - KILL_GRACE))"
 else
+  step a_engine 330 bash -c 'engine "$1" 0' _ "$out/a_engine"
+  step f_kernels 60 $PY benchmarks/kernel_speed.py --out "$out/f_kernels/rules.json"
   step a_tests 150 bash -c "$PY -m pytest -q -p no:cacheprovider -n 8 tests/test_fused.py \
     tests/test_nnx.py && $PY -m pytest -q -p no:cacheprovider -n 8 -m 'not slow' \
     tests/test_export_check.py tests/test_precision.py"
@@ -153,7 +218,6 @@ else
     --config.model.dtype=bfloat16 --config.train.batch_size=64 --rounds 3 --steps 3
   step d_fused_dnas 50 $PY benchmarks/attention_scaling.py --dtype bfloat16 --batch 8 \
     --normalizations softmax,dnas --min_n 512 --max_n 2048 --repeats 10
-  step f_kernels 60 $PY benchmarks/kernel_speed.py --out "$out/f_kernels/rules.json"
   step f_card_lm 90 bash -c 'card_lms "$1" gpu "$2"' _ "$out/f_card_lm/run" \
     "$((90 < QUEUE_SECONDS - SECONDS - KILL_GRACE ? 90 : QUEUE_SECONDS - SECONDS - KILL_GRACE))"
   step e_paper_scale $QUEUE_SECONDS bash -c 'paper_scale "$1" 0 "$2"' _ "$out/e_paper_scale" \

@@ -18,7 +18,11 @@ last line, first_over_case_flops=<the largest ratio over the cases>, is the firs
 FLOPs over the case step's at the same arch, size and dtype.
 
   python benchmarks/step_cost.py [--archs mte,nap] [--sizes 32,128]
-      [--dtypes float32,bfloat16] [--batch_size 32] [--evaluation]
+      [--dtypes float32,bfloat16] [--batch_size 32] [--evaluation] [--cuts]
+
+``--cuts`` adds to each line the same step as built before the L2 term was left out where every
+model's weight is 0 (``gflop_before_cuts=... mb_before_cuts=... kernels_before_cuts=...``) and
+with Adam's state one flat buffer besides (``..._flat_adam=...``, ``train.flat_adam``).
 
 ``--evaluation`` adds, per arch and size (float32, the case task's all-token head, the sweep's
 defaults: an evaluation every 100 steps of 32 validation batches and 1000 sequences per case),
@@ -29,16 +33,15 @@ the GFLOP of one interval's training steps and of its evaluation's parts:
 """
 from __future__ import annotations
 
-import re
-
 import jax
 import jax.numpy as jnp
-import numpy as np
+import ml_collections
 from absl import app, flags
 
 from normattn_jax.precision import DTYPES
 from normattn_jax.sweep import config as config_lib
-from normattn_jax.sweep.programs import Setup, make_programs
+from normattn_jax.sweep import estimate
+from normattn_jax.sweep.programs import Setup
 
 _ARCHS = flags.DEFINE_list("archs", ["mte", "nap"], "Architectures (blocks.ARCHITECTURES).")
 _SIZES = flags.DEFINE_list("sizes", ["32", "128"], "d = N values.")
@@ -46,14 +49,11 @@ _DTYPES = flags.DEFINE_list("dtypes", list(DTYPES), f"Compute dtypes, from {tupl
 _BATCH = flags.DEFINE_integer("batch_size", 32, "Sequences per step.", lower_bound=1)
 _EVALUATION = flags.DEFINE_boolean("evaluation", False, "Also the GFLOP of an evaluation's "
                                    "parts beside its interval's training.")
+_CUTS = flags.DEFINE_boolean("cuts", False, "Also each step as built before its exact cuts "
+                             "(L2 term traced) and with Adam's state flat.")
 
 # The case task's heads: the name printed -> task.output.
 HEADS = {"case": "tokens", "first": "first"}
-# HLO operations that launch no work of their own: they name, pack or reinterpret buffers.
-FREE = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast",
-                  "after-all", "partition-id", "replica-id"})
-# Operations that run other computations as control flow, whose instructions are the kernels.
-CONTROL = frozenset({"while", "call", "conditional"})
 
 
 def step_config(arch: str, size: int, output: str, dtype: str, batch_size: int):
@@ -66,69 +66,34 @@ def step_config(arch: str, size: int, output: str, dtype: str, batch_size: int):
   return c
 
 
-def compiled_step(setup: Setup):
-  """One model's training step, jitted and compiled for the default device."""
-  programs = make_programs(setup)
-  hp = {"learning_rate": jnp.float32(1e-3), "l2": jnp.float32(0.0)}
-  key = np.asarray(jax.random.key_data(jax.random.key(0)))
-  state = jax.eval_shape(programs.init, key, hp)
-  return jax.jit(lambda s, h: programs.train_step(s, h)[0]).lower(state, hp).compile()
+# The step's exact cuts, each as (L2 term traced, flat Adam): as it was built before them, as a
+# sweep builds it by default (the L2 term left out where every model's weight is 0), and with
+# Adam's state one flat buffer too (``train.flat_adam``, opt-in).
+CUTS = {"before_cuts": (True, False), "default": (False, False), "flat_adam": (False, True)}
 
 
-def computations(hlo: str) -> dict:
-  """HLO text -> {computation name: its instruction lines}, and the entry's name under None."""
-  found, current = {}, None
-  for line in hlo.splitlines():
-    header = re.match(r"^(ENTRY )?%?([\w.\-]+) .*\{$", line)
-    if header:
-      current = found.setdefault(header.group(2), [])
-      if header.group(1):
-        found[None] = header.group(2)
-    elif current is not None and " = " in line:
-      current.append(line)
-  return found
+def with_cuts(config, cuts: str):
+  """``config`` with the cuts ``CUTS[cuts]``: the L2 term traced by a sweep over ``train.l2`` at
+  0 alone; Adam's state flat or per parameter tensor."""
+  traced, flat = CUTS[cuts]
+  c = ml_collections.ConfigDict(config.to_dict())
+  if traced:
+    c.sweep.name, c.sweep.grid = "train.l2", (0.0,)
+  c.train.flat_adam = flat
+  return c
 
 
-def kernels(hlo: str) -> int:
-  """The operations a compiled program launches: every instruction of the entry computation
-  and of the loops, calls and branches it runs (each counted once), save those that only name
-  or reinterpret buffers (``FREE``); a fusion is one kernel, whatever it holds."""
-  comps = computations(hlo)
-  seen, count = set(), 0
-
-  def walk(name):
-    nonlocal count
-    if name in seen or name not in comps:
-      return
-    seen.add(name)
-    for line in comps[name]:
-      opcode = re.search(r" = (?:\([^=]*\)|\S+) ([\w\-]+)\(", line)
-      if opcode is None or opcode.group(1) in FREE:
-        continue
-      if opcode.group(1) in CONTROL:
-        for called in re.findall(r"(?:body|condition|to_apply|branch_computations|"
-                                 r"true_computation|false_computation)=\{?%?([\w.\-]+)", line):
-          walk(called)
-        for group in re.findall(r"branch_computations=\{([^}]*)\}", line):
-          for called in re.findall(r"%?([\w.\-]+)", group):
-            walk(called)
-        continue
-      count += 1
-  walk(comps.get(None))
-  return count
-
-
-def step_cost(arch: str, size: int, head: str, dtype: str, batch_size: int) -> dict:
-  """XLA's figures of one model's compiled training step.
+def step_cost(arch: str, size: int, head: str, dtype: str, batch_size: int,
+              cuts: str = "default") -> dict:
+  """XLA's figures of one model's compiled training step (``estimate.step_cost``), built with
+  the cuts ``CUTS[cuts]``.
 
   Returns:
     ``{"gflop", "mb", "kernels"}`` per model-step.
   """
-  compiled = compiled_step(Setup(arch, step_config(arch, size, HEADS[head], dtype, batch_size)))
-  cost = compiled.cost_analysis()
-  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  return {"gflop": float(cost["flops"]) / 1e9, "mb": float(cost["bytes accessed"]) / 1e6,
-          "kernels": kernels(compiled.as_text())}
+  c = with_cuts(step_config(arch, size, HEADS[head], dtype, batch_size), cuts)
+  cost = estimate.step_cost(Setup(arch, c))
+  return {"gflop": cost.gflop, "mb": cost.mb, "kernels": cost.kernels}
 
 
 def forward_gflop(setup: Setup, batch: int, length: int) -> float:
@@ -155,11 +120,16 @@ def evaluation_line(arch: str, size: int, batch_size: int) -> str:
           f"case_sets_gflop={at_n:.1f} validation_case_sets_gflop={at_validation:.1f}")
 
 
-def line(arch, head, size, dtype, cost) -> str:
-  """One case as the benchmark prints it."""
-  return (f"arch={arch} task={head} d={size} n={size} dtype={dtype} "
+def line(arch, head, size, dtype, cost, others=None) -> str:
+  """One case as the benchmark prints it (``others``: {cuts: cost} of the step built with
+  other cuts, ``CUTS``)."""
+  text = (f"arch={arch} task={head} d={size} n={size} dtype={dtype} "
           f"gflop_per_model_step={cost['gflop']:.4f} mb_per_model_step={cost['mb']:.2f} "
           f"kernels_per_step={cost['kernels']}")
+  for cuts, other in (others or {}).items():
+    text += (f" gflop_{cuts}={other['gflop']:.4f} mb_{cuts}={other['mb']:.2f} "
+             f"kernels_{cuts}={other['kernels']}")
+  return text
 
 
 def main(argv):
@@ -178,7 +148,9 @@ def main(argv):
       for dtype in _DTYPES.value:
         costs = {head: step_cost(arch, size, head, dtype, _BATCH.value) for head in HEADS}
         for head, cost in costs.items():
-          print(line(arch, head, size, dtype, cost), flush=True)
+          others = {cuts: step_cost(arch, size, head, dtype, _BATCH.value, cuts)
+                    for cuts in CUTS if cuts != "default" and _CUTS.value}
+          print(line(arch, head, size, dtype, cost, others), flush=True)
         ratios.append(costs["first"]["gflop"] / costs["case"]["gflop"])
       if _EVALUATION.value:
         print(evaluation_line(arch, size, _BATCH.value), flush=True)

@@ -29,14 +29,18 @@ RUNS = {
                      "--normalizations", "softmax", "--models", "2", "--batch", "2",
                      "--repeats", "1"],
     "hlo_arrays": ["--archs", "nap", "--implementations", "auto"],
-    "step_cost": ["--archs", "mte", "--sizes", "8", "--dtypes", "float32", "--batch_size", "2"],
+    "step_cost": ["--archs", "mte", "--sizes", "8", "--dtypes", "float32", "--batch_size", "2",
+                  "--cuts"],
+    "engine_speed": ["--tiny", "--models", "2", "--steps", "1", "--repeats", "1", "--peak_sizes",
+                     "64", "--bandwidth_mb", "1", "--dtypes", "float32"],
     "grid_overlap": ["--steps", "8"],
 }
 LAST_LINE = {"attention_scaling": "dnas_fused_over_softmax_fused_at_128=",
              "grid_throughput": "speedup_at_2=", "cpu_levers": "processes",
              "engine_compile": "chunk_speedup_test=", "suite_profile": "programs=",
              "kernel_speed": "cases=2 of 2", "hlo_arrays": "nxn_arrays=0",
-             "step_cost": "first_over_case_flops=", "grid_overlap": "all_speedup="}
+             "step_cost": "first_over_case_flops=", "grid_overlap": "all_speedup=",
+             "engine_speed": "table5_grid models="}
 
 
 @pytest.mark.slow

@@ -376,12 +376,14 @@ def define_plugins_flag() -> flags.FlagHolder:
                            "that register a normalisation.")
 
 
-def define_run_flags(budget: bool = True) -> RunFlags:
+def define_run_flags(budget: bool = True, workdir_unless: Optional[str] = None) -> RunFlags:
   """Define the shared flags (call once, at module level of a script); ``--workdir`` is
   required.
 
   Args:
     budget: define ``--max_minutes`` (a run that cannot stop on a budget goes without).
+    workdir_unless: a boolean flag, defined before, that makes ``--workdir`` optional (a
+      command that writes nothing: ``normattn-sweep --estimate``).
 
   Returns:
     Their holders, for ``run_command``.
@@ -411,7 +413,12 @@ def define_run_flags(budget: bool = True) -> RunFlags:
           "max_minutes", 0.0, "Stop after the chunk (evaluation, step) that passes this wall "
           f"time, its checkpoint written (exit code {INTERRUPTED_EXIT}; 0: no limit); the same "
           "command resumes.", lower_bound=0.0) if budget else None)
-  flags.mark_flag_as_required("workdir")
+  if workdir_unless is None:
+    flags.mark_flag_as_required("workdir")
+  else:
+    flags.register_multi_flags_validator(
+        ["workdir", workdir_unless], lambda given: given[workdir_unless] or given["workdir"],
+        f"--workdir is required (unless --{workdir_unless})")
   if budget:  # nan passes absl's lower bound, inf means nothing 0 does not
     flags.register_validator("max_minutes", lambda minutes: math.isfinite(minutes),
                              "must be a finite number of minutes (0: no limit)")

@@ -101,6 +101,11 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.clip = config_dict.placeholder(bool)    # None: BERT only (per-tensor norm 1.0)
   c.train.l2 = 0.0
   c.train.dropout = 0.0
+  # Adam's moments as one flat buffer per model (optax.flatten: a few kernels per step, not a
+  # few per parameter tensor; the same arithmetic, its rounding not bit for bit under XLA's
+  # optimised CPU compile, so opt-in); False: one per parameter tensor (a checkpoint holds the
+  # layout it was saved in)
+  c.train.flat_adam = False
   c.train.checkpoint_every = 4  # in evaluations; 0 disables checkpoints
   # also checkpoint after the first evaluation that ends this many minutes after the last
   # checkpoint (a long grid on a machine that may be taken away); 0: not by time
@@ -241,6 +246,8 @@ def _validate_fields(config) -> None:
   for field in SWITCHES:
     _switch(config, field)
   check_config_float("train.l2", config.train.l2, 0)
+  if not isinstance(config.train.flat_adam, bool):
+    _fail("train.flat_adam", config.train.flat_adam, "must be True or False")
   seq_len = int(config.task.seq_len)
   settings = tasks.resolved_settings(task, config.task)
   classes = config.task.vocab_size if task.num_classes is None else task.num_classes(settings)

@@ -4,7 +4,9 @@ the grid they compile to on the engine (``build_grid``) and the training of it (
 
 Data are generated on device inside the step, a fresh batch every step; the task is the
 registered one (``normattn_jax.tasks``) that the config names. Each model's learning rate and L2
-weight are data (``HYPERPARAMETERS``), so one compilation serves every cell.
+weight are data (``HYPERPARAMETERS``), so one compilation serves every cell; where every model's
+L2 weight is 0 (``train.l2`` 0 and not swept) the program has no L2 term at all
+(``traces_l2``).
 """
 from __future__ import annotations
 
@@ -145,11 +147,20 @@ def l2_penalty(params) -> Array:
              if getattr(path[-1], "key", None) == "kernel")
 
 
+def traces_l2(config: ml_collections.ConfigDict) -> bool:
+  """Whether a grid's program computes the L2 term (its weight ``hp["l2"]`` per model): only
+  where ``train.l2`` is not 0 or is swept. Elsewhere every model's weight is 0 and the term,
+  a pass over every kernel and its gradient each step, is left out of the program: the same
+  numbers (``loss + 0 * penalty`` is ``loss`` for finite parameters)."""
+  return config.train.l2 != 0 or config.sweep.name == "train.l2"
+
+
 class Programs(NamedTuple):
   """The pure functions of ONE model; the caller vmaps and jits them."""
   init: Callable        # (key_data, hp) -> TrainState
   train_step: Callable  # (state, hp) -> (state, (loss, accuracy))
   chunk: Callable       # (state, hp, eval_sets) -> (state, metrics): eval_every steps + evaluation
+  evaluate: Callable    # (state, eval_sets) -> (metrics, finite): the chunk's evaluation alone
 
 
 def make_programs(setup: Setup, data_shards: Optional[int] = None) -> Programs:
@@ -164,7 +175,7 @@ def make_programs(setup: Setup, data_shards: Optional[int] = None) -> Programs:
     data_shards: the mesh's "data" axis (``data_shards_for``); None: the config's, 0 as 1.
 
   Returns:
-    ``Programs(init, train_step, chunk)``, each for one model.
+    ``Programs(init, train_step, chunk, evaluate)``, each for one model.
   """
   c = setup.config
   shards = data_shards or c.train.data_shards or 1
@@ -173,7 +184,9 @@ def make_programs(setup: Setup, data_shards: Optional[int] = None) -> Programs:
   n = setup.settings.seq_len
   deterministic = c.train.dropout == 0
   grouped = setup.task.grouped_eval
-  tx = make_optimizer(c.train.num_steps, setup.warmup_steps, setup.clip_norm)
+  tx = make_optimizer(c.train.num_steps, setup.warmup_steps, setup.clip_norm,
+                      flat=c.train.flat_adam)
+  with_l2 = traces_l2(c)
 
   def init(key: Array, hp: dict) -> TrainState:
     key = jax.random.wrap_key_data(key)
@@ -188,7 +201,8 @@ def make_programs(setup: Setup, data_shards: Optional[int] = None) -> Programs:
     logits = logits.astype(jnp.float32)
     loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
     acc = jnp.mean(jnp.argmax(logits, -1) == labels)
-    return loss + hp["l2"] * l2_penalty(params), (loss, acc)
+    objective = loss + hp["l2"] * l2_penalty(params) if with_l2 else loss
+    return objective, (loss, acc)
 
   def train_step(state: TrainState, hp: dict):
     data_key, dropout_key = jax.random.split(state.step_key(TRAIN_STREAM))
@@ -230,7 +244,7 @@ def make_programs(setup: Setup, data_shards: Optional[int] = None) -> Programs:
     return state, {k: (v if k in ("diverged", "train_loss") else jnp.where(state.diverged, 0.0, v))
                    for k, v in metrics.items()}
 
-  return Programs(init, train_step, chunk)
+  return Programs(init, train_step, chunk, evaluate)
 
 
 def eval_sets_for(setup: Setup, seed: int, chunk_size: int = 250):
@@ -342,6 +356,10 @@ def train_grid(config: ml_collections.ConfigDict, arch: str, *,
     axis = ModelsAxis.of(config)
     hyperparameters, keys = axis.hyperparameters(), model_keys(config.seed, axis.seed_indices())
   num_models = _check_models(hyperparameters, keys)
+  if not traces_l2(config) and np.any(np.asarray(hyperparameters["l2"]) != 0):
+    raise ValueError("hyperparameters['l2'] holds non-zero weights, but config.train.l2 is 0 "
+                     "and not swept, so the program has no L2 term (traces_l2); set "
+                     "config.sweep.name='train.l2' for per-model weights")
   grid = build_grid(Setup(arch, config), num_models)
   hp = {k: np.asarray(v, np.float32) for k, v in hyperparameters.items()}
   return run_grid(grid, keys, hp, config.train.num_steps // config.train.eval_every,

@@ -304,7 +304,8 @@ SWEEP = kinds.register(kinds.RunKind(
     added={"model.output_gate": None, "model.qk_norm": None, "model.differential": False,
            "model.dtype": "float32", "model.attention_implementation": "auto",
            "train.data_shards": 1, "model.ffn_implementation": "xla",
-           "eval.validation_case_sets": True, "train.checkpoint_minutes": 0.0},
+           "eval.validation_case_sets": True, "train.checkpoint_minutes": 0.0,
+           "train.flat_adam": False},
     migrate=migrate_sweep))
 
 

@@ -3,7 +3,9 @@
 ``make_optimizer`` builds ``[per-tensor clip] -> scale_by_adam -> schedule with peak 1 ->
 scale(-lr)`` once per program; ``lr`` lives in the optimiser state (``inject_hyperparams``), set
 per model by ``with_learning_rate``, so one compiled program trains every learning rate of a
-grid.
+grid. With ``flat`` the part after the clipping runs on one flat vector of every parameter
+(``optax.flatten``): Adam's moments are one buffer each, updated by a few kernels rather than a
+few per parameter tensor, the same elementwise arithmetic.
 """
 from __future__ import annotations
 
@@ -51,8 +53,8 @@ def schedule_shape(num_steps: int, warmup_steps: int = 0) -> optax.Schedule:
   return albert_schedule(1.0, num_steps, warmup_steps)
 
 
-def make_optimizer(num_steps: int, warmup_steps: int = 0,
-                   clip_norm: float | None = None) -> optax.GradientTransformation:
+def make_optimizer(num_steps: int, warmup_steps: int = 0, clip_norm: float | None = None,
+                   flat: bool = False) -> optax.GradientTransformation:
   """Keras' Adam with linear decay (and optional warm-up and per-tensor clipping), its learning
   rate a value of the state rather than of the graph.
 
@@ -60,17 +62,23 @@ def make_optimizer(num_steps: int, warmup_steps: int = 0,
     num_steps: the decay reaches 0 here.
     warmup_steps: linear warm-up steps (0: none).
     clip_norm: each gradient tensor's largest norm (None: no clipping).
+    flat: Adam, the schedule and the step on one flat vector of every parameter (its moments
+      one buffer each, ``optax.flatten``); the clipping stays per tensor. Its state is another
+      tree than the per-tensor one's, so a checkpoint restores only into the layout it was
+      saved from.
 
   Returns:
     The optimiser; its ``init`` sets the learning rate 1, ``with_learning_rate`` another.
   """
-  parts = [] if clip_norm is None else [clip_by_tensor_norm(clip_norm)]
-  parts += [
+  parts = [
       optax.scale_by_adam(b1=ADAM_B1, b2=ADAM_B2, eps=ADAM_EPS),
       optax.scale_by_schedule(schedule_shape(num_steps, warmup_steps)),
       optax.inject_hyperparams(optax.scale)(**{STEP_SIZE: -1.0}),
   ]
-  return optax.chain(*parts)
+  if flat:
+    parts = [optax.flatten(optax.chain(*parts))]
+  clip = [] if clip_norm is None else [clip_by_tensor_norm(clip_norm)]
+  return optax.chain(*clip, *parts)
 
 
 def _map_injected(opt_state, fn):

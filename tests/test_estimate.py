@@ -1,0 +1,63 @@
+"""A sweep's estimate (``normattn-sweep --estimate``): its figures add up (model-steps = models x
+steps, FLOPs = model-steps x one model-step's), its calibrated grid is the cheapest of its arch,
+the others projected from it, and nothing is written."""
+import os
+
+import pytest
+
+from normattn_jax.sweep import estimate
+
+from helpers.sweeps import tiny_sweep_config
+
+
+def two_point_sweep():
+  return tiny_sweep_config(**{"archs": ("nap",), "sweep.name": "model.d_model",
+                              "sweep.grid": (8, 16), "train.num_steps": 20,
+                              "train.eval_every": 10})
+
+
+@pytest.fixture(scope="module")
+def estimated(tmp_path_factory):
+  folder = tmp_path_factory.mktemp("estimate")
+  cwd = os.getcwd()
+  os.chdir(folder)
+  try:
+    return estimate.estimate(two_point_sweep(), steps=1, repeats=1), folder
+  finally:
+    os.chdir(cwd)
+
+
+def test_the_figures_add_up_and_nothing_is_written(estimated):
+  result, folder = estimated
+  assert os.listdir(folder) == []
+  assert [g.name for g in result.grids] == ["nap[model.d_model=8]", "nap[model.d_model=16]"]
+  for grid in result.grids:
+    assert grid.models == 2 * 2 and grid.steps == 20 and grid.evaluations == 2
+    assert grid.model_steps == grid.models * grid.steps
+    assert grid.gflop == pytest.approx(grid.model_steps * grid.cost.gflop)
+    assert grid.seconds == pytest.approx(grid.compile_s + grid.train_s + grid.evaluation_s)
+  small, large = result.grids
+  assert large.cost.gflop > small.cost.gflop > 0 and small.cost.kernels > 0
+  assert (small.calibrated, large.calibrated) == (True, False)
+  assert large.train_s == pytest.approx(small.train_s * large.cost.gflop / small.cost.gflop)
+  assert result.programs == 2
+  assert result.total("model_steps") == 2 * 4 * 20
+  total = estimate.report(result, "float32")[-1]
+  assert total.startswith("total grids=2 programs=2 model_steps=160 ")
+
+
+def test_a_projection_from_measured_rates_is_training_alone():
+  rates = [(0.01, 100.0), (1.0, 10.0)]
+  assert estimate.rate_at(rates, 0.001) == 100.0  # below the cheapest: no faster
+  assert estimate.rate_at(rates, 0.1) == pytest.approx(31.6227766)  # log-log between
+  assert estimate.rate_at(rates, 4.0) == pytest.approx(2.5)  # above: in proportion to FLOPs
+  result = estimate.estimate(two_point_sweep(), rates=rates)
+  for grid in result.grids:
+    assert grid.compile_s is None and grid.evaluation_s is None and not grid.calibrated
+    assert grid.seconds == pytest.approx(grid.model_steps / estimate.rate_at(rates,
+                                                                             grid.cost.gflop))
+  again = estimate.reproject(estimate.report(result, "float32"), rates)  # nothing compiled
+  assert again[-1] == (f"total grids=2 model_steps=160 "
+                       f"train_h={result.total('seconds') / 3600:.3f}")
+  with pytest.raises(ValueError, match="rates must be"):
+    estimate.rate_at([(0.0, 1.0)], 1.0)
