@@ -9,7 +9,8 @@ L = 2, H = 4, batch 32, M models in one vmap scanned over ``--steps`` steps (the
 layout on an accelerator). Cuts:
 
   before      the last block over every token, the L2 term computed (its weight 0), Adam per tensor
-  after       the last block on token 0 alone, no L2 term (a sweep's default)
+  after       the last block on token 0 alone (a sweep's default), no L2 term
+              (``train.drop_zero_l2``)
   flat_adam   after, and Adam's state one flat buffer (``train.flat_adam``; with --flat_adam)
 
 GFLOP per model-step: XLA's cost analysis of the timed program (its loop bodies counted once:
@@ -74,8 +75,8 @@ def setup_for(size: int, dtype: str, cuts: str) -> Setup:
   if _TINY.value:
     c.model.num_heads = 2
   c.train.flat_adam = cuts == "flat_adam"
+  c.train.drop_zero_l2 = cuts != "before"
   if cuts == "before":
-    c.sweep.name, c.sweep.grid = "train.l2", (0.0,)
     return AllTokens("mte", c)
   return Setup("mte", c)
 

@@ -20,9 +20,10 @@ FLOPs over the case step's at the same arch, size and dtype.
   python benchmarks/step_cost.py [--archs mte,nap] [--sizes 32,128]
       [--dtypes float32,bfloat16] [--batch_size 32] [--evaluation] [--cuts]
 
-``--cuts`` adds to each line the same step as built before the L2 term was left out where every
-model's weight is 0 (``gflop_before_cuts=... mb_before_cuts=... kernels_before_cuts=...``) and
-with Adam's state one flat buffer besides (``..._flat_adam=...``, ``train.flat_adam``).
+``--cuts`` adds to each line the same step with the L2 term left out where every model's weight
+is 0 (``gflop_drop_zero_l2=... mb_drop_zero_l2=... kernels_drop_zero_l2=...``,
+``train.drop_zero_l2``) and with Adam's state one flat buffer besides (``..._flat_adam=...``,
+``train.flat_adam``).
 
 ``--evaluation`` adds, per arch and size (float32, the case task's all-token head, the sweep's
 defaults: an evaluation every 100 steps of 32 validation batches and 1000 sequences per case),
@@ -49,8 +50,8 @@ _DTYPES = flags.DEFINE_list("dtypes", list(DTYPES), f"Compute dtypes, from {tupl
 _BATCH = flags.DEFINE_integer("batch_size", 32, "Sequences per step.", lower_bound=1)
 _EVALUATION = flags.DEFINE_boolean("evaluation", False, "Also the GFLOP of an evaluation's "
                                    "parts beside its interval's training.")
-_CUTS = flags.DEFINE_boolean("cuts", False, "Also each step as built before its exact cuts "
-                             "(L2 term traced) and with Adam's state flat.")
+_CUTS = flags.DEFINE_boolean("cuts", False, "Also each step with its exact cuts: the L2 "
+                             "term left out, and Adam's state flat besides.")
 
 # The case task's heads: the name printed -> task.output.
 HEADS = {"case": "tokens", "first": "first"}
@@ -66,20 +67,17 @@ def step_config(arch: str, size: int, output: str, dtype: str, batch_size: int):
   return c
 
 
-# The step's exact cuts, each as (L2 term traced, flat Adam): as it was built before them, as a
-# sweep builds it by default (the L2 term left out where every model's weight is 0), and with
-# Adam's state one flat buffer too (``train.flat_adam``, opt-in).
-CUTS = {"before_cuts": (True, False), "default": (False, False), "flat_adam": (False, True)}
+# The step's exact cuts, each as (L2 term left out where every model's weight is 0, flat Adam):
+# as a sweep builds it by default (neither: both are opt-in, ``train.drop_zero_l2`` and
+# ``train.flat_adam``), with the L2 term left out, and with Adam's state one flat buffer too.
+CUTS = {"default": (False, False), "drop_zero_l2": (True, False), "flat_adam": (True, True)}
 
 
 def with_cuts(config, cuts: str):
-  """``config`` with the cuts ``CUTS[cuts]``: the L2 term traced by a sweep over ``train.l2`` at
-  0 alone; Adam's state flat or per parameter tensor."""
-  traced, flat = CUTS[cuts]
+  """``config`` with the cuts ``CUTS[cuts]``."""
+  drop, flat = CUTS[cuts]
   c = ml_collections.ConfigDict(config.to_dict())
-  if traced:
-    c.sweep.name, c.sweep.grid = "train.l2", (0.0,)
-  c.train.flat_adam = flat
+  c.train.drop_zero_l2, c.train.flat_adam = drop, flat
   return c
 
 

@@ -65,7 +65,8 @@ def test_flat_options_become_the_section_keeping_only_what_differs_from_the_defa
   assert with_current_names(sweep, "sweep") == {
       "kind": "sweep", "attention": {"name": "", "options": {}}, "sweep": {"grid": [1]},
       "model": dict(OPTIONS_OFF, **SWEEP_COMPUTE),
-      "train": {"data_shards": 1, "checkpoint_minutes": 0.0, "flat_adam": False}}
+      "train": {"data_shards": 1, "checkpoint_minutes": 0.0, "flat_adam": False,
+                "drop_zero_l2": False}}
   today = with_current_names(sweep, "sweep")
   assert with_current_names(today, "sweep") == today
 

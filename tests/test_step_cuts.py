@@ -22,7 +22,7 @@ from helpers.sweeps import tiny_sweep_config
 def cut_and_uncut(arch):
   """The tiny grid's runs with both cuts and with neither."""
   cut = tiny_sweep_config(**{"archs": (arch,), "train.num_steps": 6, "train.eval_every": 3,
-                             "train.flat_adam": True})
+                             "train.flat_adam": True, "train.drop_zero_l2": True})
   uncut = tiny_sweep_config(**{"archs": (arch,), "train.num_steps": 6, "train.eval_every": 3,
                                "train.flat_adam": False, "sweep.name": "train.l2",
                                "sweep.grid": (0.0,)})
@@ -44,7 +44,7 @@ def test_the_cuts_keep_every_bit(arch, fusion_emitters):
 
 
 def test_weights_for_a_program_without_the_l2_term_are_refused():
-  c = tiny_sweep_config(**{"archs": ("nap",)})
+  c = tiny_sweep_config(**{"archs": ("nap",), "train.drop_zero_l2": True})
   hp = {"learning_rate": np.full(2, 1e-3, np.float32), "l2": np.array([0.0, 0.1], np.float32)}
   with pytest.raises(ValueError, match=r"hyperparameters\['l2'\] holds non-zero weights"):
     train_grid(c, "nap", hyperparameters=hp, keys=model_keys(0, np.zeros(2, int)))
@@ -55,5 +55,7 @@ def test_a_sweep_stored_before_the_flat_buffer_keeps_the_per_tensor_layout():
     stored = json.load(f)
   assert "flat_adam" not in stored["train"]
   assert with_current_names(stored, "sweep")["train"]["flat_adam"] is False
-  assert base_config().train.flat_adam is False  # opt-in: not bit for bit when optimised
+  assert with_current_names(stored, "sweep")["train"]["drop_zero_l2"] is False
+  # opt-in: not bit for bit under XLA's optimised compile
+  assert base_config().train.flat_adam is False and base_config().train.drop_zero_l2 is False
 

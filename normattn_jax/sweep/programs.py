@@ -4,9 +4,9 @@ the grid they compile to on the engine (``build_grid``) and the training of it (
 
 Data are generated on device inside the step, a fresh batch every step; the task is the
 registered one (``normattn_jax.tasks``) that the config names. Each model's learning rate and L2
-weight are data (``HYPERPARAMETERS``), so one compilation serves every cell; where every model's
-L2 weight is 0 (``train.l2`` 0 and not swept) the program has no L2 term at all
-(``traces_l2``).
+weight are data (``HYPERPARAMETERS``), so one compilation serves every cell; with
+``train.drop_zero_l2``, where every model's L2 weight is 0 (``train.l2`` 0 and not swept), the
+program has no L2 term at all (``traces_l2``).
 """
 from __future__ import annotations
 
@@ -148,11 +148,12 @@ def l2_penalty(params) -> Array:
 
 
 def traces_l2(config: ml_collections.ConfigDict) -> bool:
-  """Whether a grid's program computes the L2 term (its weight ``hp["l2"]`` per model): only
-  where ``train.l2`` is not 0 or is swept. Elsewhere every model's weight is 0 and the term,
-  a pass over every kernel and its gradient each step, is left out of the program: the same
-  numbers (``loss + 0 * penalty`` is ``loss`` for finite parameters)."""
-  return config.train.l2 != 0 or config.sweep.name == "train.l2"
+  """Whether a grid's program computes the L2 term (its weight ``hp["l2"]`` per model): always,
+  unless ``train.drop_zero_l2`` leaves it out where ``train.l2`` is 0 and not swept (every
+  model's weight 0; ``loss + 0 * penalty`` is ``loss`` for finite parameters, though XLA's
+  optimised compile may round the two programs apart)."""
+  return (not config.train.drop_zero_l2 or config.train.l2 != 0
+          or config.sweep.name == "train.l2")
 
 
 class Programs(NamedTuple):
@@ -358,7 +359,7 @@ def train_grid(config: ml_collections.ConfigDict, arch: str, *,
   num_models = _check_models(hyperparameters, keys)
   if not traces_l2(config) and np.any(np.asarray(hyperparameters["l2"]) != 0):
     raise ValueError("hyperparameters['l2'] holds non-zero weights, but config.train.l2 is 0 "
-                     "and not swept, so the program has no L2 term (traces_l2); set "
+                     "and not swept and train.drop_zero_l2 leaves the L2 term out; set "
                      "config.sweep.name='train.l2' for per-model weights")
   grid = build_grid(Setup(arch, config), num_models)
   hp = {k: np.asarray(v, np.float32) for k, v in hyperparameters.items()}

@@ -305,7 +305,7 @@ SWEEP = kinds.register(kinds.RunKind(
            "model.dtype": "float32", "model.attention_implementation": "auto",
            "train.data_shards": 1, "model.ffn_implementation": "xla",
            "eval.validation_case_sets": True, "train.checkpoint_minutes": 0.0,
-           "train.flat_adam": False},
+           "train.flat_adam": False, "train.drop_zero_l2": False},
     migrate=migrate_sweep))
 
 
