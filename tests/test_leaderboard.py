@@ -193,6 +193,7 @@ def test_a_missing_or_empty_cards_folder_is_an_error_and_the_board_stays(tmp_pat
     ('{"name": "x", "protocol": %d, "measures": [], "cost": [{"mode": "fwd"}]}' % PROTOCOL,
      "measures is a list, not a dict"),
 ])
+@pytest.mark.fast_subset(lambda p: p["said"] == "not valid JSON")  # one path, three damages
 def test_a_damaged_report_names_its_file_and_what_is_wrong(tmp_path, damage, said):
   (tmp_path / "x").mkdir()
   path = tmp_path / "x" / "report.json"
