@@ -13,6 +13,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(DOCS, "_ext"))
 
 import normattn_jax  # noqa: E402
+from api_names import public_names  # noqa: E402  (docs/_ext)
 
 project = "normattn_jax"
 release = version = normattn_jax.__version__
@@ -60,15 +61,6 @@ def _listed(page: str) -> list:
 
 PUBLIC_MODULES = _listed("api.md")
 INTERNAL_MODULES = _listed("internals.md")
-
-
-def public_names(module) -> list:
-  """A module's ``__all__``, else the functions and classes it defines not starting with ``_``."""
-  if hasattr(module, "__all__"):
-    return list(module.__all__)
-  return [name for name, value in vars(module).items()
-          if not name.startswith("_") and (inspect.isfunction(value) or inspect.isclass(value))
-          and value.__module__ == module.__name__]
 
 
 def _homes(modules: list) -> dict:

@@ -17,6 +17,9 @@ import normattn_jax
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(ROOT, "docs")
+sys.path.insert(0, os.path.join(DOCS, "_ext"))
+import tutorial_checks  # noqa: E402  (docs/_ext: the docs build's own checks)
+from api_names import public_names  # noqa: E402
 
 
 def read(*parts: str) -> str:
@@ -29,15 +32,6 @@ def api_modules() -> list:
   public part (docs/api.md) and of its internals (docs/internals.md)."""
   return [name for page in ("api.md", "internals.md")
           for name in re.findall(r"^   (normattn_jax[\w.]*)$", read("docs", page), flags=re.M)]
-
-
-def public_names(module) -> list:
-  """A module's ``__all__``, else the functions and classes it defines not starting with ``_``."""
-  if hasattr(module, "__all__"):
-    return list(module.__all__)
-  return [name for name, value in vars(module).items()
-          if not name.startswith("_") and (inspect.isfunction(value) or inspect.isclass(value))
-          and value.__module__ == module.__name__]
 
 
 def undocumented(module) -> list:
@@ -126,8 +120,6 @@ def test_the_tutorials_are_notebooks_the_docs_execute():
   assert "NB_EXECUTION_MODE=force" in read("Makefile")  # make test-all runs every tutorial
 
 
-sys.path.insert(0, os.path.join(DOCS, "_ext"))
-import tutorial_checks  # noqa: E402  (docs/_ext: the docs build's own check)
 
 
 def code_cell(source: str, *outputs) -> dict:
