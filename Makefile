@@ -32,7 +32,7 @@ test: $(STAMP)
 test-all: $(STAMP)
 	$(PY) -m ruff check .
 	$(MAKE) docs NB_EXECUTION_MODE=force
-	NORMATTN_JAX_TEST_OPTIMIZED=1 $(PY) -m pytest -q -n 2 --dist loadfile tests
+	NORMATTN_JAX_TEST_OPTIMIZED=1 NORMATTN_JAX_TEST_ALL=1 $(PY) -m pytest -q -n 2 --dist loadfile tests
 
 docs: $(STAMP)
 	rm -rf docs/_build/html docs/_build/doctrees docs/_build/jupyter_execute docs/_autosummary

@@ -13,6 +13,8 @@ from normattn_jax.attention import (entmax15_weights, sigmoid_weights, sink_weig
                                     softmax_weights, softpick_weights, sparsemax_weights,
                                     ssmax_weights, stickbreaking_weights)
 
+from helpers.examples import examples
+
 ALL = {
     "sigmoid": sigmoid_weights,
     "sigmoid_bias": lambda l, mask=None: sigmoid_weights(l, -1.5, mask),
@@ -361,7 +363,7 @@ def test_sparse_custom_gradients_are_the_closed_forms():
     np.testing.assert_allclose(grad, 0.0, atol=1e-6)
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=examples(10), deadline=None)
 @given(k=st.integers(1, 12), scale=st.floats(0.1, 20.0), seed=st.integers(0, 2**16))
 def test_sparse_weights_match_bisection(k, scale, seed):
   """k valid keys at most, padded to 12 (one compiled shape)."""

@@ -12,6 +12,8 @@ from scipy.spatial import Delaunay
 from normattn_jax.attention import (dnas_weights, hnas_weights, nap_weights, non_weights,
                                     sinkhorn_weights, softmax_weights)
 
+from helpers.examples import examples
+
 ALL = {
     "softmax": softmax_weights,
     "dnas": dnas_weights,
@@ -94,7 +96,7 @@ SIZES = st.sampled_from([1, 2, 5, 12])
 jitted_dnas = jax.jit(dnas_weights)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(q=SIZES, k=SIZES, scale=st.floats(0.1, 30.0), seed=st.integers(0, 2**16))
 def test_dnas_column_sums_at_least_one_over_s(q, k, scale, seed):
   """Theorem 2: every key keeps a total weight >= 1/S over the queries (S = number of keys)."""
@@ -103,7 +105,7 @@ def test_dnas_column_sums_at_least_one_over_s(q, k, scale, seed):
   assert float(w.sum(0).min()) >= 1.0 / k - 1e-6
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(q=SIZES.filter(lambda n: n > 1), k=SIZES.filter(lambda n: n > 1),
        seed=st.integers(0, 2**16))
 def test_dnas_column_bound_with_padding(q, k, seed):

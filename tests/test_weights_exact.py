@@ -17,6 +17,8 @@ from normattn_jax.attention import fast, fused
 from normattn_jax.attention import weights as W
 from normattn_jax.attention.numerics import shift_columns_then_rows, two_difference
 
+from helpers.examples import examples
+
 Q, K = 4, 5  # one compiled shape; smaller matrices are padded with masked entries
 DIGITS = decimal.Context(prec=100)
 
@@ -164,7 +166,7 @@ def test_rows_keep_summing_to_one_at_huge_ties():
 
 
 @pytest.mark.parametrize("name", sorted(QUADRATIC))
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(case=huge_logits())
 def test_quadratic_weights_equal_the_definition_at_any_finite_logits(name, case):
   fn, ref = QUADRATIC[name]
@@ -173,7 +175,7 @@ def test_quadratic_weights_equal_the_definition_at_any_finite_logits(name, case)
 
 
 @pytest.mark.parametrize("name", sorted(QUADRATIC))
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(case=huge_logits(), seed=st.integers(0, 2**16))
 def test_gradients_stay_finite_at_any_finite_logits(name, case, seed):
   fn, _ = QUADRATIC[name]
@@ -226,7 +228,7 @@ FAST = {
 
 
 @pytest.mark.parametrize("name", sorted(FAST))
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(case=huge_logits(), causal=st.booleans(), seed=st.integers(0, 2**16))
 def test_fast_paths_equal_the_definition_at_any_finite_logits(name, case, causal, seed):
   """Queries are the logits' rows and keys the unit vectors, so ``q . k`` is the logits exactly;
@@ -284,7 +286,7 @@ def test_fused_hnas_keeps_a_lone_key_at_the_float_minimum():
 
 
 @pytest.mark.parametrize("name", sorted(FUSED))
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(case=huge_logits(), causal=st.booleans(), seed=st.integers(0, 2**16))
 def test_fused_paths_equal_the_definition_at_any_finite_logits(name, case, causal, seed):
   """As the fast paths' test, in the fused layout ``[..., n, h, d]``."""
