@@ -54,8 +54,10 @@ def quadratic(weight_fn, q, k, v, mask):
 @pytest.mark.parametrize("name", sorted(PAIRS))
 @pytest.mark.parametrize("n", [5, 21])
 @pytest.mark.parametrize("masked,causal", [(False, False), (True, False), (True, True)])
-@pytest.mark.fast_subset(
-    lambda p: p["name"] == "dnas" or (p["n"] == 21 and p["masked"] and p["causal"]))
+# DNAS's path at several blocks under each mask, and in one padded block under the structured
+# and causal masks; the others' at several blocks under them all (the rest: test-all)
+@pytest.mark.fast_subset(lambda p: (p["name"] == "dnas" and (p["n"] == 21 or p["causal"]))
+                         or (p["n"] == 21 and p["masked"] and p["causal"]))
 def test_values_and_gradients_equal_the_quadratic_path(name, n, masked, causal):
   fast_fn, weight_fn = PAIRS[name]
   q, k, v, qm, km = inputs(n, seed=n)
@@ -75,7 +77,10 @@ def test_values_and_gradients_equal_the_quadratic_path(name, n, masked, causal):
     np.testing.assert_allclose(got, want, atol=grad_tol * float(jnp.max(jnp.abs(want))), rtol=0)
 
 
+# the fast paths' bf16 inputs: DNAS's and NAP's; Sinkhorn's paths at huge logits:
+# test_weights_exact.py::test_fast_paths_equal_the_definition_at_any_finite_logits[sinkhorn3]
 @pytest.mark.parametrize("name", ["dnas", "sinkhorn", "nap", "non"])
+@pytest.mark.fast_subset(lambda p: p["name"] in ("dnas", "nap"))
 def test_bf16_and_large_logits(name):
   fast_fn, weight_fn = PAIRS[name]
   q, k, v, qm, km = inputs(16, seed=3)
@@ -102,7 +107,11 @@ def test_rows_without_a_valid_key_are_zero():
     assert (out[0][:, ~qm[0]] == 0).all(), name
 
 
+# the module's wiring of the fast path: a row-local softmax, HNAS (over the queries, with its own
+# parameter) and NAP (its unscaled logits); the others' fast paths:
+# test_values_and_gradients_equal_the_quadratic_path
 @pytest.mark.parametrize("normalization", ["softmax", "dnas", "hnas", "sinkhorn", "nap", "non"])
+@pytest.mark.fast_subset(lambda p: p["normalization"] in ("softmax", "hnas", "nap"))
 def test_module_paths_agree_with_the_same_params(normalization):
   x = jax.random.normal(jax.random.key(1), (2, 12, 16))
   pad = jnp.arange(12)[None] < jnp.array([[12], [9]])
@@ -186,7 +195,10 @@ def test_nap_is_exact_at_huge_logits(causal):
     assert all(jnp.isfinite(g).all() for g in grad_jit(big_q, big_k, v))
 
 
+# HNAS runs the softmax and DNAS paths; Sinkhorn's finite gradients at huge logits:
+# test_weights_exact.py::test_fast_paths_equal_the_definition_at_any_finite_logits[sinkhorn3]
 @pytest.mark.parametrize("name", ["dnas", "hnas", "sinkhorn"])
+@pytest.mark.fast_subset(lambda p: p["name"] == "dnas")
 def test_blockwise_gradients_at_huge_logits(name):
   """Logits ~1e36 (q, k ~1e18): finite gradients, for DNAS and HNAS equal to the quadratic
   path's to float rounding at their natural scale (|d out / d q| ~ |k|). Three Sinkhorn

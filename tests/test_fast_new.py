@@ -79,7 +79,10 @@ def test_values_and_gradients_equal_the_quadratic_path(name, case):
                                rtol=0)
 
 
+# the fast paths' bf16 inputs: the sink's (its parameter and log-sum-exp) and stick-breaking's
+# (its own blockwise sums) here, DNAS's and NAP's in test_fast.py
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.fast_subset(lambda p: p["name"] in ("sink", "stickbreaking"))
 def test_bf16_inputs(name):
   n_q, n_k, qm, km, causal = CASES["padded_causal"]
   q, k, v = inputs(n_q, n_k, jnp.bfloat16, seed=3)
@@ -116,7 +119,11 @@ def test_auto_takes_the_measured_paths():
   assert get("sparsemax").fast is None and get("entmax15").fast is None
 
 
+# the module's wiring of a per-head parameter into the fast path: the sink's; the others' fast
+# paths: test_values_and_gradients_equal_the_quadratic_path, the module's fast path:
+# test_fast.py::test_module_paths_agree_with_the_same_params
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.fast_subset(lambda p: p["name"] == "sink")
 def test_the_module_gives_one_answer_on_both_paths(name):
   from normattn_jax import MultiHeadAttention
   x = jax.random.normal(jax.random.key(5), (2, 7, 8))

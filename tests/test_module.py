@@ -47,7 +47,12 @@ def test_dropout_matches_flax():
   assert not np.allclose(ours.apply(params, X, rngs=rngs), deterministic)
 
 
+# the module's branches: a row-local softmax, HNAS (over the queries, with its own parameter),
+# NAP (its unscaled logits); every normalisation in the module:
+# test_padding.py::test_nan_and_inf_in_the_padding_reach_no_real_output_nor_gradient, its masked
+# weights: test_weights.py, test_new_weights.py
 @pytest.mark.parametrize("normalization", BUILTIN_NORMALIZATIONS)
+@pytest.mark.fast_subset(lambda p: p["normalization"] in ("softmax", "hnas", "nap"))
 def test_every_normalization_runs(normalization):
   # a causal mask's zeros, for every normalisation (DNAS's leak accepted: test_causality.py)
   layer = MultiHeadAttention(num_heads=2, normalization=normalization, allow_future_leak=True)
@@ -71,9 +76,10 @@ def test_extra_parameters():
 
 def test_hybrid_weight_is_kept_in_unit_interval_and_trainable():
   layer = MultiHeadAttention(num_heads=2, normalization="hnas")
-  params = layer.init(KEY, X)
+  params = jax.jit(layer.init)(KEY, X)  # each step one program, not op by op
   params["params"]["hybrid_weight"] = jnp.array([1.7, -0.4])
-  _, state = layer.apply(params, X, sow_weights=True, mutable=["intermediates"])
+  _, state = jax.jit(lambda p: layer.apply(p, X, sow_weights=True, mutable=["intermediates"]))(
+      params)
   (w,) = state["intermediates"]["attention_weights"]
   q = (jnp.einsum("...d,dhk->...hk", X, params["params"]["query"]["kernel"])
        + params["params"]["query"]["bias"])
@@ -82,7 +88,7 @@ def test_hybrid_weight_is_kept_in_unit_interval_and_trainable():
   logits = jnp.einsum("bqhd,bkhd->bhqk", q / jnp.sqrt(8.0), k)
   chex.assert_trees_all_close(w[:, 0], dnas_weights(logits)[:, 0], atol=1e-5)  # u clipped to 1
   chex.assert_trees_all_close(w[:, 1], softmax_weights(logits)[:, 1], atol=1e-5)  # u clipped to 0
-  grad = jax.grad(lambda p: jnp.sum(layer.apply(p, X) ** 2))(params)
+  grad = jax.jit(jax.grad(lambda p: jnp.sum(layer.apply(p, X) ** 2)))(params)
   assert (grad["params"]["hybrid_weight"] != 0).all()  # it can move back into [0, 1]
 
 
@@ -159,7 +165,10 @@ def test_bad_arguments_name_the_field():
     MultiHeadAttention(num_heads=2, dropout_rate=1.0)
 
 
+# the module's alignment is one for all; DNAS's fast path with unequal lengths:
+# test_fast.py::test_causal_with_unequal_lengths_equals_the_quadratic_path[*-hnas]
 @pytest.mark.parametrize("normalization", ["nap", "dnas"])
+@pytest.mark.fast_subset(lambda p: p["normalization"] == "nap")
 def test_causal_with_unequal_lengths_is_the_same_on_both_paths(normalization):
   """``causal`` aligns the sequences at their ends on both paths (query i sees the keys
   j <= i + k - q), so ``implementation="auto"`` gives one answer whichever path it picks."""

@@ -37,12 +37,20 @@ def perturbed(params, seed=7):
 
 
 def decode_steps(layer, variables, x, **kwargs):
-  """flax's decoding loop: one position per call, the cache carried from call to call."""
+  """flax's decoding loop: one position per call, the cache carried from call to call; the step
+  jitted, one program for every position (the masks traced, the flags static)."""
+  masks = {k: v for k, v in kwargs.items() if isinstance(v, jax.Array)}
+  flags = {k: v for k, v in kwargs.items() if k not in masks}
+
+  @jax.jit
+  def step(params, cache, x, masks):
+    return layer.apply({"params": params, "cache": cache}, x, mutable=["cache"], **masks,
+                       **flags)
+
   cache, outs = variables["cache"], []
   for i in range(x.shape[-2]):
-    step = {k: v[:, i:i + 1] if k == "query_mask" else v for k, v in kwargs.items()}
-    out, mutated = layer.apply({"params": variables["params"], "cache": cache}, x[:, i:i + 1],
-                               mutable=["cache"], **step)
+    at_i = {k: v[:, i:i + 1] if k == "query_mask" else v for k, v in masks.items()}
+    out, mutated = step(variables["params"], cache, x[:, i:i + 1], at_i)
     cache = mutated["cache"]
     outs.append(out)
   return jnp.concatenate(outs, axis=-2), cache
@@ -79,8 +87,10 @@ def test_decode_gives_flax_s_outputs_cache_and_the_causal_pass():
 
 @pytest.mark.parametrize("implementation", ["quadratic", "fast"])
 @pytest.mark.parametrize("name", DECODABLE)
-@pytest.mark.fast_subset(lambda p: p["name"] in ("softmax", "sink", "stickbreaking")
-                         or (p["name"], p["implementation"]) == ("ssmax", "quadratic"))
+# both paths' caches: softmax's; a per-head parameter: the sink's, the count of keys written:
+# Scalable-Softmax's, the stick broken from the last key written: stick-breaking's fast path
+@pytest.mark.fast_subset(lambda p: p["name"] == "softmax" or (p["name"], p["implementation"]) in (
+    ("sink", "quadratic"), ("ssmax", "quadratic"), ("stickbreaking", "fast")))
 def test_decoding_a_row_local_normalisation_equals_its_causal_pass(name, implementation):
   """Sigmoid's -log(n) and Scalable-Softmax's log(n) count the keys written so far, as the causal
   pass counts the keys up to the query; the fast paths take the cache as a key mask."""
@@ -181,7 +191,11 @@ def test_force_fp32_for_softmax_gives_flax_s_weights_and_outputs_in_bf16():
     chex.assert_trees_all_close(got.astype(jnp.float32), want.astype(jnp.float32), atol=2e-2)
 
 
+# the module casts the logits before any normalisation: a row-local softmax, HNAS (over the
+# queries, with its own parameter), NAP (its unscaled logits); every normalisation keeps its
+# logits' dtype: test_the_weights_keep_the_logits_dtype_whatever_the_params_dtype
 @pytest.mark.parametrize("name", BUILTIN_NORMALIZATIONS)
+@pytest.mark.fast_subset(lambda p: p["name"] in ("softmax", "hnas", "nap"))
 def test_force_fp32_for_softmax_keeps_every_normalisation_s_weights_in_float32(name):
   """The weights from the same bf16 logits, not rounded to bf16 (which the default does)."""
   bf16 = X.astype(jnp.bfloat16)
@@ -325,7 +339,7 @@ def test_flax_s_autoregressive_receptive_field_with_its_float_causal_mask():
   x = jax.random.normal(KEY, (1, N, F))
   params = layer.init(KEY, x)
   mask = nn.make_causal_mask(jnp.ones((1, N)))
-  jacobian = jax.jacrev(lambda x: layer.apply(params, x, mask=mask))(x)[0, :, :, 0, :, :]
+  jacobian = jax.jit(jax.jacrev(lambda x: layer.apply(params, x, mask=mask)))(x)[0, :, :, 0, :, :]
   depends = np.abs(np.asarray(jacobian)).sum(axis=(1, 3)) > 0  # [out position, in position]
   np.testing.assert_array_equal(depends, np.tril(np.ones((N, N), bool)))
 

@@ -80,8 +80,12 @@ CASES = [dict(output_gate="headwise"), dict(output_gate="elementwise"), dict(qk_
          dict(output_gate="elementwise", qk_norm="rms", differential=True, layer_index=2)]
 
 
+# the gate and QK-norm act before and after the path, one code for all; the fast and fused paths
+# take differential attention's two maps, alone and with the other options
 @pytest.mark.parametrize("options", CASES, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
 @pytest.mark.parametrize("implementation", ["quadratic", "fast", "fused"])
+@pytest.mark.fast_subset(lambda p: p["implementation"] == "quadratic"
+                         or p["options"] in (dict(differential=True), CASES[-1]))
 def test_each_option_is_its_formula(options, implementation):
   x = inputs()
   layer = MultiHeadAttention(num_heads=H, implementation=implementation, **options)
@@ -104,13 +108,14 @@ def test_differential_applies_another_normalisation_to_both_maps():
   for impl in ("quadratic", "fast"):
     layer = MultiHeadAttention(num_heads=H, normalization="nap", differential=True,
                                implementation=impl)
-    params = perturbed(layer.init(jax.random.key(0), x)["params"])
-    weights[impl] = layer.apply({"params": params}, x)
+    params = perturbed(jax.jit(layer.init)(jax.random.key(0), x)["params"])  # not op by op
+    weights[impl] = jax.jit(layer.apply)({"params": params}, x)
   np.testing.assert_allclose(weights["quadratic"], weights["fast"], rtol=2e-4, atol=2e-5)
   # the sown weights are N(map 1) - lambda N(map 2)
   layer = MultiHeadAttention(num_heads=H, differential=True, implementation="quadratic")
-  params = perturbed(layer.init(jax.random.key(0), x)["params"])
-  _, sown = layer.apply({"params": params}, x, sow_weights=True, mutable="intermediates")
+  params = perturbed(jax.jit(layer.init)(jax.random.key(0), x)["params"])
+  _, sown = jax.jit(lambda p: layer.apply({"params": p}, x, sow_weights=True,
+                                          mutable="intermediates"))(params)
   w = np.asarray(sown["intermediates"]["attention_weights"][0])
   p = jax.tree.map(np.asarray, params)
   lam = (np.exp(p["lambda_q1"] @ p["lambda_k1"]) - np.exp(p["lambda_q2"] @ p["lambda_k2"])
@@ -120,7 +125,7 @@ def test_differential_applies_another_normalisation_to_both_maps():
 
 def test_off_the_params_are_flax_and_each_option_adds_only_its_own():
   x = inputs()
-  shapes = lambda module: jax.tree.map(  # the shapes alone: traced, nothing compiled
+  shapes = lambda module, x=x: jax.tree.map(  # the shapes alone: traced, nothing compiled
       jnp.shape, jax.eval_shape(module.init, jax.random.key(0), x)["params"])
   flax_tree = shapes(nn.MultiHeadDotProductAttention(num_heads=H))
   off = shapes(MultiHeadAttention(num_heads=H))
@@ -137,11 +142,10 @@ def test_off_the_params_are_flax_and_each_option_adds_only_its_own():
                                       "lambda_k1": (4,), "lambda_q2": (4,), "lambda_k2": (4,)}
   model = SequenceModel(vocab_size=10, max_len=N, d_model=F, num_heads=H, arch="mte")
   tokens = jnp.zeros((1, N), jnp.int32)
-  assert jax.tree.map(jnp.shape, model.init(jax.random.key(0), tokens)) == jax.tree.map(
-      jnp.shape, SequenceModel(vocab_size=10, max_len=N, d_model=F, num_heads=H, arch="mte",
-                               attention_module=AttentionModuleSpec(
-                                   output_gate=None, qk_norm=None,
-                                   differential=False)).init(jax.random.key(0), tokens))
+  assert shapes(model, tokens) == shapes(SequenceModel(
+      vocab_size=10, max_len=N, d_model=F, num_heads=H, arch="mte",
+      attention_module=AttentionModuleSpec(output_gate=None, qk_norm=None, differential=False)),
+                                 tokens)
 
 
 def test_gradients_are_finite_and_reach_every_new_parameter():
@@ -187,7 +191,7 @@ def test_every_attention_arch_trains_with_the_options(arch):
                         arch=arch, output="classes", num_classes=3, **ALL_ON)
   tokens = jax.random.randint(jax.random.key(0), (8, 8), 0, 10)
   labels = tokens[:, 0] % 3
-  params = model.init(jax.random.key(1), tokens)
+  params = jax.jit(model.init)(jax.random.key(1), tokens)  # one program, not op by op
   assert {"gate", "query_norm", "diff_norm"} <= set(params["params"]["block_1"]["attention"])
 
   def loss(p):
@@ -202,7 +206,7 @@ def test_bert_trains_with_the_options():
   model = BertModel(c, add_pooler=True, **ALL_ON)
   ids = jax.random.randint(jax.random.key(0), (4, 6), 0, 20)
   mask = jnp.ones_like(ids).at[:, -1].set(0)
-  params = model.init(jax.random.key(1), ids, mask)
+  params = jax.jit(model.init)(jax.random.key(1), ids, mask)  # one program, not op by op
   assert "gate" in params["params"]["layer_0"]["attention"]
   target = jnp.arange(4.0)
 
@@ -225,7 +229,7 @@ def test_albert_trains_with_the_options_and_its_shared_layers_keep_their_depths(
            "masked_lm_ids": rng.integers(0, 20, (4, 2)),
            "masked_lm_weights": np.ones((4, 2), np.float32),
            "sentence_order_label": rng.integers(0, 2, (4,))}
-  params = model.init(jax.random.key(0), batch)
+  params = jax.jit(model.init)(jax.random.key(0), batch)  # one program, not op by op
   attention = params["params"]["albert"]["group_0_inner_0"]["attention"]
   assert {"gate", "query_norm", "key_norm", "diff_norm", "lambda_q1"} <= set(attention)
   first, last = fit(lambda p: pretraining_loss(model.apply(p, batch), batch)[0], params)
@@ -234,14 +238,16 @@ def test_albert_trains_with_the_options_and_its_shared_layers_keep_their_depths(
   from normattn_jax.models.bert import BertLayer
   layer = BertLayer(c, kernel_init=nn.initializers.normal(0.02), **ALL_ON)
   x = inputs()
-  p = layer.init(jax.random.key(0), x)
-  assert not np.allclose(layer.apply(p, x, layer_index=1), layer.apply(p, x, layer_index=2))
+  p = jax.jit(layer.init)(jax.random.key(0), x)
+  at = lambda depth: jax.jit(lambda p: layer.apply(p, x, layer_index=depth))(p)
+  assert not np.allclose(at(1), at(2))
 
 
 def test_a_block_and_a_sweep_setup_pass_the_options_on():
   block = TransformerBlock(num_heads=H, arch="nap",
                            attention_module=AttentionModuleSpec(qk_norm="layer"), layer_index=3)
-  assert set(block.init(jax.random.key(0), inputs())["params"]["attention"]) >= {"query_norm"}
+  params = jax.eval_shape(block.init, jax.random.key(0), inputs())  # the names alone: traced
+  assert set(params["params"]["attention"]) >= {"query_norm"}
   c = config_lib.base_config()
   c.archs = ("mte",)
   c.model.output_gate, c.model.qk_norm, c.model.differential = "headwise", "rms", True

@@ -37,7 +37,10 @@ def logits_of(params):
   return jnp.einsum("bhqd,bhkd->bhqk", q / jnp.sqrt(4.0), k)
 
 
+# the ones with learned per-head constants; the others in the module (no parameter of their
+# own): test_padding.py::test_nan_and_inf_in_the_padding_reach_no_real_output_nor_gradient
 @pytest.mark.parametrize("name", NEW)
+@pytest.mark.fast_subset(lambda p: p["name"] in ("sigmoid", "sink", "ssmax"))
 def test_the_module_starts_at_the_papers_constants_and_trains(name):
   layer = MultiHeadAttention(num_heads=2, normalization=name)
   params = layer.init(KEY, X)

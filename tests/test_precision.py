@@ -77,9 +77,10 @@ def test_a_sweep_computes_in_the_configured_dtype_with_float32_parameters():
   config_lib.validate(c)
   model = Setup("mte", c).model()
   assert model.dtype == jnp.bfloat16 and model.param_dtype == jnp.float32
-  params = model.init(jax.random.key(0), jnp.zeros((1, 16), jnp.int32))
+  tokens = jnp.zeros((1, 16), jnp.int32)
+  params = jax.jit(model.init)(jax.random.key(0), tokens)  # one program each, not op by op
   assert {x.dtype for x in jax.tree.leaves(params)} == {jnp.dtype(jnp.float32)}
-  assert model.apply(params, jnp.zeros((1, 16), jnp.int32)).dtype == jnp.bfloat16
+  assert jax.jit(model.apply)(params, tokens).dtype == jnp.bfloat16
   assert set(DTYPES) == {"float32", "bfloat16"}
 
 

@@ -175,7 +175,11 @@ def test_nap_and_non_are_length_independent_at_init():
   np.testing.assert_allclose(w.std(-1), 1.0, atol=1e-5)
 
 
+# HNAS's and Sinkhorn's masked and empty rows, values and gradients:
+# test_weights_exact.py::test_quadratic_weights_equal_the_definition_at_any_finite_logits and
+# test_gradients_stay_finite_at_any_finite_logits
 @pytest.mark.parametrize("name", sorted(ALL))
+@pytest.mark.fast_subset(lambda p: p["name"] not in ("hnas", "sinkhorn"))
 def test_masked_positions_are_exactly_zero_and_full_rows_are_safe(name):
   fn = ALL[name]
   l = random_logits(8, (2, 6, 6))
@@ -189,7 +193,10 @@ def test_masked_positions_are_exactly_zero_and_full_rows_are_safe(name):
   assert (grad[~m] == 0).all()
 
 
+# bf16 weights: softmax (row-local), DNAS (over the queries), NAP; HNAS's and Sinkhorn's huge
+# logits: test_weights_exact.py, NON's l / sqrt(n): test_against_definitions
 @pytest.mark.parametrize("name", sorted(ALL))
+@pytest.mark.fast_subset(lambda p: p["name"] in ("softmax", "dnas", "nap"))
 def test_huge_logits_and_bf16(name):
   fn = ALL[name]
   huge = random_logits(9, (2, 5, 8), scale=1e4)
@@ -205,6 +212,9 @@ def test_huge_logits_and_bf16(name):
   np.testing.assert_allclose(low.astype(jnp.float32), ref, rtol=2e-2, atol=2e-2)
 
 
+jitted_nap = jax.jit(nap_weights)  # one program per shape, not op by op
+
+
 @pytest.mark.parametrize("scale", [1e19, 1e30, 1e37])
 def test_nap_is_exact_for_any_finite_logits(scale):
   """NAP equals its float64 definition at any scale: the squares of huge centred logits and the
@@ -213,12 +223,13 @@ def test_nap_is_exact_for_any_finite_logits(scale):
   l = random_logits(12, shape, scale=1.0) * scale
   m = random_mask(12, shape).at[0, 1].set(False)
   ref = ref_nap(np.asarray(l, np.float64), np.asarray(m), 1.5, 0.2, 1e-3)
-  np.testing.assert_allclose(nap_weights(l, 1.5, 0.2, m), ref, atol=1e-5)
-  assert jnp.isfinite(jax.grad(lambda x: jnp.sum(nap_weights(x, mask=m) ** 3))(l)).all()
+  np.testing.assert_allclose(jitted_nap(l, 1.5, 0.2, m), ref, atol=1e-5)
+  grad = jax.jit(jax.grad(lambda x: jnp.sum(nap_weights(x, mask=m) ** 3)))(l)
+  assert jnp.isfinite(grad).all()
   top = jnp.array([[3.3e38, 3.3e38, -3.3e38], [3.3e38] * 3, [-1e38, 2e38, 3e38]])
   ref = ref_nap(np.asarray(top, np.float64), np.ones(top.shape, bool), 1.0, 0.5, 1e-3)
-  np.testing.assert_allclose(nap_weights(top, bias=0.5), ref, atol=1e-6)
-  assert (nap_weights(top, bias=0.5)[1] == 0.5).all()  # equal logits: exactly the bias
+  np.testing.assert_allclose(jitted_nap(top, bias=0.5), ref, atol=1e-6)
+  assert (jitted_nap(top, bias=0.5)[1] == 0.5).all()  # equal logits: exactly the bias
 
 
 def test_nap_eps_must_be_positive():
@@ -246,7 +257,9 @@ def test_nap_gradient_is_finite_for_constant_rows():
   assert jnp.isfinite(jax.grad(lambda x: nap_weights(x).sum())(l)).all()
 
 
+# one weight function over the queries (DNAS) and one row-local (NAP)
 @pytest.mark.parametrize("name", sorted(ALL))
+@pytest.mark.fast_subset(lambda p: p["name"] in ("dnas", "nap"))
 def test_jit_and_vmap(name):
   fn = ALL[name]
   l = random_logits(11, (3, 4, 5))

@@ -165,7 +165,9 @@ def test_rows_keep_summing_to_one_at_huge_ties():
   np.testing.assert_allclose(W.dnas_weights(l), [[0.5, 0.5], [0.0, 1.0]], atol=1e-7)
 
 
+# Sinkhorn's five iterations repeat its two; a scale of 0.3 takes the branch of 1.0
 @pytest.mark.parametrize("name", sorted(QUADRATIC))
+@pytest.mark.fast_subset(lambda p: p["name"] not in ("sinkhorn5", "ssmax-small"))
 @settings(max_examples=examples(60), deadline=None)
 @given(case=huge_logits())
 def test_quadratic_weights_equal_the_definition_at_any_finite_logits(name, case):
@@ -174,7 +176,10 @@ def test_quadratic_weights_equal_the_definition_at_any_finite_logits(name, case)
   np.testing.assert_allclose(fn(l, mask), ref(l, mask), atol=2e-6, rtol=1e-5)
 
 
+# one gradient per weight function; the other parameters' values:
+# test_quadratic_weights_equal_the_definition_at_any_finite_logits
 @pytest.mark.parametrize("name", sorted(QUADRATIC))
+@pytest.mark.fast_subset(lambda p: p["name"] in ("dnas", "hnas", "sinkhorn2", "sink", "ssmax"))
 @settings(max_examples=examples(20), deadline=None)
 @given(case=huge_logits(), seed=st.integers(0, 2**16))
 def test_gradients_stay_finite_at_any_finite_logits(name, case, seed):
