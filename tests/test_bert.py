@@ -154,6 +154,9 @@ def test_from_pretrained_matches_numpy_reference(tmp_path, prefix):
     np.testing.assert_allclose(np.asarray(got)[real], want[real], atol=2e-5)
 
 
+# BertModel's padding, outputs and gradients: test_padding.py::test_bert_model; MiniLM on a padded
+# batch: test_hidden_states_match_transformers
+@pytest.mark.slow
 def test_padding_does_not_change_valid_positions(minilm):
   path, model, params = minilm
   tok = bert.load_tokenizer(path)
@@ -170,8 +173,9 @@ def test_sow_weights_are_softmax_rows(minilm):
   _, model, params = minilm
   ids = jnp.array([[101, 7592, 2088, 102, 0]])
   mask = jnp.array([[1, 1, 1, 1, 0]])
-  _, state = model.apply({"params": params}, ids, attention_mask=mask, sow_weights=True,
-                         mutable=["intermediates"])
+  _, state = jax.jit(lambda p: model.apply(  # one program (op by op: each op compiles)
+      {"params": p}, ids, attention_mask=mask, sow_weights=True, mutable=["intermediates"]))(
+          params)
   w = state["intermediates"]["layer_3"]["attention"]["attention_weights"][0]
   chex.assert_shape(w, (1, 12, 5, 5))
   np.testing.assert_allclose(np.asarray(w[..., :4, :].sum(-1)), 1.0, atol=1e-6)
