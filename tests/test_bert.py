@@ -144,8 +144,9 @@ def test_from_pretrained_matches_numpy_reference(tmp_path, prefix):
   ids = rng.integers(1, 50, (2, 7)).astype(np.int32)
   mask = np.array([[1] * 7, [1] * 5 + [0] * 2], np.int32)
   types = np.array([[0] * 4 + [1] * 3, [0] * 7], np.int32)
-  out = model.apply({"params": params}, ids, attention_mask=mask, token_type_ids=types,
-                    output_hidden_states=True)
+  out = jax.jit(lambda p: model.apply(  # one program (op by op: each op compiles)
+      {"params": p}, ids, attention_mask=mask, token_type_ids=types,
+      output_hidden_states=True))(params)
   plain = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
   expected = numpy_bert(plain, config, ids, mask, types)
   assert len(out["hidden_states"]) == 3
