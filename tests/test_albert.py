@@ -41,15 +41,21 @@ def init(config, batch=None):
   return model, jax.jit(model.init)(jax.random.key(0), batch or make_batch())["params"]
 
 
+def param_shapes(config):
+  """The parameters' shapes and dtypes, traced without compiling or running."""
+  return jax.eval_shape(AlbertForPretraining(config).init, jax.random.key(0),
+                        make_batch())["params"]
+
+
 def layer_param_count(params):
   return sum(np.size(p) for k, v in params["albert"].items() if k.startswith("group_")
              for p in jax.tree.leaves(v))
 
 
 def test_layers_share_parameters_within_a_group():
-  _, one_group = init(small_config(num_hidden_layers=4))
-  _, deeper = init(small_config(num_hidden_layers=8))
-  _, two_groups = init(small_config(num_hidden_layers=4, num_hidden_groups=2))
+  one_group = param_shapes(small_config(num_hidden_layers=4))
+  deeper = param_shapes(small_config(num_hidden_layers=8))
+  two_groups = param_shapes(small_config(num_hidden_layers=4, num_hidden_groups=2))
   assert layer_param_count(one_group) == layer_param_count(deeper)
   assert layer_param_count(two_groups) == 2 * layer_param_count(one_group)
   assert (set(k for k in two_groups["albert"] if k.startswith("group_")) ==
@@ -60,35 +66,37 @@ def test_encoder_is_the_shared_layer_applied_in_turn():
   config = small_config(num_hidden_layers=4, num_hidden_groups=2)
   model = AlbertModel(config)
   batch = make_batch()
-  params = model.init(jax.random.key(1), batch["input_ids"], batch["input_mask"],
-                      batch["segment_ids"])["params"]
-  out = model.apply({"params": params}, batch["input_ids"], batch["input_mask"],
-                    batch["segment_ids"], output_hidden_states=True)
+  params = jax.jit(model.init)(jax.random.key(1), batch["input_ids"], batch["input_mask"],
+                               batch["segment_ids"])["params"]
+  out = jax.jit(lambda p: model.apply({"params": p}, batch["input_ids"], batch["input_mask"],
+                                      batch["segment_ids"], output_hidden_states=True))(params)
   layer = BertLayer(BertConfig(**{k: getattr(config, k) for k in (
       "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
       "intermediate_size", "max_position_embeddings", "layer_norm_eps")},
       hidden_act="gelu_new"))
   x = out["hidden_states"][0]
   mask = jnp.asarray(batch["input_mask"], bool)
+  apply_layer = jax.jit(lambda p, x: layer.apply({"params": p}, x, mask))  # one program, 4 calls
   for l, group in enumerate((0, 0, 1, 1)):  # g(l) = floor(l G / L)
-    x = layer.apply({"params": params[f"group_{group}_inner_0"]}, x, mask)
+    x = apply_layer(params[f"group_{group}_inner_0"], x)
     chex.assert_trees_all_close(x, out["hidden_states"][l + 1], atol=1e-5)
   pooled = jnp.tanh(x[:, 0] @ params["pooler"]["kernel"] + params["pooler"]["bias"])
   chex.assert_trees_all_close(pooled, out["pooler_output"], atol=1e-5)
 
 
 def test_embeddings_are_factorised():
-  _, params = init(small_config())
+  params = param_shapes(small_config())
   emb = params["albert"]["embeddings"]
   assert emb["word_embeddings"]["embedding"].shape == (VOCAB, 8)
   assert params["albert"]["embedding_projection"]["kernel"].shape == (8, 16)
 
 
 def test_hnas_keeps_one_u_per_layer_and_head():
-  config = small_config(attention=AttentionSpec("hnas", {"hybrid_init": 0.3}), inner_group_num=2)
+  config = small_config(attention=AttentionSpec("hnas", {"hybrid_init": 0.3}), inner_group_num=2,
+                        num_hidden_layers=2)  # four u rows (2 x 2): a shorter compile than six
   model, params = init(config)
   u = params["albert"]["hybrid_weights"]
-  assert u.shape == (3 * 2, 4)
+  assert u.shape == (2 * 2, 4)
   np.testing.assert_allclose(u, 0.3)
   assert "hybrid_weight" not in params["albert"]["group_0_inner_0"]["attention"]
   batch = make_batch()
@@ -103,9 +111,9 @@ def test_mlm_head_is_tied_to_the_word_embeddings():
   config = small_config()
   model, params = init(config)
   batch = make_batch()
-  out = model.apply({"params": params}, batch)
-  hidden = AlbertModel(config).apply({"params": params["albert"]}, batch["input_ids"],
-                                     batch["input_mask"], batch["segment_ids"])
+  out, hidden = jax.jit(lambda p: (model.apply({"params": p}, batch), AlbertModel(config).apply(
+      {"params": p["albert"]}, batch["input_ids"], batch["input_mask"], batch["segment_ids"])))(
+          params)
   h = np.take_along_axis(np.asarray(hidden["last_hidden_state"]),
                          batch["masked_lm_positions"][..., None], axis=1)
   h = h @ params["mlm_transform"]["kernel"] + params["mlm_transform"]["bias"]
@@ -144,8 +152,9 @@ def test_bf16_compute_stays_close_to_float32():
   config = small_config(attention="dnas")
   _, params = init(config)
   batch = make_batch()
-  f32 = AlbertForPretraining(config).apply({"params": params}, batch)
-  bf16 = AlbertForPretraining(config, dtype=jnp.bfloat16).apply({"params": params}, batch)
+  f32, bf16 = jax.jit(lambda p: (
+      AlbertForPretraining(config).apply({"params": p}, batch),
+      AlbertForPretraining(config, dtype=jnp.bfloat16).apply({"params": p}, batch)))(params)
   assert bf16["mlm_logits"].dtype == jnp.float32
   assert np.all(np.isfinite(bf16["mlm_logits"]))
   np.testing.assert_allclose(bf16["mlm_logits"], f32["mlm_logits"], atol=0.1)
@@ -170,7 +179,7 @@ def test_schedule_is_albert_warmup_then_polynomial_decay():
 
 
 def test_adapted_mask_excludes_layer_norms_biases_and_hybrid_weights():
-  _, params = init(small_config(attention="hnas"))
+  params = param_shapes(small_config(attention="hnas"))
   flat = {"/".join(str(getattr(k, "key", k)) for k in path): v
           for path, v in jax.tree_util.tree_leaves_with_path(lamb_adapted(params))}
   assert flat["albert/group_0_inner_0/attention/query/kernel"]
@@ -226,8 +235,9 @@ def test_lamb_chain_matches_albert_by_hand():
                                if o == outer} for outer, _ in flax_names.values()}
   ours = nest(ours)
   state = optimizer.init(ours)
+  update = jax.jit(optimizer.update)  # one program for the four steps (op by op: hundreds)
   for grads in grads_seq:
-    updates, state = optimizer.update(nest(tree(grads)), state, ours)
+    updates, state = update(nest(tree(grads)), state, ours)
     ours = optax.apply_updates(ours, updates)
   for k, (outer, inner) in flax_names.items():
     np.testing.assert_allclose(ours[outer][inner], expected[k.replace(".", "/")], rtol=2e-5,

@@ -14,9 +14,10 @@ def test_weight_sums_of_every_layer_and_the_dnas_bound():
   for normalization, bounded in (("dnas", True), ("softmax", False)):
     model = SequenceModel(vocab_size=100, max_len=10, d_model=16, num_layers=2, num_heads=2,
                           normalization=normalization)
-    params = model.init(jax.random.key(1), tokens)
+    # one program each (op by op, each of their operations would compile alone)
+    params = jax.jit(model.init)(jax.random.key(1), tokens)
     params = jax.tree.map(lambda p: 20 * p, params)  # peaky logits
-    weights = ea.attention_weights(model, params, tokens)
+    weights = jax.jit(lambda p, model=model: ea.attention_weights(model, p, tokens))(params)
     assert len(weights) == 2 and weights[0].shape == (3, 2, 10, 10)
     sums = ea.key_weight_sums(weights[1])
     assert sums.shape == (3, 2, 10)

@@ -166,11 +166,18 @@ def small_config(**overrides):
   return c
 
 
-def test_training_all_variants_and_seeds_in_one_program_learns():
+@pytest.fixture(scope="module")
+def small_grid():
+  """``small_config()``'s config, data, grid and programs: the grid compiled once for the
+  tests that train or read it."""
   config = small_config()
   data = m.build_data(config)
+  return (config, data) + m.build_grid(config, data)
+
+
+def test_training_all_variants_and_seeds_in_one_program_learns(small_grid):
+  config, data, grid, programs = small_grid
   assert data.train_counts.shape == (2, 808, 6) and data.test_counts.shape == (2, 202, 6)
-  grid, programs = m.build_grid(config, data)
   settings = grid.shard(m.per_model_settings(config))
   states = grid.init(grid.shard(m.model_keys(config)), settings, *grid.shared)
   embeddings = states.params["params"]["embedding"]["embedding"]
@@ -188,12 +195,11 @@ def test_training_all_variants_and_seeds_in_one_program_learns():
   assert at_calls.names == [] and grid.compiles.names == ["jit(init)", "jit(chunk)"]
 
 
-def test_models_per_vmap_0_is_the_engines_auto_width():
+def test_models_per_vmap_0_is_the_engines_auto_width(small_grid):
   """0 means what it means in a sweep (``grid.models_per_vmap``): one model per vmap on a CPU,
   as many as fit half its memory on an accelerator; another value is the width."""
-  config = small_config()
-  data = m.build_data(config)
-  grid, _ = m.build_grid(config, data)
+  config, data, grid, _ = small_grid
+  assert config.models_per_vmap == 0
   if jax.default_backend() == "cpu":
     assert grid.per_vmap == 1
   else:
@@ -202,11 +208,9 @@ def test_models_per_vmap_0_is_the_engines_auto_width():
   assert grid.per_vmap == 3
 
 
-def test_a_run_through_the_engine_equals_the_same_chunks_by_hand():
+def test_a_run_through_the_engine_equals_the_same_chunks_by_hand(small_grid):
   """``run_grid`` (what the experiment runs) trains the grid's programs and nothing else."""
-  config = small_config()
-  data = m.build_data(config)
-  grid, _ = m.build_grid(config, data)
+  config, _, grid, _ = small_grid
   run = run_grid(grid, m.model_keys(config), m.per_model_settings(config), 2)
   settings = grid.shard(m.per_model_settings(config))
   states = grid.init(grid.shard(m.model_keys(config)), settings, *grid.shared)

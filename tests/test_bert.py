@@ -144,8 +144,9 @@ def test_from_pretrained_matches_numpy_reference(tmp_path, prefix):
   ids = rng.integers(1, 50, (2, 7)).astype(np.int32)
   mask = np.array([[1] * 7, [1] * 5 + [0] * 2], np.int32)
   types = np.array([[0] * 4 + [1] * 3, [0] * 7], np.int32)
-  out = model.apply({"params": params}, ids, attention_mask=mask, token_type_ids=types,
-                    output_hidden_states=True)
+  out = jax.jit(lambda p: model.apply(  # one program (op by op: each op compiles)
+      {"params": p}, ids, attention_mask=mask, token_type_ids=types,
+      output_hidden_states=True))(params)
   plain = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
   expected = numpy_bert(plain, config, ids, mask, types)
   assert len(out["hidden_states"]) == 3
@@ -154,6 +155,9 @@ def test_from_pretrained_matches_numpy_reference(tmp_path, prefix):
     np.testing.assert_allclose(np.asarray(got)[real], want[real], atol=2e-5)
 
 
+# BertModel's padding, outputs and gradients: test_padding.py::test_bert_model; MiniLM on a padded
+# batch: test_hidden_states_match_transformers
+@pytest.mark.slow
 def test_padding_does_not_change_valid_positions(minilm):
   path, model, params = minilm
   tok = bert.load_tokenizer(path)
@@ -170,8 +174,9 @@ def test_sow_weights_are_softmax_rows(minilm):
   _, model, params = minilm
   ids = jnp.array([[101, 7592, 2088, 102, 0]])
   mask = jnp.array([[1, 1, 1, 1, 0]])
-  _, state = model.apply({"params": params}, ids, attention_mask=mask, sow_weights=True,
-                         mutable=["intermediates"])
+  _, state = jax.jit(lambda p: model.apply(  # one program (op by op: each op compiles)
+      {"params": p}, ids, attention_mask=mask, sow_weights=True, mutable=["intermediates"]))(
+          params)
   w = state["intermediates"]["layer_3"]["attention"]["attention_weights"][0]
   chex.assert_shape(w, (1, 12, 5, 5))
   np.testing.assert_allclose(np.asarray(w[..., :4, :].sum(-1)), 1.0, atol=1e-6)

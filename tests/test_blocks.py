@@ -109,8 +109,8 @@ def test_ablation_switches():
 
 
 @pytest.mark.parametrize("arch,normalization", VARIANTS)
-@pytest.mark.fast_subset(  # every normalisation's padding is test_padding's
-    lambda p: p["normalization"] is None)
+@pytest.mark.fast_subset(  # the heads on one arch; every arch's and normalisation's padding,
+    lambda p: (p["arch"], p["normalization"]) == ("bert", None))  # gradients too: test_padding's
 def test_padding_does_not_change_valid_outputs(arch, normalization):
   tokens = jax.random.randint(jax.random.key(5), (2, 8), 0, 20)
   padded = jnp.concatenate([tokens, jnp.full((2, 4), 7)], axis=1)
@@ -206,8 +206,9 @@ def test_vmap_over_init_and_apply_equals_each_model_alone():
   stacked = jax.jit(jax.vmap(lambda k: model.init(k, tokens)))(keys)
   assert stacked["params"]["token_embedding"]["embedding"].shape == (4, 20, D)
   outs = jax.jit(jax.vmap(lambda p: model.apply(p, tokens)))(stacked)
+  apply_alone = jax.jit(lambda p: model.apply(p, tokens))  # one program for the four models
   for i in range(4):
-    alone = model.apply(jax.tree.map(lambda a: a[i], stacked), tokens)
+    alone = apply_alone(jax.tree.map(lambda a: a[i], stacked))
     np.testing.assert_allclose(outs[i], alone, atol=1e-5, rtol=1e-5)
   assert not np.allclose(outs[0], outs[1])
 

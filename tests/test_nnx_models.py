@@ -21,6 +21,8 @@ def small_model(arch, **kwargs):
 
 
 @pytest.mark.parametrize("arch", PAPER_ARCHS)
+@pytest.mark.fast_subset(  # the bridge is the same for every arch (it runs the Linen code, whose
+    lambda p: p["arch"] in ("bert", "sum"))  # archs test_blocks checks): attention and pooling
 def test_an_nnx_model_gives_the_linen_models_outputs_from_its_parameters(arch):
   linen_model = small_model(arch)
   model = from_linen(linen_model, TOKENS, rngs=nnx.Rngs(1), mask=MASK)

@@ -106,9 +106,11 @@ def sharp_sequence_params(arch, normalization):
 @pytest.mark.parametrize("arch,normalization,implementation", [
     (arch, n, i) for arch, n in SEQUENCE_CASES for i in IMPLEMENTATIONS
     if has_path(n or ARCHITECTURES[arch].normalization, i)])
-@pytest.mark.fast_subset(  # MTE's softmax paths are BERT's; its layout is checked on one
-    lambda p: p["normalization"] in ("softmax", "sink") if p["arch"] == "bert"
-    else (p["arch"], p["normalization"]) != ("mte", None) or p["implementation"] == "quadratic")
+@pytest.mark.fast_subset(  # each path row-local (bert-softmax) and over the queries (mte-dnas,
+    # MTE's layout); the sink's parameter on its kernel; NAP's and NON's layers on their fast path
+    lambda p: (p["arch"], p["normalization"]) in (("bert", "softmax"), ("mte", "dnas"))
+    or (p["arch"], p["normalization"], p["implementation"]) in (
+        ("bert", "sink", "fused"), ("nap", None, "fast"), ("non", None, "fast")))
 def test_sequence_model(arch, normalization, implementation):
   model = sequence_model(arch, normalization, implementation)
   check_padding_invariance(lambda p, t, m: model.apply(p, t, m),
@@ -141,9 +143,8 @@ def albert(normalization, implementation):
 
 @pytest.mark.parametrize("normalization,implementation", [
     (n, i) for n in NORMALIZATIONS for i in IMPLEMENTATIONS if has_path(n, i)])
-@pytest.mark.fast_subset(  # the paths' padding is the sequence model's; ALBERT's layers on one
-    lambda p: p["normalization"] == "dnas"
-    or (p["normalization"], p["implementation"]) == ("softmax", "quadratic"))
+@pytest.mark.fast_subset(  # the paths' padding is test_sequence_model's; ALBERT's layers on one
+    lambda p: (p["normalization"], p["implementation"]) == ("dnas", "quadratic"))
 def test_albert_model(normalization, implementation):
   model = albert(normalization, implementation)
   params = sharp_albert_params(normalization)
@@ -151,7 +152,9 @@ def test_albert_model(normalization, implementation):
       lambda p, t, m: model.apply(p, t, m)["last_hidden_state"], params)
 
 
+@functools.lru_cache(maxsize=None)
 def bert_model():
+  """Shared by the two tests that read it (same params)."""
   config = BertConfig(vocab_size=VOCAB, hidden_size=D, num_hidden_layers=2,
                       num_attention_heads=H, intermediate_size=24,
                       max_position_embeddings=N + PAD)
@@ -189,6 +192,8 @@ def test_sharpened_attention_is_far_from_uniform():
 
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@pytest.mark.fast_subset(  # the masks combine before the path is chosen; DNAS's padding on the
+    lambda p: p["implementation"] == "quadratic")  # others: test_sequence_model[mte-dnas-*]
 def test_padding_mask_masks_queries_and_keys(implementation):
   x = jax.random.normal(jax.random.key(4), (2, N + PAD, D))
   mask = inputs()[2]
@@ -278,16 +283,26 @@ def assert_garbage_is_harmless(found):
 
 
 LENGTHS_MASK = jnp.arange(N + PAD)[None] < jnp.array([[N], [N + PAD]])  # the first padded
+# One normalisation per branch the module takes: row-local, over the queries with a parameter of
+# its own, NAP's unscaled logits; "others" are the rest.
+BRANCHES = ("softmax", "hnas", "nap")
 
 
+def in_group(name, group):
+  return (name in BRANCHES) == (group == "branches")
+
+
+@pytest.mark.parametrize("group", ["branches", "others"])
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
-@pytest.mark.fast_subset(lambda p: p["implementation"] == "quadratic")  # the zeroing precedes
-def test_nan_and_inf_in_the_padding_reach_no_real_output_nor_gradient(implementation):
+@pytest.mark.fast_subset(  # the zeroing precedes the path and the normalisation
+    lambda p: (p["implementation"], p["group"]) == ("quadratic", "branches"))
+def test_nan_and_inf_in_the_padding_reach_no_real_output_nor_gradient(implementation, group):
   """Every normalisation on every path it has: 0 weight times NaN is NaN, and so was the
   projections' gradient at a NaN position, so one NaN in the padding turned the whole
   sequence's outputs and gradients NaN (as in flax's module); the module zeroes the inputs of
   the positions no mask lets take part."""
-  names = [name for name in NORMALIZATIONS if has_path(name, implementation)]
+  names = [name for name in NORMALIZATIONS
+           if has_path(name, implementation) and in_group(name, group)]
   build = lambda name: MultiHeadAttention(num_heads=H, normalization=name,
                                           implementation=implementation)
   found = garbage_effect(
@@ -296,16 +311,19 @@ def test_nan_and_inf_in_the_padding_reach_no_real_output_nor_gradient(implementa
   assert_garbage_is_harmless(found)
 
 
+@pytest.mark.parametrize("group", ["branches", "others"])
 @pytest.mark.parametrize("implementation", ["quadratic", "fused"])
-@pytest.mark.fast_subset(lambda p: p["implementation"] == "quadratic")
-def test_nan_and_inf_in_the_padding_are_harmless_in_the_nnx_module_too(implementation):
+@pytest.mark.fast_subset(  # the zeroing precedes the path and the normalisation
+    lambda p: (p["implementation"], p["group"]) == ("quadratic", "branches"))
+def test_nan_and_inf_in_the_padding_are_harmless_in_the_nnx_module_too(implementation, group):
   """The NNX module takes padding as flax's dense mask: every normalisation on the quadratic
   path, and the fused path of those that take a dense mask (its fast path takes none)."""
   from flax import nnx
 
   from normattn_jax.nnx import MultiHeadAttention as NnxAttention
-  names = [name for name in NORMALIZATIONS if implementation == "quadratic"
-           or (get(name).fused is not None and not get(name).normalizes_over_queries)]
+  names = [name for name in NORMALIZATIONS if in_group(name, group) and (
+      implementation == "quadratic"
+      or (get(name).fused is not None and not get(name).normalizes_over_queries))]
   mask = nnx.make_attention_mask(LENGTHS_MASK, LENGTHS_MASK)
   build = lambda name: NnxAttention(H, D, normalization=name, implementation=implementation,
                                     decode=False, rngs=nnx.Rngs(0))
