@@ -76,6 +76,9 @@ def test_ctrl_c_says_how_to_resume_instead_of_a_traceback(tmp_path):
           f"'--workdir=runs/a b' --cpu_devices=1\n") in done.stderr
 
 
+# a process flag without --distributed (one check of all three): test_distributed's
+# test_process_flags_need_distributed (the sweep's command, nothing written)
+@pytest.mark.slow
 def test_multi_host_flags_without_distributed_are_refused():
   done = command("--workdir=w", "--num_processes=2")
   assert done.returncode != 0 and "need --distributed" in done.stderr
@@ -200,6 +203,7 @@ def test_a_repeated_config_field_and_stray_arguments_are_refused_before_anything
 
 
 @pytest.mark.parametrize("minutes", ["nan", "inf"])
+@pytest.mark.fast_subset(lambda p: p["minutes"] == "nan")  # one check of the flag, two values
 def test_a_budget_that_is_not_a_finite_number_of_minutes_is_a_usage_error(minutes):
   done = command(f"--max_minutes={minutes}", "--workdir=/nowhere")
   assert done.returncode == 1, done.stderr[-2000:]

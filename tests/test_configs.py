@@ -25,6 +25,8 @@ CONFIGS = sorted(p for p in glob.glob(os.path.join(REPO, "normattn_jax", "config
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=os.path.basename)
+@pytest.mark.fast_subset(  # one sweep config, make run's; the steps-scaled static sweep:
+    lambda p: os.path.basename(p["path"]) == "demo.py")  # test_grid's fig13 test
 def test_config_is_valid(path):
   validate(config_from_file(path))
 
@@ -70,6 +72,7 @@ def count_pretraining_params(c):
 
 
 @pytest.mark.parametrize("attention,extra", [("softmax", 0), ("dnas", 0), ("hnas", 24 * 16)])
+@pytest.mark.fast_subset(lambda p: p["attention"] != "dnas")  # no parameters, as softmax
 def test_dnas_paper_model_has_bert_large_size(attention, extra):
   # One set of weights shared by all 24 layers would give 47M; HNAS adds only u per layer and head.
   c = config_from_file(os.path.join(REPO, "normattn_jax", "configs", "albert_large_dnas_paper.py"))
@@ -81,6 +84,8 @@ def test_dnas_paper_model_has_bert_large_size(attention, extra):
 
 @pytest.mark.parametrize("task", regularization.TABLE_TASKS)
 @pytest.mark.parametrize("kind", sorted(regularization.KINDS))
+@pytest.mark.fast_subset(  # each regulariser on one task
+    lambda p: p["task"] == regularization.TABLE_TASKS[0])
 def test_regularization_configs(task, kind):
   validate(regularization.get_config(f"{task},{kind}"))
 
@@ -118,6 +123,9 @@ def test_ablation_stages():
                                                (False, False, True, True)]
 
 
+# the sweep command refusing a bad config before writing anything: test_registry's
+# test_the_sweep_cli_needs_the_plugin_that_registers_sparsemax
+@pytest.mark.slow
 def test_command_line_rejects_a_bad_override_before_compiling(tmp_path):
   result = subprocess.run(
       [sys.executable, "-m", "normattn_jax.cli.sweep",

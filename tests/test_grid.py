@@ -28,6 +28,7 @@ from normattn_jax.sweep.plan import SweepPlan
 from normattn_jax.sweep.train import LOGGED, load_model, resummarise
 
 from helpers import REPO, TESTS, subprocess_env
+from helpers.commands import run_flags
 from helpers.sweeps import read, run, tiny_sweep_config
 
 
@@ -148,6 +149,9 @@ def test_killed_run_resumes_to_the_same_numbers_and_history(reference, tmp_path,
   assert history_bytes(tmp_path) == history_bytes(reference)
 
 
+# rows past the restored checkpoint, logged once: test_workdir's
+# test_sweep_resumes_past_a_damaged_latest_checkpoint (restored from the one before the last)
+@pytest.mark.slow
 def test_rows_past_the_last_checkpoint_are_logged_once(reference, tmp_path):
   """Checkpoints every second evaluation: the killed run logged sum's evaluation 1 past its
   last checkpoint (none); the resumed run trains and logs it again, once."""
@@ -159,6 +163,8 @@ def test_rows_past_the_last_checkpoint_are_logged_once(reference, tmp_path):
 
 
 @pytest.mark.parametrize("every", [2, 0])
+@pytest.mark.fast_subset(  # checkpoints off takes the time stop's save and resume and more
+    lambda p: p["every"] == 0)
 def test_a_sweep_stopped_by_time_keeps_its_last_chunk_and_resumes(reference, tmp_path, every):
   """--max_minutes (the GPU queue's way to end a loan's sweep): the chunk that passed the time
   is checkpointed though it is no checkpoint_every multiple, and even with checkpoints off (0,
@@ -172,17 +178,6 @@ def test_a_sweep_stopped_by_time_keeps_its_last_chunk_and_resumes(reference, tmp
   assert history_bytes(tmp_path) == history_bytes(reference)
 
 
-def finished_run_flags(workdir):
-  """The command line's flags of a plain rerun of ``workdir`` (``cli.run_kind``)."""
-  from types import SimpleNamespace
-
-  from normattn_jax.cli import command as cli
-  given = dict(workdir=str(workdir), distributed=False, coordinator_address="", num_processes=0,
-               process_id=-1, afresh=False, plugins=[], cpu_devices=None,
-               compilation_cache=False, max_minutes=0.0)
-  return cli.RunFlags(**{name: SimpleNamespace(value=value) for name, value in given.items()})
-
-
 def test_a_finished_run_rerun_draws_only_its_missing_figures(reference, tmp_path, monkeypatch):
   """A rerun of a finished sweep returns its summary; of its figures only a missing one is
   drawn (the others keep their bytes and times), and a read-only workdir is left alone."""
@@ -191,7 +186,7 @@ def test_a_finished_run_rerun_draws_only_its_missing_figures(reference, tmp_path
   from normattn_jax.cli import command as cli
   workdir = tmp_path / "finished"
   shutil.copytree(reference, workdir)
-  config, flags_ = tiny_sweep_config(), finished_run_flags(workdir)
+  config, flags_ = tiny_sweep_config(), run_flags(workdir)
   figures = ("accuracy.png", "case_accuracy.png", "learning_curves.png")
   assert cli.run_kind(config, flags_) == read(reference)
   kept = {name: (workdir / name).stat().st_mtime_ns for name in figures}

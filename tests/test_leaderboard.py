@@ -3,6 +3,7 @@ family of words for the board and every card (each card's committed words are th
 tables that render, the columns that rank, the words' stability over random halvings."""
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -176,6 +177,17 @@ def run_leaderboard(*args):
                         env=subprocess_env())
 
 
+def test_a_missing_or_empty_cards_folder_is_named(tmp_path):
+  (tmp_path / "empty").mkdir()
+  for cards, said in ((tmp_path / "nowhere", "does not exist"),
+                      (tmp_path / "empty", "holds no <name>/report.json")):
+    with pytest.raises(FileNotFoundError, match=re.escape(f"cards folder {cards} {said}")):
+      leaderboard.report_paths(str(cards))
+
+
+# the messages: test_a_missing_or_empty_cards_folder_is_named; the command's refusal of what it
+# reads, before it writes: test_a_damaged_report_names_its_file_and_what_is_wrong
+@pytest.mark.slow
 def test_a_missing_or_empty_cards_folder_is_an_error_and_the_board_stays(tmp_path):
   board = tmp_path / "BOARD.md"
   board.write_text("the board as it was\n")

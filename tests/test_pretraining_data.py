@@ -208,6 +208,9 @@ def test_bad_arguments_name_the_field(kwargs, match):
     create_examples(synthetic_documents(), 400, np.ones(400, bool), **kwargs)
 
 
+# a pre-training on text files (TFDS, SentencePiece, examples): tests/helpers/finetuning.py's
+# pretrained, in test_finetune's test_pretraining_checkpoint_restores_the_encoder
+@pytest.mark.slow
 def test_pretraining_runs_on_local_files(tmp_path):
   from normattn_jax.pretrain.train import base_pretrain_config, run_pretraining
   c = base_pretrain_config()

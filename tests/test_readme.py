@@ -52,7 +52,45 @@ def test_the_guides_show_the_weight_functions_and_a_registered_task():
     assert name in text, f"no guide's example uses {name}"
 
 
+# The examples that run what another fast test runs, each found by a line of its own: page,
+# line -> the test that covers it in make test. test_every_example_compiles parses every one.
+RUN_ELSEWHERE = {
+    ("README.md", 'for name in ("softmax", "dnas", "sparsemax")'):
+        "test_padding's test_padding_mask_masks_queries_and_keys",
+    ("README.md", "summary = run_sweep(config, workdir"):
+        "test_grid's reference sweep, test_a_trained_model_loads_back_as_a_module_and_...",
+    ("docs/guides/analyses.md", "ratios = mixing.mixing_ratios(blocks[0])"):
+        "test_mixing (MiniLM loaded, its blocks traced, their mixing ratios)",
+    ("docs/guides/grids.md", 'run = train_grid(c, "mte")'):
+        "test_task_registry's test_train_grid_gives_the_sweeps_numbers",
+    ("docs/guides/modules.md", 'normalization="ssmax", decode=True'):
+        "test_module_dropin's test_decoding_a_row_local_normalisation_...[ssmax-quadratic]",
+    ("docs/guides/modules.md", "stacked = jax.vmap(lambda k: model.init(k, tokens))"):
+        "test_blocks' test_vmap_over_init_and_apply_equals_each_model_alone",
+    ("docs/guides/modules.md", 'output_gate="headwise", qk_norm="rms"'):
+        "test_module_options (each option, AttentionModuleSpec)",
+    ("docs/guides/modules.md", "class Classifier(nnx.Module)"):
+        "test_nnx's test_seed_ensemble_with_vmap and test_softmax_is_flax",
+    ("docs/guides/normalisations.md", "w = dnas_weights(logits, mask)"):
+        "test_weights' test_dnas_column_bound_with_padding",
+}
+
+
+def run_elsewhere(page: str, block: str) -> bool:
+  return any(page == where and line in block for where, line in RUN_ELSEWHERE)
+
+
+def test_every_example_compiles():
+  """Every block parses as Python, the ones make test does not run (``RUN_ELSEWHERE``, each
+  line found in one block of its page) too."""
+  for where, line in RUN_ELSEWHERE:
+    assert sum(line in block for page, _, block in BLOCKS if page == where) == 1, (where, line)
+  for page, index, block in BLOCKS:
+    compile(block, f"{page} block {index}", "exec")
+
+
 @pytest.mark.parametrize("page,index,block", BLOCKS, ids=[f"{p}:{i}" for p, i, _ in BLOCKS])
+@pytest.mark.fast_subset(lambda p: not run_elsewhere(p["page"], p["block"]))
 def test_example_runs(page, index, block):
   """Each block runs as a reader runs it, in a fresh namespace; what it registers is removed
   afterwards, so that two pages may register the same example."""

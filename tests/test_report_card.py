@@ -90,6 +90,8 @@ def test_several_hosts_are_refused_before_the_workdir(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("scale", tuple(rc.SCALES))
+@pytest.mark.fast_subset(  # the paper scale: the same configs as smoke and cpu, larger
+    lambda p: p["scale"] != "paper")
 def test_every_sweep_of_every_scale_validates(scale):
   for task in rc.CARD_TASKS:
     card = rc.sweep_config(task, scale, (rc.CARD_ARCH,), SPEC)

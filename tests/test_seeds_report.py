@@ -303,6 +303,9 @@ def test_the_command_names_a_damaged_file_of_our_run(tmp_path):
   assert "Traceback" not in done.stderr
 
 
+# the message: test_a_missing_authors_folder_is_refused_by_name; the command's refusal of what
+# the comparison raises: test_the_command_names_a_damaged_file_of_our_run
+@pytest.mark.slow
 def test_the_command_refuses_a_missing_authors_folder(tmp_path):
   our_run(tmp_path)
   done = subprocess.run(

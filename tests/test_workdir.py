@@ -21,6 +21,7 @@ from normattn_jax.sweep.config import get_field
 from normattn_jax.pretrain.train import run_pretraining
 from normattn_jax.train.driver import Budget, Interrupted
 from helpers import REPO, subprocess_env
+from helpers.commands import run_flags
 from helpers.files import halve
 from helpers.sweeps import read, run, tiny_sweep_config
 from helpers.pretraining import (FAKE_VOCAB, RandomExamples, read_history,
@@ -227,6 +228,9 @@ def test_pretraining_rerun_of_a_finished_run_leaves_it_as_it_was(finished_pretra
   assert summary["tokens_per_second"] > 0
 
 
+# afresh, one driver (runs.run) for every kind: test_sweep_afresh_moves_the_old_workdir_aside;
+# a pre-training afresh: test_finetune_guards' test_a_resumed_run_refuses_an_encoder_replaced_...
+@pytest.mark.slow
 def test_pretraining_afresh_moves_the_old_workdir_aside(finished_pretraining, random_data,
                                                         tmp_path):
   workdir = copy(finished_pretraining, tmp_path)
@@ -283,15 +287,19 @@ def test_sweep_command_refuses_another_config_in_one_line(tmp_path):
   assert "Traceback" not in done.stderr and os.listdir(tmp_path) == ["config.json"]
 
 
-def test_pretrain_command_reruns_a_finished_run_without_a_measured_throughput(tmp_path):
+def test_pretrain_command_reruns_a_finished_run_without_a_measured_throughput(tmp_path, capsys):
+  """The command's main (``cli.run_kind``, as normattn-pretrain calls it) in this process; its
+  flags and exit codes: test_cli, test_sweep_command_refuses_another_config_in_one_line."""
+  from normattn_jax.cli import command as cli
   from normattn_jax.configs import albert_tiny
   (tmp_path / "config.json").write_text(json.dumps(config_json(albert_tiny.get_config())))
   summary = {"attention": "softmax", "mlm_accuracy": 0.5, "sop_accuracy": 0.75,
              "tokens_per_second": None, "devices": 1, "device_kind": "cpu"}
   (tmp_path / "summary.json").write_text(json.dumps(summary))
-  done = command("pretrain", "--workdir", str(tmp_path))
-  assert done.returncode == 0, done.stderr
-  assert "softmax: held-out MLM accuracy 50.0%, SOP accuracy 75.0%, n/a tokens/s" in done.stdout
+  assert cli.run_kind(albert_tiny.get_config(), run_flags(tmp_path),
+                      expected="pretraining") == summary
+  assert ("softmax: held-out MLM accuracy 50.0%, SOP accuracy 75.0%, n/a tokens/s"
+          in capsys.readouterr().out)
   assert json.loads((tmp_path / "summary.json").read_text()) == summary
 
 
