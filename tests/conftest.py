@@ -29,14 +29,14 @@ import pytest  # noqa: E402
 # it runs short of tests, so these start first and the short files fill in at the end, instead
 # of one long file running alone on one worker while the other sits idle.
 HEAVIEST_FIRST = (
-    "test_readme.py", "test_grid.py", "test_nnx.py", "test_fast.py", "test_mixing.py",
-    "test_export_check.py", "test_albert.py", "test_fused.py", "test_padding.py",
-    "test_finetune.py", "test_module_options.py", "test_card_lm.py", "test_new_weights.py",
-    "test_analysis_majority.py", "test_weights.py", "test_module.py", "test_analysis_geometry.py",
-    "test_weights_exact.py", "test_analysis_explaining_away.py", "test_module_dropin.py",
-    "test_configs.py", "test_workdir.py", "test_cell_independence.py", "test_precision.py",
-    "test_analysis_mode_collapse.py", "test_distributed.py", "test_seeds_report.py",
-    "test_finetune_guards.py", "test_fast_new.py", "test_causal_lm.py")
+    "test_grid.py", "test_fused.py", "test_padding.py", "test_finetune.py", "test_fast.py",
+    "test_blocks.py", "test_workdir.py", "test_module_options.py", "test_weights.py",
+    "test_distributed.py", "test_export_check.py", "test_new_weights.py", "test_card_lm.py",
+    "test_analysis_majority.py", "test_cell_independence.py", "test_finetune_guards.py",
+    "test_module_dropin.py", "test_mixing.py", "test_retrain_arch.py", "test_weights_exact.py",
+    "test_albert.py", "test_reproduction_tables.py", "test_analysis_explaining_away.py",
+    "test_causality.py", "test_cli.py", "test_step_cuts.py", "test_fast_new.py",
+    "test_task_registry.py", "test_estimate.py", "test_registry.py")
 
 
 def file_rank(item) -> int:
