@@ -109,7 +109,7 @@ def test_ablation_switches():
 
 
 @pytest.mark.parametrize("arch,normalization", VARIANTS)
-@pytest.mark.fast_subset(  # the heads on one arch; every arch's and normalisation's padding,
+@pytest.mark.fast_subset(  # the heads on one arch; every arch's padding, its
     lambda p: (p["arch"], p["normalization"]) == ("bert", None))  # gradients too: test_padding's
 def test_padding_does_not_change_valid_outputs(arch, normalization):
   tokens = jax.random.randint(jax.random.key(5), (2, 8), 0, 20)

@@ -38,7 +38,7 @@ def logits_of(params):
 
 
 # the ones with learned per-head constants; the others in the module (no parameter of their
-# own): test_padding.py::test_nan_and_inf_in_the_padding_reach_no_real_output_nor_gradient
+# own): test_module.py::test_every_normalization_runs
 @pytest.mark.parametrize("name", NEW)
 @pytest.mark.fast_subset(lambda p: p["name"] in ("sigmoid", "sink", "ssmax"))
 def test_the_module_starts_at_the_papers_constants_and_trains(name):
