@@ -76,6 +76,15 @@ def test_ctrl_c_says_how_to_resume_instead_of_a_traceback(tmp_path):
           f"'--workdir=runs/a b' --cpu_devices=1\n") in done.stderr
 
 
+def test_the_resume_command_names_the_module_that_python_m_ran():
+  from normattn_jax.cli import command as cli
+  argv = ["/site/normattn_jax/cli/card.py", "--workdir=runs/a b", "--afresh"]
+  assert (cli.resume_command(argv, "normattn_jax.cli.card")
+          == "python -m normattn_jax.cli.card '--workdir=runs/a b'")
+  assert cli.resume_command(["/venv/bin/normattn-card", "--afresh=true", "--x=1"]) == (
+      "/venv/bin/normattn-card --x=1")
+
+
 # a process flag without --distributed (one check of all three): test_distributed's
 # test_process_flags_need_distributed (the sweep's command, nothing written)
 @pytest.mark.slow

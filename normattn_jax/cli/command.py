@@ -474,23 +474,35 @@ def run_command(run: Callable[..., T], config: Any, run_flags: RunFlags,
     sys.exit(INTERRUPTED_EXIT)
   except KeyboardInterrupt:
     print(f"\nstopped (Ctrl-C): {f.workdir.value} keeps its newest checkpoint; resume with\n"
-          f"  {resume_command(sys.argv)}", file=sys.stderr, flush=True)
+          f"  {resume_command(sys.argv, main_module())}", file=sys.stderr, flush=True)
     sys.exit(CTRL_C_EXIT)
 
 
-def resume_command(argv: Sequence[str]) -> str:
+def main_module() -> Optional[str]:
+  """The module that ``python -m`` ran as ``__main__``, else None (a script or a console
+  script): ``sys.argv[0]`` then holds its file's path, not the module's name."""
+  spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+  return spec.name if spec is not None else None
+
+
+def resume_command(argv: Sequence[str], module: Optional[str] = None) -> str:
   """The command line that resumes a run: the one given without ``--afresh`` (which would
   start it again from nothing), a Python script's with ``python`` before it.
 
   Args:
     argv: the command line, ``sys.argv``.
+    module: the module run with ``python -m`` (``main_module()``), whose name replaces the
+      file path in ``argv[0]``.
 
   Returns:
     The command, quoted for a POSIX shell.
   """
   program, *arguments = argv
   kept = [a for a in arguments if not re.fullmatch(r"--afresh(=.*)?", a)]
-  head = ["python", program] if program.endswith(".py") else [program]
+  if module:
+    head = ["python", "-m", module]
+  else:
+    head = ["python", program] if program.endswith(".py") else [program]
   return " ".join(shlex.quote(word) for word in head + kept)
 
 
