@@ -212,6 +212,17 @@ class RunHooks:
     """Whether ``minutes`` have passed since the last checkpoint."""
     return bool(self.minutes) and self.budget.clock() - self.saved_at >= 60.0 * self.minutes
 
+  def _clock_due(self) -> bool:
+    """Whether the clock asks for the state now: ``minutes`` passed since the last checkpoint
+    (where there is a folder to save to), or the budget's time is spent; decided alike in every
+    process (``_time_says``)."""
+    timed = bool(self.minutes and self.directory)
+    late = self.budget.deadline is not None
+    if not (timed or late):
+      return False
+    return self._time_says((timed and self._timed())
+                           or (late and self.budget.clock() >= self.budget.deadline))
+
   def state_needed(self, done: int) -> bool:
     """``run_grid``'s ``state_needed``: whether ``on_chunk`` after ``done`` chunks will read the
     state (asked before it runs): when a checkpoint is due (every ``every``, the last, by
@@ -222,14 +233,7 @@ class RunHooks:
     """
     if self.budget.left is not None and self.budget.left <= 1:
       return True
-    if self.directory and self._periodic(done):
-      return True
-    timed = self.minutes and self.directory
-    late = self.budget.deadline is not None
-    if not (timed or late):
-      return False
-    return self._time_says((timed and self._timed())
-                           or (late and self.budget.clock() >= self.budget.deadline))
+    return bool(self.directory and self._periodic(done)) or self._clock_due()
 
   def on_chunk(self, done: int, state, metrics: dict) -> None:
     """Record the chunk's evaluation, checkpoint, then pay the chunk from the budget; with no
@@ -239,10 +243,7 @@ class RunHooks:
     if state is None:
       return
     # a run stopped by time keeps every chunk it ran: the next call resumes from there
-    due = self._periodic(done) or (
-        (self.minutes or self.budget.deadline is not None)
-        and self._time_says(self._timed() or self.budget.out_of_time()))
-    if self.directory and due:
+    if self.directory and (self._periodic(done) or self._clock_due()):
       self.save(done, {"state": state} if self.state_only
                 else {"state": state, "metrics": metrics})
     self.budget.check(self.name, done, self.num_chunks)
