@@ -95,7 +95,8 @@ def setup_for(d_model, seq_len):
 def initial(programs, num_models):
   """The models' initial states (seeds 0 .. M - 1) and hyper-parameters, stacked."""
   keys = np.stack([np.asarray(jax.random.key_data(jax.random.key(i))) for i in range(num_models)])
-  hp = {"learning_rate": jnp.full((num_models,), 1e-3), "l2": jnp.zeros((num_models,))}
+  hp = {"learning_rate": jnp.full((num_models,), 1e-3), "l2": jnp.zeros((num_models,)),
+        "dropout": jnp.zeros((num_models,))}
   return jax.jit(jax.vmap(programs.init))(keys, hp), hp
 
 

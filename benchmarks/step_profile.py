@@ -130,7 +130,7 @@ def main(argv):
   c.model.d_model, c.task.seq_len = _D_MODEL.value, _SEQ_LEN.value
   programs = make_programs(Setup(_ARCH.value, c))
   steps = _STEPS.value
-  hp = {"learning_rate": jnp.float32(1e-3), "l2": jnp.float32(0.0)}
+  hp = {"learning_rate": jnp.float32(1e-3), "l2": jnp.float32(0.0), "dropout": jnp.float32(0.0)}
   state = jax.jit(programs.init)(np.asarray(jax.random.key_data(jax.random.key(0))), hp)
   run = jax.jit(lambda s, h: jax.lax.scan(lambda s, _: programs.train_step(s, h), s, None,
                                           length=steps)[0])

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 from normattn_jax.attention.module import MultiHeadAttention, check_attention_fields
 from normattn_jax.attention.module_spec import AttentionModuleSpec, check_module_spec
 from normattn_jax.attention.registry import AttentionSpec
+from normattn_jax.dropout import Dropout, check_rate, draws
 from normattn_jax.feedforward import check_ffn_implementation, kernel_sub_block, takes_kernel
 from normattn_jax.norms import LayerNorm
 from normattn_jax.validation import check_int
@@ -179,7 +180,7 @@ def check_block_fields(*, num_heads: int, ffn_features: Optional[int], dropout_r
   Args:
     num_heads: must be a positive integer.
     ffn_features: must be a positive integer, or None.
-    dropout_rate: must lie in [0, 1).
+    dropout_rate: must lie in [0, 1); a traced rate passes (``normattn_jax.dropout``).
     layer_norm_epsilon: must be > 0.
 
   Raises:
@@ -188,8 +189,7 @@ def check_block_fields(*, num_heads: int, ffn_features: Optional[int], dropout_r
   check_int("num_heads", num_heads)
   if ffn_features is not None:
     check_int("ffn_features", ffn_features)
-  if not 0.0 <= dropout_rate < 1.0:
-    raise ValueError(f"dropout_rate must lie in [0, 1), got {dropout_rate!r}")
+  check_rate(dropout_rate)
   if not layer_norm_epsilon > 0:
     raise ValueError(f"layer_norm_epsilon must be > 0, got {layer_norm_epsilon!r}")
 
@@ -259,7 +259,7 @@ class TransformerBlock(nn.Module):
     dense = lambda features, name: nn.Dense(features, kernel_init=self.kernel_init,
                                             dtype=self.dtype, param_dtype=self.param_dtype,
                                             name=name)
-    dropout = lambda y: nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
+    dropout = lambda y: Dropout(self.dropout_rate)(y, deterministic=deterministic)
 
     if spec.mixer == "attention":
       if d_model % self.num_heads:
@@ -289,7 +289,7 @@ class TransformerBlock(nn.Module):
     compute = self.dtype if self.dtype is not None else jnp.promote_types(x.dtype,
                                                                           self.param_dtype)
     kernel = takes_kernel(self.ffn_implementation, layout, compute, d_model, ffn_features,
-                          self.dropout_rate > 0 and not deterministic)
+                          draws(self.dropout_rate) and not deterministic)
     fused = lambda p: kernel_sub_block(p, layout, ffn_features, epsilon=self.layer_norm_epsilon,
                                        kernel_init=self.kernel_init, dtype=self.dtype,
                                        param_dtype=self.param_dtype)

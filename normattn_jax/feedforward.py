@@ -18,6 +18,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from normattn_jax.dropout import draws
 from normattn_jax.kernels import ffn as ffn_kernels
 from normattn_jax.kernels import rules
 
@@ -41,7 +42,7 @@ def check_ffn_implementation(implementation, dropout_rate: float,
   """
   if implementation not in FFN_IMPLEMENTATIONS:
     raise ValueError(f"{field}={implementation!r}: must be one of {FFN_IMPLEMENTATIONS}")
-  if implementation == "pallas" and dropout_rate > 0:
+  if implementation == "pallas" and draws(dropout_rate):
     raise ValueError(f"{field}='pallas' computes the feed-forward sub-block in one kernel, "
                      f"which draws no dropout: needs {dropout_field}=0, got {dropout_rate!r} "
                      f"(use 'xla' or 'auto')")

@@ -281,6 +281,23 @@ def test_vmapped_sweep_and_static_sweep(tmp_path):
     load_model(str(tmp_path / "d"), "max", 0.001, value=16)
 
 
+def test_a_dropout_sweep_is_one_program_with_each_rates_numbers(tmp_path):
+  c = tiny_sweep_config(archs=("mte",), num_seeds=1, learning_rates=(0.003,))
+  c.sweep.name, c.sweep.grid = "train.dropout", (0.0625, 0.25)
+  run(c, tmp_path / "in")
+  c.sweep.in_program = False  # a program per rate: the layout of sweeps stored before
+  run(c, tmp_path / "out")
+  folded, static = (np.load(tmp_path / name / "metrics.npz") for name in ("in", "out"))
+  assert "mte/val_acc" in folded and "mte[train.dropout=0.25]/val_acc" in static
+  for index, rate in enumerate(c.sweep.grid):
+    for name in ("train_loss", "val_acc"):
+      np.testing.assert_array_equal(folded[f"mte/{name}"][:, :, index],  # [evals, lr, value, seed]
+                                    static[f"mte[train.dropout={rate}]/{name}"][:, :, 0])
+  c.sweep.name, c.sweep.grid = "train.l2", (0.0, 0.1)
+  with pytest.raises(ValueError, match=r"config.sweep.in_program=False: train.l2 is swept "):
+    validate(c)
+
+
 def test_majority_task_trains_with_a_class_per_token(tmp_path):
   c = tiny_sweep_config(archs=("mte",), num_seeds=1, learning_rates=(0.01,))
   c.task.update(name="majority", output="token_classes", vocab_size=5, min_margin=2)
@@ -419,7 +436,7 @@ def test_a_programs_memory_grows_with_its_batch_and_a_cpu_takes_one_model_per_vm
   for batch in (8, 64):
     c.train.batch_size = batch
     programs = make_programs(Setup("mte", c))
-    hp = {"learning_rate": jnp.float32(1e-3), "l2": jnp.float32(0.0)}
+    hp = {"learning_rate": jnp.float32(1e-3), "l2": jnp.float32(0.0), "dropout": jnp.float32(0.0)}
     state = jax.eval_shape(programs.init, jax.random.key_data(jax.random.key(0)), hp)
     sizes.append(program_bytes(lambda s, h: programs.train_step(s, h)[0], state, hp))
   assert 0 < sizes[0] < sizes[1]
@@ -477,7 +494,8 @@ def test_an_evaluation_on_non_finite_logits_counts_as_diverged():
   from normattn_jax.sweep.programs import train_grid
   c = tiny_sweep_config(archs=("mte",), num_seeds=1, learning_rates=(0.001,),
                   **{"train.num_steps": 1, "train.eval_every": 1})
-  hp = {"learning_rate": np.array([np.inf, 1e-3], np.float32), "l2": np.zeros(2, np.float32)}
+  hp = {"learning_rate": np.array([np.inf, 1e-3], np.float32), "l2": np.zeros(2, np.float32),
+        "dropout": np.zeros(2, np.float32)}
   metrics = train_grid(c, "mte", hyperparameters=hp, keys=model_keys(0, np.zeros(2, int))).metrics
   assert metrics["diverged"][-1].tolist() == [True, False]
   for name, curve in metrics.items():
@@ -522,7 +540,8 @@ def test_a_non_finite_steps_reference_is_refused():
   import ml_collections
   c = tiny_sweep_config()
   c.sweep = ml_collections.ConfigDict(dict(name="train.batch_size", grid=(4, 8),
-                                           steps_scale="inverse", steps_reference=float("inf")))
+                                           steps_scale="inverse", steps_reference=float("inf"),
+                                           in_program=True))
   with pytest.raises(ValueError, match=r"config.sweep.steps_reference=inf: .*finite"):
     validate(c)
 

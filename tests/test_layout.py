@@ -106,6 +106,17 @@ def test_an_old_results_folder_is_read_and_scored_as_stored(name, tmp_path):
   assert summary == json.loads((workdir / "summary.json").read_text())
 
 
+def test_a_dropout_sweep_stored_before_the_rate_was_data_reads_as_a_program_per_rate():
+  plans = {name: SweepPlan.of(artifacts.read_config(os.path.join(REPO, "results", name)))
+           for name in ("table2_case_tokens_dropout_reduced", "table2_case_tokens_l2_reduced")}
+  dropout, l2 = plans.values()
+  assert dropout.config.sweep.in_program is False and dropout.static
+  assert [g.name for g in dropout.grids[:2]] == ["bert[train.dropout=0.0625]",
+                                                  "mte[train.dropout=0.0625]"]
+  assert l2.config.sweep.in_program is True and not l2.static
+  assert l2.axis.swept_field == "train.l2"
+
+
 def test_an_old_workdir_is_the_same_config_under_the_new_name(tmp_path):
   workdir, _ = old_run(OLD_RUNS[0], tmp_path)
   config = artifacts.read_config(str(workdir))

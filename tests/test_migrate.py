@@ -63,7 +63,8 @@ def test_flat_options_become_the_section_keeping_only_what_differs_from_the_defa
   assert old["model"]["attention"] == "sinkhorn"  # the stored tree is not changed
   sweep = {"normalization": "", "sweep": {"values": [1]}, "model": {}, "train": {}}
   assert with_current_names(sweep, "sweep") == {
-      "kind": "sweep", "attention": {"name": "", "options": {}}, "sweep": {"grid": [1]},
+      "kind": "sweep", "attention": {"name": "", "options": {}},
+      "sweep": {"grid": [1], "in_program": True},
       "model": dict(OPTIONS_OFF, **SWEEP_COMPUTE),
       "train": {"data_shards": 1, "checkpoint_minutes": 0.0, "flat_adam": False,
                 "drop_zero_l2": False}}

@@ -45,7 +45,8 @@ def test_the_cuts_keep_every_bit(arch, fusion_emitters):
 
 def test_weights_for_a_program_without_the_l2_term_are_refused():
   c = tiny_sweep_config(**{"archs": ("nap",), "train.drop_zero_l2": True})
-  hp = {"learning_rate": np.full(2, 1e-3, np.float32), "l2": np.array([0.0, 0.1], np.float32)}
+  hp = {"learning_rate": np.full(2, 1e-3, np.float32), "l2": np.array([0.0, 0.1], np.float32),
+        "dropout": np.zeros(2, np.float32)}
   with pytest.raises(ValueError, match=r"hyperparameters\['l2'\] holds non-zero weights"):
     train_grid(c, "nap", hyperparameters=hp, keys=model_keys(0, np.zeros(2, int)))
 

@@ -227,11 +227,14 @@ def test_train_grid_checks_its_models_axis():
   keys = np.zeros((2, 2), np.uint32)
   with pytest.raises(ValueError, match="both"):
     train_grid(c, "mte", keys=keys)
-  with pytest.raises(ValueError, match=r"lack \['l2'\]"):
+  with pytest.raises(ValueError, match=r"lack \['l2', 'dropout'\]"):
     train_grid(c, "mte", hyperparameters={"learning_rate": np.ones(2)}, keys=keys)
   with pytest.raises(ValueError, match=r"hyperparameters\['l2'\] has shape \(3,\)"):
-    train_grid(c, "mte", hyperparameters={"learning_rate": np.ones(2), "l2": np.zeros(3)},
-               keys=keys)
+    train_grid(c, "mte", hyperparameters={"learning_rate": np.ones(2), "l2": np.zeros(3),
+                                          "dropout": np.zeros(2)}, keys=keys)
+  with pytest.raises(ValueError, match=r"hyperparameters\['dropout'\] holds non-zero rates"):
+    train_grid(c, "mte", hyperparameters={"learning_rate": np.ones(2), "l2": np.zeros(2),
+                                          "dropout": np.full(2, 0.1)}, keys=keys)
   with pytest.raises(ValueError, match="config.train.eval_every"):
     train_grid(copy_config(**{"train.eval_every": 7}), "mte")
 

@@ -24,6 +24,7 @@ from normattn_jax.attention.module_spec import (IMPLEMENTATIONS, OUTPUT_GATES,  
                                                 QK_NORMS, first_problem)
 from normattn_jax.attention.registry import AttentionSpec, causal_safe_names, fusable
 from normattn_jax.attention.registry import straight_through_clip  # noqa: F401 (public here)
+from normattn_jax.dropout import check_rate, divided, draws
 from normattn_jax.norms import LayerNorm
 from normattn_jax.validation import check_int
 
@@ -388,7 +389,8 @@ def check_attention_fields(*, normalization: Union[str, AttentionSpec], dropout_
   Args:
     normalization: a registered normalisation's name, or an ``AttentionSpec`` whose options
       its normalisation accepts.
-    dropout_rate: the attention dropout rate, must lie in [0, 1).
+    dropout_rate: the attention dropout rate, must lie in [0, 1) (a traced rate: each
+      model's own in a grid, ``normattn_jax.dropout``).
     implementation: must be one of ``IMPLEMENTATIONS``.
     output_gate: must be one of ``OUTPUT_GATES``.
     qk_norm: must be one of ``QK_NORMS``.
@@ -409,8 +411,7 @@ def check_attention_fields(*, normalization: Union[str, AttentionSpec], dropout_
   spec = AttentionSpec.of(normalization)
   spec.resolved()
   check_fusable(spec, implementation)
-  if not 0.0 <= dropout_rate < 1.0:
-    raise ValueError(f"dropout_rate must lie in [0, 1), got {dropout_rate!r}")
+  check_rate(dropout_rate)
 
 
 def check_fusable(normalization: Union[str, AttentionSpec], implementation: str,
@@ -486,7 +487,8 @@ class MultiHeadAttention(nn.Module):
       inputs' width).
     out_features: the width of the output (None: the inputs' width).
     broadcast_dropout: one attention-dropout mask shared by the batch and the heads.
-    dropout_rate: the dropout rate of the attention weights, in [0, 1).
+    dropout_rate: the dropout rate of the attention weights, in [0, 1); may be traced (each
+      model's own in a grid: ``normattn_jax.dropout``).
     deterministic: no dropout when True; None: ``__call__``'s ``deterministic`` decides.
     precision: the matmuls' precision (:class:`jax.lax.Precision`); the fused path uses its
       kernel's own.
@@ -726,7 +728,7 @@ class MultiHeadAttention(nn.Module):
       value = value.astype(jnp.promote_types(value.dtype, jnp.float32))
 
     params = self._head_params(norm, head_params)
-    dropout_active = self.dropout_rate > 0.0 and not nn.merge_param(
+    dropout_active = draws(self.dropout_rate) and not nn.merge_param(
         "deterministic", self.deterministic, deterministic)
     n_q, n_k = inputs_q.shape[-2], value.shape[-3]  # the keys: the cache's when decoding
     num_logits = int(np.prod(inputs_q.shape[:-1])) * self.num_heads * n_k * len(maps)
@@ -766,7 +768,7 @@ class MultiHeadAttention(nn.Module):
       if self.broadcast_dropout:  # one mask shared by the batch and the heads, as flax does
         shape = (1,) * (weights.ndim - 2) + weights.shape[-2:]
       keep = jax.random.bernoulli(dropout_rng, keep_prob, shape)
-      weights = weights * (keep / keep_prob).astype(weights.dtype)
+      weights = weights * divided(keep, keep_prob, weights.dtype)
 
     heads = weighted_sum_einsum("...hqk,...khd->...qhd", weights, value)
     return self._output(heads, features, inputs_q)

@@ -5,7 +5,8 @@ defaults, for one task. Choose with the config argument ``<task>,<kind>``:
   --config=regularization:case_first,l2         (Table 3)
   --config=regularization:mode,dropout          (Table 4)
 
-L2 is swept inside the compiled program (it is data); dropout is an outer loop.
+L2 and dropout are both swept inside the compiled program (each model's value is data of it):
+one program per arch.
 """
 from normattn_jax.configs import case_distinction, mode_finding
 

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from normattn_jax.attention.registry import AttentionSpec
 from normattn_jax.attention.module_spec import AttentionModuleSpec
 from normattn_jax.blocks import TransformerBlock, check_layer_fields
+from normattn_jax.dropout import Dropout
 from normattn_jax.validation import check_int
 
 __all__ = ["FIRST_TOKEN_OUTPUTS", "OUTPUTS", "SequenceModel"]
@@ -95,7 +96,7 @@ class SequenceModel(nn.Module):
       positions = self.param("position_embedding", init, (self.max_len, self.d_model),
                              self.param_dtype)
       x = x + positions[:seq_len].astype(x.dtype)
-    x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
+    x = Dropout(self.dropout_rate)(x, deterministic=deterministic)
     first_only = self.output in FIRST_TOKEN_OUTPUTS and not (self.all_tokens or sow_weights)
     for layer in range(self.num_layers):
       x = TransformerBlock(

@@ -28,11 +28,13 @@ SWITCHES = ("model.positional", "model.normalize", "model.attention_gelu", "trai
             "train.clip")
 PAPER_ARCHS = ("bert", "mte", "nap", "non", "sum", "max")
 PAPER_LEARNING_RATES = tuple(0.3 ** k for k in range(1, 11))
-# Hyper-parameters that keep the shapes of the compiled program: swept inside it (vmap).
-VMAPPED_SWEEPS = ("train.l2",)
+# Hyper-parameters that keep the shapes of the compiled program: swept inside it (vmap), each
+# model's value data of the one program (train.dropout a program per value where
+# sweep.in_program is False, as sweeps stored before the rate was data).
+VMAPPED_SWEEPS = ("train.l2", "train.dropout")
 # Hyper-parameters that change shapes or the graph: an outer loop of compiled programs.
 STATIC_SWEEPS = ("model.d_model", "model.num_heads", "model.num_layers", "task.seq_len",
-                 "task.vocab_size", "train.batch_size", "train.dropout", "ablation")
+                 "task.vocab_size", "train.batch_size", "ablation")
 # A static sweep over an option of the normalisation: "attention.options.<its name>".
 OPTION_SWEEP = "attention.options."
 # Table 1 of the NAP paper: BERT, - warm up, - grad. clip, + normalize, + GELU (= MTE).
@@ -61,9 +63,11 @@ def base_config() -> ml_collections.ConfigDict:
   # (steps x reference / value), "proportional" the examples per class over a vocabulary sweep
   # (steps x value / reference); evaluations scale along, so every point has as many.
   # sweep.grid: the values sweep.name takes (a program each for a static sweep, vmapped for
-  # train.l2); the field was named sweep.values in older workdirs' config.json.
+  # train.l2 and train.dropout); the field was named sweep.values in older workdirs' config.json.
+  # sweep.in_program: False trains a train.dropout sweep as a program per value (the layout of
+  # sweeps stored before the rate was data of one program)
   c.sweep = ml_collections.ConfigDict(
-      {"name": "", "grid": (), "steps_scale": "", "steps_reference": 1})
+      {"name": "", "grid": (), "steps_scale": "", "steps_reference": 1, "in_program": True})
 
   c.task = ml_collections.ConfigDict()
   c.task.name = "case_distinction"
@@ -362,14 +366,26 @@ def _validate_sweep(config):
   if name == "ablation" and any(v not in range(len(ABLATION_STAGES)) for v in values):
     _fail("sweep.grid", config.sweep.grid,
           f"ablation stages are 0..{len(ABLATION_STAGES) - 1}: {ABLATION_STAGES}")
+  if not isinstance(config.sweep.in_program, bool):
+    _fail("sweep.in_program", config.sweep.in_program, "must be True or False")
+  if name == "train.l2" and not config.sweep.in_program:
+    _fail("sweep.in_program", config.sweep.in_program,
+          "train.l2 is swept inside the program only (its weight is data of it)")
   if config.sweep.steps_scale not in STEPS_SCALES:
     _fail("sweep.steps_scale", config.sweep.steps_scale, f"choose from {STEPS_SCALES}")
   if config.sweep.steps_scale:
     check_config_float("sweep.steps_reference", config.sweep.steps_reference, 0, open_low=True)
 
 
+def swept_in_program(config) -> bool:
+  """Whether the config's sweep is data of each arch's one program (``VMAPPED_SWEEPS``, unless
+  ``sweep.in_program`` is False), not an outer loop of programs."""
+  return config.sweep.name in VMAPPED_SWEEPS and bool(config.sweep.in_program)
+
+
 def static_points(config) -> list[dict]:
-  """One dict per compiled program: ``{sweep.name: value}`` for shape sweeps, else ``[{}]``.
+  """One dict per compiled program: ``{sweep.name: value}`` for a sweep that is not data of
+  the program (``swept_in_program``), else ``[{}]``.
 
   Args:
     config: a validated sweep config.
@@ -380,7 +396,7 @@ def static_points(config) -> list[dict]:
   name = config.sweep.name
   if name == "ablation":
     return [{name: int(v)} for v in config.sweep.grid]
-  if name in STATIC_SWEEPS or name.startswith(OPTION_SWEEP):
+  if name and not swept_in_program(config):
     kind = type(_current(config, name))
     return [{name: kind(v)} for v in config.sweep.grid]
   return [{}]
@@ -426,7 +442,7 @@ def point_config(config: ml_collections.ConfigDict, values: dict, *,
       continue
     section, _, key = field.rpartition(".")
     get_field(c, section)[key] = type(_current(c, field))(value) if cast else value
-    if config.sweep.steps_scale and field not in VMAPPED_SWEEPS:  # one program: steps as given
+    if config.sweep.steps_scale and not swept_in_program(config):  # one program: steps as given
       ratio = value / config.sweep.steps_reference
       factor = 1 / ratio if config.sweep.steps_scale == "inverse" else ratio
       c.train.num_steps = int(round(config.train.num_steps * factor))

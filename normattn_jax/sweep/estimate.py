@@ -51,7 +51,8 @@ def compiled_step(setup: Setup):
   forward, backward, Adam), jitted and compiled for the default device, one step unrolled (XLA
   counts a loop's body once)."""
   programs = make_programs(setup)
-  hp = {"learning_rate": jnp.float32(1e-3), "l2": jnp.float32(0.0)}
+  hp = {"learning_rate": jnp.float32(1e-3), "l2": jnp.float32(0.0),
+        "dropout": jnp.float32(setup.config.train.dropout)}
   key = np.asarray(jax.random.key_data(jax.random.key(0)))
   state = jax.eval_shape(programs.init, key, hp)
   return jax.jit(lambda s, h: programs.train_step(s, h)[0]).lower(state, hp).compile()
@@ -185,7 +186,8 @@ def calibrated_grid(setup: Setup, grid_models: int, steps: int = 2, repeats: int
   programs = make_programs(cal, grid.mesh.shape[DATA_AXIS])
   keys = model_keys(c.seed, np.zeros(models, int))
   hp = grid.shard({"learning_rate": np.full(models, 1e-3, np.float32),
-                   "l2": np.full(models, c.train.l2, np.float32)})
+                   "l2": np.full(models, c.train.l2, np.float32),
+                   "dropout": np.full(models, c.train.dropout, np.float32)})
   first_init, state = _timed(lambda: grid.init(grid.shard(keys), hp, *grid.shared))
   warm_init, _ = _timed(lambda: grid.init(grid.shard(keys), hp, *grid.shared))
 

@@ -14,11 +14,11 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from normattn_jax.sweep.config import VMAPPED_SWEEPS, point_label
+from normattn_jax.sweep.config import point_label, swept_in_program
 from normattn_jax.train.layout import seed_innermost
 
 # The per-model hyper-parameter of the sweep's programs that each vmapped sweep sets.
-HYPERPARAMETER_OF = {"train.l2": "l2"}
+HYPERPARAMETER_OF = {"train.l2": "l2", "train.dropout": "dropout"}
 
 
 def grid_name(arch: str, point: dict) -> str:
@@ -41,18 +41,21 @@ class ModelsAxis:
 
   Attributes:
     learning_rates: one per row of the pixel plots.
-    swept_field: the vmapped sweep (e.g. ``"train.l2"``), or ``""`` when the models share every
-      other hyper-parameter (no sweep, or a static sweep: one grid per point).
+    swept_field: the vmapped sweep (``"train.l2"`` or ``"train.dropout"``), or ``""`` when the
+      models share every other hyper-parameter (no sweep, or a static sweep: one grid per
+      point).
     swept_values: the vmapped sweep's values, or ``(None,)`` without one.
     num_seeds: seeds per (learning rate, swept value); seed s has the same initialisation and
       data in every cell.
     l2: the L2 weight of every model when ``train.l2`` is not swept.
+    dropout: the dropout rate of every model when ``train.dropout`` is not swept.
   """
   learning_rates: tuple[float, ...]
   swept_field: str
   swept_values: tuple[Optional[float], ...]
   num_seeds: int
   l2: float = 0.0
+  dropout: float = 0.0
 
   def __post_init__(self):
     if self.swept_field and self.swept_field not in HYPERPARAMETER_OF:
@@ -74,11 +77,12 @@ class ModelsAxis:
     Returns:
       The ``ModelsAxis`` of every grid the config trains.
     """
-    vmapped = config.sweep.name in VMAPPED_SWEEPS
+    vmapped = swept_in_program(config)
     return cls(learning_rates=tuple(float(lr) for lr in config.learning_rates),
                swept_field=config.sweep.name if vmapped else "",
                swept_values=tuple(float(v) for v in config.sweep.grid) if vmapped else (None,),
-               num_seeds=int(config.num_seeds), l2=float(config.train.l2))
+               num_seeds=int(config.num_seeds), l2=float(config.train.l2),
+               dropout=float(config.train.dropout))
 
   @property
   def shape(self) -> tuple[int, int, int]:
@@ -107,10 +111,11 @@ class ModelsAxis:
     return self._indices(2)
 
   def hyperparameters(self) -> dict[str, np.ndarray]:
-    """The grid engine's per-model hyper-parameters ``{"learning_rate", "l2"}``, each
-    ``[models]`` float32 in flat order."""
+    """The grid engine's per-model hyper-parameters ``{"learning_rate", "l2", "dropout"}``,
+    each ``[models]`` float32 in flat order."""
     hp = {"learning_rate": np.asarray(self.learning_rates, np.float32)[self.lr_indices()],
-          "l2": np.full(self.num_models, self.l2, np.float32)}
+          "l2": np.full(self.num_models, self.l2, np.float32),
+          "dropout": np.full(self.num_models, self.dropout, np.float32)}
     if self.swept_field:
       values = np.asarray(self.swept_values, np.float32)
       hp[HYPERPARAMETER_OF[self.swept_field]] = values[self.value_indices()]

@@ -1,7 +1,8 @@
 """How an old sweep ``config.json`` reads as today's: its switches were the strings "auto" (or
 ""), "true" and "false", its normalisation a flat top-level ``normalization`` field, and the
 majority task's ``min_margin`` a field of every sweep's ``task`` section (now the majority
-task's own setting).
+task's own setting), and a sweep over ``train.dropout`` a program per rate (now one program, the
+rate data of it, unless ``sweep.in_program`` is False).
 """
 from __future__ import annotations
 
@@ -50,8 +51,19 @@ def without_shared_min_margin(stored: dict) -> dict:
   return {**stored, "task": {k: v for k, v in task.items() if k != "min_margin"}}
 
 
+def with_sweep_in_program(stored: dict) -> dict:
+  """A stored sweep tree with ``sweep.in_program``: False for a ``train.dropout`` sweep stored
+  before the field (it trained a program per rate, and its ``metrics.npz`` holds a grid per
+  rate), True for any other."""
+  sweep = stored.get("sweep")
+  if not isinstance(sweep, dict) or "in_program" in sweep:
+    return stored
+  return {**stored, "sweep": {**sweep, "in_program": sweep.get("name") != "train.dropout"}}
+
+
 def migrate_sweep(tree: dict) -> dict:
-  """An old sweep ``config.json`` tree's switches as booleans, its attention as one section, and
-  no ``task.min_margin`` its task does not own."""
-  return with_attention_section(without_shared_min_margin(with_boolean_switches(tree)), "",
-                                "normalization", "attention", ())
+  """An old sweep ``config.json`` tree's switches as booleans, its attention as one section, no
+  ``task.min_margin`` its task does not own, and its sweep's ``in_program``."""
+  return with_attention_section(
+      without_shared_min_margin(with_boolean_switches(with_sweep_in_program(tree))), "",
+      "normalization", "attention", ())

@@ -118,6 +118,12 @@ class SweepPlan:
       raise ValueError(f"point={point!r}: the sweep's static points are {self.points}")
     return self.point_configs[point]
 
+  def hyperparameters(self, point: PointItems = ()) -> dict:
+    """The grid engine's per-model hyper-parameters of the grids at ``point``
+    (``ModelsAxis.hyperparameters`` of the point's config): the point's own values, e.g. its
+    dropout rate where a dropout sweep is a program per rate (``sweep.in_program`` False)."""
+    return ModelsAxis.of(self.point_config(point)).hyperparameters()
+
   def grid(self, arch: str, point: PointItems = ()) -> SweepGrid:
     """The grid of ``arch`` at ``point``.
 

@@ -3,8 +3,9 @@ shape sweeps), the training and evaluation functions of one of its models (``mak
 the grid they compile to on the engine (``build_grid``) and the training of it (``train_grid``).
 
 Data are generated on device inside the step, a fresh batch every step; the task is the
-registered one (``normattn_jax.tasks``) that the config names. Each model's learning rate and L2
-weight are data (``HYPERPARAMETERS``), so one compilation serves every cell; with
+registered one (``normattn_jax.tasks``) that the config names. Each model's learning rate, L2
+weight and dropout rate are data (``HYPERPARAMETERS``), so one compilation serves every cell;
+a program without dropout (``train.dropout`` 0 and not swept) draws no masks; with
 ``train.drop_zero_l2``, where every model's L2 weight is 0 (``train.l2`` 0 and not swept), the
 program has no L2 term at all (``traces_l2``).
 """
@@ -34,7 +35,7 @@ from normattn_jax.train.state import EVAL_STREAM, TRAIN_STREAM, TrainState
 
 Array = jax.Array
 # The per-model hyper-parameters of a sweep's grid.
-HYPERPARAMETERS = ("learning_rate", "l2")
+HYPERPARAMETERS = ("learning_rate", "l2", "dropout")
 
 
 def _own(value: Optional[bool], default: bool) -> bool:
@@ -156,6 +157,13 @@ def traces_l2(config: ml_collections.ConfigDict) -> bool:
           or config.sweep.name == "train.l2")
 
 
+def traces_dropout(config: ml_collections.ConfigDict) -> bool:
+  """Whether a grid's program draws dropout masks, at each model's rate ``hp["dropout"]``:
+  where ``train.dropout`` is above 0 or swept inside the program; else it is deterministic."""
+  return (config.train.dropout != 0
+          or (config.sweep.name == "train.dropout" and config_lib.swept_in_program(config)))
+
+
 class Programs(NamedTuple):
   """The pure functions of ONE model; the caller vmaps and jits them."""
   init: Callable        # (key_data, hp) -> TrainState
@@ -183,7 +191,7 @@ def make_programs(setup: Setup, data_shards: Optional[int] = None) -> Programs:
   model = setup.model()
   batch_size = c.train.batch_size
   n = setup.settings.seq_len
-  deterministic = c.train.dropout == 0
+  deterministic = not traces_dropout(c)
   grouped = setup.task.grouped_eval
   tx = make_optimizer(c.train.num_steps, setup.warmup_steps, setup.clip_norm,
                       flat=c.train.flat_adam)
@@ -197,8 +205,9 @@ def make_programs(setup: Setup, data_shards: Optional[int] = None) -> Programs:
     return state.replace(opt_state=with_learning_rate(state.opt_state, hp["learning_rate"]))
 
   def loss_fn(params, inputs, labels, hp, dropout_key):
-    logits = model.apply(params, inputs, deterministic=deterministic,
-                         rngs=None if deterministic else {"dropout": dropout_key})
+    dropped = model if deterministic else model.clone(dropout_rate=hp["dropout"])
+    logits = dropped.apply(params, inputs, deterministic=deterministic,
+                           rngs=None if deterministic else {"dropout": dropout_key})
     logits = logits.astype(jnp.float32)
     loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
     acc = jnp.mean(jnp.argmax(logits, -1) == labels)
@@ -333,8 +342,9 @@ def train_grid(config: ml_collections.ConfigDict, arch: str, *,
   Args:
     config: a sweep config at one static point (``config.point_config``); validated first.
     arch: one of ``config.archs``' architectures.
-    hyperparameters: per-model ``{"learning_rate", "l2"}`` float32 arrays ``[models]``; by
-      default the config's models axis (learning rates x vmapped sweep x seeds).
+    hyperparameters: per-model ``{"learning_rate", "l2", "dropout"}`` float32 arrays
+      ``[models]``; by default the config's models axis (learning rates x vmapped sweep x
+      seeds).
     keys: per-model raw key data ``[models, 2]``; by default ``model_keys`` of the config's
       seeds. Give both or neither.
     resume: ``(grid, state, hp) -> (chunks done, state, metrics so far)``, called once with the
@@ -361,6 +371,10 @@ def train_grid(config: ml_collections.ConfigDict, arch: str, *,
     raise ValueError("hyperparameters['l2'] holds non-zero weights, but config.train.l2 is 0 "
                      "and not swept and train.drop_zero_l2 leaves the L2 term out; set "
                      "config.sweep.name='train.l2' for per-model weights")
+  if not traces_dropout(config) and np.any(np.asarray(hyperparameters["dropout"]) != 0):
+    raise ValueError("hyperparameters['dropout'] holds non-zero rates, but config.train.dropout "
+                     "is 0 and not swept, so the program draws no dropout; set "
+                     "config.sweep.name='train.dropout' for per-model rates")
   grid = build_grid(Setup(arch, config), num_models)
   hp = {k: np.asarray(v, np.float32) for k, v in hyperparameters.items()}
   return run_grid(grid, keys, hp, config.train.num_steps // config.train.eval_every,

@@ -300,8 +300,8 @@ class OurSweep:
 
   @classmethod
   def read(cls, workdir: str) -> OurSweep:
-    """Read a finished sweep; one with a vmapped sweep (``train.l2``) is refused, as a cell
-    here is a learning rate at a static point."""
+    """Read a finished sweep; one with a vmapped sweep (``train.l2``, ``train.dropout``) is
+    refused, as a cell here is a learning rate at a static point."""
     plan = SweepPlan.of(artifacts.read_config(workdir))
     swept = plan.axis.swept_field
     if swept:

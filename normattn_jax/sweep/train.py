@@ -123,7 +123,7 @@ def train_point(plan: SweepPlan, grid: SweepGrid, workdir, log: RunLog,
   keys, watch = model_keys(point.seed, axis.seed_indices()), Stopwatch()
   try:
     with counting(timing.compiles), watch:
-      return hooks.train(built, keys, axis.hyperparameters()).metrics
+      return hooks.train(built, keys, plan.hyperparameters(grid.point)).metrics
   finally:
     timing.train_seconds, timing.checkpoint_seconds = watch.seconds, hooks.checkpoint_seconds
 
