@@ -20,9 +20,9 @@ import jax
 import jax.numpy as jnp
 from absl import app, flags
 
+from normattn_jax.cli import exports
 from normattn_jax.sweep import config as config_lib
-from normattn_jax.cli import export_check
-from normattn_jax.train import grid as grid_lib
+from normattn_jax.sweep.programs import HYPERPARAMETERS, Setup, build_grid
 
 HEADS = 4
 _ARCHS = flags.DEFINE_list("archs", ["nap", "non"], "Architectures.")
@@ -46,13 +46,12 @@ def nxn_arrays(hlo_text: str, n: int) -> int:
 
 
 def chunk_hlo(arch: str, implementation: str, n: int, d: int) -> str:
-  c = export_check.grid_config(arch, None, implementation, "float32")
+  c = exports.grid_config(arch, None, implementation, "float32")
   c.task.seq_len, c.model.d_model, c.model.num_heads = n, d, HEADS
   config_lib.validate(c)
-  grid = grid_lib.Grid.build(grid_lib.Setup(arch, c), 1)
+  grid = build_grid(Setup(arch, c), 1, ahead=False)
   keys = jax.ShapeDtypeStruct((grid.padded, 2), jnp.uint32)
-  hp = {name: jax.ShapeDtypeStruct((grid.padded,), jnp.float32)
-        for name in grid_lib.HYPERPARAMETERS}
+  hp = {name: jax.ShapeDtypeStruct((grid.padded,), jnp.float32) for name in HYPERPARAMETERS}
   state = jax.eval_shape(grid.init, keys, hp, *grid.shared)
   return grid.chunk_program.lower(state, hp, *grid.shared).compile().as_text()
 
