@@ -267,11 +267,15 @@ def test_a_diverging_model_does_not_disturb_the_others(tmp_path):
   assert [c["diverged"] for c in cells] == [1, 0]
 
 
-def test_vmapped_sweep_and_static_sweep(tmp_path):
+@pytest.mark.slow  # the vmapped sweep: test_a_dropout_sweep_is_one_program_with_each_rates_numbers
+def test_vmapped_l2_sweep(tmp_path):
   c = tiny_sweep_config(archs=("mte",), num_seeds=1)
   c.sweep.name, c.sweep.grid = "train.l2", (0.0, 0.1)
   summary = run(c, tmp_path / "l2")
   assert sorted(cell["params"]["train.l2"] for cell in summary["cells"]) == [0, 0, 0.1, 0.1]
+
+
+def test_static_sweep(tmp_path):
   c = tiny_sweep_config(archs=("max",), num_seeds=1, learning_rates=(0.001,))
   c.sweep.name, c.sweep.grid = "model.d_model", (4, 8)
   summary = run(c, tmp_path / "d")
