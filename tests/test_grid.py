@@ -289,14 +289,15 @@ def test_a_dropout_sweep_is_one_program_with_each_rates_numbers(tmp_path):
   c = tiny_sweep_config(archs=("mte",), num_seeds=1, learning_rates=(0.003,))
   c.sweep.name, c.sweep.grid = "train.dropout", (0.0625, 0.25)
   run(c, tmp_path / "in")
-  c.sweep.in_program = False  # a program per rate: the layout of sweeps stored before
+  # a program per rate (the layout of sweeps stored before), for the second rate: its models are
+  # the second of the folded program's values, not the first
+  c.sweep.in_program, c.sweep.grid = False, (0.25,)
   run(c, tmp_path / "out")
   folded, static = (np.load(tmp_path / name / "metrics.npz") for name in ("in", "out"))
-  assert "mte/val_acc" in folded and "mte[train.dropout=0.25]/val_acc" in static
-  for index, rate in enumerate(c.sweep.grid):
-    for name in ("train_loss", "val_acc"):
-      np.testing.assert_array_equal(folded[f"mte/{name}"][:, :, index],  # [evals, lr, value, seed]
-                                    static[f"mte[train.dropout={rate}]/{name}"][:, :, 0])
+  for name in ("train_loss", "val_acc"):
+    np.testing.assert_array_equal(folded[f"mte/{name}"][:, :, 1],  # [evals, lr, value, seed]
+                                  static[f"mte[train.dropout=0.25]/{name}"][:, :, 0])
+    assert not np.array_equal(folded[f"mte/{name}"][:, :, 0], folded[f"mte/{name}"][:, :, 1])
   c.sweep.name, c.sweep.grid = "train.l2", (0.0, 0.1)
   with pytest.raises(ValueError, match=r"config.sweep.in_program=False: train.l2 is swept "):
     validate(c)
