@@ -9,7 +9,8 @@
 #                        cuts (first-token path, no L2 term); one real Table 5 grid's compile,
 #                        evaluation and checkpoint seconds; then Table 5's projected time
 #                        (normattn-sweep --estimate --estimate_costs: its grids' costs from a
-#                        CPU's cost analysis, results/estimates/, the rates just measured)
+#                        CPU's cost analysis, results/estimates/, the rates just measured, and
+#                        the compiles waited for at that grid's compile seconds)
 #   f_kernels      60 s  each kernel (feed-forward, fused attention) against the XLA path at the
 #                        grids' shapes, written as kernel rules (f_kernels/rules.json; a killed
 #                        run keeps its cases and the next loan measures the rest); merge with
@@ -176,11 +177,14 @@ engine() {  # engine <folder> <dry 0|1>: the engine's measurements on the GPU; t
   $PY benchmarks/engine_speed.py "${speed[@]}" | tee "$folder/speed.txt" || return 1
   ((${#pids[@]} == 0)) || wait "${pids[@]}" \
     || { echo "the CPU cost analyses failed: $folder/*.txt"; return 1; }
+  local compile_s  # one real Table 5 grid's, what each grid's compile is taken to be
+  compile_s=$(sed -n 's/^table5_grid .* compile_s=\([0-9.]*\) .*/\1/p' "$folder/speed.txt")
   for dtype in "${dtypes[@]}"; do
     echo "-- Table 5 projected from the $dtype rates: --estimate_rates=$(rates_of "$folder" "$dtype")"
     $PY -m normattn_jax.cli.sweep "${table5[@]}" --estimate \
       --estimate_costs "$folder/table5_costs.txt" \
-      --estimate_rates="$(rates_of "$folder" "$dtype")" | tail -1 || return 1
+      --estimate_rates="$(rates_of "$folder" "$dtype")" \
+      ${compile_s:+--estimate_compile_s="$compile_s"} | tail -1 || return 1
   done
 }
 export -f paper_scale card_lms rates_of engine

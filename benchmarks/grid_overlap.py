@@ -1,22 +1,27 @@
 """What keeping the devices busy between chunks and grids saves a sweep: one small multi-grid
 sweep (the mode task, d = N = 16, one block, 2 learning rates x 2 seeds per grid, 4 evaluations,
 a checkpoint after every second) run end to end (``run_sweep``) the previous way and the new way,
-side by side in one process, rounds interleaved, each in a fresh workdir.
+side by side in one process, rounds interleaved, each in a fresh workdir. Its grids are archs
+(``--sweep archs``, every grid ``--steps`` long) or, as in Table 5, vocabulary sizes of one arch
+with the steps in proportion (``--sweep vocab``: S = 2, 4, 8, ..., the largest ``--steps`` long).
 
 The variants:
 - previous: each grid compiled in its turn (``sweep.train.BUILT_AHEAD`` 0), every checkpoint
   waited for until written, each chunk dispatched after the previous one's metrics were read;
-- compile_ahead: the next grid compiled in a background thread while one trains;
+- compile_ahead: the next grid compiled in a background thread while one trains, the grids in
+  the plan's order;
+- longest_first: the grids trained longest first (``SweepPlan.training_order``), every later
+  one compiled in the background thread;
 - async_checkpoints: checkpoints written in the background, and a chunk whose state no
   checkpoint needs dispatched before the last one's metrics are read;
-- all: both (the engine's default).
+- all: longest_first and async_checkpoints (the engine's default).
 What compiling ahead saves is at most the shorter of a grid's compile and its training, less
 what the two take from each other on the same cores: ``--steps`` sets the training.
 
 First a check that XLA's compile releases the GIL (what compiling ahead in a thread rests on):
 the longest stall of a Python loop in the main thread while another thread compiles.
 
-  python benchmarks/grid_overlap.py [--rounds 1] [--grids 2] [--steps 16000]
+  python benchmarks/grid_overlap.py [--rounds 1] [--grids 2] [--steps 16000] [--sweep archs]
       [--variants previous --variants all]
 
 One line per variant and round, then per variant the median wall seconds and
@@ -38,6 +43,7 @@ from absl import app, flags, logging
 
 from normattn_jax.sweep import train as sweep_train
 from normattn_jax.sweep.config import base_config
+from normattn_jax.sweep.plan import SweepPlan
 from normattn_jax.train.checkpoint import GridCheckpoints, read_json
 from normattn_jax.train.driver import RunHooks
 
@@ -47,26 +53,37 @@ _GRIDS = flags.DEFINE_integer("grids", 2, "Grids of the sweep (archs), 2 to 6.",
 _STEPS = flags.DEFINE_integer("steps", 16000, "Training steps per grid (4 evaluations).",
                               lower_bound=4)
 _VARIANTS = flags.DEFINE_multi_enum(
-    "variants", ["previous", "all"], ["previous", "compile_ahead", "async_checkpoints", "all"],
+    "variants", ["previous", "all"],
+    ["previous", "compile_ahead", "longest_first", "async_checkpoints", "all"],
     "Which paths to run (previous always).")
+_SWEEP = flags.DEFINE_enum("sweep", "archs", ["archs", "vocab"],
+                           "The grids: archs of equal steps, or vocabulary sizes of one arch "
+                           "with the steps in proportion (Table 5's shape).")
 
 ARCHS = ("nap", "mte", "sum", "max", "bert", "albert")
 # what each variant switches on
 SWITCHES = {"previous": (), "compile_ahead": ("compile_ahead",),
+            "longest_first": ("longest_first",),
             "async_checkpoints": ("async_checkpoints",),
-            "all": ("compile_ahead", "async_checkpoints")}
+            "all": ("longest_first", "async_checkpoints")}
 
 
-def sweep_config(grids: int, steps: int):
-  """``grids`` archs x 2 learning rates x 2 seeds of the mode task at d = N = 16, one block, a
-  checkpoint after every second of the 4 evaluations."""
+def sweep_config(grids: int, steps: int, sweep: str = "archs"):
+  """``grids`` grids of 2 learning rates x 2 seeds of the mode task at d = N = 16, one block, a
+  checkpoint after every second of the 4 evaluations: ``grids`` archs of ``steps`` steps, or
+  (``sweep`` "vocab") NAP at vocabulary sizes 2, 4, ..., 2 ** grids, the largest ``steps`` long
+  and the others in proportion."""
   c = base_config()
-  c.archs = ARCHS[:grids]
+  c.archs = ARCHS[:grids] if sweep == "archs" else ARCHS[:1]
   c.learning_rates, c.num_seeds = (1e-3, 3e-4), 2
   c.task.update(name="mode_finding", vocab_size=4, output="classes", seq_len=16)
   c.model.update(d_model=16, num_heads=2, num_layers=1, dtype="float32")
   c.train.update(num_steps=steps, eval_every=steps // 4, batch_size=8, checkpoint_every=2)
   c.eval.update(val_batches=2, case_set_size=8)
+  if sweep == "vocab":
+    c.task.vocab_size = 2 ** grids
+    c.sweep.update(name="task.vocab_size", grid=tuple(2 ** k for k in range(1, grids + 1)),
+                   steps_scale="proportional", steps_reference=2 ** grids)
   return c
 
 
@@ -82,8 +99,11 @@ def save_and_wait(original):
 def previous_path(switches):
   """The switches not in ``switches`` set back to the previous path."""
   with contextlib.ExitStack() as stack:
-    if "compile_ahead" not in switches:
-      stack.enter_context(mock.patch.object(sweep_train, "BUILT_AHEAD", 0))
+    if "longest_first" not in switches:
+      stack.enter_context(mock.patch.object(sweep_train, "BUILT_AHEAD",
+                                            1 if "compile_ahead" in switches else 0))
+      stack.enter_context(mock.patch.object(SweepPlan, "training_order",
+                                            property(lambda plan: plan.grids)))
     if "async_checkpoints" not in switches:
       stack.enter_context(mock.patch.object(GridCheckpoints, "save",
                                             save_and_wait(GridCheckpoints.save)))
@@ -133,7 +153,12 @@ def main(argv):
   seconds, stall = compile_stall_ms()
   print(f"gil: a {seconds:.2f} s compile in a thread stalled the main thread at most "
         f"{stall:.1f} ms", flush=True)
-  config = sweep_config(_GRIDS.value, _STEPS.value)
+  shortest = 2 ** (_GRIDS.value - 1) if _SWEEP.value == "vocab" else 1
+  if _STEPS.value % (4 * shortest):
+    raise app.UsageError(f"--steps={_STEPS.value}: the shortest grid trains --steps / "
+                         f"{shortest} steps in 4 evaluations, so --steps must be a multiple "
+                         f"of {4 * shortest}")
+  config = sweep_config(_GRIDS.value, _STEPS.value, _SWEEP.value)
   variants = list(dict.fromkeys(["previous"] + list(_VARIANTS.value)))
   runs = {name: [] for name in variants}
   with tempfile.TemporaryDirectory() as root:

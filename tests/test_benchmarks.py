@@ -33,14 +33,17 @@ RUNS = {
                   "--cuts"],
     "engine_speed": ["--tiny", "--models", "2", "--steps", "1", "--repeats", "1", "--peak_sizes",
                      "64", "--bandwidth_mb", "1", "--dtypes", "float32"],
-    "grid_overlap": ["--steps", "8"],
+    "grid_overlap": ["--steps", "8", "--sweep", "vocab"],
+    "compile_waits": ["--costs", "results/estimates/fig16_mode_lr_x_vocab.txt",
+                      "--rates=0.2060:20364.6,11.6588:2833.3"],
 }
 LAST_LINE = {"attention_scaling": "dnas_fused_over_softmax_fused_at_128=",
              "grid_throughput": "speedup_at_2=", "cpu_levers": "processes",
              "engine_compile": "chunk_speedup_test=", "suite_profile": "programs=",
              "kernel_speed": "cases=2 of 2", "hlo_arrays": "nxn_arrays=0",
              "step_cost": "first_over_case_flops=", "grid_overlap": "all_speedup=",
-             "engine_speed": "table5_grid models="}
+             "engine_speed": "table5_grid models=",
+             "compile_waits": "longest_first_over_one_ahead="}
 
 
 @pytest.mark.slow

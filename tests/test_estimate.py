@@ -42,8 +42,26 @@ def test_the_figures_add_up_and_nothing_is_written(estimated):
   assert large.train_s == pytest.approx(small.train_s * large.cost.gflop / small.cost.gflop)
   assert result.programs == 2
   assert result.total("model_steps") == 2 * 4 * 20
+  assert result.compile_waits_s == pytest.approx(estimate.compile_waits(  # equal steps: in order
+      [(g.compile_s, g.train_s + g.evaluation_s) for g in result.grids]))
+  assert result.seconds == pytest.approx(result.total("train_s") + result.total("evaluation_s")
+                                         + result.compile_waits_s)
   total = estimate.report(result, "float32")[-1]
   assert total.startswith("total grids=2 programs=2 model_steps=160 ")
+  assert f"projected_h={result.seconds / 3600:.3f}" in total
+
+
+def test_the_compiles_waited_for_follow_the_schedule():
+  """Grids of (compile s, busy s) in training order: the first compile is always waited for;
+  compiled all ahead, a long first grid hides the later compiles, which one ahead or each in its
+  turn does not, nor all ahead with the short grid first."""
+  long_first = [(10.0, 100.0), (10.0, 1.0), (10.0, 1.0)]
+  assert estimate.compile_waits(long_first) == pytest.approx(10.0)
+  assert estimate.compile_waits(long_first, ahead=1) == pytest.approx(10.0 + 9.0)
+  assert estimate.compile_waits(long_first, ahead=0) == pytest.approx(30.0)
+  assert estimate.compile_waits(long_first[::-1]) == pytest.approx(10.0 + 9.0 + 9.0)
+  with pytest.raises(ValueError, match="ahead must be"):
+    estimate.compile_waits(long_first, ahead=-1)
 
 
 def test_a_projection_from_measured_rates_is_training_alone():
@@ -59,5 +77,12 @@ def test_a_projection_from_measured_rates_is_training_alone():
   again = estimate.reproject(estimate.report(result, "float32"), rates)  # nothing compiled
   assert again[-1] == (f"total grids=2 model_steps=160 "
                        f"train_h={result.total('seconds') / 3600:.3f}")
+  lines = estimate.report(result, "float32")
+  waits = estimate.compile_waits([(60.0, g.seconds) for g in result.grids])
+  assert estimate.reproject(lines, rates, compile_s=60.0)[-1] == (
+      f"{again[-1]} compile_waited_h={waits / 3600:.3f} "
+      f"projected_h={(result.total('seconds') + waits) / 3600:.3f}")
+  with pytest.raises(ValueError, match="compile_s must be"):
+    estimate.reproject(lines, rates, compile_s=-1.0)
   with pytest.raises(ValueError, match="rates must be"):
     estimate.rate_at([(0.0, 1.0)], 1.0)

@@ -690,31 +690,38 @@ def test_a_sweeps_timing_counts_each_grids_init_and_chunk_compiled_once(referenc
     assert timing["train_seconds"] >= timing["checkpoint_seconds"] > 0
 
 
-def test_the_next_grid_compiles_while_one_trains_and_its_error_comes_in_its_turn(monkeypatch):
-  """The sweep compiles grid i + 1 in a background thread while grid i trains; a compile that
-  fails raises in the training thread when its grid's turn comes, after the grids before it
-  trained, in order."""
+def test_grids_train_longest_first_the_later_ones_compiled_ahead_an_error_in_its_turn(
+    monkeypatch):
+  """The sweep trains its grids longest first, compiling every later grid in a background
+  thread while the first trains; a compile that fails raises in the training thread when its
+  grid's turn comes, after the grids before it trained; the results come in the plan's order."""
   import threading
 
   from normattn_jax.sweep import train as sweep_train
   from normattn_jax.train.timing import GridTiming
-  building_sum, trained = threading.Event(), []
+  third_building, trained, failing = threading.Event(), [], {"sum[model.d_model=8]"}
 
   def build(plan, grid):
-    if grid.arch == "sum":
-      building_sum.set()
-    if grid.arch == "mte":
-      raise RuntimeError("mte does not compile")
-    return grid.arch, GridTiming()
+    if grid.name == "nap[model.d_model=8]":
+      third_building.set()
+    if grid.name in failing:
+      raise RuntimeError(f"{grid.name} does not compile")
+    return grid.name, GridTiming()
 
   def train(plan, grid, workdir, log, budget, built, timing):
-    if built == "nap":
-      assert building_sum.wait(30), "sum was not compiled while nap trained"
+    if not trained:
+      assert third_building.wait(30), "the third grid was not compiled while the first trained"
     trained.append(built)
-    return {}
+    return built
   monkeypatch.setattr(sweep_train, "build_point", build)
   monkeypatch.setattr(sweep_train, "train_point", train)
-  plan = SweepPlan.of(tiny_sweep_config(archs=("nap", "sum", "mte")))
-  with pytest.raises(RuntimeError, match="mte does not compile"):
+  plan = SweepPlan.of(tiny_sweep_config(**{
+      "sweep.name": "model.d_model", "sweep.grid": (8, 16), "sweep.steps_scale": "proportional",
+      "sweep.steps_reference": 8}))  # d = 16 trains twice the steps of d = 8
+  with pytest.raises(RuntimeError, match=r"sum\[model.d_model=8\] does not compile"):
     sweep_train.train_grids(plan, "unused", log=None)
-  assert trained == ["nap", "sum"]
+  assert trained == ["nap[model.d_model=16]", "sum[model.d_model=16]", "nap[model.d_model=8]"]
+  failing.clear()
+  results = sweep_train.train_grids(plan, "unused", log=None)
+  assert list(results) == [grid.key for grid in plan.grids]
+  assert [results[grid.key] for grid in plan.grids] == [grid.name for grid in plan.grids]

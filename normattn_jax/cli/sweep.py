@@ -14,7 +14,8 @@ for --config.attention.name=<its name> (its options: --config.attention.options.
 model-steps, FLOPs, bytes and programs, and the wall time projected from a few timed chunks on
 this machine (``normattn_jax.sweep.estimate``); --estimate_rates=<GFLOP>:<model-steps/s>,...
 projects the training time from rates measured elsewhere instead, and with
---estimate_costs=<an earlier --estimate's output> does so without compiling anything.
+--estimate_costs=<an earlier --estimate's output> does so without compiling anything
+(--estimate_compile_s=<one grid's compile seconds> adds the compiles the devices wait for).
 """
 
 from absl import app, flags, logging
@@ -34,6 +35,10 @@ _ESTIMATE_RATES = flags.DEFINE_list(
 _ESTIMATE_COSTS = flags.DEFINE_string(
     "estimate_costs", None, "With --estimate and --estimate_rates: a file holding an earlier "
     "--estimate's output, whose grids are projected again from the rates, nothing compiled.")
+_ESTIMATE_COMPILE_S = flags.DEFINE_float(
+    "estimate_compile_s", None, "With --estimate_costs: the seconds one grid compiles in, "
+    "measured elsewhere; the total adds the compiles the devices wait for, the longest grids "
+    "training first while the others compile.", lower_bound=0)
 _RUN = cli.define_run_flags(workdir_unless="estimate")
 
 
@@ -50,12 +55,14 @@ def _estimate(config) -> None:
   from normattn_jax.sweep import config as config_lib
   from normattn_jax.sweep import estimate
   rates = _rates(_ESTIMATE_RATES.value) or None
+  if _ESTIMATE_COMPILE_S.value is not None and not _ESTIMATE_COSTS.value:
+    raise app.UsageError("--estimate_compile_s needs --estimate_costs")
   if _ESTIMATE_COSTS.value:
     if rates is None:
       raise app.UsageError("--estimate_costs needs --estimate_rates")
     with open(_ESTIMATE_COSTS.value) as f:
       try:
-        lines = estimate.reproject(f.read().splitlines(), rates)
+        lines = estimate.reproject(f.read().splitlines(), rates, _ESTIMATE_COMPILE_S.value)
       except ValueError as err:
         raise app.UsageError(f"--estimate_costs={_ESTIMATE_COSTS.value}: {err}") from None
     print("\n".join(lines), flush=True)

@@ -18,8 +18,12 @@ each term the calibrated grid's of its arch, scaled by the grid's FLOPs per mode
 calibrated grid's (the compile by the one-step program's compile time over the calibrated
 grid's): exact for the calibrated grids, a projection for the others that holds where time
 follows FLOPs (larger d, N, batch), not where a step is latency-bound. Checkpoints are not
-counted. A projection from measured rates (``rates``: model-steps/s measured elsewhere at known
-FLOPs per model-step) replaces the calibration, training time alone.
+counted. The sweep's time is its grids' training and evaluations plus the compiles the devices
+wait for (``compile_waits``: the grids train in ``SweepPlan.training_order``, each compiled in
+the background while the grids before it train, as ``sweep.train`` runs them). A projection
+from measured rates (``rates``: model-steps/s measured elsewhere at known FLOPs per model-step)
+replaces the calibration, training time alone (``reproject`` adds the compiles given one
+grid's compile seconds).
 """
 from __future__ import annotations
 
@@ -292,12 +296,40 @@ def rate_at(rates: Sequence[tuple[float, float]], gflop: float) -> float:
   raise AssertionError("unreachable")
 
 
+def compile_waits(grids: Sequence[tuple[float, float]], ahead: Optional[int] = None) -> float:
+  """The seconds the devices wait for compiles over a sweep (``sweep.train.train_grids``' schedule):
+  the grids, in the order they train, take ``(compile s, training and evaluation s)`` each; each
+  grid's compile starts once the one before it has compiled and the grid ``ahead`` places before
+  it has started training (None: every grid compiled ahead, 0: each compiled in its turn). A
+  compile and a training are taken not to slow each other, as on an accelerator beside its host.
+
+  Raises:
+    ValueError: for a negative ``ahead``.
+  """
+  ahead = len(grids) if ahead is None else ahead
+  if ahead < 0:
+    raise ValueError(f"ahead must be None or >= 0, got {ahead!r}")
+  starts, compiled, ended = [], 0.0, 0.0
+  for index, (compile_s, busy_s) in enumerate(grids):
+    if not ahead:  # compiled in its turn, once the grid before it has trained
+      submitted = ended
+    else:  # submitted when the grid ``ahead`` places before it started training
+      submitted = starts[max(index - ahead, 0)] if index else 0.0
+    compiled = max(compiled, submitted) + compile_s
+    starts.append(max(compiled, ended))
+    ended = starts[-1] + busy_s
+  return ended - sum(busy_s for _, busy_s in grids)
+
+
 @dataclasses.dataclass(frozen=True)
 class SweepEstimate:
   """Every grid's estimate, the calibrations they were projected from, and the device."""
   grids: tuple[GridEstimate, ...]
   calibrations: dict  # arch -> (grid name, Calibration); empty for a projection from rates
   device: str
+  # the seconds the devices wait for compiles in the sweep's schedule (``compile_waits``); None
+  # where the compiles were not projected
+  compile_waits_s: Optional[float] = None
 
   @property
   def programs(self) -> int:
@@ -306,6 +338,14 @@ class SweepEstimate:
 
   def total(self, field: str) -> float:
     return sum(getattr(grid, field) for grid in self.grids)
+
+  @property
+  def seconds(self) -> float:
+    """The projected wall time: every grid's training and evaluations and the compiles the
+    devices wait for, or, where compiles were not projected, what was."""
+    if self.compile_waits_s is None:
+      return self.total("seconds")
+    return self.total("train_s") + self.total("evaluation_s") + self.compile_waits_s
 
 
 def estimate(config: ml_collections.ConfigDict, *, steps: int = 2, repeats: int = 2,
@@ -353,7 +393,11 @@ def estimate(config: ml_collections.ConfigDict, *, steps: int = 2, repeats: int 
         models * steps_per_model * cal.step_s * ratio, evaluations * cal.evaluation_s * ratio,
         grid.name == name))
   device = f"{jax.devices()[0].device_kind} x {jax.device_count()} ({jax.default_backend()})"
-  return SweepEstimate(tuple(estimates), calibrations, device)
+  by_name = {g.name: g for g in estimates}
+  waits = None if rates is not None else compile_waits(
+      [(by_name[g.name].compile_s, by_name[g.name].train_s + by_name[g.name].evaluation_s)
+       for g in plan.training_order])
+  return SweepEstimate(tuple(estimates), calibrations, device, waits)
 
 
 def _hours(seconds: Optional[float]) -> str:
@@ -382,38 +426,50 @@ def report(result: SweepEstimate, dtype: str) -> list[str]:
       f"total grids={len(result.grids)} programs={result.programs} "
       f"model_steps={int(result.total('model_steps'))} flop={result.total('gflop') * 1e9:.4g} "
       f"bytes={result.total('gb') * 1e9:.4g} compile_h={_hours(parts['compile_s'])} "
+      f"compile_waited_h={_hours(result.compile_waits_s)} "
       f"train_h={_hours(result.total('train_s'))} "
-      f"evaluation_h={_hours(parts['evaluation_s'])} "
-      f"projected_h={_hours(result.total('seconds'))}")
+      f"evaluation_h={_hours(parts['evaluation_s'])} projected_h={_hours(result.seconds)}")
   return lines
 
 
-def reproject(lines: Sequence[str], rates: Sequence[tuple[float, float]]) -> list[str]:
+def reproject(lines: Sequence[str], rates: Sequence[tuple[float, float]],
+              compile_s: Optional[float] = None) -> list[str]:
   """An earlier estimate's grids (its printed ``report`` lines) projected again from measured
   rates, nothing compiled: each grid's model-steps at ``rate_at`` its GFLOP per model-step.
 
   Args:
     lines: what ``report`` printed (other lines are skipped).
     rates: ``(GFLOP per model-step, model-steps/s)`` pairs.
+    compile_s: the seconds one grid compiles in, measured elsewhere; given, the total adds the
+      compiles the devices wait for (``compile_waits``, the grids longest first as they train).
 
   Returns:
-    One line per grid and a total, training time alone.
+    One line per grid and a total: training time alone, or with ``compile_s`` the compiles
+    waited for too.
 
   Raises:
-    ValueError: if ``lines`` hold no grid.
+    ValueError: if ``lines`` hold no grid, or ``compile_s`` is negative.
   """
-  out, total_steps, total_s = [], 0, 0.0
+  if compile_s is not None and not compile_s >= 0:
+    raise ValueError(f"compile_s must be >= 0 seconds, got {compile_s!r}")
+  out, grids = [], []
   for line in lines:
     fields = dict(re.findall(r"(\w+)=(\S+)", line))
     if not line.startswith("grid=") or "model_steps" not in fields:
       continue
-    steps, gflop = int(fields["model_steps"]), float(fields["gflop_per_model_step"])
-    seconds = steps / rate_at(rates, gflop)
-    total_steps, total_s = total_steps + steps, total_s + seconds
-    out.append(f"grid={fields['grid']} model_steps={steps} gflop_per_model_step={gflop:.4f} "
+    model_steps, gflop = int(fields["model_steps"]), float(fields["gflop_per_model_step"])
+    seconds = model_steps / rate_at(rates, gflop)
+    grids.append((int(fields["steps"]), model_steps, seconds))
+    out.append(f"grid={fields['grid']} model_steps={model_steps} gflop_per_model_step={gflop:.4f} "
                f"model_steps_per_s={rate_at(rates, gflop):.1f} train_h={_hours(seconds)}")
   if not out:
-    raise ValueError("no grid lines (grid=... model_steps=... gflop_per_model_step=...) to "
-                     "project")
-  out.append(f"total grids={len(out)} model_steps={total_steps} train_h={_hours(total_s)}")
-  return out
+    raise ValueError("no grid lines (grid=... steps=... model_steps=... gflop_per_model_step=...) "
+                     "to project")
+  train_s = sum(seconds for _, _, seconds in grids)
+  total = (f"total grids={len(out)} model_steps={sum(steps for _, steps, _ in grids)} "
+           f"train_h={_hours(train_s)}")
+  if compile_s is not None:
+    in_order = sorted(grids, key=lambda grid: -grid[0])  # SweepPlan.training_order
+    waits = compile_waits([(compile_s, seconds) for _, _, seconds in in_order])
+    total += f" compile_waited_h={_hours(waits)} projected_h={_hours(train_s + waits)}"
+  return out + [total]

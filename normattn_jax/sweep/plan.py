@@ -57,8 +57,8 @@ class SweepPlan:
     config: the sweep config the plan was made from.
     archs: the architectures, in the config's order.
     points: the static points (``config.static_points``), ``((),)`` without a static sweep.
-    grids: one per (static point, arch), points outer: the order they train, are stored in
-      ``metrics.npz`` and are scored in.
+    grids: one per (static point, arch), points outer: the order they are stored in
+      ``metrics.npz`` and scored in (they train in ``training_order``).
     axis: the models axis of every grid (learning rates x vmapped swept value x seeds).
     swept_field: ``sweep.name``, vmapped or static; ``""`` without a sweep.
     swept_values: ``sweep.grid`` as floats, ``()`` without a sweep.
@@ -117,6 +117,15 @@ class SweepPlan:
     if point not in self.point_configs:
       raise ValueError(f"point={point!r}: the sweep's static points are {self.points}")
     return self.point_configs[point]
+
+  @functools.cached_property
+  def training_order(self) -> tuple[SweepGrid, ...]:
+    """The grids in the order they train: the most training steps first, the plan's order where
+    steps tie. While the long grids train, the short ones compile in the background
+    (``sweep.train``), so a grid that trains for less than a compile does not leave the devices
+    waiting for the next one's."""
+    steps = {point: self.point_config(point).train.num_steps for point in self.points}
+    return tuple(sorted(self.grids, key=lambda grid: -steps[grid.point]))
 
   def hyperparameters(self, point: PointItems = ()) -> dict:
     """The grid engine's per-model hyper-parameters of the grids at ``point``

@@ -3,9 +3,10 @@ models (``programs.build_grid`` on the engine's ``run_grid``), resuming from che
 score it (``scoring``) and write ``metrics.npz`` and ``summary.json`` (``artifacts``); the
 command line draws the figures (``normattn_jax.reporting.drawers``).
 
-While one grid trains, the next one's programs are compiled in a background thread
-(``BUILT_AHEAD``); each grid's compiles and seconds (building, waiting for the build, training,
-checkpoints) go to ``timing.json`` and one log line (``train.timing``).
+The grids train longest first (``SweepPlan.training_order``) while the programs of the grids
+after them are compiled, one after another, in a background thread (``BUILT_AHEAD``); each
+grid's compiles and seconds (building, waiting for the build, training, checkpoints) go to
+``timing.json`` and one log line (``train.timing``).
 
 One ``RunLog`` per workdir logs every grid: ``history.jsonl`` and TensorBoard get, per grid,
 learning rate and evaluation, the mean over that learning rate's models of ``LOGGED``. A resumed
@@ -42,9 +43,10 @@ from normattn_jax.train.timing import GridTiming, Stopwatch, counting
 
 # The metrics a sweep's history.jsonl and TensorBoard follow, per grid and learning rate.
 LOGGED = ("train_loss", "train_acc", "val_acc")
-# Grids whose programs are compiled in a background thread while one trains: 1 (the next one),
-# or 0 (each compiled in its turn, the devices idle meanwhile).
-BUILT_AHEAD = 1
+# Grids compiled in a background thread ahead of the one training: None every one (a long grid's
+# training hides the compiles of the short ones after it), k the next k, 0 none (each compiled
+# in its turn, the devices idle meanwhile).
+BUILT_AHEAD: Optional[int] = None
 # The workdir's record of where each grid's time went in the last call (``GridTiming``).
 TIMING = "timing.json"
 
@@ -130,9 +132,9 @@ def train_point(plan: SweepPlan, grid: SweepGrid, workdir, log: RunLog,
 
 def train_grids(plan: SweepPlan, workdir: str, log: RunLog, budget: Optional[Budget] = None,
                 on_grid=lambda grid, timing: None) -> dict:
-  """Train every grid of ``plan`` in turn, the next one's programs compiled in a background
-  thread while one trains (``BUILT_AHEAD``): an error of that compile is raised here, when its
-  grid's turn comes; rows, files and results come in the order of ``plan.grids`` either way.
+  """Train every grid of ``plan`` in ``plan.training_order``, the programs of the grids after
+  the one training compiled in a background thread (``BUILT_AHEAD``): an error of such a
+  compile is raised here, when its grid's turn comes.
 
   Args:
     plan: the sweep's plan.
@@ -142,24 +144,33 @@ def train_grids(plan: SweepPlan, workdir: str, log: RunLog, budget: Optional[Bud
     on_grid: ``(SweepGrid, GridTiming) -> None``, called after each grid has trained.
 
   Returns:
-    ``{grid key: metrics {name: [evaluations, models]}}``.
+    ``{grid key: metrics {name: [evaluations, models]}}``, in the order of ``plan.grids``.
   """
-  results = {}
+  order, results, builds = plan.training_order, {}, []
+  ahead = len(order) if BUILT_AHEAD is None else BUILT_AHEAD
   pool = concurrent.futures.ThreadPoolExecutor(max_workers=1,
                                                thread_name_prefix="normattn-compile")
+
+  def build_through(last: int) -> None:  # one worker: the builds run in the order submitted
+    while len(builds) <= min(last, len(order) - 1):
+      builds.append(pool.submit(build_point, plan, order[len(builds)]))
   try:
-    pending = pool.submit(build_point, plan, plan.grids[0]) if BUILT_AHEAD else None
-    for index, grid in enumerate(plan.grids):
+    for index, grid in enumerate(order):
       with Stopwatch() as waited:
-        built, timing = pending.result() if BUILT_AHEAD else build_point(plan, grid)
+        if ahead:
+          build_through(index)
+          built, timing = builds[index].result()
+          builds[index] = None  # the grid is held by this turn alone
+        else:
+          built, timing = build_point(plan, grid)
       timing.waited_seconds = waited.seconds
-      if BUILT_AHEAD and index + 1 < len(plan.grids):
-        pending = pool.submit(build_point, plan, plan.grids[index + 1])
+      if ahead:
+        build_through(index + ahead)
       results[grid.key] = train_point(plan, grid, workdir, log, budget, built, timing)
       on_grid(grid, timing)
-  finally:  # a stopped run does not wait for the next grid's compile
+  finally:  # a stopped run does not wait for the builds still to come
     pool.shutdown(wait=False, cancel_futures=True)
-  return results
+  return {grid.key: results[grid.key] for grid in plan.grids}
 
 
 def resummarise(workdir: str) -> dict:
