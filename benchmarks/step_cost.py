@@ -1,6 +1,7 @@
 """What one model's training step costs, from XLA's cost analysis of the compiled step: FLOPs,
 bytes accessed and kernels, on any machine (no timing, so the figures are the program's, not the
-machine's load).
+machine's load; compiled without LLVM's passes, which come after the HLO the analysis reads,
+``cli.command.COST_ANALYSIS_FLAGS``).
 
 For each architecture, d = N, task head and compute dtype: the grid engine's training step of
 one model (``make_programs``: data drawn on the device, forward, backward, Adam), compiled for
@@ -39,6 +40,7 @@ import jax.numpy as jnp
 import ml_collections
 from absl import app, flags
 
+from normattn_jax.cli import command as cli
 from normattn_jax.precision import DTYPES
 from normattn_jax.sweep import config as config_lib
 from normattn_jax.sweep import estimate
@@ -132,6 +134,7 @@ def line(arch, head, size, dtype, cost, others=None) -> str:
 
 def main(argv):
   del argv
+  cli.quick_compile(xla_flags=cli.COST_ANALYSIS_FLAGS)
   try:
     sizes = [int(size) for size in _SIZES.value]
   except ValueError:

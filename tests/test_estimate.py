@@ -86,3 +86,39 @@ def test_a_projection_from_measured_rates_is_training_alone():
     estimate.reproject(lines, rates, compile_s=-1.0)
   with pytest.raises(ValueError, match="rates must be"):
     estimate.rate_at([(0.0, 1.0)], 1.0)
+
+
+COST_PROBE = """
+import json
+from normattn_jax.sweep.config import base_config, validate
+from normattn_jax.sweep.plan import SweepPlan
+from normattn_jax.sweep.programs import Setup
+from normattn_jax.sweep import estimate
+c = base_config(); c.archs = ("nap",); c.task.seq_len = 8
+c.model.update(d_model=8, num_heads=2, num_layers=1); c.train.batch_size = 4
+validate(c); plan = SweepPlan.of(c); grid = plan.grids[0]
+cost = estimate.step_cost(Setup(grid.arch, plan.point_config(grid.point), plan.attention[()]))
+print(json.dumps([cost.gflop, cost.mb, cost.kernels]))
+"""
+
+
+@pytest.mark.slow
+def test_a_step_compiled_to_be_analysed_costs_what_the_optimised_step_costs():
+  """``COST_ANALYSIS_FLAGS`` (no LLVM passes: --estimate with rates, step_cost.py) leave XLA's
+  cost analysis as the optimised compile gives it; the emitter flag of the suite's quick compile
+  does not (the check sees a change)."""
+  import json
+  import subprocess
+  import sys
+
+  from normattn_jax.cli import command as cli
+
+  def cost(xla_flags):
+    env = dict(os.environ, XLA_FLAGS=" ".join(xla_flags))
+    run = subprocess.run([sys.executable, "-c", COST_PROBE], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+  optimised = cost(())
+  assert cost(cli.COST_ANALYSIS_FLAGS) == optimised
+  assert cost(cli.QUICK_COMPILE_FLAGS) != optimised

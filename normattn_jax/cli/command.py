@@ -100,6 +100,10 @@ def enable_compilation_cache(enabled: bool = True, environ=os.environ) -> Option
 QUICK_COMPILE_FLAGS = ("--xla_backend_optimization_level=0",
                        "--xla_cpu_use_fusion_emitters=false",
                        "--xla_cpu_parallel_codegen_split_count=1")
+# The one of them that leaves XLA's cost analysis (FLOPs, bytes, kernels) as it is, because
+# LLVM's passes run after the HLO that the analysis reads: for programs compiled only to be
+# analysed (``sweep.estimate.step_cost``). The emitter flag changes the fusions, and the counts.
+COST_ANALYSIS_FLAGS = QUICK_COMPILE_FLAGS[:1]
 
 
 def backends_started() -> bool:
@@ -115,10 +119,11 @@ def backends_started() -> bool:
   return False
 
 
-def quick_compile(environ=os.environ) -> None:
-  """Compile this process's programs for a short compile rather than a fast run
-  (``QUICK_COMPILE_FLAGS``), where compiling is most of the time: call it before JAX's backends
-  start. Processes started from this one inherit it.
+def quick_compile(environ=os.environ, xla_flags: Sequence[str] = QUICK_COMPILE_FLAGS) -> None:
+  """Compile this process's programs for a short compile rather than a fast run (``xla_flags``:
+  ``QUICK_COMPILE_FLAGS``, or ``COST_ANALYSIS_FLAGS`` for programs compiled only to be
+  analysed), where compiling is most of the time: call it before JAX's backends start.
+  Processes started from this one inherit it.
 
   Raises:
     RuntimeError: if JAX's backends have started already (XLA reads its flags once).
@@ -126,7 +131,7 @@ def quick_compile(environ=os.environ) -> None:
   if backends_started():
     raise RuntimeError("quick_compile() must come before JAX's first computation: XLA reads "
                        "its flags when its backends start")
-  environ["XLA_FLAGS"] = " ".join([environ.get("XLA_FLAGS", ""), *QUICK_COMPILE_FLAGS]).strip()
+  environ["XLA_FLAGS"] = " ".join([environ.get("XLA_FLAGS", ""), *xla_flags]).strip()
 
 
 def default_cpu_devices(cores: int, divides: Sequence[int] = ()) -> int:

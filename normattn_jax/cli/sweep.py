@@ -67,6 +67,8 @@ def _estimate(config) -> None:
         raise app.UsageError(f"--estimate_costs={_ESTIMATE_COSTS.value}: {err}") from None
     print("\n".join(lines), flush=True)
     return
+  if rates is not None and not cli.backends_started():  # steps compiled to be analysed, not run
+    cli.quick_compile(xla_flags=cli.COST_ANALYSIS_FLAGS)
   cli.split_cpu(_RUN.cpu_devices.value)
   logging.set_verbosity(logging.ERROR)
   cli.load_plugins(_RUN.plugins.value)
