@@ -6,8 +6,8 @@ The schedules, each ``estimate.compile_waits`` of the grids' training seconds:
 
 - in_turn: each grid compiled when the one before has trained (``BUILT_AHEAD`` 0);
 - one_ahead: the next grid compiled while one trains, the grids in the plan's order;
-- longest_first: the grids longest first, every later one compiled while they train (the
-  engine's, ``SweepPlan.training_order`` and ``BUILT_AHEAD`` None).
+- longest_first: the grids of the most FLOPs first, every later one compiled while they train
+  (the engine's: ``SweepPlan.training_order`` orders them by their work, ``BUILT_AHEAD`` None).
 
 A compile and a training are taken not to slow each other (the host compiles while the
 accelerator trains), so on a CPU, whose cores do both, this is not what a sweep sees.
@@ -35,14 +35,13 @@ _RATE_SCALE = flags.DEFINE_multi_float("rate_scale", [1.0], "The rates times thi
                                        "a goal of three times the measured rates), > 0.")
 
 
-def grid_rows(lines) -> list[tuple[int, int, float]]:
-  """``(steps, model-steps, GFLOP per model-step)`` of each grid line, in the plan's order."""
+def grid_rows(lines) -> list[tuple[int, float]]:
+  """``(model-steps, GFLOP per model-step)`` of each grid line, in the plan's order."""
   rows = []
   for line in lines:
     fields = dict(re.findall(r"(\w+)=(\S+)", line))
     if line.startswith("grid=") and "model_steps" in fields:
-      rows.append((int(fields["steps"]), int(fields["model_steps"]),
-                   float(fields["gflop_per_model_step"])))
+      rows.append((int(fields["model_steps"]), float(fields["gflop_per_model_step"])))
   if not rows:
     raise app.UsageError(f"--costs={_COSTS.value}: no grid lines")
   return rows
@@ -50,8 +49,8 @@ def grid_rows(lines) -> list[tuple[int, int, float]]:
 
 def schedules(rows, rates, compile_s: float) -> dict:
   """Seconds waited for compiles per schedule (the module's docstring), and the training's."""
-  seconds = [(steps, model_steps / estimate.rate_at(rates, gflop))
-             for steps, model_steps, gflop in rows]
+  seconds = [(model_steps * gflop, model_steps / estimate.rate_at(rates, gflop))
+             for model_steps, gflop in rows]
   plan = [(compile_s, train_s) for _, train_s in seconds]
   longest = [(compile_s, train_s) for _, train_s in sorted(seconds, key=lambda r: -r[0])]
   return {"train_s": sum(train_s for _, train_s in seconds),

@@ -42,8 +42,8 @@ def test_the_figures_add_up_and_nothing_is_written(estimated):
   assert large.train_s == pytest.approx(small.train_s * large.cost.gflop / small.cost.gflop)
   assert result.programs == 2
   assert result.total("model_steps") == 2 * 4 * 20
-  assert result.compile_waits_s == pytest.approx(estimate.compile_waits(  # equal steps: in order
-      [(g.compile_s, g.train_s + g.evaluation_s) for g in result.grids]))
+  assert result.compile_waits_s == pytest.approx(estimate.compile_waits(  # d = 16: more work
+      [(g.compile_s, g.train_s + g.evaluation_s) for g in result.grids[::-1]]))
   assert result.seconds == pytest.approx(result.total("train_s") + result.total("evaluation_s")
                                          + result.compile_waits_s)
   total = estimate.report(result, "float32")[-1]
@@ -78,7 +78,7 @@ def test_a_projection_from_measured_rates_is_training_alone():
   assert again[-1] == (f"total grids=2 model_steps=160 "
                        f"train_h={result.total('seconds') / 3600:.3f}")
   lines = estimate.report(result, "float32")
-  waits = estimate.compile_waits([(60.0, g.seconds) for g in result.grids])
+  waits = estimate.compile_waits([(60.0, g.seconds) for g in result.grids[::-1]])  # d = 16 first
   assert estimate.reproject(lines, rates, compile_s=60.0)[-1] == (
       f"{again[-1]} compile_waited_h={waits / 3600:.3f} "
       f"projected_h={(result.total('seconds') + waits) / 3600:.3f}")

@@ -165,9 +165,12 @@ def test_a_sweep_plan_names_every_grid_once_points_outer():
   steps = [plan.point_config(p).train.num_steps for p in plan.points]
   assert steps == [c.train.num_steps, 2 * c.train.num_steps]  # each point's own, scaled
   assert plan.total_model_steps == 2 * sum(steps) * plan.axis.num_models
-  assert [g.name for g in plan.training_order] == [  # the most steps first, then as planned
+  assert [g.name for g in plan.training_order] == [  # the most work first, then as planned
       "nap[model.d_model=16]", "sum[model.d_model=16]", "nap[model.d_model=8]",
       "sum[model.d_model=8]"]
+  c.sweep.steps_scale = ""  # equal steps: the wider grids, which have the more work, first
+  assert [g.name for g in SweepPlan.of(c).training_order][:2] == ["nap[model.d_model=16]",
+                                                                  "sum[model.d_model=16]"]
   for point in plan.points:  # a point's own models axis is the sweep's
     assert ModelsAxis.of(plan.point_config(point)) == plan.axis
   assert (plan.swept_field, plan.swept_values) == ("model.d_model", (8.0, 16.0))

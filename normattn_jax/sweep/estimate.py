@@ -441,7 +441,8 @@ def reproject(lines: Sequence[str], rates: Sequence[tuple[float, float]],
     lines: what ``report`` printed (other lines are skipped).
     rates: ``(GFLOP per model-step, model-steps/s)`` pairs.
     compile_s: the seconds one grid compiles in, measured elsewhere; given, the total adds the
-      compiles the devices wait for (``compile_waits``, the grids longest first as they train).
+      compiles the devices wait for (``compile_waits``, the grids of the most FLOPs first, as
+      ``SweepPlan.training_order`` orders them by their work).
 
   Returns:
     One line per grid and a total: training time alone, or with ``compile_s`` the compiles
@@ -459,17 +460,17 @@ def reproject(lines: Sequence[str], rates: Sequence[tuple[float, float]],
       continue
     model_steps, gflop = int(fields["model_steps"]), float(fields["gflop_per_model_step"])
     seconds = model_steps / rate_at(rates, gflop)
-    grids.append((int(fields["steps"]), model_steps, seconds))
+    grids.append((model_steps * gflop, model_steps, seconds))
     out.append(f"grid={fields['grid']} model_steps={model_steps} gflop_per_model_step={gflop:.4f} "
                f"model_steps_per_s={rate_at(rates, gflop):.1f} train_h={_hours(seconds)}")
   if not out:
-    raise ValueError("no grid lines (grid=... steps=... model_steps=... gflop_per_model_step=...) "
-                     "to project")
+    raise ValueError("no grid lines (grid=... model_steps=... gflop_per_model_step=...) to "
+                     "project")
   train_s = sum(seconds for _, _, seconds in grids)
   total = (f"total grids={len(out)} model_steps={sum(steps for _, steps, _ in grids)} "
            f"train_h={_hours(train_s)}")
   if compile_s is not None:
-    in_order = sorted(grids, key=lambda grid: -grid[0])  # SweepPlan.training_order
+    in_order = sorted(grids, key=lambda grid: -grid[0])  # the most FLOPs first
     waits = compile_waits([(compile_s, seconds) for _, _, seconds in in_order])
     total += f" compile_waited_h={_hours(waits)} projected_h={_hours(train_s + waits)}"
   return out + [total]

@@ -49,6 +49,15 @@ class SweepGrid:
     return self.arch, self.point
 
 
+def training_work(config: ml_collections.ConfigDict) -> int:
+  """A grid's training work in proportion, to order grids by without compiling them: steps x
+  batch x tokens x layers x width x (width + tokens), the sizes of the dense layers' and the
+  attention's products; the same for every arch."""
+  c = config
+  return (c.train.num_steps * c.train.batch_size * c.task.seq_len * c.model.num_layers
+          * c.model.d_model * (c.model.d_model + c.task.seq_len))
+
+
 @dataclasses.dataclass(frozen=True)
 class SweepPlan:
   """Everything a sweep's config decides about its grids, computed once (``of``).
@@ -120,12 +129,12 @@ class SweepPlan:
 
   @functools.cached_property
   def training_order(self) -> tuple[SweepGrid, ...]:
-    """The grids in the order they train: the most training steps first, the plan's order where
-    steps tie. While the long grids train, the short ones compile in the background
+    """The grids in the order they train: the most work first (``training_work``), the plan's
+    order where it ties. While the long grids train, the short ones compile in the background
     (``sweep.train``), so a grid that trains for less than a compile does not leave the devices
     waiting for the next one's."""
-    steps = {point: self.point_config(point).train.num_steps for point in self.points}
-    return tuple(sorted(self.grids, key=lambda grid: -steps[grid.point]))
+    work = {point: training_work(self.point_config(point)) for point in self.points}
+    return tuple(sorted(self.grids, key=lambda grid: -work[grid.point]))
 
   def hyperparameters(self, point: PointItems = ()) -> dict:
     """The grid engine's per-model hyper-parameters of the grids at ``point``
