@@ -16,7 +16,10 @@ The variants:
   checkpoint needs dispatched before the last one's metrics are read;
 - all: longest_first and async_checkpoints (the engine's default).
 What compiling ahead saves is at most the shorter of a grid's compile and its training, less
-what the two take from each other on the same cores: ``--steps`` sets the training.
+what the two take from each other on the same cores: ``--steps`` sets the training. Beside each
+run's seconds waiting for builds, ``predicted_waited_s`` is what the schedule's model
+(``estimate.compile_waits``, which the estimates' projections use) gives from that run's own
+build and training seconds, in the order its grids trained.
 
 First a check that XLA's compile releases the GIL (what compiling ahead in a thread rests on):
 the longest stall of a Python loop in the main thread while another thread compiles.
@@ -43,6 +46,7 @@ from absl import app, flags, logging
 
 from normattn_jax.sweep import train as sweep_train
 from normattn_jax.sweep.config import base_config
+from normattn_jax.sweep.estimate import compile_waits
 from normattn_jax.sweep.plan import SweepPlan
 from normattn_jax.train.checkpoint import GridCheckpoints, read_json
 from normattn_jax.train.driver import RunHooks
@@ -61,6 +65,8 @@ _SWEEP = flags.DEFINE_enum("sweep", "archs", ["archs", "vocab"],
                            "with the steps in proportion (Table 5's shape).")
 
 ARCHS = ("nap", "mte", "sum", "max", "bert", "albert")
+# grids compiled ahead of the one training, per compile path (``sweep.train.BUILT_AHEAD``)
+AHEAD = {"previous": 0, "compile_ahead": 1, "longest_first": None}
 # what each variant switches on
 SWITCHES = {"previous": (), "compile_ahead": ("compile_ahead",),
             "longest_first": ("longest_first",),
@@ -118,10 +124,15 @@ def run_variant(name: str, config, root: str, index: int) -> dict:
     started = time.perf_counter()
     sweep_train.run_sweep(config, workdir, show_progress=False, tensorboard=False)
     seconds = time.perf_counter() - started
-  grids = read_json(os.path.join(workdir, sweep_train.TIMING))["grids"].values()
+  grids = list(read_json(os.path.join(workdir, sweep_train.TIMING))["grids"].values())
   total = lambda key: sum(grid[key] for grid in grids)
+  path = next((p for p in ("longest_first", "compile_ahead") if p in SWITCHES[name]), "previous")
+  # the schedule's model, fed this run's own builds and trainings in the order they ran
+  predicted = compile_waits([(g["build_seconds"], g["train_seconds"]) for g in grids],
+                            AHEAD[path])
   return {"seconds": seconds, "compiles": total("compiles"), "waited": total("waited_seconds"),
-          "checkpoints": total("checkpoint_seconds"), "train": total("train_seconds")}
+          "checkpoints": total("checkpoint_seconds"), "train": total("train_seconds"),
+          "predicted": predicted}
 
 
 def compile_stall_ms() -> tuple[float, float]:
@@ -168,6 +179,7 @@ def main(argv):
         runs[name].append(row)
         print(f"round={index} variant={name} seconds={row['seconds']:.1f} "
               f"compiles={row['compiles']} waited_for_builds_s={row['waited']:.1f} "
+              f"predicted_waited_s={row['predicted']:.1f} "
               f"train_s={row['train']:.1f} checkpoint_s={row['checkpoints']:.1f}", flush=True)
   median = {name: statistics.median(r["seconds"] for r in rows) for name, rows in runs.items()}
   for name in variants:
