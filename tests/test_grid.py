@@ -143,8 +143,13 @@ def test_killed_run_resumes_to_the_same_numbers_and_history(reference, tmp_path,
           [("nap", 30), ("sum", 10), ("sum", 10)])
   capsys.readouterr()
   run(tiny_sweep_config(), tmp_path)
+  out = capsys.readouterr().out
   checkpoint = os.path.join(tmp_path, "checkpoints", "sum", "1")
-  assert f"sum: resumed from step 10 (checkpoint {checkpoint})" in capsys.readouterr().out
+  assert f"sum: resumed from step 10 (checkpoint {checkpoint})" in out
+  finished = os.path.join(tmp_path, "checkpoints", "nap", "3")
+  assert f"nap: finished, 3 of 3 chunks (checkpoint {finished})" in out
+  timing = read(tmp_path, "timing.json")["grids"]  # the finished grid is not compiled again
+  assert (timing["nap"]["compiles"], timing["sum"]["compiles"]) == (0, 2)
   assert read(tmp_path) == read(reference)
   assert history_bytes(tmp_path) == history_bytes(reference)
 
@@ -678,6 +683,40 @@ def test_a_checkpoint_holds_what_was_given_whatever_happens_after_save_returns(t
   assert step == 1
   np.testing.assert_array_equal(tree["state"], np.arange(4.0))
   np.testing.assert_array_equal(tree["metrics"]["loss"], [[1.0, 1.0], [0.0, 0.0], [0.0, 0.0]])
+
+
+def test_a_finished_run_is_read_from_its_last_checkpoint_without_a_grid(tmp_path):
+  """``RunHooks.finished`` (a resumed sweep's finished grids, not compiled): the metrics of the
+  last chunk's checkpoint, recorded as a resume records them; None with chunks left, and where
+  the last checkpoint does not restore (the run then resumes from the one before)."""
+  import shutil
+  import warnings
+
+  from normattn_jax.train.checkpoint import DamagedCheckpointWarning, GridCheckpoints
+  from normattn_jax.train.driver import RunHooks
+  folder = str(tmp_path / "run")
+  checkpoints = GridCheckpoints(folder)
+  for done in (2, 3):
+    checkpoints.save(done, {"state": {"w": jnp.full(2, float(done))},
+                            "metrics": {"loss": np.full((3, 2), float(done), np.float32)}})
+  checkpoints.close()
+  recorded = []
+
+  def hooks(chunks):
+    return RunHooks(folder, 1, chunks, record=lambda indices, metrics: recorded.append(
+        (list(indices), float(metrics["loss"][0, 0]))))
+  with hooks(4) as unfinished:
+    assert unfinished.finished() is None and not recorded
+  with hooks(3) as finished:
+    metrics = finished.finished()
+  np.testing.assert_array_equal(metrics["loss"], np.full((3, 2), 3.0))
+  assert recorded == [([0, 1, 2], 3.0)]
+  for item in os.listdir(os.path.join(folder, "3")):  # the last checkpoint's files lost
+    shutil.rmtree(os.path.join(folder, "3", item), ignore_errors=True)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DamagedCheckpointWarning)
+    with hooks(3) as damaged:
+      assert damaged.finished() is None
 
 
 def test_a_sweeps_timing_counts_each_grids_init_and_chunk_compiled_once(reference):

@@ -34,7 +34,7 @@ from normattn_jax.sweep.plan import SweepGrid, SweepPlan
 from normattn_jax.sweep.programs import Setup, build_grid
 from normattn_jax.sweep.scoring import best_lines, summarise
 from normattn_jax.train import kinds, multihost, runs
-from normattn_jax.train.checkpoint import restore_newest_state, write_json
+from normattn_jax.train.checkpoint import GridCheckpoints, restore_newest_state, write_json
 from normattn_jax.train.driver import Budget, RunHooks
 from normattn_jax.train.grid import Grid, model_keys
 from normattn_jax.train.run_log import RunLog
@@ -91,6 +91,35 @@ def build_point(plan: SweepPlan, grid: SweepGrid) -> tuple[Grid, GridTiming]:
   return built, timing
 
 
+def grid_hooks(plan: SweepPlan, grid: SweepGrid, workdir, log: RunLog,
+               budget: Optional[Budget] = None) -> RunHooks:
+  """The ``RunHooks`` of one grid of a sweep: its checkpoints in ``checkpoints/<grid name>``,
+  each evaluation logged (``log_evaluations``) and counted in model-steps, the sweep's budget."""
+  point, axis, name = plan.point_config(grid.point), plan.axis, grid.name
+  every = point.train.eval_every
+
+  def record(indices, metrics):
+    log_evaluations(log, name, axis, every, metrics, indices)
+    log.advance(len(indices) * every * axis.num_models)
+  return RunHooks(os.path.join(workdir, "checkpoints", name), point.train.checkpoint_every,
+                  point.train.num_steps // every, record=record, budget=budget, name=name,
+                  minutes=point.train.checkpoint_minutes)
+
+
+def last_chunk_saved(plan: SweepPlan, grid: SweepGrid, workdir) -> bool:
+  """Whether the grid's newest checkpoint is of its last evaluation (a finished grid, which a
+  resumed sweep does not compile), read without creating its folder."""
+  folder = os.path.join(workdir, "checkpoints", grid.name)
+  if not os.path.isdir(folder):
+    return False
+  point = plan.point_config(grid.point)
+  checkpoints = GridCheckpoints(folder)
+  try:
+    return checkpoints.latest() == point.train.num_steps // point.train.eval_every
+  finally:
+    checkpoints.close()
+
+
 def train_point(plan: SweepPlan, grid: SweepGrid, workdir, log: RunLog,
                 budget: Optional[Budget] = None, built: Optional[Grid] = None,
                 timing: Optional[GridTiming] = None) -> dict:
@@ -108,21 +137,12 @@ def train_point(plan: SweepPlan, grid: SweepGrid, workdir, log: RunLog,
   Returns:
     The metrics ``{name: [evaluations, models]}``.
   """
-  point, axis, name = plan.point_config(grid.point), plan.axis, grid.name
-  every = point.train.eval_every
-  num_chunks = point.train.num_steps // every
+  point = plan.point_config(grid.point)
   timing = timing or GridTiming()
   if built is None:
     built, _ = build_point(plan, grid)
-
-  def record(indices, metrics):
-    log_evaluations(log, name, axis, every, metrics, indices)
-    log.advance(len(indices) * every * axis.num_models)
-
-  hooks = RunHooks(os.path.join(workdir, "checkpoints", name), point.train.checkpoint_every,
-                   num_chunks, record=record, budget=budget, name=name,
-                   minutes=point.train.checkpoint_minutes)
-  keys, watch = model_keys(point.seed, axis.seed_indices()), Stopwatch()
+  hooks = grid_hooks(plan, grid, workdir, log, budget)
+  keys, watch = model_keys(point.seed, plan.axis.seed_indices()), Stopwatch()
   try:
     with counting(timing.compiles), watch:
       return hooks.train(built, keys, plan.hyperparameters(grid.point)).metrics
@@ -134,7 +154,8 @@ def train_grids(plan: SweepPlan, workdir: str, log: RunLog, budget: Optional[Bud
                 on_grid=lambda grid, timing: None) -> dict:
   """Train every grid of ``plan`` in ``plan.training_order``, the programs of the grids after
   the one training compiled in a background thread (``BUILT_AHEAD``): an error of such a
-  compile is raised here, when its grid's turn comes.
+  compile is raised here, when its grid's turn comes. A grid whose checkpoints hold its last
+  evaluation is not compiled: its metrics are read back and logged (``RunHooks.finished``).
 
   Args:
     plan: the sweep's plan.
@@ -146,26 +167,39 @@ def train_grids(plan: SweepPlan, workdir: str, log: RunLog, budget: Optional[Bud
   Returns:
     ``{grid key: metrics {name: [evaluations, models]}}``, in the order of ``plan.grids``.
   """
-  order, results, builds = plan.training_order, {}, []
-  ahead = len(order) if BUILT_AHEAD is None else BUILT_AHEAD
+  results = {}
+  to_build = [grid for grid in plan.training_order if not last_chunk_saved(plan, grid, workdir)]
+  ahead = len(to_build) if BUILT_AHEAD is None else BUILT_AHEAD
+  builds = {}
   pool = concurrent.futures.ThreadPoolExecutor(max_workers=1,
                                                thread_name_prefix="normattn-compile")
 
   def build_through(last: int) -> None:  # one worker: the builds run in the order submitted
-    while len(builds) <= min(last, len(order) - 1):
-      builds.append(pool.submit(build_point, plan, order[len(builds)]))
+    for grid in to_build[len(builds):last + 1]:
+      builds[grid.key] = pool.submit(build_point, plan, grid)
+
+  def built_grid(grid: SweepGrid) -> tuple[Grid, GridTiming]:
+    if grid not in to_build or not ahead:  # in its turn, or a finished grid read back in vain
+      return build_point(plan, grid)
+    position = to_build.index(grid)
+    build_through(position)
+    built = builds[grid.key].result()
+    builds[grid.key] = None  # the grid is held by this turn alone
+    build_through(position + ahead)
+    return built
   try:
-    for index, grid in enumerate(order):
+    if ahead:  # compiling while the finished grids are read back
+      build_through(ahead - 1)
+    for grid in plan.training_order:
+      if grid not in to_build:
+        with grid_hooks(plan, grid, workdir, log, budget) as hooks:
+          results[grid.key] = hooks.finished()
+        if results[grid.key] is not None:
+          on_grid(grid, GridTiming())
+          continue
       with Stopwatch() as waited:
-        if ahead:
-          build_through(index)
-          built, timing = builds[index].result()
-          builds[index] = None  # the grid is held by this turn alone
-        else:
-          built, timing = build_point(plan, grid)
+        built, timing = built_grid(grid)
       timing.waited_seconds = waited.seconds
-      if ahead:
-        build_through(index + ahead)
       results[grid.key] = train_point(plan, grid, workdir, log, budget, built, timing)
       on_grid(grid, timing)
   finally:  # a stopped run does not wait for the builds still to come

@@ -199,6 +199,25 @@ class RunHooks:
     self.budget.check(self.name, done, self.num_chunks)
     return done, state, metrics
 
+  def finished(self) -> Optional[dict]:
+    """The metrics of a run whose newest checkpoint holds its last chunk, read from that
+    checkpoint alone (no grid compiled, no state to restore into) and recorded as a resume
+    records them: how a resumed sweep passes its finished grids without compiling them. None
+    where chunks are left, where the newest checkpoint that restores is an earlier one, and for
+    a run whose checkpoints hold no metrics (``state_only``)."""
+    if self.state_only or self.checkpoints is None or self.checkpoints.latest() != self.num_chunks:
+      return None
+    done, tree = self.checkpoints.restore_newest({"state": None, "metrics": None})
+    if done != self.num_chunks:
+      return None
+    metrics = {key: np.array(value) for key, value in tree["metrics"].items()}
+    self.record(range(done), metrics)
+    if multihost.is_chief():
+      folder = os.path.join(self.checkpoints.directory, str(done))
+      print(f"{self.name}: finished, {done} of {self.num_chunks} chunks (checkpoint {folder}): "
+            "nothing to compile or train", flush=True)
+    return metrics
+
   def _periodic(self, done: int) -> bool:
     """Whether the checkpoint after ``done`` chunks is one of every ``every``, or the last."""
     return bool(self.every) and (done % self.every == 0 or done == self.num_chunks)
