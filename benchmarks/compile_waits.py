@@ -20,7 +20,6 @@ then ``longest_first_over_one_ahead=`` for the first.
 """
 from __future__ import annotations
 
-import re
 
 from absl import app, flags
 
@@ -35,22 +34,11 @@ _RATE_SCALE = flags.DEFINE_multi_float("rate_scale", [1.0], "The rates times thi
                                        "a goal of three times the measured rates), > 0.")
 
 
-def grid_rows(lines) -> list[tuple[int, float]]:
-  """``(model-steps, GFLOP per model-step)`` of each grid line, in the plan's order."""
-  rows = []
-  for line in lines:
-    fields = dict(re.findall(r"(\w+)=(\S+)", line))
-    if line.startswith("grid=") and "model_steps" in fields:
-      rows.append((int(fields["model_steps"]), float(fields["gflop_per_model_step"])))
-  if not rows:
-    raise app.UsageError(f"--costs={_COSTS.value}: no grid lines")
-  return rows
-
-
 def schedules(rows, rates, compile_s: float) -> dict:
-  """Seconds waited for compiles per schedule (the module's docstring), and the training's."""
+  """Seconds waited for compiles per schedule (the module's docstring), and the training's, of
+  the grids ``estimate.read_grids`` read."""
   seconds = [(model_steps * gflop, model_steps / estimate.rate_at(rates, gflop))
-             for model_steps, gflop in rows]
+             for _, model_steps, gflop in rows]
   plan = [(compile_s, train_s) for _, train_s in seconds]
   longest = [(compile_s, train_s) for _, train_s in sorted(seconds, key=lambda r: -r[0])]
   return {"train_s": sum(train_s for _, train_s in seconds),
@@ -69,7 +57,10 @@ def main(argv):
   if any(not scale > 0 for scale in _RATE_SCALE.value):
     raise app.UsageError(f"--rate_scale must be > 0, got {_RATE_SCALE.value}")
   with open(_COSTS.value) as f:
-    rows = grid_rows(f.read().splitlines())
+    try:
+      rows = estimate.read_grids(f.read().splitlines())
+    except ValueError as err:
+      raise app.UsageError(f"--costs={_COSTS.value}: {err}") from None
   ratio = None
   for compile_s in _COMPILE_S.value:
     for scale in _RATE_SCALE.value:

@@ -432,6 +432,25 @@ def report(result: SweepEstimate, dtype: str) -> list[str]:
   return lines
 
 
+def read_grids(lines: Sequence[str]) -> list[tuple[str, int, float]]:
+  """``(name, model-steps, GFLOP per model-step)`` of each grid line an earlier ``report``
+  printed (other lines skipped), in the plan's order.
+
+  Raises:
+    ValueError: if ``lines`` hold no grid.
+  """
+  grids = []
+  for line in lines:
+    fields = dict(re.findall(r"(\w+)=(\S+)", line))
+    if line.startswith("grid=") and "model_steps" in fields:
+      grids.append((fields["grid"], int(fields["model_steps"]),
+                    float(fields["gflop_per_model_step"])))
+  if not grids:
+    raise ValueError("no grid lines (grid=... model_steps=... gflop_per_model_step=...) to "
+                     "project")
+  return grids
+
+
 def reproject(lines: Sequence[str], rates: Sequence[tuple[float, float]],
               compile_s: Optional[float] = None) -> list[str]:
   """An earlier estimate's grids (its printed ``report`` lines) projected again from measured
@@ -454,18 +473,11 @@ def reproject(lines: Sequence[str], rates: Sequence[tuple[float, float]],
   if compile_s is not None and not compile_s >= 0:
     raise ValueError(f"compile_s must be >= 0 seconds, got {compile_s!r}")
   out, grids = [], []
-  for line in lines:
-    fields = dict(re.findall(r"(\w+)=(\S+)", line))
-    if not line.startswith("grid=") or "model_steps" not in fields:
-      continue
-    model_steps, gflop = int(fields["model_steps"]), float(fields["gflop_per_model_step"])
+  for name, model_steps, gflop in read_grids(lines):
     seconds = model_steps / rate_at(rates, gflop)
     grids.append((model_steps * gflop, model_steps, seconds))
-    out.append(f"grid={fields['grid']} model_steps={model_steps} gflop_per_model_step={gflop:.4f} "
+    out.append(f"grid={name} model_steps={model_steps} gflop_per_model_step={gflop:.4f} "
                f"model_steps_per_s={rate_at(rates, gflop):.1f} train_h={_hours(seconds)}")
-  if not out:
-    raise ValueError("no grid lines (grid=... model_steps=... gflop_per_model_step=...) to "
-                     "project")
   train_s = sum(seconds for _, _, seconds in grids)
   total = (f"total grids={len(out)} model_steps={sum(steps for _, steps, _ in grids)} "
            f"train_h={_hours(train_s)}")
