@@ -91,6 +91,16 @@ def build_point(plan: SweepPlan, grid: SweepGrid) -> tuple[Grid, GridTiming]:
   return built, timing
 
 
+def checkpoint_folder(workdir, grid: SweepGrid) -> str:
+  """Where a grid's checkpoints are: ``checkpoints/<grid name>`` in the sweep's workdir."""
+  return os.path.join(workdir, "checkpoints", grid.name)
+
+
+def num_evaluations(point: ml_collections.ConfigDict) -> int:
+  """The evaluations (chunks) a grid of the point's config trains in."""
+  return point.train.num_steps // point.train.eval_every
+
+
 def grid_hooks(plan: SweepPlan, grid: SweepGrid, workdir, log: RunLog,
                budget: Optional[Budget] = None) -> RunHooks:
   """The ``RunHooks`` of one grid of a sweep: its checkpoints in ``checkpoints/<grid name>``,
@@ -101,21 +111,20 @@ def grid_hooks(plan: SweepPlan, grid: SweepGrid, workdir, log: RunLog,
   def record(indices, metrics):
     log_evaluations(log, name, axis, every, metrics, indices)
     log.advance(len(indices) * every * axis.num_models)
-  return RunHooks(os.path.join(workdir, "checkpoints", name), point.train.checkpoint_every,
-                  point.train.num_steps // every, record=record, budget=budget, name=name,
+  return RunHooks(checkpoint_folder(workdir, grid), point.train.checkpoint_every,
+                  num_evaluations(point), record=record, budget=budget, name=name,
                   minutes=point.train.checkpoint_minutes)
 
 
 def last_chunk_saved(plan: SweepPlan, grid: SweepGrid, workdir) -> bool:
   """Whether the grid's newest checkpoint is of its last evaluation (a finished grid, which a
   resumed sweep does not compile), read without creating its folder."""
-  folder = os.path.join(workdir, "checkpoints", grid.name)
+  folder = checkpoint_folder(workdir, grid)
   if not os.path.isdir(folder):
     return False
-  point = plan.point_config(grid.point)
   checkpoints = GridCheckpoints(folder)
   try:
-    return checkpoints.latest() == point.train.num_steps // point.train.eval_every
+    return checkpoints.latest() == num_evaluations(plan.point_config(grid.point))
   finally:
     checkpoints.close()
 
@@ -278,9 +287,9 @@ def load_models(workdir: str, arch: str, learning_rate: float, value: Optional[f
   point, value_row = plan.locate(None if value is None else _index_of(grid, value, "value"))
   point_config, axis = plan.point_config(point), plan.axis
   lr_index = _index_of(axis.learning_rates, learning_rate, "learning_rate")
-  folder = os.path.join(workdir, "checkpoints", plan.grid(arch, point).name)
+  folder = checkpoint_folder(workdir, plan.grid(arch, point))
   done, state = restore_newest_state(folder)
-  if done != point_config.train.num_steps // point_config.train.eval_every:
+  if done != num_evaluations(point_config):
     raise ValueError(f"{folder}: its newest checkpoint is evaluation {done}, not the last; "
                      f"finish the sweep first")
   seeds = [jax.tree.map(lambda x, row=row: x[row], state["params"])
