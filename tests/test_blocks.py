@@ -10,7 +10,9 @@ from normattn_jax.attention import weights as W
 from normattn_jax.blocks import default_ffn_features
 
 D, H, N = 16, 2, 6
-X = jax.random.normal(jax.random.key(0), (2, N, D))
+# The tests' random numbers come from numpy: jax's generator compiles a program per draw (op by
+# op) or long programs (jitted), longer than the models it feeds take.
+X = np.random.default_rng(0).standard_normal((2, N, D), np.float32)
 PAD = jnp.array([[True] * N, [True] * 4 + [False] * 2])
 VARIANTS = [(arch, None) for arch in ARCHITECTURES] + [
     (arch, norm) for arch in ("mte", "bert") for norm in ("dnas", "hnas", "sinkhorn")]
@@ -75,12 +77,18 @@ def ref_block(x, p, arch, normalization, mask):
   return ln(q + dense(gelu(dense(q, p["ffn_in"])), p["ffn_out"]), p["ffn_norm"])
 
 
-def randomise(params, seed):
-  """Move every parameter away from its initial value so that no term hides."""
-  leaves, tree = jax.tree.flatten(params)
-  keys = jax.random.split(jax.random.key(seed), len(leaves))
-  return jax.tree.unflatten(tree, [l + 0.3 * jax.random.normal(k, l.shape)
-                                   for l, k in zip(leaves, keys)])
+def random_params(model, seed, *inputs):
+  """Parameters of the model's structure drawn at random, N(0, 0.3^2) around 1 for a scale and
+  around 0 for the others, so that no term hides behind an initial value."""
+  shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), *inputs))
+  rng = np.random.default_rng(seed)
+  return jax.tree_util.tree_map_with_path(
+      lambda path, s: (path[-1].key == "scale") + 0.3 * rng.standard_normal(s.shape, np.float32),
+      shapes)
+
+
+def random_tokens(seed, shape, vocab=20):
+  return np.random.default_rng(seed).integers(0, vocab, shape, dtype=np.int32)
 
 
 @pytest.mark.parametrize("arch,normalization", VARIANTS)
@@ -88,12 +96,14 @@ def randomise(params, seed):
     lambda p: p["normalization"] is None or (p["arch"], p["normalization"]) == ("bert", "hnas"))
 def test_block_follows_the_papers_equations(arch, normalization):
   block = TransformerBlock(num_heads=H, arch=arch, normalization=normalization)
-  params = randomise(block.init(jax.random.key(1), X), 2)
+  params = random_params(block, 2, X)
   if normalization == "hnas":
     params["params"]["attention"]["hybrid_weight"] = jnp.array([0.2, 0.9])
-  for mask in (None, PAD):
-    out = block.apply(params, X, mask)
-    ref = ref_block(X, params["params"], arch, normalization, mask)
+  masks = (None, PAD)
+  outputs = jax.jit(lambda p: [(block.apply(p, X, mask),
+                                ref_block(X, p["params"], arch, normalization, mask))
+                               for mask in masks])(params)
+  for mask, (out, ref) in zip(masks, outputs):
     valid = np.ones((2, N), bool) if mask is None else np.asarray(mask)
     np.testing.assert_allclose(np.asarray(out)[valid], np.asarray(ref)[valid], atol=2e-4,
                                rtol=2e-4)
@@ -103,8 +113,8 @@ def test_ablation_switches():
   """Table 1: BERT -> +normalize -> +GELU is MTE."""
   mte = TransformerBlock(num_heads=H, arch="mte")
   staged = TransformerBlock(num_heads=H, arch="bert", normalize=True, attention_gelu=True)
-  params = randomise(mte.init(jax.random.key(3), X), 4)
-  chex.assert_trees_all_close(staged.apply(params, X), mte.apply(params, X))
+  params = random_params(mte, 4, X)
+  chex.assert_trees_all_close(*jax.jit(lambda p: (staged.apply(p, X), mte.apply(p, X)))(params))
   assert TransformerBlock(arch="bert", normalize=True).spec.attention_gelu is False
 
 
@@ -112,16 +122,15 @@ def test_ablation_switches():
 @pytest.mark.fast_subset(  # the heads on one arch; every arch's padding, its
     lambda p: (p["arch"], p["normalization"]) == ("bert", None))  # gradients too: test_padding's
 def test_padding_does_not_change_valid_outputs(arch, normalization):
-  tokens = jax.random.randint(jax.random.key(5), (2, 8), 0, 20)
-  padded = jnp.concatenate([tokens, jnp.full((2, 4), 7)], axis=1)
-  mask = jnp.arange(12) < 8
-  mask = jnp.broadcast_to(mask, (2, 12))
+  tokens = random_tokens(5, (2, 8))
+  padded = np.concatenate([tokens, np.full((2, 4), 7, np.int32)], axis=1)
+  mask = np.broadcast_to(np.arange(12) < 8, (2, 12))
   for output in ("tokens", "first", "classes"):
     model = SequenceModel(vocab_size=20, max_len=12, d_model=D, num_layers=2, num_heads=H,
                           arch=arch, normalization=normalization, output=output)
-    params = randomise(model.init(jax.random.key(6), padded), 7)
-    plain = model.apply(params, tokens)
-    with_padding = model.apply(params, padded, mask)
+    params = random_params(model, 7, padded)
+    plain, with_padding = jax.jit(lambda p, model=model: (
+        model.apply(p, tokens), model.apply(p, padded, mask)))(params)
     if output == "classes":
       np.testing.assert_allclose(with_padding, plain, atol=1e-4, rtol=1e-4)
     else:
@@ -148,11 +157,11 @@ def test_a_first_token_head_computes_the_last_block_at_token_0_alone(arch, norma
                                                                      output):
   """The heads that read token 0 (first, classes) give the logits and gradients of every token
   computed (``all_tokens``), with padding, from a last block of one position."""
-  tokens = jax.random.randint(jax.random.key(8), (2, 8), 0, 20)
-  mask = jnp.arange(8) < jnp.array([[8], [5]])
+  tokens = random_tokens(8, (2, 8))
+  mask = np.arange(8) < np.array([[8], [5]])
   model = SequenceModel(vocab_size=20, max_len=8, d_model=D, num_layers=2, num_heads=H,
                         arch=arch, normalization=normalization, output=output, num_classes=5)
-  params = randomise(model.init(jax.random.key(9), tokens), 10)
+  params = random_params(model, 10, tokens)
   assert last_block_shape(model, params, tokens, mask) == (2, 1, D)
   if ARCHITECTURES[arch].mixer == "attention":  # the analyses' weights: every query's
     _, sown = jax.eval_shape(lambda p: model.apply(p, tokens, mask, sow_weights=True,
@@ -201,14 +210,14 @@ def test_parameter_counts(arch):
 def test_vmap_over_init_and_apply_equals_each_model_alone():
   model = SequenceModel(vocab_size=20, max_len=8, d_model=D, num_layers=1, num_heads=H,
                         arch="nap", output="classes")
-  tokens = jax.random.randint(jax.random.key(8), (3, 8), 0, 20)
+  tokens = random_tokens(8, (3, 8))
   keys = jax.random.split(jax.random.key(9), 4)
   stacked = jax.jit(jax.vmap(lambda k: model.init(k, tokens)))(keys)
   assert stacked["params"]["token_embedding"]["embedding"].shape == (4, 20, D)
-  outs = jax.jit(jax.vmap(lambda p: model.apply(p, tokens)))(stacked)
-  apply_alone = jax.jit(lambda p: model.apply(p, tokens))  # one program for the four models
-  for i in range(4):
-    alone = apply_alone(jax.tree.map(lambda a: a[i], stacked))
+  outs = np.asarray(jax.jit(jax.vmap(lambda p: model.apply(p, tokens)))(stacked))
+  apply_alone = jax.jit(lambda s, i: model.apply(jax.tree.map(lambda a: a[i], s), tokens))
+  for i in range(4):  # one program for the four models
+    alone = apply_alone(stacked, i)
     np.testing.assert_allclose(outs[i], alone, atol=1e-5, rtol=1e-5)
   assert not np.allclose(outs[0], outs[1])
 
@@ -216,11 +225,13 @@ def test_vmap_over_init_and_apply_equals_each_model_alone():
 def test_dropout_is_active_only_when_not_deterministic():
   model = SequenceModel(vocab_size=20, max_len=8, d_model=D, num_layers=1, num_heads=H,
                         dropout_rate=0.5)
-  tokens = jnp.arange(8)[None] % 20
-  params = model.init(jax.random.key(0), tokens)
-  a = model.apply(params, tokens)
-  chex.assert_trees_all_close(a, model.apply(params, tokens))
-  b = model.apply(params, tokens, deterministic=False, rngs={"dropout": jax.random.key(1)})
+  tokens = np.arange(8)[None] % 20
+  params = random_params(model, 0, tokens)
+  apply = jax.jit(lambda p: model.apply(p, tokens))
+  a = apply(params)
+  chex.assert_trees_all_close(a, apply(params))
+  b = jax.jit(lambda p: model.apply(p, tokens, deterministic=False,
+                                    rngs={"dropout": jax.random.key(1)}))(params)
   assert not np.allclose(a, b)
 
 
@@ -228,10 +239,11 @@ def test_attention_dropout_masks_each_example_and_head():
   """The NAP code drops attention weights with Keras' Dropout: one mask per element, so two equal
   examples get different attention outputs (a mask shared by the batch would give equal ones)."""
   block = TransformerBlock(arch="bert", num_heads=H, dropout_rate=0.5)
-  x = jnp.broadcast_to(X[:1], X.shape)
-  params = block.init(jax.random.key(0), x)
-  _, state = block.apply(params, x, deterministic=False, rngs={"dropout": jax.random.key(1)},
-                         capture_intermediates=True)
+  x = np.broadcast_to(X[:1], X.shape)
+  params = random_params(block, 0, x)
+  _, state = jax.jit(lambda p: block.apply(p, x, deterministic=False,
+                                           rngs={"dropout": jax.random.key(1)},
+                                           capture_intermediates=True))(params)
   (attention,) = state["intermediates"]["attention"]["__call__"]
   assert not np.allclose(attention[0], attention[1])
 
