@@ -12,7 +12,7 @@ from helpers.sweeps import tiny_registry_grid
 
 NEW = ("sigmoid", "sink", "softpick", "ssmax", "sparsemax", "entmax15", "stickbreaking")
 KEY = jax.random.key(0)
-X = jax.random.normal(KEY, (2, 6, 8))
+X = np.random.default_rng(0).standard_normal((2, 6, 8), np.float32)
 # Each name's weights at its initial parameters, from the plain functions.
 AT_INIT = {
     "sigmoid": lambda l, m: W.sigmoid_weights(l, None, m),
@@ -43,12 +43,16 @@ def logits_of(params):
 @pytest.mark.fast_subset(lambda p: p["name"] in ("sigmoid", "sink", "ssmax"))
 def test_the_module_starts_at_the_papers_constants_and_trains(name):
   layer = MultiHeadAttention(num_heads=2, normalization=name)
-  params = layer.init(KEY, X)
-  causal = jnp.tril(jnp.ones((6, 6), bool))
-  weights = sown_weights(layer, params, mask=causal)
-  np.testing.assert_allclose(weights, AT_INIT[name](logits_of(params), causal), atol=1e-5)
-  assert np.all(np.asarray(weights)[..., ~np.asarray(causal)] == 0)
-  grads = jax.grad(lambda p: jnp.sum(layer.apply(p, X, mask=causal) ** 2))(params)
+  params = layer.init(KEY, X)  # op by op: the names share their projections' initialisers
+  causal = np.tril(np.ones((6, 6), bool))
+
+  def weights_and_gradients(p):  # one program (op by op, each operation would compile alone)
+    return (sown_weights(layer, p, mask=causal), AT_INIT[name](logits_of(p), causal),
+            jax.grad(lambda q: jnp.sum(layer.apply(q, X, mask=causal) ** 2))(p))
+
+  weights, at_init, grads = jax.jit(weights_and_gradients)(params)
+  np.testing.assert_allclose(weights, at_init, atol=1e-5)
+  assert np.all(np.asarray(weights)[..., ~causal] == 0)
   assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads))
   for param in get(name).param_names:  # the learned constants move
     assert np.any(np.asarray(grads["params"][param]) != 0), param
@@ -59,8 +63,8 @@ def test_softpick_epsilon_is_an_option():
   layer = MultiHeadAttention(num_heads=2, normalization=AttentionSpec(
       "softpick", {"softpick_eps": 10.0}))
   params = layer.init(KEY, X)
-  np.testing.assert_allclose(sown_weights(layer, params),
-                             W.softpick_weights(logits_of(params), None, 10.0), atol=1e-6)
+  np.testing.assert_allclose(*jax.jit(lambda p: (  # one program
+      sown_weights(layer, p), W.softpick_weights(logits_of(p), None, 10.0)))(params), atol=1e-6)
   with pytest.raises(ValueError, match="softpick_eps must be >= 0, got -1"):
     MultiHeadAttention(num_heads=2, normalization=AttentionSpec("softpick", {"softpick_eps": -1}))
 
