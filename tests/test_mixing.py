@@ -2,7 +2,6 @@
 import pathlib
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -26,9 +25,12 @@ def minilm_blocks(minilm):
   model, params, tok = minilm
   batch = bert.tokenize(tok, ["The cat sat on the mat, and the dog slept by the door.",
                               ("Where is the station?", "It is near the old bridge.")])
-  blocks = mx.trace_attention_blocks(model, {"params": params}, batch["input_ids"],
-                                     attention_mask=batch["attention_mask"],
-                                     token_type_ids=batch["token_type_ids"])
+  # the blocks of one program, as analyze_bert traces them (trace_attention_blocks runs the
+  # model op by op: test_project_models_with_the_bert_layout, the token figure's test)
+  blocks, residuals = jax.jit(lambda p, b: mx._collect(
+      model, {"params": p}, b["input_ids"], attention_mask=b["attention_mask"],
+      token_type_ids=b["token_type_ids"]))(params, batch)
+  mx._check_post_ln(blocks, residuals, 1e-3)
   return blocks, batch
 
 
@@ -60,35 +62,51 @@ def numpy_block_ratios(block, b):
   return out
 
 
+def random_params(model, seed, *inputs):
+  """Parameters of the model's structure drawn by numpy, N(0, 0.3^2) around 1 for a scale and
+  around 0 for the others: jax's initialisers compile longer than the model runs."""
+  shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), *inputs))["params"]
+  rng = np.random.default_rng(seed)
+  return jax.tree_util.tree_map_with_path(
+      lambda path, s: (path[-1].key == "scale") + 0.3 * rng.standard_normal(s.shape, np.float32),
+      shapes)
+
+
+def numpy_tree(tree):
+  """The arrays of ``tree`` as numpy arrays: the checks' own arithmetic then compiles nothing."""
+  return jax.tree.map(np.asarray, tree)
+
+
 def test_decomposition_sums_to_the_real_block_output(minilm_blocks):
   blocks, batch = minilm_blocks
   assert [b.name for b in blocks] == [f"layer_{i}" for i in range(6)]
+  analyse = jax.jit(lambda block: (mx.decompose(block),  # one program for the six blocks
+                                   [mx.token_contributions(block, b) for b in range(2)]))
   for block in blocks:
-    parts = mx.decompose(block)
+    parts, contributions = numpy_tree(analyse(block))
+    block = numpy_tree(block)
     # The per-token vectors add up to the real LN output minus beta and b_O's share.
     target = block.ln_output - parts["bias"]
-    np.testing.assert_allclose(np.asarray(parts["mixing"] + parts["preserving"]),
-                               np.asarray(target), atol=2e-5)
-    assert float(jnp.max(jnp.abs(parts["bias"] - block.ln_bias))) > 1e-3  # b_O's share is real
+    np.testing.assert_allclose(parts["mixing"] + parts["preserving"], target, atol=2e-5)
+    assert float(np.max(np.abs(parts["bias"] - block.ln_bias))) > 1e-3  # b_O's share is real
     # ATTN alone: the attention output minus b_O.
-    np.testing.assert_allclose(np.asarray(parts["attn_mixing"] + parts["attn_self"]),
-                               np.asarray(block.attention_output - block.out_bias), atol=2e-5)
-    for b in range(2):
-      contrib = mx.token_contributions(block, b)
+    np.testing.assert_allclose(parts["attn_mixing"] + parts["attn_self"],
+                               block.attention_output - block.out_bias, atol=2e-5)
+    for b, contrib in enumerate(contributions):
       n = int(batch["attention_mask"][b].sum())
-      np.testing.assert_allclose(np.asarray(contrib["block"].sum(1)), np.asarray(target[b]),
-                                 atol=2e-5)
+      np.testing.assert_allclose(contrib["block"].sum(1), target[b], atol=2e-5)
       # The diagonal is the preserving vector, the rest the mixing vector.
-      np.testing.assert_allclose(np.asarray(jnp.diagonal(contrib["block"], 0, 0, 1).T),
-                                 np.asarray(parts["preserving"][b]), atol=2e-5)
+      np.testing.assert_allclose(np.diagonal(contrib["block"], 0, 0, 1).T,
+                                 parts["preserving"][b], atol=2e-5)
       if n < contrib["attention"].shape[1]:
-        assert float(jnp.max(jnp.abs(contrib["attention"][:, n:]))) == 0.0  # padding keys
+        assert float(np.max(np.abs(contrib["attention"][:, n:]))) == 0.0  # padding keys
 
 
 def test_ratios_match_a_token_by_token_reference(minilm_blocks):
   blocks, batch = minilm_blocks
+  mixing_ratios = jax.jit(mx.mixing_ratios)  # one program for both blocks
   for block in (blocks[0], blocks[4]):
-    ratios = mx.mixing_ratios(block)
+    ratios = mixing_ratios(block)
     for b in range(2):
       n = int(batch["attention_mask"][b].sum())
       want = numpy_block_ratios(block, b)
@@ -244,16 +262,16 @@ def test_project_models_with_the_bert_layout(normalization):
                         arch="bert", normalization=normalization, layer_norm_epsilon=1e-3,
                         output="first",
                         attention_module=AttentionModuleSpec(implementation="quadratic"))
-  tokens = jax.random.randint(jax.random.key(0), (3, 9), 0, 11)
-  mask = jnp.arange(9)[None, :] < jnp.array([[9], [7], [5]])
-  params = model.init(jax.random.key(1), tokens, mask)["params"]
+  tokens = np.random.default_rng(0).integers(0, 11, (3, 9), dtype=np.int32)
+  mask = np.arange(9)[None, :] < np.array([[9], [7], [5]])
+  params = random_params(model, 1, tokens, mask)
   blocks = mx.trace_attention_blocks(model, {"params": params}, tokens, mask)
   assert [b.name for b in blocks] == ["block_0", "block_1"]
+  analyse = jax.jit(lambda block: (mx.decompose(block), mx.mixing_ratios(block)))
   for block in blocks:
-    parts = mx.decompose(block)
-    np.testing.assert_allclose(np.asarray(parts["mixing"] + parts["preserving"] + parts["bias"]),
+    parts, ratios = numpy_tree(analyse(block))  # one program for both blocks
+    np.testing.assert_allclose(parts["mixing"] + parts["preserving"] + parts["bias"],
                                np.asarray(block.ln_output), atol=1e-5)
-    ratios = mx.mixing_ratios(block)
     valid = np.asarray(mask)
     for method in mx.METHODS:
       values = np.asarray(ratios[method])[valid]
@@ -264,8 +282,8 @@ def test_mte_layout_is_rejected_with_the_block_name():
   model = SequenceModel(vocab_size=11, max_len=8, d_model=16, num_layers=1, num_heads=4,
                         arch="mte",
                         attention_module=AttentionModuleSpec(implementation="quadratic"))
-  tokens = jnp.zeros((1, 8), jnp.int32)
-  params = model.init(jax.random.key(0), tokens)["params"]
+  tokens = np.zeros((1, 8), np.int32)
+  params = random_params(model, 0, tokens)
   with pytest.raises(ValueError, match="block_0.*post-LN"):
     mx.trace_attention_blocks(model, {"params": params}, tokens)
 
