@@ -4,6 +4,11 @@ import pytest
 
 from normattn_jax.analysis import mode_collapse as mc
 
+# The updates run op by op, and each op compiles anew at each number of points: the simulated
+# pairs of masses hold 35 points (the fast case below), the clouds 200 + 20.
+MASSES = ((7, 28), (28, 7))  # r = 0.25 and 4
+CLOUD = {"n0": 200, "n1": 20}
+
 
 @pytest.mark.parametrize("a", [0.3, 0.8, 1.2])
 @pytest.mark.parametrize("n0,n1", [(10, 10), (30, 5), (4, 40)])
@@ -24,26 +29,25 @@ def test_dnas_distance_upper_bounds_unas_and_they_meet_at_balance():
 
 
 def test_unbalanced_toy_unas_collapses_dnas_keeps_two_clusters():
-  points, _ = mc.two_gaussians(n0=200, n1=20)
+  points, _ = mc.two_gaussians(**CLOUD)
   assert mc.count_clusters(points) == 2
   assert mc.count_clusters(mc.trajectory(points, "unas")[-1]) == 1
   assert mc.count_clusters(mc.trajectory(points, "dnas")[-1]) == 2
 
 
 def test_the_center_distance_check_is_eq13_and_eq14_beside_the_simulation():
-  check = mc.center_distance_check(scales=(1.0,), sizes=((10, 20), (40, 10)),
-                                   ratios=np.array([0.5, 2.0]))
+  check = mc.center_distance_check(scales=(1.0,), sizes=MASSES, ratios=np.array([0.5, 2.0]))
   scale = check["scales"][1.0]
   np.testing.assert_allclose(scale["unas"], mc.center_distance_unas(np.array([0.5, 2.0]), 1.0))
   np.testing.assert_allclose(scale["dnas"], mc.center_distance_dnas(np.array([0.5, 2.0]), 1.0))
   assert [(p["r"], p["scheme"]) for p in scale["simulated"]] == [
-      (0.5, "unas"), (0.5, "dnas"), (4.0, "unas"), (4.0, "dnas")]
+      (0.25, "unas"), (0.25, "dnas"), (4.0, "unas"), (4.0, "dnas")]
   errors = [abs(p["simulated"] - p["analytic"]) for p in scale["simulated"]]
   assert mc.largest_error(check) == max(errors) < 1e-3
 
 
 def test_cluster_counts_follow_each_schemes_trajectory():
-  points, _ = mc.two_gaussians(n0=60, n1=6)
+  points, _ = mc.two_gaussians(**CLOUD)
   clouds = mc.trajectories(points)
   assert list(clouds) == ["unas", "dnas"] and all(len(c) == 5 for c in clouds.values())
   counts = mc.cluster_counts(clouds)
