@@ -41,7 +41,9 @@ def test_the_majority_figure_draws_each_variants_seed_mean(tmp_path, drawn):
 
 
 def test_the_center_distance_figure_draws_the_equations_and_the_simulation(tmp_path, drawn):
-  check = mc.center_distance_check(scales=(0.5, 1.0), sizes=((10, 20),),
+  # test_analysis_mode_collapse's 35 points: the update runs op by op, each op compiling anew
+  # at each number of points, once per process
+  check = mc.center_distance_check(scales=(0.5, 1.0), sizes=((7, 28),),
                                    ratios=np.array([0.5, 2.0]))
   analysis_figures.center_distances(check, str(tmp_path / "distance.png"))
   drawn_lines = lines(drawn[0].axes[0])
