@@ -15,7 +15,6 @@ from normattn_jax.attention import fused, registry
 from normattn_jax.attention.registry import get
 from normattn_jax.nnx import MultiHeadAttention as NnxAttention
 from helpers import attention_paths
-from helpers.attention_paths import dense_mask, lengths_mask
 
 B, H, D, E = 2, 2, 4, 3
 BLOCK = 4
@@ -37,6 +36,18 @@ quick = functools.partial(jax.jit, **QUICK)
 out_and_grads = functools.partial(attention_paths.out_and_grads, jit=quick)
 
 
+def paths_out_and_grads(fns, *args):
+  """``out_and_grads`` of each of ``fns`` on the same arguments, in one program."""
+  inline = lambda fn: fn
+  return quick(lambda *a: [attention_paths.out_and_grads(fn, *a, jit=inline) for fn in fns])(
+      *args)
+
+
+# One program per mask's shape, not one per operation of it.
+dense_mask = jax.jit(attention_paths.dense_mask, static_argnums=(0, 1, 2, 5))
+lengths_mask = jax.jit(attention_paths.lengths_mask, static_argnums=1)
+
+
 
 # name -> (n_q, n_k, query_mask, key_mask, causal)
 CASES = {
@@ -53,8 +64,9 @@ CASES = {
 
 
 
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
 def inputs(n_q, n_k, dtype=jnp.float32, seed=0):
-  """q, k, v in the fused layout ``[batch, n, heads, d]``."""
+  """q, k, v in the fused layout ``[batch, n, heads, d]`` (one program per shape)."""
   ks = jax.random.split(jax.random.key(seed), 3)
   q = 1.5 * jax.random.normal(ks[0], (B, n_q, H, D))
   k = jax.random.normal(ks[1], (B, n_k, H, D))
@@ -75,11 +87,22 @@ def fused_path(name, q, k, v, params, query_mask, key_mask, causal, mask=None):
                                    allow_future_leak=True)
 
 
+def largest(x) -> float:
+  """The largest magnitude, or 1 (in numpy: no program per shape)."""
+  return max(float(np.max(np.abs(np.asarray(x, np.float32)))), 1.0)
+
+
+def keyless_rows(mask, shape):
+  """The rows of a dense ``[batch, 1, n_q, n_k]`` mask without a valid key, as ``shape``
+  (``[batch, n_q, heads]``)."""
+  return np.broadcast_to(np.swapaxes(~np.any(np.asarray(mask), -1), 1, 2), shape)
+
+
 def assert_same(got, want, tol=1e-5):
   np.testing.assert_allclose(got[0], want[0], atol=tol, rtol=tol)
   for g, w in zip(jax.tree.leaves(got[1]), jax.tree.leaves(want[1])):
     assert np.all(np.isfinite(g))
-    np.testing.assert_allclose(g, w, atol=5 * tol * max(float(jnp.max(jnp.abs(w))), 1.0), rtol=0)
+    np.testing.assert_allclose(g, w, atol=5 * tol * largest(w), rtol=0)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -89,26 +112,32 @@ def test_values_and_gradients_equal_the_quadratic_path(name, case):
   n_q, n_k, qm, km, causal = CASES[case]
   q, k, v = inputs(n_q, n_k)
   mask = dense_mask(B, n_q, n_k, qm, km, causal)
-  got = out_and_grads(lambda *a: fused_path(name, *a, qm, km, causal), q, k, v, PARAMS[name])
-  want = out_and_grads(lambda *a: quadratic(name, *a, mask), q, k, v, PARAMS[name])
+  got, want = paths_out_and_grads([lambda *a: fused_path(name, *a, qm, km, causal),
+                                   lambda *a: quadratic(name, *a, mask)], q, k, v, PARAMS[name])
   assert_same(got, want)
-  empty = jnp.broadcast_to(jnp.swapaxes(~jnp.any(mask, -1), 1, 2), got[0].shape[:-1])
-  assert np.all(np.asarray(got[0])[np.asarray(empty)] == 0)  # rows without a valid key: zeros
+  empty = keyless_rows(mask, got[0].shape[:-1])
+  assert np.all(np.asarray(got[0])[empty] == 0)  # rows without a valid key: zeros
 
 
 def test_a_row_without_keys_is_zero_as_on_the_quadratic_path():
   """XLA's kernel alone spreads such a row evenly over the values; the quadratic path and the
   fused one give 0."""
   q, k, v = inputs(5, 5)
-  no_keys = jnp.zeros((B, 5), bool).at[0].set(True)
-  kernel_alone = jax.nn.dot_product_attention(q, k, k, mask=no_keys[:, None, None, :])
+  no_keys = np.zeros((B, 5), bool)
+  no_keys[0] = True
+  no_keys = jnp.asarray(no_keys)
+  mask = dense_mask(B, 5, 5, None, no_keys, False)
+
+  @quick
+  def every_path(q, k, v, params):  # one program for the kernel and every normalisation
+    kernel_alone = jax.nn.dot_product_attention(q, k, k, mask=no_keys[:, None, None, :])
+    return kernel_alone, {name: (fused_path(name, q, k, v, params[name], None, no_keys, False),
+                                 quadratic(name, q, k, v, params[name], mask))
+                          for name in NAMES}
+
+  kernel_alone, outs = every_path(q, k, v, PARAMS)
   assert not np.allclose(kernel_alone[1], 0)
-  for name in NAMES:
-    got = quick(lambda *a, name=name: fused_path(name, *a, None, no_keys, False))(
-        q, k, v, PARAMS[name])
-    want = quick(lambda *a, name=name: quadratic(name, *a, dense_mask(B, 5, 5, None, no_keys,
-                                                                     False)))(
-        q, k, v, PARAMS[name])
+  for name, (got, want) in outs.items():
     assert np.all(np.asarray(got[1]) == 0) and np.all(np.asarray(want[1]) == 0), name
 
 
@@ -117,9 +146,14 @@ def test_a_row_without_keys_is_zero_as_on_the_quadratic_path():
 def test_a_dense_mask_equals_the_quadratic_path(name):
   n_q, n_k = 6, 8
   q, k, v = inputs(n_q, n_k, seed=2)
-  mask = jax.random.bernoulli(jax.random.key(3), 0.6, (B, H, n_q, n_k)).at[1, 0, 2].set(False)
   key_mask = lengths_mask([8, 6], n_k)
-  full = mask & dense_mask(B, n_q, n_k, None, key_mask, True)
+
+  @jax.jit
+  def masks(key_mask):
+    mask = jax.random.bernoulli(jax.random.key(3), 0.6, (B, H, n_q, n_k)).at[1, 0, 2].set(False)
+    return mask, mask & attention_paths.dense_mask(B, n_q, n_k, None, key_mask, True)
+
+  mask, full = masks(key_mask)
   got = out_and_grads(lambda *a: fused_path(name, *a, None, key_mask, True, mask=mask),
                       q, k, v, PARAMS[name])
   want = out_and_grads(lambda *a: quadratic(name, *a, full), q, k, v, PARAMS[name])
@@ -141,21 +175,25 @@ def test_bf16_inputs(name):
   q, k, v = inputs(n_q, n_k, jnp.bfloat16, seed=3)
   got = quick(lambda *a: fused_path(name, *a, qm, km, causal))(q, k, v, PARAMS[name])
   assert got.dtype == jnp.bfloat16
-  f32 = [x.astype(jnp.float32) for x in (q, k, v)]
-  want = quadratic(name, *f32, PARAMS[name], dense_mask(B, n_q, n_k, qm, km, causal))
-  np.testing.assert_allclose(got.astype(jnp.float32), want, atol=2e-2, rtol=2e-2)
+  mask = dense_mask(B, n_q, n_k, qm, km, causal)
+  want = quick(lambda *a: quadratic(name, *(x.astype(jnp.float32) for x in a[:3]), *a[3:]))(
+      q, k, v, PARAMS[name], mask)
+  np.testing.assert_allclose(np.asarray(got, np.float32), want, atol=2e-2, rtol=2e-2)
 
 
 def test_bf16_offsets_keep_float32_precision():
   """DNAS's offsets near 96 (every logit shifted by 96): one bf16 column would round them by up
   to 0.25 (a weight off by up to 28%); the second column keeps the remainder."""
   q, k, v = inputs(8, 8, seed=4)
-  q = q.at[..., 0].set(1.0)
-  k = k.at[..., 0].set(96.0)
-  low = [x.astype(jnp.bfloat16) for x in (q, k, v)]
-  got = quick(lambda *a: fused.dnas_attention(*a))(*low)
-  want = quadratic("dnas", *(x.astype(jnp.float32) for x in low), {}, None)
-  np.testing.assert_allclose(got.astype(jnp.float32), want, atol=1e-2, rtol=1e-2)
+
+  @quick
+  def got_and_want(q, k, v):
+    low = [x.astype(jnp.bfloat16) for x in (q.at[..., 0].set(1.0), k.at[..., 0].set(96.0), v)]
+    return (fused.dnas_attention(*low),
+            quadratic("dnas", *(x.astype(jnp.float32) for x in low), {}, None))
+
+  got, want = got_and_want(q, k, v)
+  np.testing.assert_allclose(np.asarray(got, np.float32), want, atol=1e-2, rtol=1e-2)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -172,23 +210,25 @@ def test_huge_logits(name):
   np.testing.assert_allclose(got[0], want, atol=1e-3)
   out, grads = out_and_grads(fn, 1e18 * q, 1e18 * k, v, PARAMS[name])
   assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves((out, grads)))
-  empty = jnp.broadcast_to(jnp.swapaxes(~jnp.any(mask, -1), 1, 2), out.shape[:-1])
-  assert np.all(np.asarray(out)[np.asarray(empty)] == 0)
+  assert np.all(np.asarray(out)[keyless_rows(mask, out.shape[:-1])] == 0)
 
 
 def test_leading_axes_and_unequal_value_width():
   """Any number of leading axes (flattened for the kernel) and values wider than the keys."""
-  ks = jax.random.split(jax.random.key(6), 4)
-  q = jax.random.normal(ks[0], (2, 3, 5, H, D))
-  k = jax.random.normal(ks[1], (2, 3, 6, H, D))
-  v = jax.random.normal(ks[2], (2, 3, 6, H, 2 * D + 1))
-  key_mask = jax.random.bernoulli(ks[3], 0.7, (2, 3, 6))
-  got = quick(lambda *a: fused.dnas_attention(*a, key_mask=key_mask, causal=True,
-                                              allow_future_leak=True))(q, k, v)
-  mask = key_mask[..., None, None, :] & jnp.tril(jnp.ones((5, 6), bool), 1)
-  want = jnp.einsum("...hqk,...khe->...qhe",
-                    get("dnas").attention_weights(jnp.einsum("...qhd,...khd->...hqk", q, k),
-                                                  mask, {}), v)
+
+  @quick
+  def got_and_want(key):  # one program, not one per operation
+    ks = jax.random.split(key, 4)
+    q = jax.random.normal(ks[0], (2, 3, 5, H, D))
+    k = jax.random.normal(ks[1], (2, 3, 6, H, D))
+    v = jax.random.normal(ks[2], (2, 3, 6, H, 2 * D + 1))
+    key_mask = jax.random.bernoulli(ks[3], 0.7, (2, 3, 6))
+    got = fused.dnas_attention(q, k, v, key_mask=key_mask, causal=True, allow_future_leak=True)
+    mask = key_mask[..., None, None, :] & jnp.tril(jnp.ones((5, 6), bool), 1)
+    weights = get("dnas").attention_weights(jnp.einsum("...qhd,...khd->...hqk", q, k), mask, {})
+    return got, jnp.einsum("...hqk,...khe->...qhe", weights, v)
+
+  got, want = got_and_want(jax.random.key(6))
   np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
 
 
@@ -243,8 +283,15 @@ def test_the_cudnn_arrangement_equals_the_quadratic_path(monkeypatch, name, case
   want = out_and_grads(lambda *a: quadratic(name, *a, mask), *f32, PARAMS[name])
   np.testing.assert_allclose(got[0].astype(jnp.float32), want[0], atol=3e-2, rtol=3e-2)
   for g, w in zip(jax.tree.leaves(got[1]), jax.tree.leaves(want[1])):
-    scale = max(float(jnp.max(jnp.abs(w))), 1.0)
+    scale = largest(w)
     np.testing.assert_allclose(np.asarray(g, np.float32), w, atol=5e-2 * scale, rtol=0)
+
+
+@jax.jit
+def logits_near_96(q, k):
+  """q and k in bf16 with every logit shifted by about 96 (q's first entry 1, k's near 96)."""
+  q, k = q.at[..., 0].set(1.0), k.at[..., 0].set(96.0 + k[..., 0])
+  return q.astype(jnp.bfloat16), k.astype(jnp.bfloat16)
 
 
 @pytest.mark.parametrize("kernel", ["simulated", "simulated_float32", "cudnn"])
@@ -262,9 +309,7 @@ def test_dnas_offsets_from_the_kernels_statistics(monkeypatch, case, kernel):
   kernels = (spied_kernels(monkeypatch) if kernel == "cudnn" else
              simulated_cudnn(monkeypatch, rounded_statistics=kernel == "simulated"))
   n_q, n_k, qm, _, causal = CASES[case]
-  q, k, _ = inputs(n_q, n_k, seed=10)
-  q, k = q.at[..., 0].set(1.0), k.at[..., 0].set(96.0 + k[..., 0])
-  q, k = q.astype(jnp.bfloat16), k.astype(jnp.bfloat16)
+  q, k = logits_near_96(*inputs(n_q, n_k, seed=10)[:2])
   got = out_and_grads(functools.partial(fused.column_logsumexp, query_mask=qm, causal=causal),
                       q, k)
   assert kernels == ["cudnn"] * 2
@@ -312,7 +357,7 @@ def test_cudnns_kernel_equals_the_quadratic_path(monkeypatch, name, case):
   # in which terms cancel (Scalable-Softmax's scale: 7% off at q_shorter on an H200)
   for tol, (g, w) in zip([5e-2] * 3 + [1e-1] * len(PARAMS[name]),
                          zip(jax.tree.leaves(got[1]), jax.tree.leaves(want[1]))):
-    scale = max(float(jnp.max(jnp.abs(w))), 1.0)
+    scale = largest(w)
     assert np.all(np.isfinite(np.asarray(g, np.float32)))
     np.testing.assert_allclose(np.asarray(g, np.float32), w, atol=tol * scale, rtol=0)
 
@@ -385,21 +430,27 @@ def test_the_module_gives_the_quadratic_answer(name):
                             allow_future_leak=True)
   fuse = MultiHeadAttention(num_heads=2, normalization=name, implementation="fused",
                             block_size=BLOCK, allow_future_leak=True)
-  params = quad.init(jax.random.key(6), x)
+  params = quick(quad.init)(jax.random.key(6), x)
   params = {"params": dict(params["params"], **PARAMS[name])}  # away from the initial values
 
   @quick
   def both(params):
     calls = [dict(padding_mask=padding, causal=False), dict(padding_mask=padding, causal=True),
              dict(inputs_k=memory, query_mask=padding, key_mask=lengths_mask([5, 3], 5))]
-    return [(m.apply(params, x, **call), jax.grad(lambda p: jnp.sum(m.apply(p, x, **call) ** 2))(
-        params)) for call in calls for m in (fuse, quad)]
+
+    def out_and_grad(m, call):  # the output and the gradient of its squared sum, one pass
+      def loss(p):
+        out = m.apply(p, x, **call)
+        return jnp.sum(out ** 2), out
+      (_, out), grad = jax.value_and_grad(loss, has_aux=True)(params)
+      return out, grad
+    return [out_and_grad(m, call) for call in calls for m in (fuse, quad)]
 
   outs = both(params)
   for (got, got_grad), (want, want_grad) in zip(outs[::2], outs[1::2]):
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
     for g, w in zip(jax.tree.leaves(got_grad), jax.tree.leaves(want_grad)):
-      np.testing.assert_allclose(g, w, atol=1e-4 * max(float(jnp.max(jnp.abs(w))), 1.0))
+      np.testing.assert_allclose(g, w, atol=1e-4 * largest(w))
 
 
 @pytest.mark.parametrize("name", ["nap", "non", "sigmoid", "softpick", "sparsemax", "entmax15",
@@ -415,17 +466,19 @@ def test_a_normalisation_that_cannot_be_fused_is_refused_at_construction(name):
 def test_what_the_fused_path_cannot_take_is_refused():
   x = jnp.ones((1, 4, 8))
   layer = MultiHeadAttention(num_heads=2, normalization="dnas", implementation="fused")
-  params = layer.init(jax.random.key(0), x)
+  params = quick(layer.init)(jax.random.key(0), x)
+  traced = lambda fn, *a, **kw: jax.eval_shape(functools.partial(fn, **kw), *a)  # refused there
   with pytest.raises(ValueError, match="a dense mask .*'dnas' takes query_mask"):
-    layer.apply(params, x, mask=jnp.ones((4, 4), bool))
+    traced(layer.apply, params, x, mask=jnp.ones((4, 4), bool))
   with pytest.raises(ValueError, match="sow_weights"):
-    layer.apply(params, x, sow_weights=True, mutable=["intermediates"])
+    traced(layer.apply, params, x, sow_weights=True, mutable=["intermediates"])
   drop = MultiHeadAttention(num_heads=2, implementation="fused", dropout_rate=0.1,
                             deterministic=False)
   with pytest.raises(ValueError, match="attention dropout"):
-    drop.apply(params, x, rngs={"dropout": jax.random.key(1)})
+    traced(drop.apply, params, x, rngs={"dropout": jax.random.key(1)})
   softmax = MultiHeadAttention(num_heads=2, implementation="fused")
-  out = softmax.apply(params, x, mask=jnp.ones((4, 4), bool))  # a row-wise one takes it
+  # a row-wise one takes it
+  out = quick(lambda p, x: softmax.apply(p, x, mask=jnp.ones((4, 4), bool)))(params, x)
   assert out.shape == x.shape
 
 
