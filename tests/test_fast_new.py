@@ -2,6 +2,8 @@
 registered quadratic weights (``fast_attention`` vs ``attention_weights`` then ``A V``): values
 and gradients (q, k, v and the per-head parameters), under every mask, for q shorter than k and
 for bf16 inputs."""
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,7 +11,7 @@ import pytest
 
 from normattn_jax.attention import fast
 from normattn_jax.attention.registry import get
-from helpers.attention_paths import dense_mask, lengths_mask, out_and_grads
+from helpers import attention_paths
 
 B, H, D, E = 2, 2, 4, 3
 BLOCK = 4  # n_q = 7 or 9: the last query block is padded
@@ -22,6 +24,9 @@ PARAMS = {
     "stickbreaking": {},
 }
 NAMES = sorted(PARAMS)
+# One program per mask's shape, not one per operation of it.
+dense_mask = jax.jit(attention_paths.dense_mask, static_argnums=(0, 1, 2, 5))
+lengths_mask = jax.jit(attention_paths.lengths_mask, static_argnums=1)
 
 
 
@@ -42,7 +47,9 @@ CASES = {
 
 
 
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
 def inputs(n_q, n_k, dtype=jnp.float32, seed=0):
+  """q, k, v ``[batch, heads, n, d]`` (one program per shape)."""
   ks = jax.random.split(jax.random.key(seed), 3)
   q = 1.5 * jax.random.normal(ks[0], (B, H, n_q, D))
   k = jax.random.normal(ks[1], (B, H, n_k, D))
@@ -68,15 +75,18 @@ def test_values_and_gradients_equal_the_quadratic_path(name, case):
   q, k, v = inputs(n_q, n_k)
   mask = dense_mask(B, n_q, n_k, qm, km, causal)
   params = PARAMS[name]
-  (got, got_g), (want, want_g) = (out_and_grads(fn, q, k, v, params) for fn in (
-      lambda *a: fast_path(name, *a, qm, km, causal), lambda *a: quadratic(name, *a, mask)))
+  inline = lambda fn: fn
+  (got, got_g), (want, want_g) = jax.jit(lambda *a: [  # the two paths in one program
+      attention_paths.out_and_grads(fn, *a, jit=inline) for fn in (
+          lambda *a: fast_path(name, *a, qm, km, causal), lambda *a: quadratic(name, *a, mask))])(
+              q, k, v, params)
   np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
-  empty = jnp.broadcast_to(~jnp.any(mask, -1), got.shape[:-1])
-  assert np.all(np.asarray(got)[np.asarray(empty)] == 0)  # rows without a valid key
+  empty = np.broadcast_to(~np.any(np.asarray(mask), -1), got.shape[:-1])
+  assert np.all(np.asarray(got)[empty] == 0)  # rows without a valid key
   for got, want in zip(jax.tree.leaves(got_g), jax.tree.leaves(want_g)):
     assert np.all(np.isfinite(got))
-    np.testing.assert_allclose(got, want, atol=5e-5 * max(float(jnp.max(jnp.abs(want))), 1.0),
-                               rtol=0)
+    largest = max(float(np.max(np.abs(np.asarray(want)))), 1.0)
+    np.testing.assert_allclose(got, want, atol=5e-5 * largest, rtol=0)
 
 
 # the fast paths' bf16 inputs: the sink's (its parameter and log-sum-exp) and stick-breaking's
@@ -86,26 +96,39 @@ def test_values_and_gradients_equal_the_quadratic_path(name, case):
 def test_bf16_inputs(name):
   n_q, n_k, qm, km, causal = CASES["padded_causal"]
   q, k, v = inputs(n_q, n_k, jnp.bfloat16, seed=3)
-  got = fast_path(name, q, k, v, PARAMS[name], qm, km, causal)
+  mask = dense_mask(B, n_q, n_k, qm, km, causal)
+
+  @jax.jit  # one program, as a run compiles it, not one per operation
+  def got_and_want(q, k, v, params):
+    f32 = [x.astype(jnp.float32) for x in (q, k, v)]
+    return (fast_path(name, q, k, v, params, qm, km, causal),
+            quadratic(name, *f32, params, mask))
+
+  got, want = got_and_want(q, k, v, PARAMS[name])
   assert got.dtype == jnp.bfloat16
-  f32 = [x.astype(jnp.float32) for x in (q, k, v)]
-  want = quadratic(name, *f32, PARAMS[name], dense_mask(B, n_q, n_k, qm, km, causal))
-  np.testing.assert_allclose(got.astype(jnp.float32), want, atol=2e-2, rtol=2e-2)
+  np.testing.assert_allclose(np.asarray(got, np.float32), want, atol=2e-2, rtol=2e-2)
 
 
 def test_sink_is_softmax_scaled_by_its_lse():
   q, k, v = inputs(7, 7)
-  out = fast.sink_attention(q, k, v, 0.0, causal=True, block_size=BLOCK)
-  soft = fast.softmax_attention(q, k, v, causal=True, block_size=BLOCK)
-  lse = jax.nn.logsumexp(jnp.where(dense_mask(B, 7, 7, None, None, True),
-                                   jnp.einsum("...qd,...kd->...qk", q, k), -jnp.inf), -1)
-  np.testing.assert_allclose(out, soft * jax.nn.sigmoid(lse)[..., None], atol=1e-6, rtol=1e-6)
+
+  @jax.jit  # one program, not one per operation
+  def sink_and_scaled_softmax(q, k, v):
+    out = fast.sink_attention(q, k, v, 0.0, causal=True, block_size=BLOCK)
+    soft = fast.softmax_attention(q, k, v, causal=True, block_size=BLOCK)
+    lse = jax.nn.logsumexp(jnp.where(dense_mask(B, 7, 7, None, None, True),
+                                     jnp.einsum("...qd,...kd->...qk", q, k), -jnp.inf), -1)
+    return out, soft * jax.nn.sigmoid(lse)[..., None]
+
+  np.testing.assert_allclose(*sink_and_scaled_softmax(q, k, v), atol=1e-6, rtol=1e-6)
 
 
 def test_huge_logits_stay_finite():
   q, k, v = inputs(7, 7)
-  for name in NAMES:
-    out = fast_path(name, 1e4 * q, k, v, PARAMS[name], None, None, True)
+  outs = jax.jit(lambda q, k, v, params: {  # one program for all
+      name: fast_path(name, 1e4 * q, k, v, params[name], None, None, True) for name in NAMES})(
+          q, k, v, PARAMS)
+  for name, out in outs.items():
     assert np.all(np.isfinite(out)), name
 
 
@@ -131,10 +154,11 @@ def test_the_module_gives_one_answer_on_both_paths(name):
   quad = MultiHeadAttention(num_heads=2, normalization=name, implementation="quadratic")
   quick = MultiHeadAttention(num_heads=2, normalization=name, implementation="fast",
                              block_size=BLOCK)
-  params = quad.init(jax.random.key(6), x)
+  params = jax.jit(quad.init)(jax.random.key(6), x)
   params = {"params": dict(params["params"], **PARAMS[name])}  # away from the initial values
-  for causal in (False, True):
-    want = quad.apply(params, x, padding_mask=padding, causal=causal)
-    got = quick.apply(params, x, padding_mask=padding, causal=causal)
+  outputs = jax.jit(lambda params: [  # one program for both paths, both masks
+      (quick.apply(params, x, padding_mask=padding, causal=causal),
+       quad.apply(params, x, padding_mask=padding, causal=causal)) for causal in (False, True)])
+  for got, want in outputs(params):
     np.testing.assert_allclose(got[:, :5], want[:, :5], atol=1e-5, rtol=1e-5)
     np.testing.assert_allclose(got[0], want[0], atol=1e-5, rtol=1e-5)
