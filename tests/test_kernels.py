@@ -3,6 +3,7 @@ feed-forward sub-block (values and gradients of every parameter and the input, b
 padded widths and several hidden chunks; the GPU's blocks and the TPU's), and the fused attention
 through jax's TPU flash kernel against the quadratic definitions. The kernels are used only
 where chosen or measured faster (``kernels.rules``), and bad choices are refused by name."""
+import functools
 import json
 
 import chex
@@ -25,7 +26,9 @@ from helpers.sweeps import tiny_sweep_config
 BATCH, N, D, HIDDEN = 2, 6, 24, 200
 
 
+@functools.partial(jax.jit, static_argnums=0)
 def block_inputs(dtype=jnp.float32):
+  """The input ``[batch, n, d]`` and its padding mask (one program)."""
   x = jax.random.normal(jax.random.key(0), (BATCH, N, D)).astype(dtype)
   return x, lengths_mask([N, 4], N)
 
@@ -38,7 +41,7 @@ def block_paths(arch, dtype=jnp.float32, ffn_features=HIDDEN):
   for implementation in ("xla", "pallas"):
     block = TransformerBlock(num_heads=2, arch=arch, ffn_features=ffn_features, dtype=dtype,
                              ffn_implementation=implementation)
-    params = block.init(jax.random.key(1), x, mask)
+    params = jax.jit(block.init)(jax.random.key(1), x, mask)  # one program, not op by op
     out[implementation] = params, out_and_grads(
         lambda p, x, block=block: block.apply(p, x, mask).astype(jnp.float32), params, x)
   return out
@@ -120,7 +123,9 @@ CASES = {"masks": (7, 7, lengths_mask([7, 5], 7), lengths_mask([6, 7], 7), False
          "q_shorter": (3, 9, None, lengths_mask([9, 6], 9), False)}
 
 
+@functools.partial(jax.jit, static_argnums=(0, 1))
 def attention_inputs(n_q, n_k):
+  """q, k, v ``[batch, n, heads, width]`` (one program per shape)."""
   ks = jax.random.split(jax.random.key(0), 3)
   return (1.5 * jax.random.normal(ks[0], (BATCH, n_q, HEADS, WIDTH)),
           jax.random.normal(ks[1], (BATCH, n_k, HEADS, WIDTH)),
@@ -147,8 +152,8 @@ def test_the_tpu_flash_kernel_equals_the_quadratic_path(name, case):
                                               causal=causal, mask=None, block_size=4)
     got = out_and_grads(fn, q, k, v, PARAMS[name])
     assert "pallas_call" in str(jax.make_jaxpr(fn)(q, k, v, PARAMS[name]))
-  mask = dense_mask(BATCH, n_q, n_k, query_mask, key_mask, causal)
-  want = out_and_grads(lambda *a: quadratic(name, *a, mask), q, k, v, PARAMS[name])
+  want = out_and_grads(lambda *a: quadratic(  # the mask in the program, not op by op
+      name, *a, dense_mask(BATCH, n_q, n_k, query_mask, key_mask, causal)), q, k, v, PARAMS[name])
   assert_close(got, want, 2e-5)
 
 
