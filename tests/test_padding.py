@@ -218,16 +218,18 @@ def test_padding_mask_masks_queries_and_keys(implementation):
 
 
 def test_padding_mask_errors():
-  x = jnp.ones((2, N, D))
+  x = jax.ShapeDtypeStruct((2, N, D), jnp.float32)
   layer = MultiHeadAttention(num_heads=H, normalization="dnas")
-  params = init(layer, jax.random.key(0), x)
-  mask = jnp.ones((2, N), bool)
+  params = jax.eval_shape(layer.init, jax.random.key(0), x)
+  # refused while tracing: shapes are all it takes
+  apply = lambda *a, **kw: jax.eval_shape(lambda p, a, kw: layer.apply(p, *a, **kw), params, a, kw)
+  mask = jax.ShapeDtypeStruct((2, N), jnp.bool_)
   with pytest.raises(ValueError, match="cross-attention"):
-    layer.apply(params, x, jnp.ones((2, N, D)), padding_mask=mask)
+    apply(x, x, padding_mask=mask)
   with pytest.raises(TypeError, match="padding_mask must be boolean"):
-    layer.apply(params, x, padding_mask=mask.astype(jnp.int32))
+    apply(x, padding_mask=jax.ShapeDtypeStruct((2, N), jnp.int32))
   with pytest.raises(ValueError, match="padding_mask of shape"):
-    layer.apply(params, x, padding_mask=jnp.ones((2, N + 1), bool))
+    apply(x, padding_mask=jax.ShapeDtypeStruct((2, N + 1), jnp.bool_))
 
 
 # ----- NaN and inf in the padding (what a buffer of unwritten tokens may hold) -----
@@ -239,6 +241,14 @@ def with_garbage(x):
   return x.at[0, N:].set(garbage)
 
 
+@functools.partial(jax.jit, **QUICK)
+def garbage_inputs():
+  """An input ``[2, N + PAD, D]``, it and it with garbage (``[2 inputs, ...]``), and the weights
+  of the loss on the real positions (one program, not op by op)."""
+  x = jax.random.normal(jax.random.key(7), (2, N + PAD, D))
+  return x, jnp.stack([x, with_garbage(x)]), jax.random.normal(jax.random.key(8), (2, N, D))
+
+
 def garbage_effect(build, call, names, params_of):
   """For each of ``names``: the real positions' outputs and the gradients of a loss on them, from
   the inputs with finite and with NaN/inf padding, in one program (the two vmapped).
@@ -247,16 +257,14 @@ def garbage_effect(build, call, names, params_of):
     build: ``name -> module``.
     call: ``(module, params, x) -> outputs [2, N + PAD, D]`` (the masks its own).
     names: the normalisations.
-    params_of: ``(name, module, x) -> params`` (made outside the program).
+    params_of: ``({name: module}, x) -> {name: params}`` (made outside the program).
 
   Returns:
     ``{name: (outputs [2 inputs, 2, N, D], gradients (tree, leading axis of 2 inputs))}``.
   """
-  x = jax.random.normal(jax.random.key(7), (2, N + PAD, D))
-  xs = jnp.stack([x, with_garbage(x)])
+  x, xs, weights = garbage_inputs()
   modules = {name: build(name) for name in names}
-  params = {name: params_of(name, modules[name], x) for name in names}
-  weights = jax.random.normal(jax.random.key(8), (2, N, D))
+  params = params_of(modules, x)
 
   @functools.partial(jax.jit, **QUICK)
   def both(params, xs):
@@ -305,9 +313,10 @@ def test_nan_and_inf_in_the_padding_reach_no_real_output_nor_gradient(implementa
            if has_path(name, implementation) and in_group(name, group)]
   build = lambda name: MultiHeadAttention(num_heads=H, normalization=name,
                                           implementation=implementation)
+  init_all = lambda modules, x: jax.jit(lambda x: {  # one program for every module
+      name: module.init(jax.random.key(9), x) for name, module in modules.items()}, **QUICK)(x)
   found = garbage_effect(
-      build, lambda module, p, x: module.apply(p, x, padding_mask=LENGTHS_MASK), names,
-      lambda name, module, x: init(module, jax.random.key(9), x))
+      build, lambda module, p, x: module.apply(p, x, padding_mask=LENGTHS_MASK), names, init_all)
   assert_garbage_is_harmless(found)
 
 
@@ -329,9 +338,11 @@ def test_nan_and_inf_in_the_padding_are_harmless_in_the_nnx_module_too(implement
                                     decode=False, rngs=nnx.Rngs(0))
   graphs = {}
 
-  def params_of(name, module, x):
-    graphs[name], state = nnx.split(module)
-    return state
+  def params_of(modules, x):
+    states = {}
+    for name, module in modules.items():
+      graphs[name], states[name] = nnx.split(module)
+    return states
 
   def call(module, state, x):
     return nnx.merge(graphs[module.normalization.name], state)(x, mask=mask)
