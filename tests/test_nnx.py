@@ -25,10 +25,12 @@ def test_softmax_is_flax(num_kv_heads):
   assert jax.tree.structure(nnx.state(ours)) == jax.tree.structure(nnx.state(theirs))
   jax.tree.map(lambda a, b: np.testing.assert_array_equal(_data(a), _data(b)),
                nnx.state(ours), nnx.state(theirs))
-  for call in (dict(mask=KEY_MASK, deterministic=True), dict(is_causal=True, deterministic=True),
-               dict(mask=KEY_MASK, deterministic=False)):
-    np.testing.assert_allclose(ours(X, **call), theirs(X, **call), atol=1e-5)
-  ours(X, mask=KEY_MASK, deterministic=True, sow_weights=True)
+  calls = (dict(mask=KEY_MASK, deterministic=True), dict(is_causal=True, deterministic=True),
+           dict(mask=KEY_MASK, deterministic=False))
+  run = nnx.jit(lambda m: [m(X, **call) for call in calls])  # one program each, not op by op
+  for got, want in zip(run(ours), run(theirs)):
+    np.testing.assert_allclose(got, want, atol=1e-5)
+  nnx.jit(lambda m: m(X, mask=KEY_MASK, deterministic=True, sow_weights=True))(ours)
   weights = nnx.pop(ours, nnx.Intermediate)["attention_weights"][0]
   assert weights.shape == (B, H, N, N)
   np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
@@ -83,9 +85,10 @@ def test_fast_path_takes_is_causal(implementation):
 def test_decode_equals_the_causal_pass(name):
   """One position at a time through the key/value cache gives the full causal pass."""
   module = MultiHeadAttention(H, F, normalization=name, decode=False, rngs=nnx.Rngs(0))
-  full = module(X, is_causal=True)
+  full = nnx.jit(lambda m: m(X, is_causal=True))(module)  # one program, not op by op
   module.init_cache(X.shape)
-  steps = [module(X[:, i:i + 1], decode=True) for i in range(N)]
+  step = nnx.jit(lambda m, x: m(x, decode=True))  # one program for every step
+  steps = [step(module, X[:, i:i + 1]) for i in range(N)]
   np.testing.assert_allclose(jnp.concatenate(steps, axis=1), full, atol=1e-5)
 
 
@@ -154,11 +157,12 @@ def test_transforms_see_the_head_params():
   parameters."""
   module = MultiHeadAttention(H, F, normalization="hnas", decode=False, rngs=nnx.Rngs(0))
   graphdef, state = nnx.split(module)
-  np.testing.assert_array_equal(nnx.merge(graphdef, state)(X), module(X))
+  run = nnx.jit(lambda m: m(X))  # one program for both, not op by op
+  np.testing.assert_array_equal(run(nnx.merge(graphdef, state)), run(module))
   grads = nnx.jit(nnx.grad(lambda m: (m(X, mask=KEY_MASK) ** 2).sum()))(module)
   assert np.all(np.abs(grads.hybrid_weight[...]) > 0)
   sink = MultiHeadAttention(H, F, normalization="sink", decode=False, rngs=nnx.Rngs(0))
-  full = sink(X, is_causal=True)
+  full = nnx.jit(lambda m: m(X, is_causal=True))(sink)
   sink.init_cache(X.shape)
   step = nnx.jit(lambda m, x: m(x, decode=True))
   np.testing.assert_allclose(jnp.concatenate([step(sink, X[:, i:i + 1]) for i in range(N)], 1),
