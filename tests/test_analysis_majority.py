@@ -15,6 +15,7 @@ from normattn_jax.configs import layernorm_majority
 from normattn_jax.analysis import majority as m
 from normattn_jax.train.checkpoint import WorkdirError, open_workdir, unlock_workdir
 from normattn_jax.train.driver import Budget, Interrupted
+from normattn_jax.train import grid as grid_lib
 from normattn_jax.train.grid import run_grid
 from normattn_jax.train.timing import counting
 
@@ -81,13 +82,17 @@ def test_the_model_has_the_papers_584_parameters():
   assert set(shapes["ffn_norm"]) == {"scale", "bias"}  # the norm before attention has none
 
 
+# the variant traced: one program for every variant (op by op, each operation compiles)
+NORM = jax.jit(m.pre_attention_norm)
+
+
 @pytest.mark.parametrize("variant, centred, norm", [
     ("with_projection", True, math.sqrt(D)),
     ("without_projection", False, math.sqrt(D)),
     ("without_projection_code", False, 1 / math.sqrt(D))])
 def test_each_variants_norm(variant, centred, norm):
   x = jax.random.normal(jax.random.key(0), (64, D)) + 0.5
-  y = m.pre_attention_norm(x, m.VARIANTS.index(variant))
+  y = NORM(x, m.VARIANTS.index(variant))
   np.testing.assert_allclose(jnp.linalg.norm(y, axis=-1), norm, rtol=1e-5)
   assert (np.abs(y.mean(-1)).max() < 1e-5) == centred
   direction = x - x.mean(-1, keepdims=True) if centred else x
@@ -97,8 +102,10 @@ def test_each_variants_norm(variant, centred, norm):
 
 def test_the_norms_stay_finite_on_constant_and_zero_inputs():
   x = jnp.stack([jnp.full(D, 3.0), jnp.zeros(D)])
+  value_and_grad = jax.jit(jax.value_and_grad(  # one program, the variant traced
+      lambda z, variant: m.pre_attention_norm(z, variant).sum()))
   for variant in range(len(m.VARIANTS)):
-    value, grad = jax.value_and_grad(lambda z: m.pre_attention_norm(z, variant).sum())(x)
+    value, grad = value_and_grad(x, variant)
     assert np.isfinite(value) and np.isfinite(grad).all()
 
 
@@ -106,14 +113,14 @@ def test_the_pair_form_gives_the_token_forms_logits_and_loss():
   counts, labels = m.majority_counts(3, num_samples=40)
   tokens = jnp.asarray(m.counts_to_tokens(counts))
   model = m.MajorityEncoder()
-  params = model.init(jax.random.key(1), tokens[:1], 0)
+  params = jax.jit(model.init)(jax.random.key(1), tokens[:1], 0)  # one program (op by op: many)
   counts_f, labels = jnp.asarray(counts, jnp.float32), jnp.asarray(labels)
-  pairs = m.present_pairs(counts_f, counts.size)
+  pairs = jax.jit(m.present_pairs, static_argnums=1)(counts_f, counts.size)
   real = np.asarray(pairs.counts) > 0
-  position = jnp.argmax(tokens[pairs.sequence] == pairs.types[:, None], axis=1)  # of the type
 
   @jax.jit
   def both_forms(variant):
+    position = jnp.argmax(tokens[pairs.sequence] == pairs.types[:, None], axis=1)  # of the type
     by_token = model.apply(params, tokens, variant)  # [batch, 50, 20]
     by_pair = model.apply(params, counts_f, pairs, variant, method=m.MajorityEncoder.from_pairs)
     token_loss = -jnp.take_along_axis(jax.nn.log_softmax(by_token), labels[:, None, None],
@@ -131,15 +138,17 @@ def test_the_pair_form_gives_the_token_forms_logits_and_loss():
 
 def test_present_pairs_lists_the_present_types_and_counts_an_overflow():
   counts = jnp.array([[0, 2, 0, 3], [4, 0, 0, 0]])
-  pairs = m.present_pairs(counts, 4)
+  present_pairs = jax.jit(m.present_pairs, static_argnums=1)  # op by op, each operation compiles
+  pairs = present_pairs(counts, 4)
   assert pairs.sequence.tolist() == [0, 0, 1, 0] and pairs.types.tolist()[:3] == [1, 3, 0]
   assert pairs.counts.tolist() == [2, 3, 4, 0] and int(pairs.overflow) == 0
-  assert int(m.present_pairs(counts, 2).overflow) == 1
+  assert int(present_pairs(counts, 2).overflow) == 1
 
 
 def test_query_angle_of_hand_built_queries():
-  ones, unit = jnp.ones(D), jnp.eye(D)[0]
-  angles = m.query_angles(jnp.stack([3 * ones, -ones, unit - jnp.eye(D)[1], unit]))
+  ones, unit = np.ones(D, np.float32), np.eye(D, dtype=np.float32)[0]
+  angles = jax.jit(m.query_angles)(  # one program (op by op, each operation compiles)
+      np.stack([3 * ones, -ones, unit - np.eye(D, dtype=np.float32)[1], unit]))
   np.testing.assert_allclose(angles, [0, 0, 90, math.degrees(math.acos(1 / math.sqrt(D)))],
                              atol=0.05)  # folded: -1 is on the line; arccos near 1 is coarse
 
@@ -147,13 +156,15 @@ def test_query_angle_of_hand_built_queries():
 def test_effective_queries_along_the_ones_line_give_angle_zero():
   """W_Q W_K^T = v 1^T maps every normalised embedding h to (h . v) 1."""
   model = m.MajorityEncoder()
-  params = model.init(jax.random.key(0), jnp.zeros((1, 5), jnp.int32), 0)
-  v = jnp.eye(D)[0] - jnp.eye(D)[1]
-  params["params"]["query"]["kernel"] = jnp.eye(D)
-  params["params"]["key"]["kernel"] = jnp.outer(jnp.ones(D), v)  # W_K^T = v 1^T
+  # one program each, the variant traced (op by op, each operation compiles)
+  params = jax.jit(model.init)(jax.random.key(0), jnp.zeros((1, 5), jnp.int32), 0)
+  v = np.eye(D, dtype=np.float32)[0] - np.eye(D, dtype=np.float32)[1]
+  params["params"]["query"]["kernel"] = np.eye(D, dtype=np.float32)
+  params["params"]["key"]["kernel"] = np.outer(np.ones(D, np.float32), v)  # W_K^T = v 1^T
+  largest_angle = jax.jit(lambda params, variant: m.query_angles(model.apply(
+      params, variant, method=m.MajorityEncoder.effective_queries)).max())
   for variant in range(len(m.VARIANTS)):
-    queries = model.apply(params, variant, method=m.MajorityEncoder.effective_queries)
-    assert float(m.query_angles(queries).max()) < 0.1
+    assert float(largest_angle(params, variant)) < 0.1
 
 
 SMALL = dict(num_seeds=2, num_samples=1000, seq_len=20, num_types=6, min_lead=2,
@@ -195,17 +206,21 @@ def test_training_all_variants_and_seeds_in_one_program_learns(small_grid):
   assert at_calls.names == [] and grid.compiles.names == ["jit(init)", "jit(chunk)"]
 
 
-def test_models_per_vmap_0_is_the_engines_auto_width(small_grid):
+def test_models_per_vmap_0_is_the_engines_auto_width(small_grid, monkeypatch):
   """0 means what it means in a sweep (``grid.models_per_vmap``): one model per vmap on a CPU,
-  as many as fit half its memory on an accelerator; another value is the width."""
+  as many as fit half its memory on an accelerator; another value is the width (the grid's
+  programs, compiled or not, are of the width it chose: left to compile at a first call)."""
   config, data, grid, _ = small_grid
   assert config.models_per_vmap == 0
   if jax.default_backend() == "cpu":
     assert grid.per_vmap == 1
   else:
     assert 1 <= grid.per_vmap <= config.num_models
+  of = grid_lib.Grid.of
+  monkeypatch.setattr(grid_lib.Grid, "of", lambda *args, **kwargs: of(*args, **kwargs,
+                                                                       ahead=False))
   grid, _ = m.build_grid(small_config(models_per_vmap=3), data)
-  assert grid.per_vmap == 3
+  assert grid.per_vmap == 3 and grid.compiled is None
 
 
 def test_a_run_through_the_engine_equals_the_same_chunks_by_hand(small_grid):
