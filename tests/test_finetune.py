@@ -86,7 +86,7 @@ def test_head_shapes_and_new_parameters(encoder, kind, num_labels, out_shape):
             "span": {"start_positions": np.array([0, 7], np.int32),
                      "end_positions": np.array([0, 8], np.int32)},
             "multiple_choice": {"label": np.array([3, 1], np.int32)}}[kind]
-  loss = head.loss(out, dict(batch, **labels))
+  loss = jax.jit(head.loss)(out, dict(batch, **labels))  # op by op, each operation compiles
   assert loss.shape == () and np.isfinite(loss)
 
 
@@ -121,11 +121,20 @@ def test_pretraining_checkpoint_restores_the_encoder(root):
   assert ids and max(ids) < start.module.config.vocab_size
 
 
-def test_grid_starts_every_model_from_the_checkpoint(root):
+@pytest.fixture(scope="module")
+def grid_of_four(root):
+  """Two learning rates x two seeds in chunks of one step, compiled once for the tests that
+  start or step it: the config, starting point, task and grid."""
   c = tiny_finetune_config(root, learning_rates=(1e-3, 3e-3), num_seeds=2)
+  c.train.eval_every = 1  # a chunk of one step (the grid is compiled for its rows' shape)
   start = encoders.load_starting_point(c.encoder)
   task = offline.load_genre(start.tokenizer, c.task)
   grid, _ = ft.build_grid(c, task, start, 4)
+  return c, start, task, grid
+
+
+def test_grid_starts_every_model_from_the_checkpoint(grid_of_four):
+  c, start, task, grid = grid_of_four
   hp, seeds = ft.hyperparameter_grid(c)
   rows = np.zeros((4, c.train.eval_every, c.train.batch_size), np.int32)
   state = grid.init(grid.shard(model_keys(c.seed, seeds)), grid.shard(dict(hp, rows=rows)),
@@ -141,14 +150,10 @@ def test_grid_starts_every_model_from_the_checkpoint(root):
                              -hp["learning_rate"])
 
 
-def test_an_evaluation_on_non_finite_outputs_counts_as_diverged(root):
+def test_an_evaluation_on_non_finite_outputs_counts_as_diverged(grid_of_four):
   """An infinite learning rate: the one step's loss is finite, the dev predictions after it come
-  from NaN parameters. That model is flagged; its peer is not."""
-  c = tiny_finetune_config(root, num_seeds=2)
-  c.train.eval_every = 1  # a chunk of one step (the grid is compiled for its rows' shape)
-  start = encoders.load_starting_point(c.encoder)
-  task = offline.load_genre(start.tokenizer, c.task)
-  grid, _ = ft.build_grid(c, task, start, 2)
+  from NaN parameters. That model is flagged; its peer (the other seed) is not."""
+  c, start, task, grid = grid_of_four
   hp, seeds = ft.hyperparameter_grid(c)
   hp["learning_rate"][0] = np.inf
   n_train = len(task.train["input_ids"])
@@ -173,11 +178,11 @@ def minilm_batch():
       np.array([0, 1]), 16)
 
 
-def _hidden(start, params, inputs):
-  forward = jax.jit(lambda p: start.module.apply(
+def _hidden(start, inputs):
+  """The encoder's last hidden state as a function of its parameters, one compiled program."""
+  return jax.jit(lambda p: start.module.apply(
       {"params": p}, inputs["input_ids"], inputs["attention_mask"],
       inputs["token_type_ids"])["last_hidden_state"])
-  return np.asarray(forward(params))
 
 
 @MINILM
@@ -190,11 +195,12 @@ def test_minilm_switched_to_hnas_at_u0_is_softmax(minilm_batch):
       f"layer_{i}/attention/hybrid_weight" for i in range(6)]
   switched = encoders.overlay(initial, hnas.params)
   np.testing.assert_array_equal(switched["layer_0"]["attention"]["hybrid_weight"], 0.0)
-  reference = _hidden(softmax, softmax.params, inputs)
-  np.testing.assert_allclose(_hidden(hnas, switched, inputs), reference, atol=2e-5)
+  reference = np.asarray(_hidden(softmax, inputs)(softmax.params))
+  hidden = _hidden(hnas, inputs)  # one program for both
+  np.testing.assert_allclose(hidden(switched), reference, atol=2e-5)
   at_half = jax.tree.map(lambda x: x, switched)
   at_half["layer_0"]["attention"]["hybrid_weight"] = jnp.full((12,), 0.5)
-  assert np.abs(_hidden(hnas, at_half, inputs) - reference).max() > 1e-3  # u matters
+  assert np.abs(np.asarray(hidden(at_half)) - reference).max() > 1e-3  # u matters
 
 
 @MINILM
