@@ -113,11 +113,12 @@ def test_a_users_head_and_task_train_through_the_registries(plugin):
                                  num_attention_heads=2, intermediate_size=32,
                                  max_position_embeddings=16), add_pooler=True)
   model = head.build(encoder, task.num_labels, 0.1)
-  variables = model.init(jax.random.key(0), batch)
-  logits = model.apply(variables, batch)
+  # one program each (op by op, each operation compiles)
+  variables = jax.jit(model.init)(jax.random.key(0), batch)
+  logits = jax.jit(model.apply)(variables, batch)
   assert logits.shape == (8, 1)
-  assert np.isfinite(float(head.loss(logits, batch)))
-  assert set(task.score(np.asarray(head.predict(logits, batch)))) == {"accuracy"}
+  assert np.isfinite(float(jax.jit(head.loss)(logits, batch)))
+  assert set(task.score(np.asarray(jax.jit(head.predict)(logits, batch)))) == {"accuracy"}
 
 
 def test_a_users_task_checks_its_config_before_anything_is_written(plugin):
