@@ -7,6 +7,7 @@ import glob
 import json
 import os
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -43,9 +44,9 @@ def tokenizer(root):
 
 def test_a_resumed_run_refuses_an_encoder_replaced_under_it(root, tmp_path):
   """Pre-training re-run afresh (another seed) under a killed fine-tuning run: resuming would
-  go on from the old checkpoints on the new encoder."""
-  pretraining = str(tmp_path / "pretrain")
-  run_pretraining(pretraining_config(corpus_files(root)), pretraining, **QUIET)
+  go on from the old checkpoints on the new encoder. The run at first: a copy of the module's
+  (its config is ``pretraining_config(corpus_files(root))``)."""
+  pretraining = str(shutil.copytree(root / "pretrain", tmp_path / "pretrain"))
   c = tiny_finetune_config(root)
   c.encoder.path = pretraining
   workdir = str(tmp_path / "run")
