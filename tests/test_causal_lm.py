@@ -70,14 +70,16 @@ def test_the_layer_norm_before_attention_is_the_configured_kind(model_and_params
   rms = jnp.sqrt(jnp.mean(centred ** 2, -1, keepdims=True) + without.layer_norm_epsilon)
   np.testing.assert_allclose(got_standard["attention_inputs"][0], centred / rms, rtol=1e-5,
                              atol=1e-6)
+  by_kind = jax.jit(normalize, static_argnums=(1, 2))  # op by op, each operation compiles
   for kind, got in (("no_scaling", got_without), ("standard", got_standard)):
     np.testing.assert_allclose(got["attention_inputs"],
-                               normalize(got["norm_inputs"], kind, without.layer_norm_epsilon),
+                               by_kind(got["norm_inputs"], kind, without.layer_norm_epsilon),
                                rtol=1e-5, atol=1e-6)
   # Scaling puts every key near the sphere of radius sqrt(d) (exactly on it but for epsilon);
   # projection alone leaves their lengths spread.
-  spread = lambda v: float(jnp.std(jnp.linalg.norm(v, axis=-1)) / jnp.mean(jnp.linalg.norm(
-      v, axis=-1)))
+  lengths_spread = jax.jit(lambda v: jnp.std(jnp.linalg.norm(v, axis=-1)) / jnp.mean(
+      jnp.linalg.norm(v, axis=-1)))
+  spread = lambda v: float(lengths_spread(v))
   assert spread(got_standard["attention_inputs"]) < 0.01 < 0.1 < spread(
       got_without["attention_inputs"])
 
