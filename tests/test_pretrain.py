@@ -55,6 +55,7 @@ def test_training_lowers_the_loss_on_a_fixed_batch(tmp_path, monkeypatch):
   monkeypatch.setattr(pretrain, "load_data", lambda c, workdir: (
       FAKE_VOCAB, {"train": one, "validation": one}))
   config = tiny_pretrain_config()
+  config.model.num_hidden_layers = 1  # one layer memorises four examples, and compiles sooner
   config.train.update(num_steps=60, eval_every=60, checkpoint_every=0, learning_rate=0.1)
   summary = run_pretraining(config, str(tmp_path), show_progress=False, tensorboard=False)
   rows = [r for r in read_history(str(tmp_path)) if r["split"] == "train"]
