@@ -32,6 +32,14 @@ def sweep_config(**overrides):
   return tiny_sweep_config(archs=("nap",), **overrides)
 
 
+def pretrain_config():
+  """HNAS's ALBERT of one layer: a workdir's guards need no deeper model, which compiles
+  longer."""
+  c = tiny_pretrain_config("hnas")
+  c.model.num_hidden_layers = 1
+  return c
+
+
 def snapshot(workdir) -> dict:
   """Every file under ``workdir``, path -> bytes."""
   files = {}
@@ -185,7 +193,7 @@ def train_albert(config, workdir, **kwargs):
 @pytest.fixture(scope="module")
 def finished_pretraining(tmp_path_factory, random_data):
   workdir = tmp_path_factory.mktemp("pretraining")
-  train_albert(tiny_pretrain_config("hnas"), workdir)
+  train_albert(pretrain_config(), workdir)
   return workdir
 
 
@@ -194,7 +202,7 @@ def interrupted_pretraining(tmp_path_factory, random_data):
   """Killed after five of six steps: checkpoints 2 and 4."""
   workdir = tmp_path_factory.mktemp("interrupted_pretraining")
   with pytest.raises(Interrupted):
-    train_albert(tiny_pretrain_config("hnas"), workdir, budget=Budget(chunks=5))
+    train_albert(pretrain_config(), workdir, budget=Budget(chunks=5))
   assert sorted(os.listdir(workdir / "checkpoints")) == ["2", "4"]
   return workdir
 
@@ -209,7 +217,7 @@ def interrupted_pretraining(tmp_path_factory, random_data):
 def test_pretraining_refuses_another_config_and_touches_nothing(
     state, field, value, named, finished_pretraining, interrupted_pretraining):
   workdir = finished_pretraining if state == "finished" else interrupted_pretraining
-  config = tiny_pretrain_config("hnas")
+  config = pretrain_config()
   section, _, name = field.rpartition(".")
   get_field(config, section)[name] = value
   before = snapshot(workdir)
@@ -220,7 +228,7 @@ def test_pretraining_refuses_another_config_and_touches_nothing(
 
 def test_pretraining_rerun_of_a_finished_run_leaves_it_as_it_was(finished_pretraining):
   before = snapshot(finished_pretraining)
-  config = tiny_pretrain_config("hnas")
+  config = pretrain_config()
   config.train.update(log_every=2, eval_every=6, checkpoint_every=3)  # these may differ
   summary = train_albert(config, finished_pretraining)
   assert snapshot(finished_pretraining) == before
@@ -235,7 +243,7 @@ def test_pretraining_afresh_moves_the_old_workdir_aside(finished_pretraining, ra
                                                         tmp_path):
   workdir = copy(finished_pretraining, tmp_path)
   before = snapshot(workdir)
-  config = tiny_pretrain_config("hnas")
+  config = pretrain_config()
   config.model.attention.options.hybrid_init = 0.25
   summary = train_albert(config, workdir, afresh=True)
   [old] = glob.glob(str(tmp_path / "run.replaced-*"))
@@ -253,7 +261,7 @@ def test_pretraining_resumes_past_a_damaged_latest_checkpoint(
   workdir = copy(interrupted_pretraining, tmp_path)
   damage(str(workdir / "checkpoints" / "4"))
   with pytest.warns(DamagedCheckpointWarning, match=re.escape(f"{workdir}/checkpoints/4: ")):
-    summary = train_albert(tiny_pretrain_config("hnas"), workdir)
+    summary = train_albert(pretrain_config(), workdir)
   assert read_history(str(workdir)) == read_history(str(finished_pretraining))
   with open(finished_pretraining / "summary.json") as f:
     whole = json.load(f)
@@ -396,7 +404,7 @@ def test_a_second_pre_training_into_a_running_ones_workdir_is_refused(tmp_path, 
   _holder(workdir, os.getppid())  # a live process: the first run
   before = snapshot(workdir)
   with pytest.raises(WorkdirError, match="is in use by process"):
-    train_albert(tiny_pretrain_config("hnas"), workdir)
+    train_albert(pretrain_config(), workdir)
   assert snapshot(workdir) == before
 
 
