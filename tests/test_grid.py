@@ -42,6 +42,12 @@ def history_bytes(workdir):
     return f.read()
 
 
+def grid_rows(workdir, grid):
+  """The bytes of ``history.jsonl``'s rows of one grid."""
+  with open(os.path.join(workdir, "history.jsonl"), "rb") as f:
+    return b"".join(line for line in f if json.loads(line)["grid"] == grid)
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
   workdir = tmp_path_factory.mktemp("reference")
@@ -173,14 +179,15 @@ def test_rows_past_the_last_checkpoint_are_logged_once(reference, tmp_path):
 def test_a_sweep_stopped_by_time_keeps_its_last_chunk_and_resumes(reference, tmp_path, every):
   """--max_minutes (the GPU queue's way to end a loan's sweep): the chunk that passed the time
   is checkpointed though it is no checkpoint_every multiple, and even with checkpoints off (0,
-  where the rerun started over), and the rerun ends as one run."""
-  config = tiny_sweep_config(**{"train.checkpoint_every": every})
+  where the rerun started over), and the rerun ends as one run: the reference's rows of its
+  grid (a model's keys are its seed's, whatever else the sweep holds)."""
+  config = tiny_sweep_config(archs=("nap",), **{"train.checkpoint_every": every})
   with pytest.raises(Interrupted, match="out of time after 1 of"):
     run(config, tmp_path, budget=Budget(minutes=1e-9))
   [grid] = os.listdir(tmp_path / "checkpoints")
   assert sorted(os.listdir(tmp_path / "checkpoints" / grid)) == ["1"]
   run(config, tmp_path)
-  assert history_bytes(tmp_path) == history_bytes(reference)
+  assert history_bytes(tmp_path) == grid_rows(reference, "nap")
 
 
 def test_a_finished_run_rerun_draws_only_its_missing_figures(reference, tmp_path, monkeypatch):
@@ -256,18 +263,19 @@ def test_a_grid_of_a_steps_scaled_sweep_validates_as_it_is():
   assert all(p.sweep.name == "" for p in points)
 
 
-def test_a_diverging_model_does_not_disturb_the_others(tmp_path):
-  alone = tiny_sweep_config(archs=("mte",), learning_rates=(0.001,), num_seeds=1)
-  together = tiny_sweep_config(archs=("mte",), learning_rates=(1e30, 0.001), num_seeds=1)
-  alone.train.checkpoint_every = together.train.checkpoint_every = 0
-  run(alone, tmp_path / "alone")
+def test_a_diverging_model_does_not_disturb_the_others(reference, tmp_path):
+  """Learning rate 0.001, seed 0 beside a diverging model trains as in the reference sweep,
+  beside three others (a model's keys are its seed's)."""
+  together = tiny_sweep_config(archs=("nap",), learning_rates=(1e30, 0.001), num_seeds=1)
+  together.train.checkpoint_every = 0
   run(together, tmp_path / "together")
-  a = np.load(tmp_path / "alone" / "metrics.npz")
+  a = np.load(reference / "metrics.npz")  # [evals, lr, swept, seed]: lr 0.001 first
   t = np.load(tmp_path / "together" / "metrics.npz")
-  assert t["mte/diverged"][-1, 0].all() and not t["mte/diverged"][-1, 1].any()
-  assert (t["mte/val_acc"][:, 0] == 0).all()
-  np.testing.assert_allclose(t["mte/train_loss"][:, 1], a["mte/train_loss"][:, 0], rtol=1e-5)
-  np.testing.assert_allclose(t["mte/val_acc"][:, 1], a["mte/val_acc"][:, 0])
+  assert t["nap/diverged"][-1, 0].all() and not t["nap/diverged"][-1, 1].any()
+  assert (t["nap/val_acc"][:, 0] == 0).all()
+  np.testing.assert_allclose(t["nap/train_loss"][:, 1], a["nap/train_loss"][:, 0, :, :1],
+                             rtol=1e-5)
+  np.testing.assert_allclose(t["nap/val_acc"][:, 1], a["nap/val_acc"][:, 0, :, :1])
   cells = read(tmp_path / "together")["cells"]
   assert [c["diverged"] for c in cells] == [1, 0]
 
@@ -386,14 +394,17 @@ def test_optimizer_is_adam_with_linear_decay_and_per_model_learning_rate():
   ours = make_optimizer(steps)
   reference = optax.adam(optax.linear_schedule(lr, 0.0, steps), b1=0.9, b2=0.999, eps=1e-7)
   s1, s2 = with_learning_rate(ours.init(params), lr), reference.init(params)
+  # one program each (op by op, each operation compiles)
+  ours_update, reference_update = jax.jit(ours.update), jax.jit(reference.update)
   for g in grads:
-    u1, s1 = ours.update(g, s1, params)
-    u2, s2 = reference.update(g, s2, params)
+    u1, s1 = ours_update(g, s1, params)
+    u2, s2 = reference_update(g, s2, params)
     chex.assert_trees_all_close(u1, u2, atol=1e-7)
   assert float(learning_rate_of(s1)) == pytest.approx(lr)
   # the learning rate is state: one optimiser, built once, and a learning rate per model
-  states = jax.vmap(lambda r: with_learning_rate(ours.init(params), r))(jnp.array([0.1, 0.2]))
-  u, _ = jax.vmap(lambda s: ours.update(grads[0], s, params))(states)
+  states = jax.jit(jax.vmap(lambda r: with_learning_rate(ours.init(params), r)))(
+      jnp.array([0.1, 0.2]))
+  u, _ = jax.jit(jax.vmap(lambda s: ours.update(grads[0], s, params)))(states)
   np.testing.assert_allclose(u["w"][1], 2 * u["w"][0], rtol=1e-6)
 
 
@@ -440,7 +451,7 @@ def test_the_widest_vmap_within_a_memory_budget():
 
 def test_a_programs_memory_grows_with_its_batch_and_a_cpu_takes_one_model_per_vmap():
   c = base_config()
-  c.model.update(d_model=16, num_heads=2, num_layers=1)
+  c.model.update(d_model=16, num_heads=2, num_layers=0)  # no block: a shorter compile
   c.task.update(seq_len=8)
   sizes = []
   for batch in (8, 64):
@@ -466,14 +477,17 @@ def test_a_trained_model_loads_back_as_a_module_and_scores_as_stored(reference):
   at_n, at_validation = eval_sets_for(Setup("nap", both), config.seed)
   np.testing.assert_array_equal(at_n[0], inputs)
   assert at_validation[0].shape[-1] == setup.val_len
+  model = setup.model()
+  accuracy = jax.jit(lambda variables, tokens, answers: jnp.mean(  # one program (op by op, each
+      jnp.argmax(model.apply(variables, tokens), -1) == answers))  # operation compiles)
   for lr_index, seed in ((0, 0), (1, 1)):
     module, variables = load_model(str(reference), "nap", config.learning_rates[lr_index], seed)
-    assert module == setup.model()
+    assert module == model
     row = ModelsAxis.of(config).rows(lr_index, 0)[seed]
     for case, name in enumerate(setup.task.grouped_eval.metric_names(False)):
       tokens, answers = (x[case].reshape((-1,) + x.shape[3:]) for x in (inputs, labels))
-      accuracy = jnp.mean(jnp.argmax(module.apply(variables, tokens), -1) == answers)
-      np.testing.assert_allclose(accuracy, curves[name][-1, row], atol=1e-6)
+      np.testing.assert_allclose(accuracy(variables, tokens, answers), curves[name][-1, row],
+                                 atol=1e-6)
   with pytest.raises(ValueError, match=r"learning_rate=0.5: the sweep's are \(0.001, 0.0003\)"):
     load_model(str(reference), "nap", 0.5)
   with pytest.raises(ValueError, match="seed=2: the sweep trained seeds 0..1"):
