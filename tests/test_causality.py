@@ -101,17 +101,19 @@ def test_every_entry_point_refuses_a_causal_call_before_tracing(name):
   _refused(lambda: norm.fused_attention(swap(q), swap(k), swap(v), params, causal=True))
   _refused(lambda: causality.causal_outputs(norm, "quadratic", q, k, v))
   x = jnp.ones((1, N, 8))
+  key = jax.random.key(0)
   linen = na.MultiHeadAttention(num_heads=2, normalization=name)
-  traced = jax.jit(lambda x: linen.init(jax.random.key(0), x, causal=True))
+  traced = jax.jit(lambda x: linen.init(key, x, causal=True))
   _refused(lambda: traced(x))
-  _refused(lambda: linen.init(jax.random.key(0), x, mask=nn.make_causal_mask(x[..., 0])))
+  # a mask is read where it is concrete: these calls run eagerly
+  _refused(lambda: linen.init(key, x, mask=nn.make_causal_mask(x[..., 0])))
   module = na_nnx.MultiHeadAttention(2, 8, normalization=name, decode=False, rngs=nnx.Rngs(0))
-  _refused(lambda: module(x, is_causal=True))
+  _refused(lambda: jax.jit(lambda x: module(x, is_causal=True))(x))
   _refused(lambda: module(x, mask=nnx.make_causal_mask(x[..., 0])))
   _refused(lambda: CausalLM(vocab_size=7, max_len=N, normalization=name))
   # what a causal call is not: a padding mask; and a traced mask is not read
   real = jnp.arange(N) < 3
-  linen.init(jax.random.key(0), x, mask=real[:, None] & real[None, :])
+  linen.init(key, x, mask=real[:, None] & real[None, :])
   jax.jit(lambda x, m: module(x, mask=m))(x, nnx.make_causal_mask(x[..., 0]))
 
 
@@ -120,15 +122,22 @@ def test_the_opt_in_computes_the_leaking_call():
   tril (Linen, NNX and the fast path), and CausalLM builds."""
   x = jax.random.normal(jax.random.key(1), (1, N, 8))
   linen = na.MultiHeadAttention(num_heads=2, normalization="dnas", allow_future_leak=True)
-  variables = linen.init(jax.random.key(0), x, causal=True)
-  by_flag = linen.apply(variables, x, causal=True)
-  by_mask = linen.apply(variables, x, mask=nn.make_causal_mask(x[..., 0]))
-  np.testing.assert_allclose(by_flag, by_mask, atol=1e-6)
   fast_linen = linen.clone(implementation="fast")
-  np.testing.assert_allclose(fast_linen.apply(variables, x, causal=True), by_flag, atol=1e-5)
+
+  @jax.jit
+  def by_flag(x):
+    """The variables, and the quadratic and fast causal calls (the mask's call below runs
+    eagerly: a mask is read where it is concrete)."""
+    variables = linen.init(jax.random.key(0), x, causal=True)
+    return (variables, linen.apply(variables, x, causal=True),
+            fast_linen.apply(variables, x, causal=True))
+  variables, quadratic, fast_path = by_flag(x)
+  by_mask = linen.apply(variables, x, mask=nn.make_causal_mask(x[..., 0]))
+  np.testing.assert_allclose(quadratic, by_mask, atol=1e-6)
+  np.testing.assert_allclose(fast_path, quadratic, atol=1e-5)
   module = na_nnx.MultiHeadAttention(2, 8, normalization="dnas", decode=False,
                                      allow_future_leak=True, rngs=nnx.Rngs(0))
-  assert module(x, is_causal=True).shape == x.shape
+  assert jax.jit(lambda x: module(x, is_causal=True))(x).shape == x.shape
   CausalLM(vocab_size=7, max_len=N, normalization="sinkhorn", allow_future_leak=True)
   with pytest.raises(TypeError, match="allow_future_leak must be True or False"):
     fast.dnas_attention(*_qkv(), causal=True, allow_future_leak="yes")

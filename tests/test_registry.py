@@ -123,32 +123,32 @@ def test_sparsemax_in_the_module():
   x = jax.random.normal(KEY, (2, 6, 8))
   padding = jnp.array([[True] * 6, [True] * 4 + [False] * 2])
   layer = MultiHeadAttention(num_heads=2, normalization="scaled_sparsemax")
-  params = layer.init(KEY, x)
+  params = jax.jit(layer.init)(KEY, x)
   assert params["params"]["sparsemax_scale"].shape == (2,)
-  _, state = layer.apply(params, x, padding_mask=padding, sow_weights=True,
-                         mutable="intermediates")
-  weights = state["intermediates"]["attention_weights"][0]
+  sown = jax.jit(lambda params, x, padding=None: layer.apply(
+      params, x, padding_mask=padding, sow_weights=True,
+      mutable="intermediates")[1]["intermediates"]["attention_weights"][0])
+  weights = np.asarray(sown(params, x, padding))
   np.testing.assert_allclose(weights[0].sum(-1), 1.0, atol=1e-5)
   assert np.all(np.asarray(weights[1, :, 4:, :]) == 0)  # padded queries and keys
   assert np.all(np.asarray(weights[1, :, :, 4:]) == 0)
   np.testing.assert_allclose(weights[1, :, :4].sum(-1), 1.0, atol=1e-5)
-  hot = MultiHeadAttention(num_heads=2, normalization="scaled_sparsemax").apply(
-      {"params": dict(params["params"], sparsemax_scale=jnp.array([1.0, 100.0]))}, x,
-      sow_weights=True, mutable="intermediates")[1]["intermediates"]["attention_weights"][0]
+  hot = np.asarray(sown({"params": dict(params["params"],
+                                       sparsemax_scale=jnp.array([1.0, 100.0]))}, x))
   assert np.mean(np.asarray(hot[:, 1]) == 0) > 0.5  # a hot head attends sparsely
   assert not fast_is_faster("scaled_sparsemax", 1 << 15, 1 << 15, 8, False, 1 << 40)
   with pytest.raises(ValueError, match="no fast path"):
-    MultiHeadAttention(num_heads=2, normalization="scaled_sparsemax",
-                       implementation="fast").init(KEY, x)
+    jax.jit(MultiHeadAttention(num_heads=2, normalization="scaled_sparsemax",
+                               implementation="fast").init)(KEY, x)
 
 
 def test_sparsemax_in_a_block_keeps_the_mte_head_norm():
   x = jax.random.normal(KEY, (2, 6, 8))
-  params = TransformerBlock(num_heads=2, arch="mte", normalization="scaled_sparsemax").init(KEY, x)
+  block = TransformerBlock(num_heads=2, arch="mte", normalization="scaled_sparsemax")
+  params = jax.jit(block.init)(KEY, x)
   attention = params["params"]["attention"]
   assert "head_norm" in attention and attention["sparsemax_scale"].shape == (2,)
-  grads = jax.jit(jax.grad(lambda p: jnp.sum(TransformerBlock(
-      num_heads=2, arch="mte", normalization="scaled_sparsemax").apply(p, x) ** 2)))(params)
+  grads = jax.jit(jax.grad(lambda p: jnp.sum(block.apply(p, x) ** 2)))(params)
   assert np.all(np.isfinite(np.asarray(grads["params"]["attention"]["sparsemax_scale"])))
 
 
@@ -203,16 +203,21 @@ def test_a_grid_trains_with_sparsemax_through_the_sweep_cli(tmp_path):
 
 def test_an_option_reaches_the_weights_and_is_checked():
   logits = jax.random.normal(KEY, (2, 3, 5))
-  hot = get("tempered").attention_weights(logits, None, {}, {"temperature": 0.5})
+  hot = jax.jit(lambda logits: get("tempered").attention_weights(
+      logits, None, {}, {"temperature": 0.5}))(logits)
   np.testing.assert_allclose(hot, jax.nn.softmax(2 * logits), atol=1e-6)
   x = jax.random.normal(KEY, (2, 6, 8))
   spec = AttentionSpec("tempered", {"temperature": 0.5})
   layer = MultiHeadAttention(num_heads=2, normalization=spec, implementation="quadratic")
-  params = layer.init(KEY, x)
-  _, sown = layer.apply(params, x, sow_weights=True, mutable="intermediates")
   default = MultiHeadAttention(num_heads=2, normalization="tempered", implementation="quadratic")
-  _, cool = default.apply(params, x, sow_weights=True, mutable="intermediates")
-  hot, cool = (s["intermediates"]["attention_weights"][0] for s in (sown, cool))
+
+  @jax.jit
+  def hot_and_cool(x):
+    """The weights at temperature 0.5 and at the default, of the same parameters."""
+    params = layer.init(KEY, x)
+    return tuple(m.apply(params, x, sow_weights=True, mutable="intermediates")[1][
+        "intermediates"]["attention_weights"][0] for m in (layer, default))
+  hot, cool = hot_and_cool(x)
   np.testing.assert_allclose(hot, jax.nn.softmax(2 * jnp.log(cool), axis=-1), atol=1e-5)
   with pytest.raises(ValueError, match="'tempered': option temperature must be a number > 0"):
     MultiHeadAttention(num_heads=2, normalization=AttentionSpec("tempered", {"temperature": -1}))

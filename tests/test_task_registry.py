@@ -184,7 +184,8 @@ def test_a_task_may_set_its_number_of_classes():
 
 def test_first_token_parity_sets_are_balanced_and_labelled():
   settings = copy_config().task
-  inputs, labels = first_token_parity_sets(jax.random.key(1), 50, 8, settings)
+  inputs, labels = jax.jit(lambda key: first_token_parity_sets(key, 50, 8, settings))(
+      jax.random.key(1))
   inputs, labels = np.asarray(inputs), np.asarray(labels)
   np.testing.assert_array_equal(labels % 2, np.repeat([0, 1], 50))
   np.testing.assert_array_equal(labels, inputs[:, 0])
