@@ -268,9 +268,12 @@ def test_the_command_line_sets_an_option_and_refuses_a_misspelt_field(monkeypatc
 
 def test_a_sweep_over_an_option_of_a_plugin_normalisation(tmp_path):
   from normattn_jax.sweep.train import run_sweep
+  # the mode task: no case sets to sample and evaluate, a smaller program (the task is not
+  # what is swept)
   config = tiny_registry_grid(**{"attention.name": "tempered",
                                  "sweep.name": "attention.options.temperature",
-                                 "sweep.grid": (0.5, 4.0)})
+                                 "sweep.grid": (0.5, 4.0), "task.name": "mode_finding",
+                                 "task.output": "classes", "task.vocab_size": 4})
   summary = run_sweep(config, str(tmp_path), show_progress=False, tensorboard=False)
   cells = summary["cells"]
   assert [c["params"] for c in cells] == [{"attention.options.temperature": 0.5},
