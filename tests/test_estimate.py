@@ -11,9 +11,11 @@ from helpers.sweeps import tiny_sweep_config
 
 
 def two_point_sweep():
+  """Two static points on the mode task (no case sets: smaller programs to compile)."""
   return tiny_sweep_config(**{"archs": ("nap",), "sweep.name": "model.d_model",
                               "sweep.grid": (8, 16), "train.num_steps": 20,
-                              "train.eval_every": 10})
+                              "train.eval_every": 10, "task.name": "mode_finding",
+                              "task.output": "classes", "task.vocab_size": 4})
 
 
 @pytest.fixture(scope="module")
