@@ -37,14 +37,10 @@ def test_explained_away_fraction():
   assert ea.explained_away_fraction(sums) == 0.75
 
 
-def test_a_trained_case_model_carries_its_normalisation(monkeypatch):
+def test_a_trained_case_model_carries_its_normalisation():
   """Fig. 1's runs train the MTE layout with the scheme's normalisation (the config's
   ``attention.name``): DNAS keeps every key's sum over the queries at 1/S or more, which
   softmax does not promise, and the same parameters under softmax give other sums."""
-  # the probe runs its model in one program (op by op, each operation would compile alone)
-  weights_of = ea.attention_weights
-  monkeypatch.setattr(ea, "attention_weights", lambda model, params, tokens: jax.jit(
-      lambda p, t: weights_of(model, p, t))(params, tokens))
   setup, params, val_acc = ea.train_case_model(ea.SCHEMES["DNAS"], steps=4, seq_len=8,
                                                d_model=8, learning_rate=0.01)
   sums, entry = ea.probe_key_sums(setup, params, val_acc)
