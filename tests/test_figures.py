@@ -18,6 +18,8 @@ from normattn_jax.sweep.scoring import summarise
 from helpers.sweeps import tiny_sweep_config
 
 BASE = ("train_acc", "val_acc", "train_loss", "diverged")
+# What the figures hold is checked, not their pixels: they are written at a low resolution.
+DPI = 20
 
 
 def made_up_results(config, metrics):
@@ -34,6 +36,17 @@ def made_up_results(config, metrics):
   return results
 
 
+def keep_drawn(monkeypatch) -> dict:
+  """The figures saved from now on, by file, left open to be read; written at ``DPI``."""
+  drawn = {}
+  monkeypatch.setattr(figures.plt, "close", lambda fig: None)
+  save = figures.plt.Figure.savefig
+  monkeypatch.setattr(figures.plt.Figure, "savefig",
+                      lambda fig, path, **kw: (drawn.__setitem__(os.path.basename(path), fig),
+                                               save(fig, path, **dict(kw, dpi=DPI))))
+  return drawn
+
+
 def draw(config, metrics, workdir, monkeypatch):
   """Draw the sweep's figures of made-up curves; returns the summary and the figures by file."""
   results = made_up_results(config, metrics)
@@ -41,14 +54,20 @@ def draw(config, metrics, workdir, monkeypatch):
   summary = summarise(plan, results)
   metrics_path = os.path.join(workdir, artifacts.METRICS)
   artifacts.save_metrics(metrics_path, plan, results)
-  drawn = {}
-  monkeypatch.setattr(figures.plt, "close", lambda fig: None)
-  save = figures.plt.Figure.savefig
-  monkeypatch.setattr(figures.plt.Figure, "savefig",
-                      lambda fig, path, **kw: (drawn.__setitem__(os.path.basename(path), fig),
-                                               save(fig, path, **kw)))
+  drawn = keep_drawn(monkeypatch)
   figures.draw_sweep(plan, summary, metrics_path, str(workdir))
   return summary, drawn
+
+
+@pytest.fixture(scope="module")
+def case_sweep(tmp_path_factory):
+  """The tiny case sweep's figures (``tiny_sweep_config``), drawn once for the tests that read
+  them: its config, summary, figures by file and their folder."""
+  config, workdir = tiny_sweep_config(), tmp_path_factory.mktemp("case_sweep")
+  with pytest.MonkeyPatch.context() as monkeypatch:
+    summary, drawn = draw(config, BASE + tasks.get("case_distinction").extra_metrics(), workdir,
+                          monkeypatch)
+  return config, summary, drawn, workdir
 
 
 def titles(fig):
@@ -127,20 +146,17 @@ def test_learning_curves_are_drawn_at_their_points_own_steps(tmp_path, monkeypat
   metrics_path = os.path.join(tmp_path, artifacts.METRICS)
   plan = SweepPlan.of(config)
   artifacts.save_metrics(metrics_path, plan, results)
-  drawn = {}
-  monkeypatch.setattr(figures.plt, "close", lambda fig: drawn.setdefault("fig", fig))
+  drawn = keep_drawn(monkeypatch)
   figures.learning_curves_figure(plan, summarise(plan, results), metrics_path,
                                  os.path.join(tmp_path, "curves.png"))
-  x = drawn["fig"].axes[0].lines[0].get_xdata()
+  x = drawn["curves.png"].axes[0].lines[0].get_xdata()
   np.testing.assert_array_equal(x, [40, 80, 120])  # not the reference's 10, 20, 30
 
 
-def test_the_pixel_plots_carry_a_key_and_label_a_single_column(tmp_path, monkeypatch):
+def test_the_pixel_plots_carry_a_key_and_label_a_single_column(case_sweep):
   """Without a sweep each plot is one column: it is labelled, not left blank; the key says what
   R, G and B are (the NAP paper's: min, mean and max over seeds)."""
-  config = tiny_sweep_config()
-  _, drawn = draw(config, BASE + tasks.get("case_distinction").extra_metrics(), tmp_path,
-                  monkeypatch)
+  _, _, drawn, _ = case_sweep
   accuracy, cases = drawn["accuracy.png"], drawn["case_accuracy.png"]
   assert [t.get_text() for t in accuracy.texts][:1] == [figures.PIXEL_KEY]
   assert figures.PIXEL_KEY.startswith("R, G, B = min, mean, max over seeds")
@@ -150,12 +166,10 @@ def test_the_pixel_plots_carry_a_key_and_label_a_single_column(tmp_path, monkeyp
     assert {ax.get_xlabel() for ax in fig.axes} == {figures.ONE_COLUMN_LABEL}
 
 
-def test_the_rows_say_where_they_were_measured_and_the_titles_which_cell(tmp_path, monkeypatch):
+def test_the_rows_say_where_they_were_measured_and_the_titles_which_cell(case_sweep):
   """The rows name the length each accuracy was measured at; a title gives the best mean and
   its cell, where the cross is; the case figure's title the weakest case at its best cell."""
-  config = tiny_sweep_config()
-  summary, drawn = draw(config, BASE + tasks.get("case_distinction").extra_metrics(), tmp_path,
-                        monkeypatch)
+  config, summary, drawn, _ = case_sweep
   plan = SweepPlan.of(config)
   n, half = config.task.seq_len, tasks.get("case_distinction").validation_length(
       config.task.seq_len)
@@ -209,21 +223,19 @@ def test_a_swept_column_is_labelled_by_its_field(tmp_path, monkeypatch):
   assert {ax.get_xlabel() for ax in drawn["accuracy.png"].axes} == {"l2"}
 
 
-def test_a_finished_sweep_is_drawn_from_what_its_workdir_holds(tmp_path, monkeypatch):
+def test_a_finished_sweep_is_drawn_from_what_its_workdir_holds(case_sweep, tmp_path,
+                                                              monkeypatch):
   """draw_finished_sweep (the sweep, rescoring and retraining scripts' figures) draws what
   draw_sweep draws from the run's config.json, summary.json and metrics.npz."""
   from normattn_jax.train.checkpoint import config_json
 
-  config = tiny_sweep_config()
-  direct = tmp_path / "direct"
-  os.makedirs(direct)
-  summary, _ = draw(config, BASE + tasks.get("case_distinction").extra_metrics(), direct,
-                    monkeypatch)
+  config, summary, _, direct = case_sweep
   workdir = tmp_path / "run"
   os.makedirs(workdir)
   (workdir / "config.json").write_text(json.dumps(config_json(config)))
   (workdir / artifacts.METRICS).write_bytes((direct / artifacts.METRICS).read_bytes())
   artifacts.write_summary(str(workdir), summary)
+  keep_drawn(monkeypatch)  # at the resolution draw_sweep's were written
   figures.draw_finished_sweep(str(workdir))
   for name in ("accuracy.png", "case_accuracy.png", "learning_curves.png"):
     assert (workdir / name).read_bytes() == (direct / name).read_bytes(), name
