@@ -78,20 +78,24 @@ CORE_ONLY = textwrap.dedent("""
     from normattn_jax.analysis import mixing, mode_collapse
     from normattn_jax.models import bert
 
+    def run(module, inputs):
+      # init and apply each one compiled program: eagerly, every op is one
+      return jax.jit(module.apply)(jax.jit(module.init)(key, inputs), inputs)
+
     key = jax.random.key(0)
     x = jax.random.normal(key, (2, 6, 8))
     for module in (MultiHeadAttention(num_heads=2, normalization="nap"),
                    TransformerBlock(num_heads=2, arch="mte")):
-      assert module.apply(module.init(key, x), x).shape == x.shape
+      assert run(module, x).shape == x.shape
     tokens = jax.random.randint(key, (2, 6), 0, 20)
     model = SequenceModel(vocab_size=20, max_len=6, d_model=8, num_layers=1, num_heads=2)
-    assert model.apply(model.init(key, tokens), tokens).shape == (2, 6)
+    assert run(model, tokens).shape == (2, 6)
     config = bert.BertConfig(vocab_size=30, hidden_size=8, num_hidden_layers=1,
                              num_attention_heads=2, intermediate_size=16,
                              max_position_embeddings=8)
     encoder = bert.BertModel(config)
     ids = jnp.ones((1, 5), jnp.int32)
-    hidden = encoder.apply(encoder.init(key, ids), ids)["last_hidden_state"]
+    hidden = run(encoder, ids)["last_hidden_state"]
     assert hidden.shape == (1, 5, 8) and np.isfinite(np.asarray(hidden)).all()
 
     def error(call):
