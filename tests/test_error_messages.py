@@ -66,14 +66,20 @@ def test_other_coordinator_addresses_are_refused_by_value(address):
 
 
 def test_the_run_scripts_refuse_a_coordinator_address_by_flag(tmp_path):
-  script = ("from absl import app\nfrom normattn_jax.cli import command as cli\n"
-            "RUN = cli.define_run_flags()\n"
-            "app.run(lambda argv: cli.run_command(lambda *a, **k: print('ran'), None, RUN))\n")
-  done = run_script("-c", script, f"--workdir={tmp_path / 'w'}", "--distributed",
-                    "--coordinator_address=notahost")
-  assert done.returncode != 0 and "ran" not in done.stdout
-  assert "--coordinator_address='notahost' must be host:port" in done.stderr
-  assert "IndexError" not in done.stderr
+  """The run scripts' main (``cli.run_command``) refuses it as a usage error, which absl's
+  ``app.run`` prints without a traceback (a command's usage error in its own process:
+  test_distributed's test_process_flags_need_distributed)."""
+  from absl import app
+  from normattn_jax.cli import command as cli
+
+  from helpers.commands import run_flags
+
+  ran = []
+  given = run_flags(tmp_path / "w", distributed=True, coordinator_address="notahost")
+  with pytest.raises(app.UsageError, match=re.escape("--coordinator_address='notahost' must "
+                                                     "be host:port")):
+    cli.run_command(lambda *a, **k: ran.append(a), None, given)  # an IndexError is no match
+  assert not ran and not (tmp_path / "w").exists()
 
 
 # ----- a workdir's config.json and summary.json -----
@@ -102,10 +108,14 @@ def test_a_damaged_summary_of_a_finished_run_is_named(tmp_path):
 
 
 def test_the_comparison_scripts_name_a_damaged_summary(tmp_path):
+  """A usage error, which absl's ``app.run`` prints without a traceback (the script defines no
+  flags: its main runs in this process)."""
+  from absl import app
+  from normattn_jax.cli import regularization_table
+
   path = write(tmp_path / "summary.json", "not json")
-  done = run_script("-m", "normattn_jax.cli.regularization_table", str(tmp_path))
-  assert done.returncode != 0
-  assert f"{path} is not valid JSON" in done.stderr and "Traceback" not in done.stderr
+  with pytest.raises(app.UsageError, match=re.escape(f"{path} is not valid JSON")):
+    regularization_table._main(["normattn-regularization-table", str(tmp_path)])
 
 
 def test_a_sweeps_damaged_files_are_named(tmp_path):
