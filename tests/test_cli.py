@@ -32,11 +32,25 @@ def command(*flags):
                         env=env, cwd=REPO)
 
 
-def test_cpu_devices_splits_the_cpu_before_the_run_starts():
+@pytest.fixture(scope="module")
+def stopped_by_ctrl_c(tmp_path_factory):
+  """A run script of ``SCRIPT``'s run that says its devices, then is stopped by Ctrl-C, run on
+  one CPU device: ``(the script, its process)``."""
+  script = tmp_path_factory.mktemp("ctrl_c") / "my_run.py"
+  script.write_text(SCRIPT.replace('"afresh", afresh)',
+                                  '"afresh", afresh)\n  raise KeyboardInterrupt'))
+  env = subprocess_env()
+  env.pop("XLA_FLAGS", None)
+  done = subprocess.run([sys.executable, str(script), "--workdir=runs/a b", "--afresh",
+                         "--cpu_devices=1"], capture_output=True, text=True, env=env, cwd=REPO)
+  return script, done
+
+
+def test_cpu_devices_splits_the_cpu_before_the_run_starts(stopped_by_ctrl_c):
   done = command("--workdir=w", "--cpu_devices=3", "--afresh")
   assert done.returncode == 0, done.stderr
   assert "devices 3 workdir w afresh True" in done.stdout
-  assert "devices 1 " in command("--workdir=w", "--cpu_devices=1").stdout
+  assert "devices 1 " in stopped_by_ctrl_c[1].stdout  # --cpu_devices=1, before its Ctrl-C
 
 
 def test_a_run_uses_one_device_per_core_by_default():
@@ -63,13 +77,8 @@ def test_the_default_leaves_a_started_jax_alone():
           is None)
 
 
-def test_ctrl_c_says_how_to_resume_instead_of_a_traceback(tmp_path):
-  script = tmp_path / "my_run.py"
-  script.write_text(SCRIPT.replace('print("devices"', 'raise KeyboardInterrupt  #'))
-  env = subprocess_env()
-  env.pop("XLA_FLAGS", None)
-  done = subprocess.run([sys.executable, str(script), "--workdir=runs/a b", "--afresh",
-                         "--cpu_devices=1"], capture_output=True, text=True, env=env, cwd=REPO)
+def test_ctrl_c_says_how_to_resume_instead_of_a_traceback(stopped_by_ctrl_c):
+  script, done = stopped_by_ctrl_c
   assert done.returncode == cli.CTRL_C_EXIT, done.stderr
   assert "Traceback" not in done.stderr
   assert (f"runs/a b keeps its newest checkpoint; resume with\n  python {script} "
