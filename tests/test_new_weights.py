@@ -1,5 +1,6 @@
 """The sigmoid, sink, softpick, Scalable-Softmax, sparsemax, 1.5-entmax and stick-breaking weights
 against numpy references of their papers' formulas, and the papers' properties."""
+import functools
 import re
 
 import chex
@@ -184,15 +185,16 @@ def test_masks_broadcast(name):
 @pytest.mark.parametrize("name", sorted(SPARSE))
 def test_sparse_rows_sum_to_one_with_exact_zeros(name):
   l = random_logits(2, (4, 6, 16), scale=4.0)
-  m = random_mask(2, (4, 6, 16)).at[0, 0].set(False)
-  w = np.asarray(SPARSE[name](l, m))
-  valid_rows = np.asarray(m).any(-1)
+  m = np.array(random_mask(2, (4, 6, 16)))
+  m[0, 0] = False
+  w = np.asarray(SPARSE_JIT[name](l, m))
+  valid_rows = m.any(-1)
   np.testing.assert_allclose(w.sum(-1)[valid_rows], 1.0, atol=1e-5)
   assert (w.sum(-1)[~valid_rows] == 0).all()
   assert (w >= 0).all()
-  assert ((w == 0) & np.asarray(m)).sum() > 0.3 * np.asarray(m).sum()  # sparse: many exact zeros
-  dense = np.asarray(softmax_weights(l, m))
-  assert ((dense == 0) & np.asarray(m)).sum() == 0  # softmax gives none
+  assert ((w == 0) & m).sum() > 0.3 * m.sum()  # sparse: many exact zeros
+  dense = np.asarray(jax.jit(softmax_weights)(l, m))
+  assert ((dense == 0) & m).sum() == 0  # softmax gives none
 
 
 def test_closed_form_cases():
@@ -247,21 +249,28 @@ def test_ssmax_with_scale_one_over_log_n_is_softmax():
 def test_ssmax_top_weight_does_not_fade_with_length():
   """With softmax the weight of one key 2 logits above the rest fades as n grows; with SSMax
   (scale 1) the top weight n^2 / (n^2 + n - 1) grows towards 1."""
+  ssmax = jax.jit(ssmax_weights)  # one program per length, not one per op
   for n in (8, 64, 512):
-    l = jnp.zeros((1, n)).at[0, 0].set(2.0)
-    np.testing.assert_allclose(ssmax_weights(l)[0, 0], n * n / (n * n + n - 1), rtol=1e-5)
-  assert float(softmax_weights(jnp.zeros((1, 512)).at[0, 0].set(2.0))[0, 0]) < 0.02
+    l = np.zeros((1, n), np.float32)
+    l[0, 0] = 2.0
+    np.testing.assert_allclose(ssmax(l)[0, 0], n * n / (n * n + n - 1), rtol=1e-5)
+  assert float(jax.jit(softmax_weights)(l)[0, 0]) < 0.02
 
 
 def test_sigmoid_has_no_row_coupling():
   l = random_logits(5, (3, 6))
+  moved = np.array(l)
+  moved[1, 2] += 3.0
   for bias in (None, 0.4):
-    w = sigmoid_weights(l, bias)
-    w2 = sigmoid_weights(l.at[1, 2].add(3.0), bias)
-    changed = np.asarray(w != w2)
+
+    @jax.jit  # one program, not one per op
+    def weights_and_jacobian(l, moved):
+      jac = jax.jacobian(lambda x: sigmoid_weights(x[None], bias)[0])(l[0])
+      return sigmoid_weights(l, bias), sigmoid_weights(moved, bias), jac
+    w, w2, jac = map(np.asarray, weights_and_jacobian(l, moved))
+    changed = w != w2
     assert changed[1, 2] and changed.sum() == 1
-    jac = jax.jacobian(lambda x: sigmoid_weights(x[None], bias)[0])(l[0])
-    np.testing.assert_array_equal(jac, jnp.diag(jnp.diag(jac)))
+    np.testing.assert_array_equal(jac, np.diag(np.diag(jac)))
 
 
 def test_sigmoid_default_bias_is_minus_log_n():
@@ -298,15 +307,16 @@ def test_stickbreaking_rows_sum_to_one_minus_the_remaining_stick(case):
 
 
 def test_stickbreaking_prefers_the_nearest_key_and_is_stable_for_long_rows():
-  w = stickbreaking_weights(jnp.full((1, 6), 5.0))  # equal logits: the nearest key wins
+  stickbreaking = jax.jit(stickbreaking_weights)  # one program per shape, not one per op
+  w = stickbreaking(np.full((1, 6), 5.0, np.float32))  # equal logits: the nearest key wins
   assert (np.diff(np.asarray(w[0])) > 0).all()
   l = random_logits(9, (2, 4096), scale=2.0) + 1.0
-  got = stickbreaking_weights(l)
+  got = stickbreaking(l)
   ln = np.asarray(l, np.float64)
   later = np.cumsum(np.log1p(np.exp(ln))[:, ::-1], -1)[:, ::-1] - np.log1p(np.exp(ln))
   want = np.exp(-np.log1p(np.exp(-ln)) - later)  # the product formula in float64 logs
   np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-30)
-  grad = jax.grad(lambda x: stickbreaking_weights(x)[:, -50:].sum())(l)
+  grad = jax.jit(jax.grad(lambda x: stickbreaking_weights(x)[:, -50:].sum()))(l)
   assert np.isfinite(np.asarray(grad)).all()
 
 
@@ -333,8 +343,11 @@ def test_gradients_match_finite_differences(name, case):
   mask = make_mask(case, shape, seed=10)
   g = random_logits(11, shape, scale=1.0)
   ln, mn = as_np(l, mask)
-  _, vjp = jax.vjp(lambda x: ALL[name](x, mask=mask), l)
-  (got,) = vjp(g)
+
+  @jax.jit  # one program, not one per op
+  def pullback(l, mask, g):
+    return jax.vjp(lambda x: ALL[name](x, mask=mask), l)[1](g)[0]
+  got = pullback(l, mask, g)
   want = fd_vjp(REFS[name], ln, mn, np.asarray(g, np.float64))
   np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-4)
   assert (np.asarray(got)[~mn] == 0).all()
@@ -344,22 +357,32 @@ def test_sparse_custom_gradients_are_the_closed_forms():
   l = random_logits(12, (3, 5, 9), scale=2.0)
   m = random_mask(12, (3, 5, 9))
   g = random_logits(13, (3, 5, 9), scale=1.0)
-  w, vjp = jax.vjp(lambda x: sparsemax_weights(x, m), l)
-  s = w > 0
-  mean = jnp.sum(jnp.where(s, g, 0), -1, keepdims=True) / jnp.sum(s, -1, keepdims=True)
-  chex.assert_trees_all_close(vjp(g)[0], jnp.where(s, g - mean, 0.0), atol=1e-6)
-  # autodiff of the support-restricted closed form w = l - (sum_S l - 1) / |S| on S agrees
-  closed = lambda x: jnp.where(s, x - (jnp.sum(jnp.where(s, x, 0), -1, keepdims=True) - 1)
-                               / jnp.sum(s, -1, keepdims=True), 0.0)
-  chex.assert_trees_all_close(closed(l), w, atol=1e-5)
-  chex.assert_trees_all_close(jax.vjp(closed, l)[1](g)[0], vjp(g)[0], atol=1e-6)
-  w, vjp = jax.vjp(lambda x: entmax15_weights(x, m), l)
-  r = jnp.sqrt(w)
-  want = r * g - jnp.sum(r * g, -1, keepdims=True) / jnp.sum(r, -1, keepdims=True) * r
-  chex.assert_trees_all_close(vjp(g)[0], want, atol=1e-6)
+
+  @jax.jit  # one program, not one per op
+  def sparsemax_and_closed_form(l, m, g):
+    w, vjp = jax.vjp(lambda x: sparsemax_weights(x, m), l)
+    s = w > 0
+    mean = jnp.sum(jnp.where(s, g, 0), -1, keepdims=True) / jnp.sum(s, -1, keepdims=True)
+    # autodiff of the support-restricted closed form w = l - (sum_S l - 1) / |S| on S
+    closed = lambda x: jnp.where(s, x - (jnp.sum(jnp.where(s, x, 0), -1, keepdims=True) - 1)
+                                 / jnp.sum(s, -1, keepdims=True), 0.0)
+    return (w, vjp(g)[0], jnp.where(s, g - mean, 0.0), closed(l),
+            jax.vjp(closed, l)[1](g)[0])
+  w, pullback, want, closed, closed_pullback = sparsemax_and_closed_form(l, m, g)
+  chex.assert_trees_all_close(pullback, want, atol=1e-6)
+  chex.assert_trees_all_close(closed, w, atol=1e-5)  # the closed form agrees
+  chex.assert_trees_all_close(closed_pullback, pullback, atol=1e-6)
+
+  @jax.jit
+  def entmax15_and_closed_form(l, m, g):
+    w, vjp = jax.vjp(lambda x: entmax15_weights(x, m), l)
+    r = jnp.sqrt(w)
+    return vjp(g)[0], r * g - jnp.sum(r * g, -1, keepdims=True) / jnp.sum(r, -1, keepdims=True) * r
+  pullback, want = entmax15_and_closed_form(l, m, g)
+  chex.assert_trees_all_close(pullback, want, atol=1e-6)
   # the weights' sum stays 1: the gradient of the row sum is 0
   for fn in SPARSE.values():
-    grad = jax.grad(lambda x: fn(x, m).sum())(l)
+    grad = jax.jit(jax.grad(lambda x: fn(x, m).sum()))(l)
     np.testing.assert_allclose(grad, 0.0, atol=1e-6)
 
 
@@ -376,6 +399,14 @@ def test_sparse_weights_match_bisection(k, scale, seed):
 
 # ----- no NaN: fully masked rows, huge logits, bf16 -----
 
+@functools.cache
+def weights_and_grad(name):
+  """``(weights, gradient of their sum of squares)`` of ``ALL[name]`` at ``(logits, mask)``, one
+  program per mask kind and shape, not one per op."""
+  fn = ALL[name]
+  return jax.jit(lambda l, m: (fn(l, mask=m), jax.grad(lambda x: jnp.sum(fn(x, mask=m) ** 2))(l)))
+
+
 # every weight function sets the masked logits to 0 first (weights._prepare): one with a
 # parameter, one with a sort and a custom gradient, stick-breaking's sums; each one's rows
 # without a key: test_against_definitions[*-empty_rows], their gradients:
@@ -383,38 +414,34 @@ def test_sparse_weights_match_bisection(k, scale, seed):
 @pytest.mark.parametrize("name", sorted(ALL))
 @pytest.mark.fast_subset(lambda p: p["name"] in ("sink_per_head", "entmax15", "stickbreaking"))
 def test_fully_masked_rows_are_zero_with_finite_gradients(name):
-  fn = ALL[name]
   l = random_logits(14, SHAPE)
-  m = make_mask("empty_rows", SHAPE)
-  w = fn(l, mask=m)
+  m = np.asarray(make_mask("empty_rows", SHAPE))
+  w, grad = map(np.asarray, weights_and_grad(name)(l, m))
   assert (w[~m] == 0).all() and (w[0, 1, 2] == 0).all() and (w[1, 2] == 0).all()
-  grad = jax.grad(lambda x: jnp.sum(fn(x, mask=m) ** 2))(l)
-  assert jnp.isfinite(grad).all() and (grad[~m] == 0).all()
+  assert np.isfinite(grad).all() and (grad[~m] == 0).all()
   # masked logits may hold -inf (or anything): they are never read
-  poisoned = jnp.where(m, l, -jnp.inf)
-  chex.assert_trees_all_close(fn(poisoned, mask=m), w, atol=0)
-  assert jnp.isfinite(jax.grad(lambda x: jnp.sum(fn(x, mask=m) ** 2))(poisoned)).all()
+  poisoned = np.where(m, l, -np.inf).astype(np.float32)
+  poisoned_w, poisoned_grad = weights_and_grad(name)(poisoned, m)
+  chex.assert_trees_all_close(poisoned_w, w, atol=0)
+  assert np.isfinite(poisoned_grad).all()
 
 
 @pytest.mark.parametrize("scale", [1e4, 1e30, 1e38])
 @pytest.mark.parametrize("name", sorted(ALL))
 def test_huge_logits(name, scale):
-  fn = ALL[name]
   l = random_logits(15, SHAPE, scale=1.0) * scale
-  m = make_mask("empty_rows", SHAPE)
+  m = np.asarray(make_mask("empty_rows", SHAPE))
   for mask in (None, m):
-    w = fn(l, mask=mask)
-    assert jnp.isfinite(w).all() and (w >= 0).all()
+    w, grad = map(np.asarray, weights_and_grad(name)(l, mask))
+    assert np.isfinite(w).all() and (w >= 0).all()
     if not name.startswith("sigmoid"):  # sigmoid weights are not coupled across the row
       assert (w.sum(-1) <= 1 + 1e-5).all()
-    grad = jax.grad(lambda x: jnp.sum(fn(x, mask=mask) ** 2))(l)
-    assert jnp.isfinite(grad).all()
+    assert np.isfinite(grad).all()
   if name in ("sink", "softpick", "ssmax", "sparsemax", "entmax15"):
     # the row's largest logit takes all the weight (for sink and softpick: if it is positive;
     # a row of negative huge logits gives all to the sink, or nothing with softpick)
     ln, mn = as_np(l, m)
-    top = np.where(mn, ln, -np.inf).argmax(-1)
-    w = np.asarray(fn(l, mask=m))
+    top = np.where(mn, ln, -np.inf).argmax(-1)  # w: the weights with the mask m
     picked = np.take_along_axis(w, top[..., None], -1)[..., 0]
     top_logit = np.take_along_axis(ln, top[..., None], -1)[..., 0]
     rows = mn.any(-1)
@@ -425,9 +452,10 @@ def test_huge_logits(name, scale):
 
 
 def test_huge_ties_split_evenly():
-  l = jnp.array([[1e30, 1e30, -1e30, 0.0], [3e38, 3e38, -3e38, 3e38]])
+  l = np.array([[1e30, 1e30, -1e30, 0.0], [3e38, 3e38, -3e38, 3e38]], np.float32)
   for fn in (sparsemax_weights, entmax15_weights, softmax_weights, ssmax_weights):
-    np.testing.assert_allclose(fn(l), [[0.5, 0.5, 0, 0], [1 / 3, 1 / 3, 0, 1 / 3]], atol=1e-6)
+    np.testing.assert_allclose(jax.jit(fn)(l), [[0.5, 0.5, 0, 0], [1 / 3, 1 / 3, 0, 1 / 3]],
+                               atol=1e-6)  # one program each, not one per op
 
 
 # bf16 weights and gradients: one with a parameter (the sink's), one with a sort and a custom
@@ -438,16 +466,21 @@ def test_bf16(name):
   fn = ALL[name]
   l = random_logits(16, SHAPE)
   m = make_mask("empty_rows", SHAPE)
-  low = fn(l.astype(jnp.bfloat16), mask=m)
+
+  @jax.jit  # one program, not one per op
+  def in_bf16(l, m):
+    low = fn(l.astype(jnp.bfloat16), mask=m)
+    ref = fn(l.astype(jnp.bfloat16).astype(jnp.float32), mask=m)
+    grad = jax.grad(lambda x: jnp.sum(fn(x, mask=m).astype(jnp.float32) ** 2))(
+        l.astype(jnp.bfloat16))
+    return low, ref, grad, fn((l * 1e30).astype(jnp.bfloat16), mask=m)
+  low, ref, grad, huge = in_bf16(l, m)
   assert low.dtype == jnp.bfloat16
-  assert jnp.isfinite(low.astype(jnp.float32)).all()
-  ref = fn(l.astype(jnp.bfloat16).astype(jnp.float32), mask=m)
-  np.testing.assert_allclose(low.astype(jnp.float32), ref, rtol=2e-2, atol=2e-2)
-  grad = jax.grad(lambda x: jnp.sum(fn(x, mask=m).astype(jnp.float32) ** 2))(
-      l.astype(jnp.bfloat16))
-  assert grad.dtype == jnp.bfloat16 and jnp.isfinite(grad.astype(jnp.float32)).all()
-  huge = fn((l * 1e30).astype(jnp.bfloat16), mask=m)
-  assert jnp.isfinite(huge.astype(jnp.float32)).all()
+  low = np.asarray(low.astype(jnp.float32))
+  assert np.isfinite(low).all()
+  np.testing.assert_allclose(low, ref, rtol=2e-2, atol=2e-2)
+  assert grad.dtype == jnp.bfloat16 and np.isfinite(np.asarray(grad.astype(jnp.float32))).all()
+  assert np.isfinite(np.asarray(huge.astype(jnp.float32))).all()
 
 
 # one with a per-head parameter (the sink's) and one with a sort and a custom gradient

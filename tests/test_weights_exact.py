@@ -6,6 +6,7 @@ A float64 evaluation of the definitions is not enough here: at |l| ~ 1e30 its ro
 (~1e14) is itself larger than the log-weights that decide a tie.
 """
 import decimal
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -129,40 +130,47 @@ QUADRATIC = {
 
 def test_the_sink_softmax_keeps_huge_ties_apart_from_its_sink():
   """[1e8, 1e8] with sink 0: each 1/2 (a log-sum-exp subtracted gave 1 each, a row of 2)."""
+  sink = jax.jit(W.sink_weights)  # one program, not one per op
   for huge in (1e8, 1e30, float(np.finfo(np.float32).max)):
-    np.testing.assert_allclose(W.sink_weights(jnp.array([[huge, huge]])), [[0.5, 0.5]],
+    np.testing.assert_allclose(sink(np.array([[huge, huge]], np.float32)), [[0.5, 0.5]],
                                rtol=1e-6)
 
 
 def test_the_fast_sink_path_keeps_the_log_sum_next_to_a_huge_sink():
   """[1e8, 1e8] against the sink 1e8: each 1/3 (a log-sum-exp of 1e8 + log 2 rounds to 1e8,
   which gave 1/4)."""
-  q = jnp.array([[[[1e8, 1e8]]]])
-  out = fast.sink_attention(q, jnp.eye(2)[None, None], jnp.eye(2)[None, None], 1e8)
+  q = np.array([[[[1e8, 1e8]]]], np.float32)
+  eye = np.eye(2, dtype=np.float32)[None, None]
+  out = jax.jit(fast.sink_attention)(q, eye, eye, 1e8)  # one program, not one per op
   np.testing.assert_allclose(out[0, 0], [[1 / 3, 1 / 3]], rtol=1e-6)
 
 
 def test_scalable_softmax_keeps_the_order_of_logits_near_the_float_maximum():
   """Scaled by log(3) > 1, 3.3e38 and 3.2e38 would both pass the float maximum: not a tie."""
-  np.testing.assert_array_equal(W.ssmax_weights(jnp.array([[3.3e38, 3.2e38, 0.0]])),
-                                [[1.0, 0.0, 0.0]])
+  np.testing.assert_array_equal(jax.jit(W.ssmax_weights)(np.array([[3.3e38, 3.2e38, 0.0]],
+                                                                  np.float32)),
+                                [[1.0, 0.0, 0.0]])  # one program, not one per op
+
+
+jitted_dnas = jax.jit(W.dnas_weights)  # one program per shape, not one per op
 
 
 def test_the_tie_at_1e8_is_split_one_third_two_thirds():
   """Column 0 ties at 1e8, so DNAS's second row weighs its keys 1/2 : 1 after the column step."""
-  w = W.dnas_weights(jnp.array([[1e8, -1e8], [1e8, 1e8]]))
+  l = np.array([[1e8, -1e8], [1e8, 1e8]], np.float32)
+  w = jitted_dnas(l)
   np.testing.assert_allclose(w, [[1.0, 0.0], [1 / 3, 2 / 3]], rtol=1e-6)
-  h = W.hnas_weights(jnp.array([[1e8, -1e8], [1e8, 1e8]]), 0.5)
+  h = jax.jit(lambda l: W.hnas_weights(l, 0.5))(l)  # one program, not one per op
   np.testing.assert_allclose(h, [[1.0, 0.0], [0.5 / 3 + 0.25, 1 / 3 + 0.25]], rtol=1e-6)
 
 
 def test_rows_keep_summing_to_one_at_huge_ties():
-  l = jnp.array([[1e8, 1e8], [-1e8, -1e8], [1e8, -1e8]])
-  np.testing.assert_allclose(W.dnas_weights(l), exact_sinkhorn(l, np.ones((3, 2), bool), 1),
+  l = np.array([[1e8, 1e8], [-1e8, -1e8], [1e8, -1e8]], np.float32)
+  np.testing.assert_allclose(jitted_dnas(l), exact_sinkhorn(l, np.ones((3, 2), bool), 1),
                              rtol=1e-6)
   # a row far below every column's maximum, its two entries 1e8 apart at 3e30
-  l = jnp.array([[1e8, 0.0], [-3e30, -3e30]])
-  np.testing.assert_allclose(W.dnas_weights(l), [[0.5, 0.5], [0.0, 1.0]], atol=1e-7)
+  l = np.array([[1e8, 0.0], [-3e30, -3e30]], np.float32)
+  np.testing.assert_allclose(jitted_dnas(l), [[0.5, 0.5], [0.0, 1.0]], atol=1e-7)
 
 
 # Sinkhorn's five iterations repeat its two; a scale of 0.3 takes the branch of 1.0
@@ -176,6 +184,13 @@ def test_quadratic_weights_equal_the_definition_at_any_finite_logits(name, case)
   np.testing.assert_allclose(fn(l, mask), ref(l, mask), atol=2e-6, rtol=1e-5)
 
 
+@functools.cache
+def quadratic_grad(name):
+  """The gradient of ``sum(QUADRATIC[name](l, mask) * probe)`` in ``l``: one program."""
+  fn, _ = QUADRATIC[name]
+  return jax.jit(jax.grad(lambda l, mask, probe: jnp.sum(fn(l, mask) * probe)))
+
+
 # one gradient per weight function; the other parameters' values:
 # test_quadratic_weights_equal_the_definition_at_any_finite_logits
 @pytest.mark.parametrize("name", sorted(QUADRATIC))
@@ -183,11 +198,10 @@ def test_quadratic_weights_equal_the_definition_at_any_finite_logits(name, case)
 @settings(max_examples=examples(20), deadline=None)
 @given(case=huge_logits(), seed=st.integers(0, 2**16))
 def test_gradients_stay_finite_at_any_finite_logits(name, case, seed):
-  fn, _ = QUADRATIC[name]
   l, mask = case
   probe = jax.random.normal(jax.random.key(seed), l.shape)
-  grad = jax.grad(lambda x: jnp.sum(fn(x, mask) * probe))(jnp.asarray(l))
-  assert jnp.isfinite(grad).all()
+  grad = np.asarray(quadratic_grad(name)(l, mask, probe))
+  assert np.isfinite(grad).all()
   assert (grad[~mask] == 0).all()
 
 
@@ -232,25 +246,35 @@ FAST = {
 }
 
 
+@functools.cache
+def fast_and_grad(name, causal):
+  """``FAST[name]``'s output and the gradient of its sum in the queries, from one program."""
+  fn, _ = FAST[name]
+
+  @jax.jit
+  def run(q, k, v, **masks):
+    out, pullback = jax.vjp(lambda q: fn(q, k, v, causal=causal, **masks), q)
+    return out, pullback(jnp.ones_like(out))[0]
+  return run
+
+
 @pytest.mark.parametrize("name", sorted(FAST))
 @settings(max_examples=examples(30), deadline=None)
 @given(case=huge_logits(), causal=st.booleans(), seed=st.integers(0, 2**16))
 def test_fast_paths_equal_the_definition_at_any_finite_logits(name, case, causal, seed):
   """Queries are the logits' rows and keys the unit vectors, so ``q . k`` is the logits exactly;
   the masks are the fast path's structured ones (valid queries, valid keys, causal)."""
-  fn, ref = FAST[name]
+  _, ref = FAST[name]
   l, full = case
   query_mask, key_mask, mask = structured_masks(full, causal)
-  q = jnp.asarray(l)[None, None]
-  k = jnp.eye(K)[None, None]
+  q = l[None, None]
+  k = np.eye(K, dtype=np.float32)[None, None]
   v = jax.random.normal(jax.random.key(seed), (1, 1, K, 3))
-  got = fn(q, k, v, query_mask=jnp.asarray(query_mask)[None],
-           key_mask=jnp.asarray(key_mask)[None], causal=causal)
+  got, grad = fast_and_grad(name, causal)(q, k, v, query_mask=query_mask[None],
+                                          key_mask=key_mask[None])
   np.testing.assert_allclose(got[0, 0], ref(l, mask) @ np.asarray(v[0, 0], np.float64),
                              atol=1e-5, rtol=1e-5)
-  grad = jax.grad(lambda x: jnp.sum(fn(x, k, v, query_mask=jnp.asarray(query_mask)[None],
-                                       key_mask=jnp.asarray(key_mask)[None], causal=causal)))(q)
-  assert jnp.isfinite(grad).all()
+  assert np.isfinite(grad).all()
 
 
 FUSED = {
@@ -271,8 +295,9 @@ FUSED = {
 
 def test_fused_dnas_splits_the_tie_at_1e8_as_the_definition():
   """[[1e8, -1e8], [1e8, 1e8]]: the second row 1/3, 2/3 (one rounding of l - a gave 1/2, 1/2)."""
-  q = jnp.array([[1e8, -1e8], [1e8, 1e8]])[None, :, None, :]
-  out = fused.dnas_attention(q, jnp.eye(2)[None, :, None, :], jnp.eye(2)[None, :, None, :])
+  q = np.array([[1e8, -1e8], [1e8, 1e8]], np.float32)[None, :, None, :]
+  eye = np.eye(2, dtype=np.float32)[None, :, None, :]
+  out = jax.jit(fused.dnas_attention)(q, eye, eye)  # one program, not one per op
   np.testing.assert_allclose(out[0, :, 0], [[1.0, 0.0], [1 / 3, 2 / 3]], rtol=1e-6)
 
 
@@ -281,13 +306,12 @@ def test_fused_hnas_keeps_a_lone_key_at_the_float_minimum():
   HNAS where cuDNN does not take the call is fast.py's, both halves exact: the key's value."""
   mask = np.zeros((Q, K), bool)
   mask[0, 0] = True
-  q = jnp.full((1, Q, 1, K), -3.4e38, jnp.float32)
+  q = np.full((1, Q, 1, K), -3.4e38, np.float32)
   v = jax.random.normal(jax.random.key(0), (1, K, 1, 3))
-  out = FUSED["hnas"][0](q, jnp.eye(K)[None, :, None, :], v, causal=False,
-                         query_mask=jnp.asarray(mask.any(1))[None],
-                         key_mask=jnp.asarray(mask.any(0))[None])
+  out = FUSED["hnas"][0](q, np.eye(K, dtype=np.float32)[None, :, None, :], v, causal=False,
+                         query_mask=mask.any(1)[None], key_mask=mask.any(0)[None])
   np.testing.assert_allclose(out[0, 0, 0], v[0, 0, 0], rtol=1e-6)
-  assert (out[0, 1:] == 0).all()
+  assert (np.asarray(out)[0, 1:] == 0).all()
 
 
 @pytest.mark.parametrize("name", sorted(FUSED))
@@ -298,10 +322,10 @@ def test_fused_paths_equal_the_definition_at_any_finite_logits(name, case, causa
   fn, ref = FUSED[name]
   l, full = case
   query_mask, key_mask, mask = structured_masks(full, causal)
-  q = jnp.asarray(l)[None, :, None, :]
-  k = jnp.eye(K)[None, :, None, :]
+  q = l[None, :, None, :]
+  k = np.eye(K, dtype=np.float32)[None, :, None, :]
   v = jax.random.normal(jax.random.key(seed), (1, K, 1, 3))
-  masks = dict(query_mask=jnp.asarray(query_mask)[None], key_mask=jnp.asarray(key_mask)[None])
+  masks = dict(query_mask=query_mask[None], key_mask=key_mask[None])
   got = fn(q, k, v, causal=causal, **masks)
   np.testing.assert_allclose(got[0, :, 0], ref(l, mask) @ np.asarray(v[0, :, 0], np.float64),
                              atol=1e-5, rtol=1e-5)
@@ -319,10 +343,9 @@ def test_two_difference_keeps_what_the_rounded_difference_loses():
 def test_shifted_logits_are_exact_where_their_exponential_counts():
   """Rows 3.4e38 below their columns' maxima keep a gap of 2 (which 3.4e38 - 2 rounds away),
   rows 6e38 below them (past the float range) their tie; every row's largest entry is 0."""
-  l = jnp.array([[0.0, 2.0], [-3.4e38, -3.4e38]], jnp.float32)
-  y = shift_columns_then_rows(l, jnp.max(l, axis=0, keepdims=True), None)
-  np.testing.assert_array_equal(y, [[0.0, 0.0], [0.0, -2.0]])
-  l = jnp.array([[3e38, 3e38], [-3e38, -3e38]], jnp.float32)
-  y = shift_columns_then_rows(l, jnp.max(l, axis=0, keepdims=True), None)
-  np.testing.assert_array_equal(y, [[0.0, 0.0], [0.0, 0.0]])
-  np.testing.assert_allclose(W.dnas_weights(l), 0.5, rtol=1e-6)
+  shift = jax.jit(lambda l: shift_columns_then_rows(l, jnp.max(l, axis=0, keepdims=True), None))
+  l = np.array([[0.0, 2.0], [-3.4e38, -3.4e38]], np.float32)
+  np.testing.assert_array_equal(shift(l), [[0.0, 0.0], [0.0, -2.0]])
+  l = np.array([[3e38, 3e38], [-3e38, -3e38]], np.float32)
+  np.testing.assert_array_equal(shift(l), [[0.0, 0.0], [0.0, 0.0]])
+  np.testing.assert_allclose(jitted_dnas(l), 0.5, rtol=1e-6)
