@@ -72,7 +72,8 @@ def test_decode_gives_flax_s_outputs_cache_and_the_causal_pass():
   ours = MultiHeadAttention(num_heads=H, decode=True)
   theirs = nn.MultiHeadDotProductAttention(num_heads=H, decode=True)
   variables = theirs.init(KEY, X)
-  assert shapes(ours.init(KEY, X)) == shapes(variables)  # cached_key, cached_value, cache_index
+  assert shapes(jax.eval_shape(ours.init, KEY, X)) == shapes(variables)  # cached_key, cached_value,
+  # cache_index: the shapes alone, traced, nothing compiled
   variables = {"params": perturbed(variables["params"]), "cache": variables["cache"]}
   got, cache = decode_steps(ours, variables, X)
   want, their_cache = decode_steps(theirs, variables, X)
@@ -166,7 +167,8 @@ def test_normalize_qk_is_flax_s_layernorm_with_its_parameter_names():
   ours = MultiHeadAttention(num_heads=H, normalize_qk=True)
   theirs = nn.MultiHeadDotProductAttention(num_heads=H, normalize_qk=True)
   params = theirs.init(KEY, X, Y)
-  assert shapes(ours.init(KEY, X, Y)) == shapes(params)  # query_ln, key_ln: a scale each
+  assert shapes(jax.eval_shape(ours.init, KEY, X, Y)) == shapes(params)  # query_ln, key_ln: a
+  # scale each (the shapes alone: traced, nothing compiled)
   params = perturbed(params)
   chex.assert_trees_all_close(ours.apply(params, X, Y), theirs.apply(params, X, Y), atol=1e-5)
   plain = {"params": {k: v for k, v in params["params"].items() if not k.endswith("_ln")}}
@@ -217,8 +219,10 @@ def test_force_fp32_for_softmax_keeps_every_normalisation_s_weights_in_float32(n
 def test_the_weights_keep_the_logits_dtype_whatever_the_params_dtype(name):
   """float32 per-head parameters (sigmoid's bias) do not promote bf16 logits."""
   norm = registry.get(name)
-  logits = jax.random.normal(KEY, (B, H, N, N), jnp.bfloat16)
-  assert norm.attention_weights(logits, None, norm.initial_params(H)).dtype == jnp.bfloat16
+  logits = jax.ShapeDtypeStruct((B, H, N, N), jnp.bfloat16)  # the dtype alone: traced, not run
+  weights = jax.eval_shape(lambda l: norm.attention_weights(l, None, norm.initial_params(H)),
+                           logits)
+  assert weights.dtype == jnp.bfloat16
 
 
 @pytest.mark.parametrize("name", ["sigmoid", "nap"])
@@ -337,7 +341,7 @@ def test_flax_s_autoregressive_receptive_field_with_its_float_causal_mask():
   only, with the mask nn.make_causal_mask gives."""
   layer = MultiHeadAttention(num_heads=H)
   x = jax.random.normal(KEY, (1, N, F))
-  params = layer.init(KEY, x)
+  params = layer.init(KEY, X)  # the parameters of any batch: the programs of the other tests
   mask = nn.make_causal_mask(jnp.ones((1, N)))
   jacobian = jax.jit(jax.jacrev(lambda x: layer.apply(params, x, mask=mask)))(x)[0, :, :, 0, :, :]
   depends = np.abs(np.asarray(jacobian)).sum(axis=(1, 3)) > 0  # [out position, in position]

@@ -154,9 +154,10 @@ def test_gradients_are_finite_and_reach_every_new_parameter():
                              differential=True, head_norm=True, implementation="quadratic")
   params = jax.jit(layer.init)(jax.random.key(0), x)["params"]  # one program, not op by op
   grads = jax.jit(jax.grad(lambda p: jnp.sum(jnp.sin(layer.apply({"params": p}, x)))))(params)
-  assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree.leaves(grads))
+  grads = jax.tree.map(np.asarray, grads)  # checked in numpy, not one program per leaf shape
+  assert all(bool(np.all(np.isfinite(g))) for g in jax.tree.leaves(grads))
   for name in ("gate", "query_norm", "key_norm", "diff_norm", "lambda_q1", "lambda_k2"):
-    assert any(float(jnp.abs(g).sum()) > 0 for g in jax.tree.leaves(grads[name])), name
+    assert any(float(np.abs(g).sum()) > 0 for g in jax.tree.leaves(grads[name])), name
 
 
 def fit(loss, params, steps=8, lr=3e-3):
