@@ -11,12 +11,9 @@ import pytest
 from normattn_jax import MultiHeadAttention
 from normattn_jax.attention import fast
 from normattn_jax.attention import weights as W
-from helpers import attention_paths
-from helpers.attention_paths import out_and_grads
+from helpers.attention_paths import dense_mask, out_and_grads
 
 B, H, D, E = 2, 2, 8, 5
-# One program per mask's shape, not one per operation of it.
-dense_mask = jax.jit(attention_paths.dense_mask, static_argnums=(0, 1, 2, 5))
 
 
 def largest(x) -> float:
@@ -34,7 +31,6 @@ def inputs(n, seed=0, scale=1.0):
   qm = jax.random.bernoulli(ks[3], 0.8, (B, n)).at[:, 0].set(True)
   km = jax.random.bernoulli(ks[4], 0.8, (B, n)).at[:, 0].set(True)
   return q, k, v, qm, km
-
 
 
 # The paths' numbers are compared under causal masks too: DNAS, HNAS and Sinkhorn are then
@@ -172,7 +168,6 @@ def test_auto_rule_and_errors():
     MultiHeadAttention(num_heads=2, implementation="flash")
   with pytest.raises(ValueError, match="num_iters"):
     fast.sinkhorn_attention(jnp.ones((1, 3, 2)), jnp.ones((1, 3, 2)), jnp.ones((1, 3, 2)), 0)
-
 
 
 def causal_mask(n_q, n_k):

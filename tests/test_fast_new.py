@@ -12,6 +12,7 @@ import pytest
 from normattn_jax.attention import fast
 from normattn_jax.attention.registry import get
 from helpers import attention_paths
+from helpers.attention_paths import dense_mask, lengths_mask
 
 B, H, D, E = 2, 2, 4, 3
 BLOCK = 4  # n_q = 7 or 9: the last query block is padded
@@ -24,10 +25,6 @@ PARAMS = {
     "stickbreaking": {},
 }
 NAMES = sorted(PARAMS)
-# One program per mask's shape, not one per operation of it.
-dense_mask = jax.jit(attention_paths.dense_mask, static_argnums=(0, 1, 2, 5))
-lengths_mask = jax.jit(attention_paths.lengths_mask, static_argnums=1)
-
 
 
 # name -> (n_q, n_k, query_mask, key_mask, causal)
@@ -44,7 +41,6 @@ CASES = {
     "q_shorter_causal": (3, 9, None, None, True),
     "q_longer_causal": (9, 5, None, None, True),  # the first 4 queries see no key
 }
-
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))

@@ -15,6 +15,7 @@ from normattn_jax.attention import fused, registry
 from normattn_jax.attention.registry import get
 from normattn_jax.nnx import MultiHeadAttention as NnxAttention
 from helpers import attention_paths
+from helpers.attention_paths import dense_mask, lengths_mask
 
 B, H, D, E = 2, 2, 4, 3
 BLOCK = 4
@@ -43,12 +44,6 @@ def paths_out_and_grads(fns, *args):
       *args)
 
 
-# One program per mask's shape, not one per operation of it.
-dense_mask = jax.jit(attention_paths.dense_mask, static_argnums=(0, 1, 2, 5))
-lengths_mask = jax.jit(attention_paths.lengths_mask, static_argnums=1)
-
-
-
 # name -> (n_q, n_k, query_mask, key_mask, causal)
 CASES = {
     "none": (7, 7, None, None, False),
@@ -61,7 +56,6 @@ CASES = {
     "q_shorter_causal": (4, 9, None, lengths_mask([9, 6], 9), True),
     "q_longer_causal": (9, 5, None, None, True),  # the first 4 queries see no key
 }
-
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))

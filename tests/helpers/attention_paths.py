@@ -1,14 +1,19 @@
 """What the tests that compare attention paths share: a batch's lengths as a [batch, n] mask,
 the dense [batch, 1, n_q, n_k] mask that the quadratic definitions take for query and key masks
-and a causal rule (the last query sees the last key), and a path's values with its gradients."""
+and a causal rule (the last query sees the last key), and a path's values with its gradients.
+The masks are made in one program each (op by op, each of their operations would compile alone)."""
+import functools
+
 import jax
 import jax.numpy as jnp
 
 
+@functools.partial(jax.jit, static_argnames="n")
 def lengths_mask(lengths, n):
   return jnp.arange(n)[None, :] < jnp.asarray(lengths)[:, None]
 
 
+@functools.partial(jax.jit, static_argnames=("batch", "n_q", "n_k", "causal"))
 def dense_mask(batch, n_q, n_k, query_mask=None, key_mask=None, causal=False):
   m = jnp.ones((batch, 1, n_q, n_k), bool)
   if query_mask is not None:
