@@ -20,7 +20,6 @@ then ``longest_first_over_one_ahead=`` for the first.
 """
 from __future__ import annotations
 
-
 from absl import app, flags
 
 from normattn_jax.sweep import estimate

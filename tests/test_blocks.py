@@ -9,6 +9,8 @@ from normattn_jax import ARCHITECTURES, AttentionSpec, SequenceModel, Transforme
 from normattn_jax.attention import weights as W
 from normattn_jax.blocks import default_ffn_features
 
+from helpers.params import random_params
+
 D, H, N = 16, 2, 6
 # The tests' random numbers come from numpy: jax's generator compiles a program per draw (op by
 # op) or long programs (jitted), longer than the models it feeds take.
@@ -75,16 +77,6 @@ def ref_block(x, p, arch, normalization, mask):
     return q + ln(f, p["ffn_norm"])
   q = ln(x + h, p["attention_norm"])  # BERT: p = LN(x + h); x' = LN(p + W2 GELU(W1 p + b1) + b2)
   return ln(q + dense(gelu(dense(q, p["ffn_in"])), p["ffn_out"]), p["ffn_norm"])
-
-
-def random_params(model, seed, *inputs):
-  """Parameters of the model's structure drawn at random, N(0, 0.3^2) around 1 for a scale and
-  around 0 for the others, so that no term hides behind an initial value."""
-  shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), *inputs))
-  rng = np.random.default_rng(seed)
-  return jax.tree_util.tree_map_with_path(
-      lambda path, s: (path[-1].key == "scale") + 0.3 * rng.standard_normal(s.shape, np.float32),
-      shapes)
 
 
 def random_tokens(seed, shape, vocab=20):

@@ -10,6 +10,8 @@ from normattn_jax.analysis import mixing as mx
 from normattn_jax.attention import AttentionModuleSpec
 from normattn_jax.models import bert
 
+from helpers.params import random_params
+
 SAMPLE = pathlib.Path(__file__).resolve().parent.parent / "data" / "sample_text.txt"
 
 
@@ -60,16 +62,6 @@ def numpy_block_ratios(block, b):
     out["ATTNRES-N"][i] = nrm(mix) / (nrm(mix) + nrm(own + x[i]))
     out["ATTNRESLN-N"][i] = nrm(g(mix)) / (nrm(g(mix)) + nrm(g(own) + g(x[i])))
   return out
-
-
-def random_params(model, seed, *inputs):
-  """Parameters of the model's structure drawn by numpy, N(0, 0.3^2) around 1 for a scale and
-  around 0 for the others: jax's initialisers compile longer than the model runs."""
-  shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), *inputs))["params"]
-  rng = np.random.default_rng(seed)
-  return jax.tree_util.tree_map_with_path(
-      lambda path, s: (path[-1].key == "scale") + 0.3 * rng.standard_normal(s.shape, np.float32),
-      shapes)
 
 
 def numpy_tree(tree):
@@ -264,8 +256,7 @@ def test_project_models_with_the_bert_layout(normalization):
                         attention_module=AttentionModuleSpec(implementation="quadratic"))
   tokens = np.random.default_rng(0).integers(0, 11, (3, 9), dtype=np.int32)
   mask = np.arange(9)[None, :] < np.array([[9], [7], [5]])
-  params = random_params(model, 1, tokens, mask)
-  blocks = mx.trace_attention_blocks(model, {"params": params}, tokens, mask)
+  blocks = mx.trace_attention_blocks(model, random_params(model, 1, tokens, mask), tokens, mask)
   assert [b.name for b in blocks] == ["block_0", "block_1"]
   analyse = jax.jit(lambda block: (mx.decompose(block), mx.mixing_ratios(block)))
   for block in blocks:
@@ -283,9 +274,9 @@ def test_mte_layout_is_rejected_with_the_block_name():
                         arch="mte",
                         attention_module=AttentionModuleSpec(implementation="quadratic"))
   tokens = np.zeros((1, 8), np.int32)
-  params = random_params(model, 0, tokens)
+  variables = random_params(model, 0, tokens)
   with pytest.raises(ValueError, match="block_0.*post-LN"):
-    mx.trace_attention_blocks(model, {"params": params}, tokens)
+    mx.trace_attention_blocks(model, variables, tokens)
 
 
 def test_token_type_codes():
