@@ -480,10 +480,13 @@ def _finetune_build(normalization: str, implementation: str, dtype: str):
     task = task_lib.FinetuneTask("export_check", "classification", 2, split, split,
                                  lambda predictions: {"accuracy": 0.0}, ("accuracy",))
     encoder = AlbertModel(model_config(pc, pc.data.vocab_size), dtype=DTYPES[dtype])
-    # concrete: the grid places the pre-trained parameters on the devices (a few KB here); made
-    # by running the encoder here, so with this machine's kernels (a TPU's would not run here)
+    # concrete, since the grid places the pre-trained parameters on the devices (a few KB
+    # here), but zeros: an export reads only their shapes and dtypes, traced with this
+    # machine's kernels (a TPU's would not trace here)
     with kernel_platform.tracing_for("cpu"):
-      params = encoder.init(jax.random.key(0), jnp.asarray(split["input_ids"][:1]))["params"]
+      shapes = jax.eval_shape(encoder.init, jax.random.key(0),
+                              jnp.asarray(split["input_ids"][:1]))["params"]
+    params = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes)
     start = encoders.StartingPoint(encoder, params, None, "export check", n)
     grid, _ = finetune.build_grid(c, task, start, 1, ahead=False)
     keys = jax.ShapeDtypeStruct((grid.padded, 2), jnp.uint32)
