@@ -36,9 +36,10 @@ def minilm_blocks(minilm):
   return blocks, batch
 
 
-def numpy_block_ratios(block, b):
-  """The five ratios of sequence ``b`` written out token by token in float64 from the paper's
-  equations (valid tokens only), independent of ``mixing.py``'s vectorised code."""
+def numpy_block_ratios(block, b, valid):
+  """The five ratios of sequence ``b``'s first ``valid`` tokens (the others are padding)
+  written out token by token in float64 from the paper's equations, independent of
+  ``mixing.py``'s vectorised code."""
   a = lambda t: np.asarray(t, np.float64)
   x, w, y = a(block.x[b]), a(block.weights[b]), a(block.ln_input[b])
   wv, bv, wo = a(block.value_kernel), a(block.value_bias), a(block.out_kernel)
@@ -46,8 +47,8 @@ def numpy_block_ratios(block, b):
   h = w.shape[0]
   f = np.stack([(x @ wv[:, k] + bv[k]) @ wo[k] for k in range(h)])       # [h, n, d]
   n = x.shape[0]
-  out = {m: np.zeros(n) for m in mx.METHODS}
-  for i in range(n):
+  out = {m: np.zeros(valid) for m in mx.METHODS}
+  for i in range(valid):
     s = np.sqrt(np.var(y[i]) + eps)
     g = lambda z: (z - z.mean()) / s * gamma
     terms = [sum(w[k, i, j] * f[k, j] for k in range(h)) for j in range(n)]
@@ -101,9 +102,9 @@ def test_ratios_match_a_token_by_token_reference(minilm_blocks):
     ratios = mixing_ratios(block)
     for b in range(2):
       n = int(batch["attention_mask"][b].sum())
-      want = numpy_block_ratios(block, b)
+      want = numpy_block_ratios(block, b, n)
       for method in mx.METHODS:
-        np.testing.assert_allclose(np.asarray(ratios[method][b, :n]), want[method][:n],
+        np.testing.assert_allclose(np.asarray(ratios[method][b, :n]), want[method],
                                    atol=1e-5, err_msg=method)
         assert np.all((np.asarray(ratios[method]) >= 0) & (np.asarray(ratios[method]) <= 1))
     np.testing.assert_allclose(np.asarray(ratios["ATTNRES-W"]),
