@@ -433,6 +433,11 @@ def judge(reports: list, splits: int = 0) -> dict:
   return out
 
 
+def points(value: float) -> str:
+  """``value`` percentage points in words: "1 point", "0.5 points"."""
+  return f"{value:g} point" + ("" if value == 1 else "s")
+
+
 def _why(c: Column, kw_q: float, means: list) -> str:
   if c.phenomenon and (c.controls is None or not c.controls["separate"]):
     return ("its controls were not measured" if c.controls is None
@@ -440,7 +445,7 @@ def _why(c: Column, kw_q: float, means: list) -> str:
   if len(c.values) < 2:
     return "fewer than two arms are read on it"
   if c.top is not None and means and min(means) >= c.top - CEILING_GAP:
-    return f"at its ceiling (every arm within {100 * CEILING_GAP:g} points of its top)"
+    return f"at its ceiling (every arm within {points(100 * CEILING_GAP)} of its top)"
   if kw_q >= ALPHA:
     return f"Kruskal-Wallis across the arms does not reject (q = {kw_q:.2g})"
   return f"Kruskal-Wallis across the arms rejects (q = {kw_q:.2g})"

@@ -356,8 +356,9 @@ def _conclusions(reports: list, judged: dict, scale: str) -> list:
   lines.append(f"- **Ranked** (the arms differ, Kruskal-Wallis across them; the marks below say "
                f"which pairs): {', '.join(ranked) or 'none'}.")
   if ceiling:
-    lines.append(f"- **At their ceiling** (every arm within {100 * card_verdicts.CEILING_GAP:g} "
-                 f"points of 100%: the task does not tell the normalisations apart here; pairs "
+    lines.append(f"- **At their ceiling** (every arm within "
+                 f"{card_verdicts.points(100 * card_verdicts.CEILING_GAP)} of 100%: the task does "
+                 f"not tell the normalisations apart here; pairs "
                  f"equivalent within the margin where the data show it): {', '.join(ceiling)}.")
   if flat:
     lines.append(f"- **No difference found** across the arms with these seeds (pairs equivalent "
