@@ -684,7 +684,9 @@ def _check_report(workdir, extra=()):
   baselines = os.path.normpath(os.path.join(workdir, report["baselines"]["dir"], rc.RECORD))
   found = rc.diagnostics_from_record(report, record, baselines)
   for name, entry in report["diagnostics"].items():
-    assert found[name].get("values") == entry.get("values"), name
+    # measured again by the diagnostics this process registers: a plugin's that failed in the
+    # card's process (no values) need not be loaded here
+    assert found.get(name, {}).get("values") == entry.get("values"), name
   assert report["family"]["scope"] == "card" and report["controls"]
   assert any(name == "tensorboard" for _, folders, _ in os.walk(workdir) for name in folders)
   with open(os.path.join(workdir, "report.md")) as f:
