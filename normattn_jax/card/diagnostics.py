@@ -80,7 +80,7 @@ class NotApplicable(Exception):
 @dataclasses.dataclass(frozen=True)
 class CardContext:
   """What a diagnostic may measure: the card's normalisation, its scale's name and sizes
-  (``report_card.Scale``), per arm the result of its LM (``card_lm.run_lm``; the card's is None
+  (``card.train.Scale``), per arm the result of its LM (``card_lm.run_lm``; the card's is None
   for a normalisation that cannot be causal: ``lms`` says why), and the LM's references
   (``card_lm.references``: n-gram models, the pretrained MiniLM, random initialisation, Gaussian
   values; None where they were not measured) that the controls read."""

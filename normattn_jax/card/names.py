@@ -1,5 +1,5 @@
-"""The names a report card's run (``report_card``) and its words (``report_card_text``) share:
-its arms, tasks and cases. Both import them from here, so neither imports the other for them.
+"""The names a report card's run (``card.train``) and its words (``card.text``) share: its
+arms, tasks and cases. Both import them from here, so neither imports the other for them.
 """
 from normattn_jax.analysis import explaining_away
 

@@ -1,5 +1,5 @@
 """A report card's words: one verdict line per diagnostic and ``report.md``'s tables, from the
-report that ``report_card.run`` assembles. Verdicts say what the numbers show at the scale
+report that ``card.train.run`` assembles. Verdicts say what the numbers show at the scale
 run, as REPRODUCTION.md's do, never more: a card at a small scale is evidence at that scale.
 
 Every word comes from the card's judged family (``report["comparisons"]`` and
