@@ -229,6 +229,8 @@ def committed_cards() -> list:
 
 
 @pytest.mark.parametrize("name", committed_cards())
+# the committed cards ran as the machine's 2 CPU devices, this process as its own count
+@pytest.mark.filterwarnings("ignore::normattn_jax.train.checkpoint.DeviceCountWarning")
 def test_a_committed_card_is_this_config_s(tmp_path, name, monkeypatch):
   """Rerunning a committed card with today's config, on its machine, takes its workdir as this
   card's (a copy; stopped where it would start training)."""
