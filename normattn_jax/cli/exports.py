@@ -480,9 +480,9 @@ def _finetune_build(normalization: str, implementation: str, dtype: str):
     task = task_lib.FinetuneTask("export_check", "classification", 2, split, split,
                                  lambda predictions: {"accuracy": 0.0}, ("accuracy",))
     encoder = AlbertModel(model_config(pc, pc.data.vocab_size), dtype=DTYPES[dtype])
-    # concrete, since the grid places the pre-trained parameters on the devices (a few KB
-    # here), but zeros: an export reads only their shapes and dtypes, traced with this
-    # machine's kernels (a TPU's would not trace here)
+    # concrete arrays, since the grid places the pre-trained parameters on the devices (a few
+    # KB here), but zeros: an export reads only their shapes and dtypes, which are traced with
+    # this machine's kernels (a TPU's would not trace here)
     with kernel_platform.tracing_for("cpu"):
       shapes = jax.eval_shape(encoder.init, jax.random.key(0),
                               jnp.asarray(split["input_ids"][:1]))["params"]
