@@ -11,14 +11,9 @@ import pytest
 from normattn_jax import MultiHeadAttention
 from normattn_jax.attention import fast
 from normattn_jax.attention import weights as W
-from helpers.attention_paths import dense_mask, out_and_grads
+from helpers.attention_paths import dense_mask, largest, out_and_grads
 
 B, H, D, E = 2, 2, 8, 5
-
-
-def largest(x) -> float:
-  """The largest magnitude (in numpy: no program per shape)."""
-  return float(np.max(np.abs(np.asarray(x))))
 
 
 @functools.partial(jax.jit, static_argnums=0)

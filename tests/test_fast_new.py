@@ -11,8 +11,7 @@ import pytest
 
 from normattn_jax.attention import fast
 from normattn_jax.attention.registry import get
-from helpers import attention_paths
-from helpers.attention_paths import dense_mask, lengths_mask
+from helpers.attention_paths import dense_mask, largest, lengths_mask, paths_out_and_grads
 
 B, H, D, E = 2, 2, 4, 3
 BLOCK = 4  # n_q = 7 or 9: the last query block is padded
@@ -71,18 +70,15 @@ def test_values_and_gradients_equal_the_quadratic_path(name, case):
   q, k, v = inputs(n_q, n_k)
   mask = dense_mask(B, n_q, n_k, qm, km, causal)
   params = PARAMS[name]
-  inline = lambda fn: fn
-  (got, got_g), (want, want_g) = jax.jit(lambda *a: [  # the two paths in one program
-      attention_paths.out_and_grads(fn, *a, jit=inline) for fn in (
-          lambda *a: fast_path(name, *a, qm, km, causal), lambda *a: quadratic(name, *a, mask))])(
-              q, k, v, params)
+  (got, got_g), (want, want_g) = paths_out_and_grads(
+      [lambda *a: fast_path(name, *a, qm, km, causal), lambda *a: quadratic(name, *a, mask)],
+      q, k, v, params)
   np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
   empty = np.broadcast_to(~np.any(np.asarray(mask), -1), got.shape[:-1])
   assert np.all(np.asarray(got)[empty] == 0)  # rows without a valid key
   for got, want in zip(jax.tree.leaves(got_g), jax.tree.leaves(want_g)):
     assert np.all(np.isfinite(got))
-    largest = max(float(np.max(np.abs(np.asarray(want)))), 1.0)
-    np.testing.assert_allclose(got, want, atol=5e-5 * largest, rtol=0)
+    np.testing.assert_allclose(got, want, atol=5e-5 * largest(want, floor=1.0), rtol=0)
 
 
 # the fast paths' bf16 inputs: the sink's (its parameter and log-sum-exp) and stick-breaking's

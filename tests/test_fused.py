@@ -35,13 +35,8 @@ QUICK = dict(compiler_options={"xla_backend_optimization_level": 0,
                                "xla_llvm_disable_expensive_passes": True})
 quick = functools.partial(jax.jit, **QUICK)
 out_and_grads = functools.partial(attention_paths.out_and_grads, jit=quick)
-
-
-def paths_out_and_grads(fns, *args):
-  """``out_and_grads`` of each of ``fns`` on the same arguments, in one program."""
-  inline = lambda fn: fn
-  return quick(lambda *a: [attention_paths.out_and_grads(fn, *a, jit=inline) for fn in fns])(
-      *args)
+paths_out_and_grads = functools.partial(attention_paths.paths_out_and_grads, jit=quick)
+largest = functools.partial(attention_paths.largest, floor=1.0)
 
 
 # name -> (n_q, n_k, query_mask, key_mask, causal)
@@ -80,10 +75,6 @@ def fused_path(name, q, k, v, params, query_mask, key_mask, causal, mask=None):
                                    causal=causal, mask=mask, block_size=BLOCK,
                                    allow_future_leak=True)
 
-
-def largest(x) -> float:
-  """The largest magnitude, or 1 (in numpy: no program per shape)."""
-  return max(float(np.max(np.abs(np.asarray(x, np.float32)))), 1.0)
 
 
 def keyless_rows(mask, shape):

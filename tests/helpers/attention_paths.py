@@ -6,6 +6,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 @functools.partial(jax.jit, static_argnames="n")
@@ -33,3 +34,14 @@ def out_and_grads(fn, *args, probe_seed=1, jit=jax.jit):
     out, vjp = jax.vjp(fn, *args)
     return out, vjp(jax.random.normal(jax.random.key(probe_seed), out.shape).astype(out.dtype))
   return jit(go)(*args)
+
+
+def paths_out_and_grads(fns, *args, jit=jax.jit):
+  """``out_and_grads`` of each of ``fns`` on the same arguments, in one program."""
+  inline = lambda fn: fn
+  return jit(lambda *a: [out_and_grads(fn, *a, jit=inline) for fn in fns])(*args)
+
+
+def largest(x, floor: float = 0.0) -> float:
+  """The largest magnitude of ``x``, at least ``floor`` (in numpy: no program per shape)."""
+  return max(float(np.max(np.abs(np.asarray(x, np.float32)))), floor)
