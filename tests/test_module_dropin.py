@@ -72,8 +72,8 @@ def test_decode_gives_flax_s_outputs_cache_and_the_causal_pass():
   ours = MultiHeadAttention(num_heads=H, decode=True)
   theirs = nn.MultiHeadDotProductAttention(num_heads=H, decode=True)
   variables = theirs.init(KEY, X)
-  assert shapes(jax.eval_shape(ours.init, KEY, X)) == shapes(variables)  # cached_key, cached_value,
-  # cache_index: the shapes alone, traced, nothing compiled
+  # cached_key, cached_value, cache_index: the shapes alone, traced, nothing compiled
+  assert shapes(jax.eval_shape(ours.init, KEY, X)) == shapes(variables)
   variables = {"params": perturbed(variables["params"]), "cache": variables["cache"]}
   got, cache = decode_steps(ours, variables, X)
   want, their_cache = decode_steps(theirs, variables, X)
@@ -167,8 +167,8 @@ def test_normalize_qk_is_flax_s_layernorm_with_its_parameter_names():
   ours = MultiHeadAttention(num_heads=H, normalize_qk=True)
   theirs = nn.MultiHeadDotProductAttention(num_heads=H, normalize_qk=True)
   params = theirs.init(KEY, X, Y)
-  assert shapes(jax.eval_shape(ours.init, KEY, X, Y)) == shapes(params)  # query_ln, key_ln: a
-  # scale each (the shapes alone: traced, nothing compiled)
+  # query_ln, key_ln: a scale each (the shapes alone: traced, nothing compiled)
+  assert shapes(jax.eval_shape(ours.init, KEY, X, Y)) == shapes(params)
   params = perturbed(params)
   chex.assert_trees_all_close(ours.apply(params, X, Y), theirs.apply(params, X, Y), atol=1e-5)
   plain = {"params": {k: v for k, v in params["params"].items() if not k.endswith("_ln")}}
