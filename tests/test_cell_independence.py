@@ -16,7 +16,7 @@ CHUNKS = 3
 def config(learning_rates, num_seeds, models_per_vmap):
   c = base_config()
   c.learning_rates, c.num_seeds = learning_rates, num_seeds
-  c.task.seq_len = 16
+  c.task.update(name="mode_finding", output="classes", vocab_size=8, seq_len=16)
   c.model.update(d_model=16, num_heads=2, num_layers=1)
   c.train.update(num_steps=CHUNKS * 5, eval_every=5, batch_size=8,
                  models_per_vmap=models_per_vmap)

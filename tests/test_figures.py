@@ -15,7 +15,7 @@ from normattn_jax.sweep import artifacts
 from normattn_jax.sweep.layout import ModelsAxis
 from normattn_jax.sweep.plan import SweepPlan
 from normattn_jax.sweep.scoring import summarise
-from helpers.sweeps import tiny_sweep_config
+from helpers.sweeps import case_sweep_config
 
 BASE = ("train_acc", "val_acc", "train_loss", "diverged")
 # What the figures hold is checked, not their pixels: they are written at a low resolution.
@@ -61,9 +61,9 @@ def draw(config, metrics, workdir, monkeypatch):
 
 @pytest.fixture(scope="module")
 def case_sweep(tmp_path_factory):
-  """The tiny case sweep's figures (``tiny_sweep_config``), drawn once for the tests that read
+  """The tiny case sweep's figures (``case_sweep_config``), drawn once for the tests that read
   them: its config, summary, figures by file and their folder."""
-  config, workdir = tiny_sweep_config(), tmp_path_factory.mktemp("case_sweep")
+  config, workdir = case_sweep_config(), tmp_path_factory.mktemp("case_sweep")
   with pytest.MonkeyPatch.context() as monkeypatch:
     summary, drawn = draw(config, BASE + tasks.get("case_distinction").extra_metrics(), workdir,
                           monkeypatch)
@@ -80,7 +80,7 @@ def legend(ax):
 
 
 def test_the_case_figure_is_the_papers(tmp_path, monkeypatch):
-  config = tiny_sweep_config(**{"eval.validation_case_sets": True})
+  config = case_sweep_config(**{"eval.validation_case_sets": True})
   case = tasks.get("case_distinction")
   summary, drawn = draw(config, BASE + case.extra_metrics(), tmp_path, monkeypatch)
   assert set(drawn) == {"accuracy.png", "case_accuracy.png", "learning_curves.png"}
@@ -108,7 +108,7 @@ def parity_task():
 
 
 def test_a_group_of_two_is_drawn_as_its_mean_in_grey(parity_task, tmp_path, monkeypatch):
-  config = tiny_sweep_config(**{"task.name": parity_task.name, "archs": ("mte",),
+  config = case_sweep_config(**{"task.name": parity_task.name, "archs": ("mte",),
                                 "eval.validation_case_sets": True})
   summary, drawn = draw(config, BASE + parity_task.extra_metrics(), tmp_path, monkeypatch)
   assert titles(drawn["case_accuracy.png"]) == ["mte cases N=8", "mte cases N=16"]
@@ -126,7 +126,7 @@ def test_a_group_of_two_is_drawn_as_its_mean_in_grey(parity_task, tmp_path, monk
 
 
 def test_a_task_without_groups_has_no_case_figure(tmp_path, monkeypatch):
-  config = tiny_sweep_config(**{"task.name": "mode_finding", "task.output": "classes"})
+  config = case_sweep_config(**{"task.name": "mode_finding", "task.output": "classes"})
   _, drawn = draw(config, BASE, tmp_path, monkeypatch)
   assert set(drawn) == {"accuracy.png", "learning_curves.png"}
   assert len(drawn["learning_curves.png"].axes) == 2  # one row, two archs
@@ -134,7 +134,7 @@ def test_a_task_without_groups_has_no_case_figure(tmp_path, monkeypatch):
 
 
 def test_learning_curves_are_drawn_at_their_points_own_steps(tmp_path, monkeypatch):
-  config = tiny_sweep_config(**{"task.name": "mode_finding", "task.output": "classes",
+  config = case_sweep_config(**{"task.name": "mode_finding", "task.output": "classes",
                           "task.vocab_size": 8, "sweep.name": "task.vocab_size",
                           "sweep.grid": (32,), "sweep.steps_scale": "proportional",
                           "sweep.steps_reference": 8})  # 4x the steps at S = 32
@@ -198,7 +198,7 @@ def test_a_drawn_figure_carries_the_drawing_version_and_where_it_comes_from(tmp_
   run's about.json, the scale and seeds from its config, the machine from its versions.json."""
   from normattn_jax.reporting import provenance
 
-  config = tiny_sweep_config()
+  config = case_sweep_config()
   (tmp_path / "about.json").write_text(json.dumps({"experiment": "NAP paper, Fig. 3"}))
   (tmp_path / "versions.json").write_text(json.dumps(
       {"backend": "gpu", "device_kind": "NVIDIA H100 80GB HBM3", "device_count": 1}))
@@ -216,7 +216,7 @@ def test_a_drawn_figure_carries_the_drawing_version_and_where_it_comes_from(tmp_
 
 
 def test_a_swept_column_is_labelled_by_its_field(tmp_path, monkeypatch):
-  config = tiny_sweep_config()
+  config = case_sweep_config()
   config.sweep.name, config.sweep.grid = "train.l2", (0.0, 0.1)
   _, drawn = draw(config, BASE + tasks.get("case_distinction").extra_metrics(), tmp_path,
                   monkeypatch)

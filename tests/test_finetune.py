@@ -190,10 +190,14 @@ def test_minilm_switched_to_hnas_at_u0_is_softmax(minilm_batch):
   inputs = {k: jnp.asarray(v) for k, v in minilm_batch.items() if k != "label"}
   softmax = encoders.load_starting_point(_minilm("softmax"))
   hnas = encoders.load_starting_point(_minilm("hnas"))
-  initial = jax.jit(hnas.module.init)(jax.random.key(0), inputs["input_ids"])["params"]
-  assert encoders.new_parameter_paths(initial, hnas.params) == [
+  init = lambda key: hnas.module.init(key, inputs["input_ids"])["params"]
+  shapes = jax.eval_shape(init, jax.random.key(0))
+  assert encoders.new_parameter_paths(shapes, hnas.params) == [
       f"layer_{i}/attention/hybrid_weight" for i in range(6)]
-  switched = encoders.overlay(initial, hnas.params)
+  # as fine-tuning starts (finetune.train): the initialisers of the pre-trained leaves are
+  # dead code in the program, and only the new parameters are drawn
+  switched = jax.jit(lambda key, pretrained: encoders.overlay(init(key), pretrained))(
+      jax.random.key(0), hnas.params)
   np.testing.assert_array_equal(switched["layer_0"]["attention"]["hybrid_weight"], 0.0)
   reference = np.asarray(_hidden(softmax, inputs)(softmax.params))
   hidden = _hidden(hnas, inputs)  # one program for both

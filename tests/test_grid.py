@@ -29,7 +29,7 @@ from normattn_jax.sweep.train import LOGGED, load_model, resummarise
 
 from helpers import REPO, TESTS, subprocess_env
 from helpers.commands import run_flags
-from helpers.sweeps import read, run, tiny_sweep_config
+from helpers.sweeps import case_sweep_config, read, run, tiny_sweep_config
 
 
 def history(workdir):
@@ -51,7 +51,7 @@ def grid_rows(workdir, grid):
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
   workdir = tmp_path_factory.mktemp("reference")
-  run(tiny_sweep_config(), workdir)
+  run(case_sweep_config(), workdir)
   return workdir
 
 
@@ -92,7 +92,7 @@ def test_history_holds_each_learning_rates_means_per_grid_and_evaluation(referen
 
 def test_seeds_are_averaged_before_the_best_over_training_is_taken():
   """The paper's pixel values: two seeds that peak at different evaluations average 0.5, not 1."""
-  c = tiny_sweep_config(archs=("nap",), learning_rates=(0.001, 0.0003))
+  c = case_sweep_config(archs=("nap",), learning_rates=(0.001, 0.0003))
   curve = lambda *evals: np.array(evals, np.float32)  # [evals, lr x seed]
   history = {"train_acc": curve([1.0, 0.0, 0.2, 0.2], [0.0, 1.0, 0.4, 0.4]),
              "val_acc": curve([0.3, 0.3, 0.9, 0.1], [0.3, 0.3, 0.1, 0.9]),
@@ -136,19 +136,19 @@ def test_resummarise_rebuilds_the_summary_from_the_saved_curves(reference, tmp_p
 
 @pytest.mark.slow  # a run that is not repeatable also fails the resumed run's equality below
 def test_same_config_same_summary(reference, tmp_path):
-  run(tiny_sweep_config(), tmp_path)
+  run(case_sweep_config(), tmp_path)
   assert read(tmp_path) == read(reference)
 
 
 def test_killed_run_resumes_to_the_same_numbers_and_history(reference, tmp_path, capsys):
   with pytest.raises(Interrupted):
     # nap done, sum stopped after one evaluation
-    run(tiny_sweep_config(), tmp_path, budget=Budget(chunks=4))
+    run(case_sweep_config(), tmp_path, budget=Budget(chunks=4))
   assert not os.path.exists(tmp_path / "summary.json")
   assert ([(row["grid"], row["step"]) for row in history(tmp_path)][-3:] ==
           [("nap", 30), ("sum", 10), ("sum", 10)])
   capsys.readouterr()
-  run(tiny_sweep_config(), tmp_path)
+  run(case_sweep_config(), tmp_path)
   out = capsys.readouterr().out
   checkpoint = os.path.join(tmp_path, "checkpoints", "sum", "1")
   assert f"sum: resumed from step 10 (checkpoint {checkpoint})" in out
@@ -166,7 +166,7 @@ def test_killed_run_resumes_to_the_same_numbers_and_history(reference, tmp_path,
 def test_rows_past_the_last_checkpoint_are_logged_once(reference, tmp_path):
   """Checkpoints every second evaluation: the killed run logged sum's evaluation 1 past its
   last checkpoint (none); the resumed run trains and logs it again, once."""
-  config = tiny_sweep_config(**{"train.checkpoint_every": 2})
+  config = case_sweep_config(**{"train.checkpoint_every": 2})
   with pytest.raises(Interrupted):
     run(config, tmp_path, budget=Budget(chunks=4))
   run(config, tmp_path)
@@ -181,7 +181,7 @@ def test_a_sweep_stopped_by_time_keeps_its_last_chunk_and_resumes(reference, tmp
   is checkpointed though it is no checkpoint_every multiple, and even with checkpoints off (0,
   where the rerun started over), and the rerun ends as one run: the reference's rows of its
   grid (a model's keys are its seed's, whatever else the sweep holds)."""
-  config = tiny_sweep_config(archs=("nap",), **{"train.checkpoint_every": every})
+  config = case_sweep_config(archs=("nap",), **{"train.checkpoint_every": every})
   with pytest.raises(Interrupted, match="out of time after 1 of"):
     run(config, tmp_path, budget=Budget(minutes=1e-9))
   [grid] = os.listdir(tmp_path / "checkpoints")
@@ -198,7 +198,7 @@ def test_a_finished_run_rerun_draws_only_its_missing_figures(reference, tmp_path
   from normattn_jax.cli import command as cli
   workdir = tmp_path / "finished"
   shutil.copytree(reference, workdir)
-  config, flags_ = tiny_sweep_config(), run_flags(workdir)
+  config, flags_ = case_sweep_config(), run_flags(workdir)
   figures = ("accuracy.png", "case_accuracy.png", "learning_curves.png")
   assert cli.run_kind(config, flags_) == read(reference)
   kept = {name: (workdir / name).stat().st_mtime_ns for name in figures}
@@ -266,7 +266,7 @@ def test_a_grid_of_a_steps_scaled_sweep_validates_as_it_is():
 def test_a_diverging_model_does_not_disturb_the_others(reference, tmp_path):
   """Learning rate 0.001, seed 0 beside a diverging model trains as in the reference sweep,
   beside three others (a model's keys are its seed's)."""
-  together = tiny_sweep_config(archs=("nap",), learning_rates=(1e30, 0.001), num_seeds=1)
+  together = case_sweep_config(archs=("nap",), learning_rates=(1e30, 0.001), num_seeds=1)
   together.train.checkpoint_every = 0
   run(together, tmp_path / "together")
   a = np.load(reference / "metrics.npz")  # [evals, lr, swept, seed]: lr 0.001 first
@@ -282,7 +282,7 @@ def test_a_diverging_model_does_not_disturb_the_others(reference, tmp_path):
 
 @pytest.mark.slow  # the vmapped sweep: test_a_dropout_sweep_is_one_program_with_each_rates_numbers
 def test_vmapped_l2_sweep(tmp_path):
-  c = tiny_sweep_config(archs=("mte",), num_seeds=1)
+  c = case_sweep_config(archs=("mte",), num_seeds=1)
   c.sweep.name, c.sweep.grid = "train.l2", (0.0, 0.1)
   summary = run(c, tmp_path / "l2")
   assert sorted(cell["params"]["train.l2"] for cell in summary["cells"]) == [0, 0, 0.1, 0.1]
@@ -299,7 +299,7 @@ def test_static_sweep(tmp_path):
 
 
 def test_a_dropout_sweep_is_one_program_with_each_rates_numbers(tmp_path):
-  c = tiny_sweep_config(archs=("mte",), num_seeds=1, learning_rates=(0.003,))
+  c = case_sweep_config(archs=("mte",), num_seeds=1, learning_rates=(0.003,))
   c.sweep.name, c.sweep.grid = "train.dropout", (0.0625, 0.25)
   run(c, tmp_path / "in")
   # a program per rate (the layout of sweeps stored before), for the second rate: its models are
@@ -317,7 +317,7 @@ def test_a_dropout_sweep_is_one_program_with_each_rates_numbers(tmp_path):
 
 
 def test_majority_task_trains_with_a_class_per_token(tmp_path):
-  c = tiny_sweep_config(archs=("mte",), num_seeds=1, learning_rates=(0.01,))
+  c = case_sweep_config(archs=("mte",), num_seeds=1, learning_rates=(0.01,))
   c.task.update(name="majority", output="token_classes", vocab_size=5, min_margin=2)
   c.model.positional = False
   summary = run(c, tmp_path)
@@ -348,14 +348,14 @@ def test_majority_task_trains_with_a_class_per_token(tmp_path):
     ("learning_rates", (float("nan"),), r"config.learning_rates\[0\]=nan: .*finite"),
 ])
 def test_invalid_config_fails_before_compiling_and_writes_nothing(field, value, match, tmp_path):
-  config = tiny_sweep_config(**{field: value})
+  config = case_sweep_config(**{field: value})
   with pytest.raises(ValueError, match=match):
     run(config, tmp_path / "run")
   assert not os.path.exists(tmp_path / "run")
 
 
 def test_static_sweep_values_are_validated():
-  c = tiny_sweep_config()
+  c = case_sweep_config()
   c.sweep.name, c.sweep.grid = "model.d_model", (8, 5)
   with pytest.raises(ValueError, match="model.num_heads"):
     validate(c)
@@ -371,7 +371,7 @@ def test_static_sweep_values_are_validated():
     ("train.batch_size", (4, 3), r"grid\[1\]=3 .*config.train.eval_every=13: must divide"),
 ])
 def test_each_swept_value_passes_the_rules_of_its_field(name, values, match):
-  c = tiny_sweep_config()
+  c = case_sweep_config()
   c.sweep.name, c.sweep.grid = name, values
   if name == "train.batch_size":  # at batch 3, 30 x 4 / 3 = 40 steps and 13 between evaluations
     c.sweep.steps_scale, c.sweep.steps_reference = "inverse", 4
@@ -380,7 +380,7 @@ def test_each_swept_value_passes_the_rules_of_its_field(name, values, match):
 
 
 def test_a_bad_swept_value_fails_before_compiling_and_writes_nothing(tmp_path):
-  c = tiny_sweep_config()
+  c = case_sweep_config()
   c.sweep.name, c.sweep.grid = "train.l2", (0.0, -0.1)
   with pytest.raises(ValueError, match=r"sweep.grid\[1\]"):
     run(c, tmp_path / "run")
@@ -430,8 +430,8 @@ def test_eight_devices_give_the_same_result_as_one(reference, tmp_path):
   script = textwrap.dedent(f"""
       import jax
       assert jax.device_count() == 8, jax.devices()
-      from helpers.sweeps import run, tiny_sweep_config
-      run(tiny_sweep_config(), {str(tmp_path)!r})
+      from helpers.sweeps import run, case_sweep_config
+      run(case_sweep_config(), {str(tmp_path)!r})
   """)
   env = subprocess_env(TESTS, XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
                        + " --xla_force_host_platform_device_count=8")
@@ -517,7 +517,7 @@ def test_an_evaluation_on_non_finite_logits_counts_as_diverged():
   from normattn_jax.train.grid import model_keys
   from normattn_jax.sweep.programs import train_grid
   c = tiny_sweep_config(archs=("mte",), num_seeds=1, learning_rates=(0.001,),
-                  **{"train.num_steps": 1, "train.eval_every": 1})
+                        **{"train.num_steps": 1, "train.eval_every": 1})
   hp = {"learning_rate": np.array([np.inf, 1e-3], np.float32), "l2": np.zeros(2, np.float32),
         "dropout": np.zeros(2, np.float32)}
   metrics = train_grid(c, "mte", hyperparameters=hp, keys=model_keys(0, np.zeros(2, int))).metrics
@@ -531,7 +531,7 @@ def test_an_evaluation_on_non_finite_logits_counts_as_diverged():
 def test_a_diverged_model_scores_as_failed_at_every_evaluation():
   """Seed 1 scored 0.34 before it diverged: its cell counts it as failed throughout, and a
   learning rate whose every model diverged is never the best."""
-  c = tiny_sweep_config(archs=("nap",), learning_rates=(0.01, float("inf")))
+  c = case_sweep_config(archs=("nap",), learning_rates=(0.01, float("inf")))
   curve = lambda *evals: np.array(evals, np.float32)  # [evals, lr x seed]
   history = {"train_acc": curve([0.2, 0.3, 0.5, 0.6], [0.3, 0.2, 0.0, 0.0]),
              "val_acc": curve([0.2, 0.3, 0.34, 0.34], [0.3, 0.2, 0.0, 0.0]),
@@ -554,7 +554,7 @@ def test_a_diverged_model_scores_as_failed_at_every_evaluation():
     ("model.d_model", (8, float("inf")), r"config.sweep.grid\[1\]=inf: must be a finite number"),
 ])
 def test_a_non_finite_swept_value_is_refused_by_its_index(name, grid, match):
-  c = tiny_sweep_config()
+  c = case_sweep_config()
   c.sweep.name, c.sweep.grid = name, grid
   with pytest.raises(ValueError, match=match):
     validate(c)
@@ -562,7 +562,7 @@ def test_a_non_finite_swept_value_is_refused_by_its_index(name, grid, match):
 
 def test_a_non_finite_steps_reference_is_refused():
   import ml_collections
-  c = tiny_sweep_config()
+  c = case_sweep_config()
   c.sweep = ml_collections.ConfigDict(dict(name="train.batch_size", grid=(4, 8),
                                            steps_scale="inverse", steps_reference=float("inf"),
                                            in_program=True))
@@ -768,7 +768,7 @@ def test_grids_train_longest_first_the_later_ones_compiled_ahead_an_error_in_its
     return built
   monkeypatch.setattr(sweep_train, "build_point", build)
   monkeypatch.setattr(sweep_train, "train_point", train)
-  plan = SweepPlan.of(tiny_sweep_config(**{
+  plan = SweepPlan.of(case_sweep_config(**{
       "sweep.name": "model.d_model", "sweep.grid": (8, 16), "sweep.steps_scale": "proportional",
       "sweep.steps_reference": 8}))  # d = 16 trains twice the steps of d = 8
   with pytest.raises(RuntimeError, match=r"sum\[model.d_model=8\] does not compile"):

@@ -15,7 +15,7 @@ from normattn_jax.sweep import artifacts
 from normattn_jax.train.checkpoint import config_json, write_json
 from normattn_jax.sweep.layout import ModelsAxis
 from normattn_jax.sweep.plan import SweepPlan
-from helpers.sweeps import tiny_sweep_config
+from helpers.sweeps import case_sweep_config
 
 from helpers import REPO, subprocess_env
 
@@ -75,7 +75,7 @@ def test_learned_counts_seeds_at_the_threshold():
 
 def our_run(tmp_path, d_model=16):
   """A made-up finished sweep of ours at d = 16, its learning rates 0.3^2 and 0.3^4."""
-  c = tiny_sweep_config()
+  c = case_sweep_config()
   c.archs = ("nap", "bert")
   c.model.d_model = d_model
   c.learning_rates = (0.09, 0.0081)
@@ -220,7 +220,7 @@ def test_the_authors_plots_are_drawn_beside_ours(tmp_path, monkeypatch):
 
 def test_a_diverged_seed_counts_as_failed_at_every_evaluation():
   """Seed 0 scored 0.34 before it diverged: its best over training is 0, not 0.34."""
-  c = tiny_sweep_config()
+  c = case_sweep_config()
   c.archs, c.learning_rates, c.num_seeds = ("nap",), (0.01,), 2
   curves = {"train_acc": np.array([[0.34, 0.5], [0.0, 0.6]], np.float32),
             "diverged": np.array([[False, False], [True, False]])}
@@ -322,7 +322,7 @@ def case_run(tmp_path, argmax_of_bert=0.03):
   """A made-up finished case-task sweep (N = 8, 1000 examples per case) whose seeds all reach
   at least 0.9 training accuracy; nap's seeds solve the argmax case (0.3 + 0.01 s), bert's stay
   at ``argmax_of_bert`` on it (seed 4 of the second learning rate once at 0.5)."""
-  c = tiny_sweep_config(**{"eval.case_set_size": 1000})
+  c = case_sweep_config(**{"eval.case_set_size": 1000})
   c.archs = ("nap", "bert")
   c.model.d_model = 16
   c.learning_rates = (0.09, 0.0081)
@@ -425,7 +425,7 @@ def test_the_authors_seeds_are_not_judged_without_their_cases(tmp_path, guess_ra
 
 
 def test_a_case_task_run_without_case_metrics_keeps_the_training_rule(tmp_path):
-  our_run(tmp_path)  # tiny_sweep_config's case task, stored without case_acc_*
+  our_run(tmp_path)  # case_sweep_config's case task, stored without case_acc_*
   report = seeds.compare_with_authors([seeds.OurSweep.read(str(tmp_path))], threshold=0.8)
   assert report["case_rules"] == [] and all("case_rule" not in c for c in report["cells"])
   assert seeds.markdown(report).startswith(

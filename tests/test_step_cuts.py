@@ -16,14 +16,14 @@ from normattn_jax.train.grid import model_keys
 from normattn_jax.train.migrate import with_current_names
 
 from helpers import REPO
-from helpers.sweeps import tiny_sweep_config
+from helpers.sweeps import case_sweep_config
 
 
 def cut_and_uncut(arch):
   """The tiny grid's runs with both cuts and with neither."""
-  cut = tiny_sweep_config(**{"archs": (arch,), "train.num_steps": 6, "train.eval_every": 3,
+  cut = case_sweep_config(**{"archs": (arch,), "train.num_steps": 6, "train.eval_every": 3,
                              "train.flat_adam": True, "train.drop_zero_l2": True})
-  uncut = tiny_sweep_config(**{"archs": (arch,), "train.num_steps": 6, "train.eval_every": 3,
+  uncut = case_sweep_config(**{"archs": (arch,), "train.num_steps": 6, "train.eval_every": 3,
                                "train.flat_adam": False, "sweep.name": "train.l2",
                                "sweep.grid": (0.0,)})
   assert cut.train.flat_adam and not traces_l2(cut) and traces_l2(uncut)
@@ -44,7 +44,7 @@ def test_the_cuts_keep_every_bit(arch, fusion_emitters):
 
 
 def test_weights_for_a_program_without_the_l2_term_are_refused():
-  c = tiny_sweep_config(**{"archs": ("nap",), "train.drop_zero_l2": True})
+  c = case_sweep_config(**{"archs": ("nap",), "train.drop_zero_l2": True})
   hp = {"learning_rate": np.full(2, 1e-3, np.float32), "l2": np.array([0.0, 0.1], np.float32),
         "dropout": np.zeros(2, np.float32)}
   with pytest.raises(ValueError, match=r"hyperparameters\['l2'\] holds non-zero weights"):

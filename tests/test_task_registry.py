@@ -18,7 +18,7 @@ from normattn_jax.sweep import train_grid, validate
 from normattn_jax.sweep.programs import Setup
 from normattn_jax.train.optim import learning_rate_of
 from normattn_jax.sweep.train import run_sweep
-from helpers.sweeps import tiny_sweep_config
+from helpers.sweeps import case_sweep_config, tiny_sweep_config
 
 COPY_STEPS = 80
 
@@ -110,7 +110,7 @@ def test_config_validation_asks_the_task():
   with pytest.raises(ValueError, match="config.task.vocab_size=1: must be >= 2"):
     validate(copy_config(**{"task.vocab_size": 1}))
   with pytest.raises(ValueError, match="config.task.vocab_size=60: must exceed 64"):
-    validate(tiny_sweep_config(**{"task.vocab_size": 60}))
+    validate(case_sweep_config(**{"task.vocab_size": 60}))
   c = copy_config()  # a swept value passes the task's rules too
   c.sweep.name, c.sweep.grid = "task.vocab_size", (8, 1)
   with pytest.raises(ValueError, match=r"sweep.grid\[1\]=1 .*config.task.vocab_size=1"):
