@@ -20,6 +20,8 @@ import subprocess
 import sys
 import time
 
+from normattn_jax._extras import cpu_cores, cpu_description
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 ROUND = "round"  # the argument that makes this file run one round
@@ -66,15 +68,6 @@ def one_round() -> float:
   return time.perf_counter() - start
 
 
-def cpu_name() -> str:
-  try:
-    with open("/proc/cpuinfo") as f:
-      return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-  except (OSError, StopIteration):
-    import platform
-    return platform.processor() or "unknown CPU"
-
-
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--rounds", type=int, default=3)
@@ -88,7 +81,7 @@ def main():
     seconds.append(float(done.stdout.split()[-1]))
     print(f"round {i + 1}: {seconds[-1]:.2f} s", flush=True)
   print(f"probe: median {statistics.median(seconds):.2f} s of {args.rounds} rounds "
-        f"({min(seconds):.2f}-{max(seconds):.2f}); {cpu_name()}, {os.cpu_count()} cores, "
+        f"({min(seconds):.2f}-{max(seconds):.2f}); {cpu_description()[0]}, {cpu_cores()} cores, "
         f"float32, quick compile")
 
 

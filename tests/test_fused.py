@@ -76,7 +76,6 @@ def fused_path(name, q, k, v, params, query_mask, key_mask, causal, mask=None):
                                    allow_future_leak=True)
 
 
-
 def keyless_rows(mask, shape):
   """The rows of a dense ``[batch, 1, n_q, n_k]`` mask without a valid key, as ``shape``
   (``[batch, n_q, heads]``)."""
