@@ -20,6 +20,8 @@
 #   b_grid        160 s  50 small models in one program against one after another (goal >= 30x)
 #   c_pretrain     90 s  UNAS / DNAS / HNAS time ratios, each round starting with the next scheme
 #   d_fused_dnas   50 s  fused DNAS against fused softmax at N = 512 .. 2048 (goal <= 1.1x)
+#   g_compile     120 s  two of Fig. 4's grids built by one compile thread, then by two
+#                        (benchmarks/compile_threads.py: what the engine's second thread adds)
 #   f_card_lm      90 s  the report cards' LM part at the gpu scale (experiments/card_lms.py),
 #                        a slice per loan: it stops itself and resumes from its checkpoints
 #   e_paper_scale  rest  the paper-scale sweeps: Table 5 at N = 128, Fig. 5's remaining d, Fig. 3
@@ -42,7 +44,7 @@ if [[ ${1:-} == --dry-run ]]; then dry=1; shift; fi
 if [[ $dry == 1 ]]; then default_out=gpu_checks_dry; else default_out=gpu_logs; fi
 out=${1:-$default_out}
 shift || true
-steps=${*:-a_engine f_kernels a_tests b_grid c_pretrain d_fused_dnas f_card_lm e_paper_scale}
+steps=${*:-a_engine f_kernels a_tests b_grid c_pretrain d_fused_dnas g_compile f_card_lm e_paper_scale}
 QUEUE_SECONDS=${QUEUE_SECONDS:-540}
 MIN_STEP_SECONDS=${MIN_STEP_SECONDS:-30}
 KILL_GRACE=15  # seconds a step that overran gets between TERM and KILL
@@ -206,6 +208,8 @@ if [[ $dry == 1 ]]; then
     --config.model.max_position_embeddings=32 --rounds 2 --steps 1
   step d_fused_dnas 50 $PY benchmarks/attention_scaling.py --normalizations softmax,dnas \
     --max_n 256 --min_n 256 --repeats 1
+  step g_compile 120 $PY benchmarks/compile_threads.py --grids 2 --rounds 1 \
+    --config.model.d_model=8 --config.model.num_heads=2 --config.sweep.grid='(4,8)'
   step f_card_lm 90 bash -c 'card_lms "$1" smoke "$2" ssmax' _ "$out/f_card_lm/run" \
     "$((90 < QUEUE_SECONDS - SECONDS - KILL_GRACE ? 90 : QUEUE_SECONDS - SECONDS - KILL_GRACE))"
   step e_paper_scale $QUEUE_SECONDS bash -c 'paper_scale "$1" 1 "$2"' _ "$out/e_paper_scale" \
@@ -222,6 +226,7 @@ else
     --config.model.dtype=bfloat16 --config.train.batch_size=64 --rounds 3 --steps 3
   step d_fused_dnas 50 $PY benchmarks/attention_scaling.py --dtype bfloat16 --batch 8 \
     --normalizations softmax,dnas --min_n 512 --max_n 2048 --repeats 10
+  step g_compile 120 $PY benchmarks/compile_threads.py --grids 2 --rounds 1
   step f_card_lm 90 bash -c 'card_lms "$1" gpu "$2"' _ "$out/f_card_lm/run" \
     "$((90 < QUEUE_SECONDS - SECONDS - KILL_GRACE ? 90 : QUEUE_SECONDS - SECONDS - KILL_GRACE))"
   step e_paper_scale $QUEUE_SECONDS bash -c 'paper_scale "$1" 0 "$2"' _ "$out/e_paper_scale" \

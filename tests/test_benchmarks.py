@@ -36,7 +36,9 @@ RUNS = {
                      "64", "--bandwidth_mb", "1", "--dtypes", "float32"],
     "grid_overlap": ["--steps", "8", "--sweep", "vocab"],
     "compile_waits": ["--costs", "results/estimates/fig16_mode_lr_x_vocab.txt",
-                      "--rates=0.2060:20364.6,11.6588:2833.3"],
+                      "--rates=0.2060:20364.6,11.6588:2833.3", "--compile_threads", "2"],
+    "compile_threads": ["--grids", "2", "--rounds", "1", "--config", "demo",
+                        "--config.model.d_model=8", "--config.model.num_layers=1"],
 }
 LAST_LINE = {"attention_scaling": "dnas_fused_over_softmax_fused_at_128=",
              "grid_throughput": "speedup_at_2=", "cpu_levers": "processes",
@@ -45,7 +47,8 @@ LAST_LINE = {"attention_scaling": "dnas_fused_over_softmax_fused_at_128=",
              "kernel_speed": "cases=2 of 2", "hlo_arrays": "nxn_arrays=0",
              "step_cost": "first_over_case_flops=", "grid_overlap": "all_speedup=",
              "engine_speed": "table5_grid models=",
-             "compile_waits": "longest_first_over_one_ahead="}
+             "compile_waits": "longest_first_over_one_ahead=",
+             "compile_threads": "two_threads_speedup="}
 
 
 @pytest.mark.slow

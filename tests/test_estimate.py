@@ -48,8 +48,10 @@ def test_the_figures_add_up_and_nothing_is_written(estimated):
       [(g.compile_s, g.train_s + g.evaluation_s) for g in result.grids[::-1]]))
   assert result.seconds == pytest.approx(result.total("train_s") + result.total("evaluation_s")
                                          + result.compile_waits_s)
+  assert result.compile_threads == 1  # on a CPU
   total = estimate.report(result, "float32")[-1]
   assert total.startswith("total grids=2 programs=2 model_steps=160 ")
+  assert " compile_threads=1 " in total
   assert f"projected_h={result.seconds / 3600:.3f}" in total
 
 
@@ -66,6 +68,19 @@ def test_the_compiles_waited_for_follow_the_schedule():
     estimate.compile_waits(long_first, ahead=-1)
 
 
+def test_two_compile_threads_halve_the_waits_where_compiles_outlast_the_training():
+  """Four grids of 10 s compiles and 1 s of training: one thread waits 10 s before each, two
+  threads compile the grids in pairs (the first pair from the start); compiled one ahead, the
+  second thread has nothing to do."""
+  short = [(10.0, 1.0)] * 4
+  assert estimate.compile_waits(short) == pytest.approx(41.0 - 4.0)
+  assert estimate.compile_waits(short, threads=2) == pytest.approx(22.0 - 4.0)
+  assert estimate.compile_waits(short, ahead=1, threads=2) == pytest.approx(41.0 - 4.0)
+  assert estimate.compile_waits(short, ahead=0, threads=2) == pytest.approx(40.0)
+  with pytest.raises(ValueError, match="threads must be >= 1, got 0"):
+    estimate.compile_waits(short, threads=0)
+
+
 def test_a_projection_from_measured_rates_is_training_alone():
   rates = [(0.01, 100.0), (1.0, 10.0)]
   assert estimate.rate_at(rates, 0.001) == 100.0  # below the cheapest: no faster
@@ -80,9 +95,10 @@ def test_a_projection_from_measured_rates_is_training_alone():
   assert again[-1] == (f"total grids=2 model_steps=160 "
                        f"train_h={result.total('seconds') / 3600:.3f}")
   lines = estimate.report(result, "float32")
-  waits = estimate.compile_waits([(60.0, g.seconds) for g in result.grids[::-1]])  # d = 16 first
+  waits = estimate.compile_waits([(60.0, g.seconds) for g in result.grids[::-1]],  # d = 16 first
+                                 threads=2)  # the engine's beside an accelerator
   assert estimate.reproject(lines, rates, compile_s=60.0)[-1] == (
-      f"{again[-1]} compile_waited_h={waits / 3600:.3f} "
+      f"{again[-1]} compile_waited_h={waits / 3600:.3f} compile_threads=2 "
       f"projected_h={(result.total('seconds') + waits) / 3600:.3f}")
   with pytest.raises(ValueError, match="compile_s must be"):
     estimate.reproject(lines, rates, compile_s=-1.0)

@@ -135,7 +135,10 @@ def test_resummarise_rebuilds_the_summary_from_the_saved_curves(reference, tmp_p
 
 
 @pytest.mark.slow  # a run that is not repeatable also fails the resumed run's equality below
-def test_same_config_same_summary(reference, tmp_path):
+def test_same_config_same_summary_its_grids_compiled_two_at_once(reference, tmp_path,
+                                                                  monkeypatch):
+  from normattn_jax.sweep import programs
+  monkeypatch.setattr(programs, "COMPILE_THREADS", 2)
   run(case_sweep_config(), tmp_path)
   assert read(tmp_path) == read(reference)
 
@@ -778,3 +781,35 @@ def test_grids_train_longest_first_the_later_ones_compiled_ahead_an_error_in_its
   results = sweep_train.train_grids(plan, "unused", log=None)
   assert list(results) == [grid.key for grid in plan.grids]
   assert [results[grid.key] for grid in plan.grids] == [grid.name for grid in plan.grids]
+
+
+def test_beside_an_accelerator_two_grids_compile_at_once(monkeypatch):
+  """Two compile threads where the devices are not the host's cores: the first two grids'
+  builds meet while both run (one thread would leave the barrier waiting), the grids still
+  train in their order; one thread on a CPU, and a count below one refused before any build."""
+  import threading
+
+  from normattn_jax.sweep import programs
+  from normattn_jax.sweep import train as sweep_train
+  from normattn_jax.train.timing import GridTiming
+  both_building, trained = threading.Barrier(2, timeout=30), []
+
+  def build(plan, grid):
+    if plan.training_order.index(grid) < 2:
+      both_building.wait()  # a BrokenBarrierError if the other build never starts
+    return grid.name, GridTiming()
+
+  def train(plan, grid, workdir, log, budget, built, timing):
+    trained.append(built)
+    return built
+  monkeypatch.setattr(sweep_train, "build_point", build)
+  monkeypatch.setattr(sweep_train, "train_point", train)
+  monkeypatch.setattr(programs.jax, "default_backend", lambda: "gpu")
+  plan = SweepPlan.of(case_sweep_config(**{"sweep.name": "model.d_model", "sweep.grid": (8, 16)}))
+  results = sweep_train.train_grids(plan, "unused", log=None)
+  assert trained == [grid.name for grid in plan.training_order]
+  assert [results[grid.key] for grid in plan.grids] == [grid.name for grid in plan.grids]
+  assert (programs.compile_threads(), programs.compile_threads("cpu")) == (2, 1)
+  monkeypatch.setattr(programs, "COMPILE_THREADS", 0)
+  with pytest.raises(ValueError, match="COMPILE_THREADS must be None or an int >= 1, got 0"):
+    sweep_train.train_grids(plan, "unused", log=None)

@@ -15,7 +15,8 @@ model-steps, FLOPs, bytes and programs, and the wall time projected from a few t
 this machine (``normattn_jax.sweep.estimate``); --estimate_rates=<GFLOP>:<model-steps/s>,...
 projects the training time from rates measured elsewhere instead, and with
 --estimate_costs=<an earlier --estimate's output> does so without compiling anything
-(--estimate_compile_s=<one grid's compile seconds> adds the compiles the devices wait for).
+(--estimate_compile_s=<one grid's compile seconds> adds the compiles the devices wait for,
+--estimate_compile_threads=<k> of them at once).
 """
 
 from absl import app, flags, logging
@@ -39,6 +40,10 @@ _ESTIMATE_COMPILE_S = flags.DEFINE_float(
     "estimate_compile_s", None, "With --estimate_costs: the seconds one grid compiles in, "
     "measured elsewhere; the total adds the compiles the devices wait for, the longest grids "
     "training first while the others compile.", lower_bound=0)
+_ESTIMATE_COMPILE_THREADS = flags.DEFINE_integer(
+    "estimate_compile_threads", None, "With --estimate_compile_s: the grids compiled at once; "
+    "default the engine's beside an accelerator (sweep.programs.ACCELERATOR_COMPILE_THREADS).",
+    lower_bound=1)
 _RUN = cli.define_run_flags(workdir_unless="estimate")
 
 
@@ -53,16 +58,20 @@ def _rates(values) -> list:
 def _estimate(config) -> None:
   """Print the estimate of a sweep config; nothing is trained or written."""
   from normattn_jax.sweep import config as config_lib
-  from normattn_jax.sweep import estimate
+  from normattn_jax.sweep import estimate, programs
   rates = _rates(_ESTIMATE_RATES.value) or None
   if _ESTIMATE_COMPILE_S.value is not None and not _ESTIMATE_COSTS.value:
     raise app.UsageError("--estimate_compile_s needs --estimate_costs")
+  if _ESTIMATE_COMPILE_THREADS.value is not None and _ESTIMATE_COMPILE_S.value is None:
+    raise app.UsageError("--estimate_compile_threads needs --estimate_compile_s")
   if _ESTIMATE_COSTS.value:
     if rates is None:
       raise app.UsageError("--estimate_costs needs --estimate_rates")
     with open(_ESTIMATE_COSTS.value) as f:
       try:
-        lines = estimate.reproject(f.read().splitlines(), rates, _ESTIMATE_COMPILE_S.value)
+        lines = estimate.reproject(
+            f.read().splitlines(), rates, _ESTIMATE_COMPILE_S.value,
+            _ESTIMATE_COMPILE_THREADS.value or programs.ACCELERATOR_COMPILE_THREADS)
       except ValueError as err:
         raise app.UsageError(f"--estimate_costs={_ESTIMATE_COSTS.value}: {err}") from None
     print("\n".join(lines), flush=True)

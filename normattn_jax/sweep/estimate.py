@@ -40,7 +40,8 @@ import numpy as np
 
 from normattn_jax.sweep import config as config_lib
 from normattn_jax.sweep.plan import SweepGrid, SweepPlan
-from normattn_jax.sweep.programs import Setup, build_grid, make_programs
+from normattn_jax.sweep.programs import (ACCELERATOR_COMPILE_THREADS, Setup, build_grid,
+                                         compile_threads, make_programs)
 from normattn_jax.train.grid import DATA_AXIS, model_keys
 
 # HLO operations that launch no work of their own: they name, pack or reinterpret buffers.
@@ -296,27 +297,32 @@ def rate_at(rates: Sequence[tuple[float, float]], gflop: float) -> float:
   raise AssertionError("unreachable")
 
 
-def compile_waits(grids: Sequence[tuple[float, float]], ahead: Optional[int] = None) -> float:
+def compile_waits(grids: Sequence[tuple[float, float]], ahead: Optional[int] = None,
+                  threads: int = 1) -> float:
   """The seconds the devices wait for compiles over a sweep (``sweep.train.train_grids``' schedule):
   the grids, in the order they train, take ``(compile s, training and evaluation s)`` each; each
-  grid's compile starts once the one before it has compiled and the grid ``ahead`` places before
-  it has started training (None: every grid compiled ahead, 0: each compiled in its turn). A
-  compile and a training are taken not to slow each other, as on an accelerator beside its host.
+  grid's compile starts, in that order, once one of ``threads`` compile threads is free and the
+  grid ``ahead`` places before it has started training (None: every grid compiled ahead, 0: each
+  compiled in its turn). Compiles and trainings are taken not to slow each other, as on an
+  accelerator beside a host of enough cores.
 
   Raises:
-    ValueError: for a negative ``ahead``.
+    ValueError: for a negative ``ahead`` or ``threads`` below 1.
   """
   ahead = len(grids) if ahead is None else ahead
   if ahead < 0:
     raise ValueError(f"ahead must be None or >= 0, got {ahead!r}")
-  starts, compiled, ended = [], 0.0, 0.0
+  if threads < 1:
+    raise ValueError(f"threads must be >= 1, got {threads!r}")
+  starts, free, ended = [], [0.0] * threads, 0.0  # free: when each thread's last compile ends
   for index, (compile_s, busy_s) in enumerate(grids):
     if not ahead:  # compiled in its turn, once the grid before it has trained
       submitted = ended
-    else:  # submitted when the grid ``ahead`` places before it started training
-      submitted = starts[max(index - ahead, 0)] if index else 0.0
-    compiled = max(compiled, submitted) + compile_s
-    starts.append(max(compiled, ended))
+    else:  # at the start, or when the grid ``ahead`` places before it started training
+      submitted = starts[index - ahead] if index >= ahead else 0.0
+    thread = free.index(min(free))
+    free[thread] = max(free[thread], submitted) + compile_s
+    starts.append(max(free[thread], ended))
     ended = starts[-1] + busy_s
   return ended - sum(busy_s for _, busy_s in grids)
 
@@ -327,9 +333,10 @@ class SweepEstimate:
   grids: tuple[GridEstimate, ...]
   calibrations: dict  # arch -> (grid name, Calibration); empty for a projection from rates
   device: str
-  # the seconds the devices wait for compiles in the sweep's schedule (``compile_waits``); None
-  # where the compiles were not projected
+  # the seconds the devices wait for compiles in the sweep's schedule (``compile_waits``) with
+  # ``compile_threads`` at once; None where the compiles were not projected
   compile_waits_s: Optional[float] = None
+  compile_threads: int = 1
 
   @property
   def programs(self) -> int:
@@ -394,10 +401,11 @@ def estimate(config: ml_collections.ConfigDict, *, steps: int = 2, repeats: int 
         grid.name == name))
   device = f"{jax.devices()[0].device_kind} x {jax.device_count()} ({jax.default_backend()})"
   by_name = {g.name: g for g in estimates}
+  threads = compile_threads()
   waits = None if rates is not None else compile_waits(
       [(by_name[g.name].compile_s, by_name[g.name].train_s + by_name[g.name].evaluation_s)
-       for g in plan.training_order])
-  return SweepEstimate(tuple(estimates), calibrations, device, waits)
+       for g in plan.training_order], threads=threads)
+  return SweepEstimate(tuple(estimates), calibrations, device, waits, threads)
 
 
 def _hours(seconds: Optional[float]) -> str:
@@ -427,6 +435,7 @@ def report(result: SweepEstimate, dtype: str) -> list[str]:
       f"model_steps={int(result.total('model_steps'))} flop={result.total('gflop') * 1e9:.4g} "
       f"bytes={result.total('gb') * 1e9:.4g} compile_h={_hours(parts['compile_s'])} "
       f"compile_waited_h={_hours(result.compile_waits_s)} "
+      f"compile_threads={result.compile_threads if result.compile_waits_s is not None else '-'} "
       f"train_h={_hours(result.total('train_s'))} "
       f"evaluation_h={_hours(parts['evaluation_s'])} projected_h={_hours(result.seconds)}")
   return lines
@@ -452,7 +461,8 @@ def read_grids(lines: Sequence[str]) -> list[tuple[str, int, float]]:
 
 
 def reproject(lines: Sequence[str], rates: Sequence[tuple[float, float]],
-              compile_s: Optional[float] = None) -> list[str]:
+              compile_s: Optional[float] = None,
+              threads: int = ACCELERATOR_COMPILE_THREADS) -> list[str]:
   """An earlier estimate's grids (its printed ``report`` lines) projected again from measured
   rates, nothing compiled: each grid's model-steps at ``rate_at`` its GFLOP per model-step.
 
@@ -462,6 +472,8 @@ def reproject(lines: Sequence[str], rates: Sequence[tuple[float, float]],
     compile_s: the seconds one grid compiles in, measured elsewhere; given, the total adds the
       compiles the devices wait for (``compile_waits``, the grids of the most FLOPs first, as
       ``SweepPlan.training_order`` orders them by their work).
+    threads: the grids compiled at once, with ``compile_s`` (default the engine's beside an
+      accelerator, whose rates these are).
 
   Returns:
     One line per grid and a total: training time alone, or with ``compile_s`` the compiles
@@ -483,6 +495,7 @@ def reproject(lines: Sequence[str], rates: Sequence[tuple[float, float]],
            f"train_h={_hours(train_s)}")
   if compile_s is not None:
     in_order = sorted(grids, key=lambda grid: -grid[0])  # the most FLOPs first
-    waits = compile_waits([(compile_s, seconds) for _, _, seconds in in_order])
-    total += f" compile_waited_h={_hours(waits)} projected_h={_hours(train_s + waits)}"
+    waits = compile_waits([(compile_s, seconds) for _, _, seconds in in_order], threads=threads)
+    total += (f" compile_waited_h={_hours(waits)} compile_threads={threads} "
+              f"projected_h={_hours(train_s + waits)}")
   return out + [total]

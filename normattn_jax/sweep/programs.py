@@ -36,6 +36,12 @@ from normattn_jax.train.state import EVAL_STREAM, TRAIN_STREAM, TrainState
 Array = jax.Array
 # The per-model hyper-parameters of a sweep's grid.
 HYPERPARAMETERS = ("learning_rate", "l2", "dropout")
+# Grids compiled at once in a sweep's background (``sweep.train.train_grids``): None is one where
+# the devices are the host's CPU cores (a second compile takes cores from the training) and
+# ``ACCELERATOR_COMPILE_THREADS`` beside an accelerator, whose host is idle while it trains; one
+# thread is the floor of a sweep whose compiles outlast its training.
+COMPILE_THREADS: Optional[int] = None
+ACCELERATOR_COMPILE_THREADS = 2
 
 
 def _own(value: Optional[bool], default: bool) -> bool:
@@ -288,6 +294,19 @@ def eval_sets_for(setup: Setup, seed: int, chunk_size: int = 250):
     sets.append((inputs.reshape(shape + inputs.shape[1:]),
                  labels.reshape(shape + labels.shape[1:])))
   return tuple(sets)
+
+
+def compile_threads(backend: Optional[str] = None) -> int:
+  """The grids a sweep compiles at once (``COMPILE_THREADS``) on ``backend`` (default JAX's).
+
+  Raises:
+    ValueError: if ``COMPILE_THREADS`` is set below 1.
+  """
+  if COMPILE_THREADS is not None:
+    if not (isinstance(COMPILE_THREADS, int) and COMPILE_THREADS >= 1):
+      raise ValueError(f"COMPILE_THREADS must be None or an int >= 1, got {COMPILE_THREADS!r}")
+    return COMPILE_THREADS
+  return 1 if (backend or jax.default_backend()) == "cpu" else ACCELERATOR_COMPILE_THREADS
 
 
 def build_grid(setup: Setup, num_models: int, *, ahead: bool = True) -> Grid:

@@ -31,7 +31,7 @@ from normattn_jax.sweep import config as config_lib
 from normattn_jax.sweep.layout import ModelsAxis
 from normattn_jax.sweep.migrate import migrate_sweep
 from normattn_jax.sweep.plan import SweepGrid, SweepPlan
-from normattn_jax.sweep.programs import Setup, build_grid
+from normattn_jax.sweep.programs import Setup, build_grid, compile_threads
 from normattn_jax.sweep.scoring import best_lines, summarise
 from normattn_jax.train import kinds, multihost, runs
 from normattn_jax.train.checkpoint import GridCheckpoints, restore_newest_state, write_json
@@ -43,9 +43,9 @@ from normattn_jax.train.timing import GridTiming, Stopwatch, counting
 
 # The metrics a sweep's history.jsonl and TensorBoard follow, per grid and learning rate.
 LOGGED = ("train_loss", "train_acc", "val_acc")
-# Grids compiled in a background thread ahead of the one training: None every one (a long grid's
-# training hides the compiles of the short ones after it), k the next k, 0 none (each compiled
-# in its turn, the devices idle meanwhile).
+# Grids compiled in the background ahead of the one training (``programs.compile_threads`` at
+# once): None every one (a long grid's training hides the compiles of the short ones after it),
+# k the next k, 0 none (each compiled in its turn, the devices idle meanwhile).
 BUILT_AHEAD: Optional[int] = None
 # The workdir's record of where each grid's time went in the last call (``GridTiming``).
 TIMING = "timing.json"
@@ -162,8 +162,9 @@ def train_point(plan: SweepPlan, grid: SweepGrid, workdir, log: RunLog,
 def train_grids(plan: SweepPlan, workdir: str, log: RunLog, budget: Optional[Budget] = None,
                 on_grid=lambda grid, timing: None) -> dict:
   """Train every grid of ``plan`` in ``plan.training_order``, the programs of the grids after
-  the one training compiled in a background thread (``BUILT_AHEAD``): an error of such a
-  compile is raised here, when its grid's turn comes. A grid whose checkpoints hold its last
+  the one training compiled in background threads (``BUILT_AHEAD``; ``compile_threads`` at once,
+  started in training order): an error of such a compile is raised here, when its grid's turn
+  comes. A grid whose checkpoints hold its last
   evaluation is not compiled: its metrics are read back and logged (``RunHooks.finished``).
 
   Args:
@@ -180,10 +181,10 @@ def train_grids(plan: SweepPlan, workdir: str, log: RunLog, budget: Optional[Bud
   to_build = [grid for grid in plan.training_order if not last_chunk_saved(plan, grid, workdir)]
   ahead = len(to_build) if BUILT_AHEAD is None else BUILT_AHEAD
   builds = {}
-  pool = concurrent.futures.ThreadPoolExecutor(max_workers=1,
+  pool = concurrent.futures.ThreadPoolExecutor(max_workers=compile_threads(),
                                                thread_name_prefix="normattn-compile")
 
-  def build_through(last: int) -> None:  # one worker: the builds run in the order submitted
+  def build_through(last: int) -> None:  # the builds start in the order submitted
     for grid in to_build[len(builds):last + 1]:
       builds[grid.key] = pool.submit(build_point, plan, grid)
 
