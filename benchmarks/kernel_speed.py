@@ -11,8 +11,10 @@ then timed in turn (the median of --repeats calls each):
 * ``ffn``: the feed-forward sub-block's Pallas kernels (``ffn_implementation="pallas"``) against
   XLA's ops, in the MTE layout (MTE, NAP, NON) and the BERT one;
 * ``fused_attention``: ``attention/fused.py`` (cuDNN's flash attention on an NVIDIA GPU in bf16,
-  the Pallas flash kernel on a TPU) against the quadratic path that "auto" takes at these N,
-  for softmax, DNAS and HNAS.
+  the Pallas flash kernel on a TPU) for softmax, DNAS and HNAS, and NAP's and NON's Pallas
+  kernels (``kernels.nap``), each against the path "auto" takes without it at these N (the
+  quadratic one, or the linear-time one where ``fast_is_faster``: NAP and NON at N >= 2 head
+  widths), NAP's and NON's also at ``QUADRATIC_SHAPES`` (N = 128, d = 512).
 
 One line per case, in the order of their value (bf16 first, d = 128 first):
 
@@ -29,7 +31,8 @@ early keeps what it measured, and a rerun with the same FILE measures only the c
 The last line is ``cases=<measured in this run> of <total> failed=<failed or disagreeing>``.
 
   python benchmarks/kernel_speed.py [--sizes 128,32] [--dtypes bfloat16,float32] [--models 50]
-      [--batch 32] [--repeats 10] [--layouts mte,bert] [--normalizations softmax,dnas,hnas]
+      [--batch 32] [--repeats 10] [--layouts mte,bert]
+      [--normalizations softmax,dnas,hnas,nap,non]
       [--out rules.json] [--merge rules.json]
 """
 from __future__ import annotations
@@ -45,12 +48,16 @@ import jax
 import jax.numpy as jnp
 from absl import app, flags
 
+from normattn_jax.attention.module import fast_is_faster
 from normattn_jax.attention.module_spec import AttentionModuleSpec
 from normattn_jax.blocks import TransformerBlock
 from normattn_jax.kernels import rules as rules_lib
 from normattn_jax.precision import BF16_TOLERANCES, DTYPES
 
 NUM_HEADS = 4
+# (N, d) where "auto" takes NAP's and NON's quadratic path (N below two head widths: Figs. 3 and
+# 5 at d >= 512, N = 128), the shapes their kernels can pay at
+QUADRATIC_SHAPES = ((128, 512),)
 # How far a kernel's gradients may lie from the XLA path's (error norm over norm) for its
 # measurement to count: twice the bf16 tolerance in bf16 (both paths round), 1% in float32
 # (a GPU's float32 matmuls may run in TF32 on either path).
@@ -60,7 +67,7 @@ _DTYPES = flags.DEFINE_list("dtypes", ["bfloat16", "float32"], "Compute dtypes."
 _MODELS = flags.DEFINE_integer("models", 50, "Models vmapped together.", lower_bound=1)
 _BATCH = flags.DEFINE_integer("batch", 32, "Sequences per model.", lower_bound=1)
 _REPEATS = flags.DEFINE_integer("repeats", 10, "Timed calls per program.", lower_bound=1)
-_NORMALIZATIONS = flags.DEFINE_list("normalizations", ["softmax", "dnas", "hnas"],
+_NORMALIZATIONS = flags.DEFINE_list("normalizations", ["softmax", "dnas", "hnas", "nap", "non"],
                                     "Normalisations whose fused path is measured.")
 _LAYOUTS = flags.DEFINE_list("layouts", ["mte", "bert"],
                              "Block layouts whose feed-forward kernels are measured.")
@@ -68,32 +75,40 @@ _OUT = flags.DEFINE_string("out", "", "The rules file to write (and to resume fr
 _MERGE = flags.DEFINE_string("merge", "", "Merge this rules file into the shipped one; exit.")
 
 
+def unfused_path(name: str, n: int, d: int) -> str:
+  """The path "auto" takes without the fused one for ``n`` keys and queries at width ``d``
+  (``fast_is_faster``)."""
+  return "fast" if fast_is_faster(name, n, n, d // NUM_HEADS, causal=False) else "quadratic"
+
+
 def cases(sizes, dtypes, normalizations, layouts) -> list:
-  """Every case as ``(kernel, fields, d = N, xla block, kernel block)``, in the order of their
-  value."""
+  """Every case as ``(kernel, fields, (N, d), xla block, kernel block)``, in the order of their
+  value: d = N for each size, then NAP's and NON's kernels at ``QUADRATIC_SHAPES``."""
   out = []
   for dtype in dtypes:
+    block = lambda **kw: TransformerBlock(num_heads=NUM_HEADS, dtype=DTYPES[dtype], **kw)
+    fused = lambda name, n, d: ("fused_attention",
+                                {"normalization": name, "dtype": dtype, "num_keys": n,
+                                 "head_dim": d // NUM_HEADS}, (n, d),
+                                block(arch="mte", normalization=name, attention_module=(
+                                    AttentionModuleSpec(unfused_path(name, n, d)))),
+                                block(arch="mte", normalization=name,
+                                      attention_module=AttentionModuleSpec("fused")))
     for d in sizes:
-      block = lambda **kw: TransformerBlock(num_heads=NUM_HEADS, dtype=DTYPES[dtype], **kw)
       ffn = lambda layout: ("ffn", {"layout": layout, "dtype": dtype, "d_model": d,
-                                    "ffn_features": 4 * d}, d,
+                                    "ffn_features": 4 * d}, (d, d),
                             block(arch=layout), block(arch=layout, ffn_implementation="pallas"))
-      fused = lambda name: ("fused_attention",
-                            {"normalization": name, "dtype": dtype, "num_keys": d,
-                             "head_dim": d // NUM_HEADS}, d,
-                            block(arch="mte", normalization=name,
-                                  attention_module=AttentionModuleSpec("quadratic")),
-                            block(arch="mte", normalization=name,
-                                  attention_module=AttentionModuleSpec("fused")))
       names = list(normalizations)
-      out += [ffn(a) for a in layouts[:1]] + [fused(n) for n in names[:2]]
-      out += [ffn(a) for a in layouts[1:]] + [fused(n) for n in names[2:]]
+      out += [ffn(a) for a in layouts[:1]] + [fused(n, d, d) for n in names[:2]]
+      out += [ffn(a) for a in layouts[1:]] + [fused(n, d, d) for n in names[2:]]
+    out += [fused(name, n, d) for n, d in QUADRATIC_SHAPES for name in normalizations
+            if name in ("nap", "non")]
   return out
 
 
-def program(block, models: int, batch: int, n: int, dtype):
+def program(block, models: int, batch: int, n: int, d: int, dtype):
   """The compiled forward and backward of ``models`` blocks vmapped, and its arguments."""
-  x = jax.random.normal(jax.random.key(0), (models, batch, n, n), dtype)  # d = N
+  x = jax.random.normal(jax.random.key(0), (models, batch, n, d), dtype)
   keys = jax.random.split(jax.random.key(1), models)
   params = jax.vmap(lambda k, x: block.init(k, x))(keys, x)
 
@@ -119,10 +134,11 @@ def gradient_error(want, got) -> float:
   return float(jnp.linalg.norm(got - want) / jnp.linalg.norm(want))
 
 
-def measure(xla_block, kernel_block, n: int, dtype: str) -> tuple[float, float, float]:
+def measure(xla_block, kernel_block, n: int, d: int,
+            dtype: str) -> tuple[float, float, float]:
   """Median seconds of the XLA and the kernel program, timed in turn after a warm-up call, and
   the kernel's gradient error against the XLA path's (``gradient_error``)."""
-  programs = [program(b, _MODELS.value, _BATCH.value, n, DTYPES[dtype])
+  programs = [program(b, _MODELS.value, _BATCH.value, n, d, DTYPES[dtype])
               for b in (xla_block, kernel_block)]
   results = [compiled(*args) for compiled, args in programs]
   error = gradient_error(*results)
@@ -174,19 +190,19 @@ def main(argv):
         f"{NUM_HEADS} heads")
   todo = cases(sizes, _DTYPES.value, _NORMALIZATIONS.value, _LAYOUTS.value)
   done = failed = 0
-  for kernel, fields, n, xla_block, kernel_block in todo:
+  for kernel, fields, (n, d), xla_block, kernel_block in todo:
     entries = device.setdefault(kernel, [])
     if any(all(e[k] == v for k, v in fields.items()) for e in entries):
       continue
     name = f"kernel={kernel} " + " ".join(f"{k}={v}" for k, v in fields.items())
     try:
-      xla_s, kernel_s, error = measure(xla_block, kernel_block, n, fields["dtype"])
+      xla_s, kernel_s, error = measure(xla_block, kernel_block, n, d, fields["dtype"])
     except Exception as err:  # a kernel this device cannot compile or run: not a rule
       failed += 1
       print(f"{name} failed: {type(err).__name__}: {str(err).splitlines()[0][:300]}",
             flush=True)
       continue
-    line = (f"{name} n={n} models={_MODELS.value} xla_ms={xla_s * 1e3:.3f} "
+    line = (f"{name} n={n} d={d} models={_MODELS.value} xla_ms={xla_s * 1e3:.3f} "
             f"kernel_ms={kernel_s * 1e3:.3f} speedup={xla_s / kernel_s:.3f} "
             f"gradient_error={error:.2e}")
     if not error <= AGREEMENT[fields["dtype"]]:  # a wrong kernel is never a faster one

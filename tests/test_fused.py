@@ -383,7 +383,8 @@ def test_the_auto_rule(monkeypatch):
   assert not takes(get("softmax"), "auto", [], bf16, 64, dense_mask=True)
   assert not takes(get("softmax"), "auto", ["sow_weights"], bf16, 64)
   assert not takes(get("softmax"), "quadratic", [], bf16, 64)
-  assert registry.fusable() == ("softmax", "dnas", "hnas", "sinkhorn", "sink", "ssmax")
+  assert registry.fusable() == ("softmax", "dnas", "hnas", "sinkhorn", "nap", "non", "sink",
+                               "ssmax")
 
 
 def test_auto_takes_the_fused_path_on_cudnn_from_its_minimum_length(monkeypatch):
@@ -437,7 +438,7 @@ def test_the_module_gives_the_quadratic_answer(name):
       np.testing.assert_allclose(g, w, atol=1e-4 * largest(w))
 
 
-@pytest.mark.parametrize("name", ["nap", "non", "sigmoid", "softpick", "sparsemax", "entmax15",
+@pytest.mark.parametrize("name", ["sigmoid", "softpick", "sparsemax", "entmax15",
                                   "stickbreaking"])
 def test_a_normalisation_that_cannot_be_fused_is_refused_at_construction(name):
   with pytest.raises(ValueError, match=f"implementation='fused': normalization {name!r} cannot "
@@ -469,9 +470,10 @@ def test_what_the_fused_path_cannot_take_is_refused():
 def test_a_pretraining_config_refuses_it_before_building():
   from normattn_jax.pretrain import train as pretrain
   c = pretrain.base_pretrain_config()
-  c.model.attention.name = "nap"
+  c.model.attention.name = "sigmoid"
   c.model.attention_implementation = "fused"
-  with pytest.raises(ValueError, match="model.attention_implementation.*'nap'.*cannot be fused"):
+  with pytest.raises(ValueError,
+                     match="model.attention_implementation.*'sigmoid'.*cannot be fused"):
     pretrain.validate_pretrain_config(c)
 
 

@@ -1,7 +1,8 @@
 """The Pallas kernels equal the XLA path, run in Pallas' interpret mode on the CPU: the
 feed-forward sub-block (values and gradients of every parameter and the input, both layouts,
-padded widths and several hidden chunks; the GPU's blocks and the TPU's), and the fused attention
-through jax's TPU flash kernel against the quadratic definitions. The kernels are used only
+padded widths and several hidden chunks; the GPU's blocks and the TPU's), the fused attention
+through jax's TPU flash kernel, and NAP's and NON's attention kernels, against the quadratic
+definitions. The kernels are used only
 where chosen or measured faster (``kernels.rules``), and bad choices are refused by name."""
 import functools
 import json
@@ -157,6 +158,71 @@ def test_the_tpu_flash_kernel_equals_the_quadratic_path(name, case):
   want = out_and_grads(lambda *a: quadratic(  # the mask in the program, not op by op
       name, *a, dense_mask(BATCH, n_q, n_k, query_mask, key_mask, causal)), q, k, v, PARAMS[name])
   assert_close(got, want, 2e-5)
+
+
+# ----- NAP's and NON's attention kernels -----
+
+NAP_PARAMS = {"nap": {"nap_gain": jnp.array([0.7, 1.3]), "nap_bias": jnp.array([0.1, -0.2])},
+              "non": {}}
+NAP_CASES = dict(CASES, dense=(7, 5, None, None, False))  # a dense mask of its own
+LAYOUTS_ON = {"gpu": "cpu", "tpu": "tpu"}  # the GPU's blocks are the CPU's, interpreted
+
+
+def sparse_dense_mask(n_q, n_k):
+  """A dense ``[batch, heads, n_q, n_k]`` mask with a row of no valid key."""
+  keep = jax.random.bernoulli(jax.random.key(7), 0.7, (BATCH, HEADS, n_q, n_k))
+  return keep.at[0, 1, 2].set(False)
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS_ON))
+@pytest.mark.parametrize("case", sorted(NAP_CASES))
+@pytest.mark.parametrize("name", sorted(NAP_PARAMS))
+@pytest.mark.fast_subset(lambda p: (p["name"], p["case"], p["layout"]) in {
+    ("nap", "padded_causal", "gpu"), ("non", "dense", "tpu")})
+def test_the_nap_and_non_kernels_equal_the_quadratic_path(name, case, layout):
+  """Values and the gradients of q, k, v and NAP's per-head gain and bias, in float32: the
+  fused layout read strided (the GPU's) and heads first (the TPU's); key and query masks,
+  causal with padding, fewer queries than keys, a dense mask with an empty row. NAP's padded
+  causal case and NON's dense one in ``make test``."""
+  n_q, n_k, query_mask, key_mask, causal = NAP_CASES[case]
+  mask = sparse_dense_mask(n_q, n_k) if case == "dense" else None
+  q, k, v = attention_inputs(n_q, n_k)
+  with platform.tracing_for(LAYOUTS_ON[layout], interpret=True):
+    fn = lambda *a: get(name).fused_attention(*a, query_mask=query_mask, key_mask=key_mask,
+                                              causal=causal, mask=mask)
+    got = out_and_grads(fn, q, k, v, NAP_PARAMS[name])
+    assert "pallas_call" in str(jax.make_jaxpr(fn)(q, k, v, NAP_PARAMS[name]))
+  full = dense_mask(BATCH, n_q, n_k, query_mask, key_mask, causal)
+  want = out_and_grads(lambda *a: quadratic(name, *a, full if mask is None else full & mask),
+                       q, k, v, NAP_PARAMS[name])
+  assert_close(got, want, 2e-5)
+
+
+@pytest.mark.slow
+def test_the_nap_kernel_over_a_models_axis_equals_the_quadratic_path():
+  """vmapped as a grid vmaps its models (each with its own gain and bias)."""
+  q, k, v = attention_inputs(7, 7)
+  stack = lambda x: jnp.stack([x, 2 * x, -x])
+  params = {"nap_gain": jnp.array([[0.7, 1.3], [1.0, 1.0], [2.0, 0.5]]),
+            "nap_bias": jnp.array([[0.1, -0.2], [0.0, 0.0], [0.3, 0.3]])}
+  run = lambda path: out_and_grads(jax.vmap(path), stack(q), stack(k), stack(v), params)
+  got = run(lambda *a: get("nap").fused_attention(*a, causal=True))
+  want = run(lambda *a: quadratic("nap", *a, dense_mask(BATCH, 7, 7, causal=True)))
+  assert_close(got, want, 2e-5)
+
+
+def test_the_nap_kernel_refuses_what_it_cannot_take_and_auto_needs_a_measurement():
+  from normattn_jax.kernels import nap
+  q = jnp.zeros((1, 4, 2, 8))
+  with pytest.raises(ValueError, match="eps must be > 0"):
+    nap.attention(q, q, q, eps=0.0)
+  with pytest.raises(ValueError, match="kind='sum': must be one of"):
+    nap.attention(q, q, q, kind="sum", eps=1e-3)
+  many = jax.ShapeDtypeStruct((1, nap.MAX_KEYS + 1, 2, 8), jnp.float32)
+  with pytest.raises(ValueError, match=f"at most {nap.MAX_KEYS} keys, got {nap.MAX_KEYS + 1}"):
+    jax.eval_shape(lambda k: nap.attention(q, k, k, eps=1e-3), many)
+  for name in NAP_PARAMS:  # no measurement shipped: "auto" keeps the XLA paths
+    assert not fused.takes_fused_path(get(name), "auto", [], jnp.bfloat16, 32, num_keys=4096)
 
 
 # ----- where the kernels run -----

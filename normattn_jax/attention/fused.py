@@ -56,6 +56,7 @@ from normattn_jax.attention import fast as fast_lib
 from normattn_jax.attention.causality import refuse_future_leak
 from normattn_jax.kernels import platform as platform_lib
 from normattn_jax.kernels import rules as kernel_rules
+from normattn_jax.kernels.calls import round_up
 
 Array = jax.Array
 KERNELS = ("xla", "cudnn", "pallas")
@@ -113,10 +114,6 @@ def masked_logit(dtype) -> float:
   return max(-2.0 ** 41, -0.7 * float(jnp.finfo(dtype).max))
 
 
-def _round_up(n: int, multiple: int) -> int:
-  return -(-n // multiple) * multiple
-
-
 def kernel_for(dtype, width: int, *, dense_mask: bool = False,
                causal_unequal: bool = False) -> str:
   """The kernel of a fused call: cuDNN's where it takes the call; on a TPU (a program traced
@@ -136,7 +133,7 @@ def kernel_for(dtype, width: int, *, dense_mask: bool = False,
     "cudnn", "pallas" or "xla" (one of ``KERNELS``).
   """
   if (cudnn_device() and jnp.dtype(dtype) in CUDNN_DTYPES and not dense_mask
-      and not causal_unequal and _round_up(width, CUDNN_WIDTH_MULTIPLE) <= CUDNN_MAX_WIDTH):
+      and not causal_unequal and round_up(width, CUDNN_WIDTH_MULTIPLE) <= CUDNN_MAX_WIDTH):
     return "cudnn"
   if platform_lib.target().platform == "tpu" and not dense_mask and not causal_unequal:
     return "pallas"
@@ -206,8 +203,9 @@ def takes_fused_path(norm, implementation: str, call_blockers, dtype, head_dim: 
 
 def auto_fuses(norm, kernel: str, dtype, head_dim: int, num_keys: int) -> bool:
   """"auto"'s rule for a call nothing blocks: where the kernel rules (``kernels.rules``) hold a
-  measurement of the fused path against the quadratic one on this kind of device at this
-  normalisation, dtype, key count and head width, whether the fused path was faster there;
+  measurement of the fused path against the path "auto" takes without it (the quadratic one,
+  or NAP's and NON's linear one) on this kind of device at this normalisation, dtype, key count
+  and head width, whether the fused path was faster there;
   elsewhere, from ``AUTO_MIN_KEYS`` keys on where the kernel is one of the normalisation's
   ``fused_auto_kernels`` (cuDNN's for softmax, DNAS, HNAS, sink and Scalable-Softmax; on a CPU
   XLA's fused kernel is the quadratic computation and "auto" keeps today's paths). (On an H100
@@ -401,14 +399,14 @@ def attention(q, k, v, *, key_offsets=None, sink=None, mask=None, query_mask=Non
   # masked keys, and (causal lengths stay equal) queries, at the end: one where cuDNN's length
   # is odd, up to whole blocks on the Pallas kernel
   multiple = {"cudnn": 2, "pallas": PALLAS_BLOCK}.get(kernel, 1)
-  extra_keys = _round_up(k.shape[1], multiple) - k.shape[1]
+  extra_keys = round_up(k.shape[1], multiple) - k.shape[1]
   if extra_keys:
     column = jnp.concatenate(
         [column, jnp.full((batch, extra_keys, h), masked_logit(dtype), compute)], 1)
     k, v = (jnp.concatenate([x, jnp.zeros((batch, extra_keys) + x.shape[2:], dtype)], 1)
             for x in (k, v))
     needs_column = True
-  extra_queries = _round_up(q.shape[1], multiple) - q.shape[1]
+  extra_queries = round_up(q.shape[1], multiple) - q.shape[1]
   if extra_queries:
     q = jnp.concatenate([q, jnp.zeros((batch, extra_queries, h, d), dtype)], axis=1)
   if needs_column:
@@ -417,9 +415,9 @@ def attention(q, k, v, *, key_offsets=None, sink=None, mask=None, query_mask=Non
     k = jnp.concatenate([k, jnp.stack(columns, axis=-1)], axis=-1)
   width = max(q.shape[-1], e)
   if cudnn:
-    width = _round_up(width, CUDNN_WIDTH_MULTIPLE)
+    width = round_up(width, CUDNN_WIDTH_MULTIPLE)
   if kernel == "pallas" and width > PALLAS_BLOCK:  # the kernel's head width: whole lanes
-    width = _round_up(width, PALLAS_BLOCK)
+    width = round_up(width, PALLAS_BLOCK)
   q, k, v = (_pad_width(x, width) for x in (q, k, v))
 
   if kernel == "pallas":
@@ -590,7 +588,7 @@ def column_logsumexp(q, k, *, query_mask=None, causal: bool = False) -> Array:
     key_column = jnp.concatenate([key_column, jnp.full((batch, 1, h), masked, compute)], 1)
   if n_k % 2:
     rows = jnp.concatenate([rows, jnp.zeros((batch, 1, h, d), dtype)], 1)
-  width = _round_up(d + 2, CUDNN_WIDTH_MULTIPLE)
+  width = round_up(d + 2, CUDNN_WIDTH_MULTIPLE)
   ones = lambda x: jnp.ones(x.shape[:-1] + (1,), dtype)
   keys = _pad_width(jnp.concatenate([cols, ones(cols), key_column[..., None].astype(dtype)],
                                     -1), width)

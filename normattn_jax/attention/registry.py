@@ -17,6 +17,8 @@ from normattn_jax.attention import causality
 from normattn_jax.attention import fast as fast_lib
 from normattn_jax.attention import fused as fused_lib
 from normattn_jax.attention import weights as weights_lib
+from normattn_jax.attention.numerics import NAP_EPSILON
+from normattn_jax.kernels import nap as nap_kernels
 from normattn_jax.registry import Registry
 from normattn_jax.validation import Option, integer, number
 
@@ -607,12 +609,17 @@ NAP = register(Normalization(
     params=(HeadParam("nap_gain", lambda options: nn.initializers.ones),
             HeadParam("nap_bias", lambda options: nn.initializers.zeros)),
     scale_logits=False,  # NAP's normalisation makes the scale moot (as in the paper's code)
-    fast_pays_off=_linear_pays_off, causal_safe=True, paper=RICHTER))
+    fast_pays_off=_linear_pays_off, causal_safe=True, paper=RICHTER,
+    # the logits and weights kept in a Pallas kernel; "auto" only where measured faster
+    fused=lambda q, k, v, nap_gain, nap_bias, block_size, **kw: nap_kernels.attention(
+        q, k, v, nap_gain, nap_bias, kind="nap", eps=NAP_EPSILON, **kw)))
 NON = register(Normalization(
     "non", weights_lib.non_weights,
     fast=_unblocked(fast_lib.non_attention),
     head_norm=False,  # its 1/sqrt(N) inside non_weights replaces the MTE head LayerNorm
-    fast_pays_off=_linear_pays_off, causal_safe=True, paper=RICHTER))
+    fast_pays_off=_linear_pays_off, causal_safe=True, paper=RICHTER,
+    fused=lambda q, k, v, block_size, **kw: nap_kernels.attention(
+        q, k, v, kind="non", eps=NAP_EPSILON, **kw)))
 
 # Today's wave. Learned per-head parameters start where each paper puts its constant: sigmoid's
 # bias offset at 0 (so the bias is -log(n)), the sink logit at 0 (softmax_1), Scalable-Softmax's

@@ -12,7 +12,8 @@ backward; a decode step with the key/value cache; the report card's measurement 
 * no host callback (``pure_callback``, ``io_callback``, ``jax.debug.print``) in a training
   step: found in the jaxpr by primitive and in the module by custom-call target
   (``CALLBACK_TARGET``: ``xla_ffi_python_cpu_callback`` and its GPU and partial variants);
-* on CUDA, a program whose attention is ``implementation="fused"`` in bf16 contains cuDNN's
+* on CUDA, a program whose attention is ``implementation="fused"`` in bf16 (softmax attention
+  with offsets: every fused path but NAP's and NON's kernels) contains cuDNN's
   flash-attention custom call, ``__cudnn$fmhaSoftmax`` (and ``__cudnn$fmhaSoftmaxBackward``
   where it is differentiated; ``CUDNN_FORWARD``), the names jax's
   ``cudnn/fused_attention_stablehlo.py`` lowers ``dot_product_attention(implementation=
@@ -20,7 +21,8 @@ backward; a decode step with the key/value cache; the report card's measurement 
   DNAS, with the offsets rounded into the logits;
 * a Pallas kernel's custom call where one is claimed: on a TPU, jax's flash attention kernel
   (Mosaic's ``tpu_custom_call``, ``MOSAIC_TARGET``) in every "fused" program; the feed-forward
-  kernels (``kernels.ffn``) in a grid program whose ``model.ffn_implementation`` is "pallas"
+  kernels (``kernels.ffn``) in a grid program whose ``model.ffn_implementation`` is "pallas",
+  and NAP's and NON's attention kernels (``kernels.nap``) in every "fused" program of theirs
   (Triton's ``__gpu$xla.gpu.triton`` on CUDA, ``TRITON_TARGET``);
 * the dtypes are the configured ones: a float32 program has no bf16 ``dot_general``, a bf16 one
   has bf16 ``dot_general`` ops (the projections), and every ``exponential`` and ``log`` (the
@@ -47,6 +49,7 @@ import numpy as np
 
 from normattn_jax.attention import fused as fused_lib
 from normattn_jax.attention import registry as attention_registry
+from normattn_jax.kernels import nap as nap_kernels
 from normattn_jax.kernels import platform as kernel_platform
 from normattn_jax.precision import DTYPES
 
@@ -100,8 +103,9 @@ class Program:
     kernels' where ``ffn`` is "pallas", and on a TPU the flash attention kernel wherever the
     attention is "fused" (``fused.kernel_for``)."""
     wanted = set()
-    if self.ffn == "pallas":
-      wanted.add(TRITON_TARGET if platform == "cuda" else MOSAIC_TARGET)
+    pallas = TRITON_TARGET if platform == "cuda" else MOSAIC_TARGET
+    if self.ffn == "pallas" or (self.implementation == "fused" and self.pallas_attention):
+      wanted.add(pallas)
     if (platform == "tpu" and self.implementation == "fused"
         and attention_registry.get(self.normalization).fused is not None):
       wanted.add(MOSAIC_TARGET)
@@ -111,7 +115,14 @@ class Program:
     """Whether its CUDA export must hold cuDNN's call: "fused" in bf16, where ``kernel_for``
     takes cuDNN (float32 runs XLA's kernel, which cuDNN's flash attention does not take)."""
     return (platform == "cuda" and self.implementation == "fused" and self.dtype == "bfloat16"
-            and attention_registry.get(self.normalization).fused is not None)
+            and attention_registry.get(self.normalization).fused is not None
+            and not self.pallas_attention)
+
+  @property
+  def pallas_attention(self) -> bool:
+    """Its fused attention is one of this package's Pallas kernels (NAP's, NON's), not softmax
+    attention with offsets."""
+    return self.normalization in nap_kernels.KINDS
 
 
 @dataclasses.dataclass(frozen=True)

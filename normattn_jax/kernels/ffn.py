@@ -37,6 +37,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from normattn_jax.kernels import platform as platform_lib
+from normattn_jax.kernels.calls import (compiler_params, next_power_of_two, pad_to, round_up,
+                                        varying_like)
 
 Array = jax.Array
 LAYOUTS = ("mte", "bert")
@@ -102,14 +104,6 @@ class Config:
     return self.ffn_padded // self.hidden
 
 
-def _next_power_of_two(n: int) -> int:
-  return 1 << max(n - 1, 0).bit_length()
-
-
-def _round_up(n: int, multiple: int) -> int:
-  return -(-n // multiple) * multiple
-
-
 def make_config(layout: str, epsilon: float, num_rows: int, d: int, ffn: int,
                 target: Optional[platform_lib.Target] = None) -> Config:
   """The ``Config`` of a call on ``target`` (default: the traced program's)."""
@@ -118,14 +112,14 @@ def make_config(layout: str, epsilon: float, num_rows: int, d: int, ffn: int,
   target = target or platform_lib.target()
   tiles = tiles_for(target.platform, d)
   if tiles.powers_of_two:
-    d_padded = _next_power_of_two(max(d, 16))
-    hidden = min(tiles.hidden, _next_power_of_two(max(ffn, 16)))
-    rows = min(tiles.rows, _next_power_of_two(max(num_rows, 16)))
+    d_padded = next_power_of_two(max(d, 16))
+    hidden = min(tiles.hidden, next_power_of_two(max(ffn, 16)))
+    rows = min(tiles.rows, next_power_of_two(max(num_rows, 16)))
   else:
     d_padded = d
     hidden = ffn if ffn <= tiles.hidden else tiles.hidden
-    rows = min(tiles.rows, _round_up(num_rows, 8))
-  return Config(layout, float(epsilon), d, ffn, d_padded, _round_up(ffn, hidden), rows, hidden,
+    rows = min(tiles.rows, round_up(num_rows, 8))
+  return Config(layout, float(epsilon), d, ffn, d_padded, round_up(ffn, hidden), rows, hidden,
                 target.platform, target.interpret, tiles.num_warps)
 
 
@@ -391,39 +385,19 @@ def _weights_backward_kernel(x_ref, df_ref, stats_ref, *refs, cfg: Config, chunk
 
 # ----- the calls -----
 
-def _compiler_params(cfg: Config, dimensions: int = 1):
-  """The platform's compiler parameters (None when interpreted)."""
-  if cfg.interpret:
-    return None
-  if cfg.platform == "tpu":
-    from jax.experimental.pallas import tpu as pltpu
-    return pltpu.CompilerParams(dimension_semantics=("parallel",) * dimensions)
-  from jax.experimental.pallas import triton as pltriton
-  return pltriton.CompilerParams(num_warps=cfg.num_warps, num_stages=1)
-
-
-def _varying_like(arrays):
-  """The mesh axes over which any of ``arrays`` varies (inside ``shard_map``), as the type a
-  kernel's outputs declare; None outside one."""
-  types = [getattr(jax.typeof(a), "mat", None) for a in arrays]
-  types = [t for t in types if t is not None]
-  if not types:
-    return None
-  return type(types[0])(varying=frozenset().union(*(t.varying for t in types)))
-
-
 def _call(kernel, cfg: Config, grid: int, in_specs, out_specs, out_shapes):
   """``pallas_call`` of ``kernel`` over ``grid`` programs; ``out_shapes`` as ``(shape, dtype)``
   pairs, declared varying as the inputs vary."""
   def call(*args):
-    mat = _varying_like(args)
+    mat = varying_like(args)
     shapes = [jax.ShapeDtypeStruct(shape, dtype, manual_axis_type=mat)
               for shape, dtype in out_shapes]
     single = len(shapes) == 1
     return pl.pallas_call(kernel, grid=(grid,), in_specs=in_specs,
                           out_specs=out_specs[0] if single else out_specs,
                           out_shape=shapes[0] if single else shapes, interpret=cfg.interpret,
-                          compiler_params=_compiler_params(cfg))(*args)
+                          compiler_params=compiler_params(cfg.platform, cfg.interpret,
+                                                          num_warps=cfg.num_warps))(*args)
   return call
 
 
@@ -493,12 +467,6 @@ def _sub_block_backward(cfg: Config, residuals, dout: Array):
 _sub_block.defvjp(_sub_block_forward, _sub_block_backward)
 
 
-def _pad(x: Array, shape) -> Array:
-  if x.shape == tuple(shape):
-    return x
-  return jnp.pad(x, [(0, s - n) for n, s in zip(x.shape, shape)])
-
-
 def feed_forward(x: Array, params: Params, *, layout: str, epsilon: float) -> Array:
   """The feed-forward sub-block of ``layout`` over the rows of ``x [..., d]`` by the kernels.
 
@@ -524,9 +492,9 @@ def feed_forward(x: Array, params: Params, *, layout: str, epsilon: float) -> Ar
   lead = x.shape[:-1]
   rows = x.reshape(-1, d)
   cfg = make_config(layout, epsilon, rows.shape[0], d, ffn)
-  num_rows = _round_up(rows.shape[0], cfg.rows)
+  num_rows = round_up(rows.shape[0], cfg.rows)
   dp, fp = cfg.d_padded, cfg.ffn_padded
-  padded = Params(*(_pad(p, s) for p, s in zip(params, (
+  padded = Params(*(pad_to(p, s) for p, s in zip(params, (
       (dp, fp), (1, fp), (1, fp), (1, fp), (fp, dp), (1, dp), (1, dp), (1, dp)))))
-  out = _sub_block(cfg, _pad(rows, (num_rows, dp)), padded)
+  out = _sub_block(cfg, pad_to(rows, (num_rows, dp)), padded)
   return out[:rows.shape[0], :d].reshape(lead + (d,))
