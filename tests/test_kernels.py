@@ -211,6 +211,22 @@ def test_the_nap_kernel_over_a_models_axis_equals_the_quadratic_path():
   assert_close(got, want, 2e-5)
 
 
+@pytest.mark.slow
+def test_a_grid_of_nap_on_its_kernel_trains_as_on_the_quadratic_path(tmp_path):
+  """The kernel inside a grid's program (shard_map over the models, vmap, the chunk's scan):
+  every model's curves as on the quadratic path, to float rounding over 30 steps."""
+  from helpers.sweeps import run
+  curves = {}
+  for implementation in ("quadratic", "fused"):
+    workdir = tmp_path / implementation
+    run(tiny_sweep_config(**{"archs": ("nap",), "model.attention_implementation":
+                             implementation}), workdir)
+    curves[implementation] = dict(np.load(workdir / "metrics.npz"))
+  assert set(curves["fused"]) == set(curves["quadratic"])
+  for name, want in curves["quadratic"].items():
+    np.testing.assert_allclose(curves["fused"][name], want, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
 def test_the_nap_kernel_refuses_what_it_cannot_take_and_auto_needs_a_measurement():
   from normattn_jax.kernels import nap
   q = jnp.zeros((1, 4, 2, 8))
