@@ -212,6 +212,24 @@ def test_the_nap_kernel_over_a_models_axis_equals_the_quadratic_path():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(NAP_PARAMS))
+def test_the_nap_and_non_kernels_in_bf16_stay_within_the_bf16_tolerances(name):
+  """bf16 inputs against the float32 quadratic path: outputs and gradients, as the quadratic
+  path in bf16 is held to (``BF16_TOLERANCES``)."""
+  q, k, v = attention_inputs(7, 7)
+  bf16 = lambda x: x.astype(jnp.bfloat16)
+  got = out_and_grads(lambda q, k, v, p: get(name).fused_attention(q, k, v, p, causal=True),
+                      bf16(q), bf16(k), bf16(v), NAP_PARAMS[name])
+  want = out_and_grads(lambda *a: quadratic(name, *a, dense_mask(BATCH, 7, 7, causal=True)),
+                       q, k, v, NAP_PARAMS[name])
+  flat = lambda tree: np.concatenate([np.asarray(x, np.float32).ravel()
+                                      for x in jax.tree.leaves(tree)])
+  relative = lambda a, b: np.linalg.norm(flat(a) - flat(b)) / np.linalg.norm(flat(b))
+  assert relative(got[0], want[0]) < BF16_TOLERANCES["output_rms"]
+  assert relative(got[1], want[1]) < BF16_TOLERANCES["gradient"]
+
+
+@pytest.mark.slow
 def test_a_grid_of_nap_on_its_kernel_trains_as_on_the_quadratic_path(tmp_path):
   """The kernel inside a grid's program (shard_map over the models, vmap, the chunk's scan):
   every model's curves as on the quadratic path, to float rounding over 30 steps."""
