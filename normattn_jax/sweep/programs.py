@@ -38,8 +38,8 @@ Array = jax.Array
 HYPERPARAMETERS = ("learning_rate", "l2", "dropout")
 # Grids compiled at once in a sweep's background (``sweep.train.train_grids``): None is one where
 # the devices are the host's CPU cores (a second compile takes cores from the training) and
-# ``ACCELERATOR_COMPILE_THREADS`` beside an accelerator, whose host is idle while it trains; one
-# thread is the floor of a sweep whose compiles outlast its training.
+# ``ACCELERATOR_COMPILE_THREADS`` beside an accelerator, whose host is idle while it trains (where
+# a sweep's compiles outlast its training, their number over the threads is its floor).
 COMPILE_THREADS: Optional[int] = None
 ACCELERATOR_COMPILE_THREADS = 2
 
