@@ -1,5 +1,6 @@
 """How many N x N arrays XLA writes in a grid's training program, per arch and attention path:
-the check behind "a NAP/NON statistics kernel would save nothing at the grids' shapes".
+where NAP's and NON's attention kernels (``kernels.nap``) can save bytes: none at the grids'
+shapes, where "auto" takes their linear paths; the quadratic path's arrays below two head widths.
 
 For each arch and ``model.attention_implementation``, one sweep grid's chunk program (training
 steps and evaluation; 1 layer, 4 heads, batch 4) is compiled on this machine and its optimised
