@@ -14,7 +14,9 @@
 #   f_kernels      60 s  each kernel (feed-forward, fused attention) against the XLA path at the
 #                        grids' shapes, written as kernel rules (f_kernels/rules.json; a killed
 #                        run keeps its cases and the next loan measures the rest); merge with
-#                        benchmarks/kernel_speed.py --merge <out>/f_kernels/rules.json
+#                        benchmarks/kernel_speed.py --merge <out>/f_kernels/rules.json and
+#                        commit: a loan without that folder starts from the shipped rules and
+#                        measures only the cases they lack for its device
 #   -- optional: what time is left, else the next loan --
 #   a_tests       150 s  the fused tests on cuDNN's own kernel, the export and bf16 tests
 #   b_grid        160 s  50 small models in one program against one after another (goal >= 30x)
@@ -189,13 +191,23 @@ engine() {  # engine <folder> <dry 0|1>: the engine's measurements on the GPU; t
       ${compile_s:+--estimate_compile_s="$compile_s"} | tail -1 || return 1
   done
 }
-export -f paper_scale card_lms rates_of engine
+kernel_rules() {  # kernel_rules <rules file> <kernel_speed.py flags ...>: a new file starts as
+  # the shipped rules (normattn_jax/kernels/measured.json, an earlier loan's merged in), so the
+  # cases they hold for this device are not measured again and a --merge keeps them beside the
+  # new ones
+  local rules=$1
+  shift
+  mkdir -p "$(dirname "$rules")"
+  [[ -e $rules ]] || cp normattn_jax/kernels/measured.json "$rules" || return 1
+  $PY benchmarks/kernel_speed.py --out "$rules" "$@"
+}
+export -f paper_scale card_lms rates_of engine kernel_rules
 export PY
 
 if [[ $dry == 1 ]]; then
   step a_engine 330 bash -c 'engine "$1" 1' _ "$out/a_engine"
-  step f_kernels 60 $PY benchmarks/kernel_speed.py --sizes 8 --dtypes float32 --layouts mte \
-    --normalizations softmax --models 2 --batch 2 --repeats 1 --out "$out/f_kernels/rules.json"
+  step f_kernels 60 bash -c 'kernel_rules "$@"' _ "$out/f_kernels/rules.json" --sizes 8 \
+    --dtypes float32 --layouts mte --normalizations softmax --models 2 --batch 2 --repeats 1
   step a_tests 150 $PY -m pytest -q -p no:cacheprovider -m "not slow" tests/test_export_check.py \
     tests/test_precision.py -k "fused_export_is_caught or host_callback or dtype_problems or \
     refuse_bf16"
@@ -216,7 +228,7 @@ if [[ $dry == 1 ]]; then
     "$((QUEUE_SECONDS - SECONDS - KILL_GRACE))"
 else
   step a_engine 330 bash -c 'engine "$1" 0' _ "$out/a_engine"
-  step f_kernels 60 $PY benchmarks/kernel_speed.py --out "$out/f_kernels/rules.json"
+  step f_kernels 60 bash -c 'kernel_rules "$@"' _ "$out/f_kernels/rules.json"
   step a_tests 150 bash -c "$PY -m pytest -q -p no:cacheprovider -n 8 tests/test_fused.py \
     tests/test_nnx.py && $PY -m pytest -q -p no:cacheprovider -n 8 -m 'not slow' \
     tests/test_export_check.py tests/test_precision.py"
