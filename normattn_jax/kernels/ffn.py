@@ -37,8 +37,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from normattn_jax.kernels import platform as platform_lib
-from normattn_jax.kernels.calls import (compiler_params, next_power_of_two, pad_to, round_up,
-                                        varying_like)
+from normattn_jax.kernels.calls import next_power_of_two, pad_to, pallas, round_up
 
 Array = jax.Array
 LAYOUTS = ("mte", "bert")
@@ -386,19 +385,9 @@ def _weights_backward_kernel(x_ref, df_ref, stats_ref, *refs, cfg: Config, chunk
 # ----- the calls -----
 
 def _call(kernel, cfg: Config, grid: int, in_specs, out_specs, out_shapes):
-  """``pallas_call`` of ``kernel`` over ``grid`` programs; ``out_shapes`` as ``(shape, dtype)``
-  pairs, declared varying as the inputs vary."""
-  def call(*args):
-    mat = varying_like(args)
-    shapes = [jax.ShapeDtypeStruct(shape, dtype, manual_axis_type=mat)
-              for shape, dtype in out_shapes]
-    single = len(shapes) == 1
-    return pl.pallas_call(kernel, grid=(grid,), in_specs=in_specs,
-                          out_specs=out_specs[0] if single else out_specs,
-                          out_shape=shapes[0] if single else shapes, interpret=cfg.interpret,
-                          compiler_params=compiler_params(cfg.platform, cfg.interpret,
-                                                          num_warps=cfg.num_warps))(*args)
-  return call
+  """``pallas_call`` of ``kernel`` over ``grid`` programs (``calls.pallas``)."""
+  return pallas(kernel, (grid,), in_specs, out_specs, out_shapes, platform=cfg.platform,
+                interpret=cfg.interpret, num_warps=cfg.num_warps)
 
 
 def _full(shape) -> pl.BlockSpec:

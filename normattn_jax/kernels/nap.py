@@ -33,7 +33,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from normattn_jax.kernels import platform as platform_lib
-from normattn_jax.kernels.calls import compiler_params, next_power_of_two, pad_to, varying_like
+from normattn_jax.kernels.calls import next_power_of_two, pad_to, pallas
 
 Array = jax.Array
 KINDS = ("nap", "non")
@@ -241,16 +241,8 @@ def _specs(cfg: Config) -> list:
 
 
 def _call(kernel, cfg: Config, grid, in_specs, out_specs, out_shapes, args):
-  mat = varying_like(args)
-  shapes = [jax.ShapeDtypeStruct(shape, dtype, manual_axis_type=mat)
-            for shape, dtype in out_shapes]
-  single = len(shapes) == 1
-  return pl.pallas_call(
-      functools.partial(kernel, cfg=cfg), grid=grid, in_specs=in_specs,
-      out_specs=out_specs[0] if single else out_specs, out_shape=shapes[0] if single else shapes,
-      interpret=cfg.interpret,
-      compiler_params=compiler_params(cfg.platform, cfg.interpret, num_warps=4,
-                                      dimensions=2))(*args)
+  return pallas(functools.partial(kernel, cfg=cfg), grid, in_specs, out_specs, out_shapes,
+                platform=cfg.platform, interpret=cfg.interpret)(*args)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
