@@ -105,15 +105,15 @@ class _Block:
   def __init__(self, cfg: Config, q: Array, k: Array, valid: Array, gain, bias):
     self.cfg, self.valid = cfg, valid
     logits = jnp.where(valid, _dot(q, k, ((1,), (1,))), 0.0)
-    self.count = jnp.maximum(jnp.sum(valid.astype(jnp.float32), axis=-1, keepdims=True), 1.0)
+    valid_keys = jnp.sum(valid.astype(jnp.float32), axis=-1, keepdims=True)
+    self.count = jnp.maximum(valid_keys, 1.0)
     if cfg.kind == "non":
       self.weights = jnp.where(valid, logits / jnp.sqrt(self.count), 0.0)
       return
     self.scale = _power_of_two(-_exponent(jnp.max(jnp.abs(logits), axis=-1, keepdims=True)))
     x = logits * self.scale
     top = jnp.max(jnp.where(valid, x, -jnp.inf), axis=-1, keepdims=True)
-    any_valid = jnp.max(valid.astype(jnp.float32), axis=-1, keepdims=True) > 0
-    x = jnp.where(valid, x - jnp.where(any_valid, top, 0.0), 0.0)
+    x = jnp.where(valid, x - jnp.where(valid_keys > 0, top, 0.0), 0.0)
     mean = jnp.sum(x, axis=-1, keepdims=True) / self.count
     self.centred = jnp.where(valid, x - mean, 0.0)
     var = jnp.sum(self.centred * self.centred, axis=-1, keepdims=True) / self.count
@@ -240,6 +240,11 @@ def _specs(cfg: Config) -> list:
   return specs
 
 
+def _inputs(cfg: Config, q, k, v, key_valid, query_valid, params, mask) -> tuple:
+  """The kernels' inputs in ``_specs``' order (the dense mask only where the call has one)."""
+  return (q, k, v, key_valid, query_valid, params) + ((mask,) if cfg.dense_mask else ())
+
+
 def _call(kernel, cfg: Config, grid, in_specs, out_specs, out_shapes, args):
   return pallas(functools.partial(kernel, cfg=cfg), grid, in_specs, out_specs, out_shapes,
                 platform=cfg.platform, interpret=cfg.interpret)(*args)
@@ -248,10 +253,10 @@ def _call(kernel, cfg: Config, grid, in_specs, out_specs, out_shapes, args):
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _attend(cfg: Config, q, k, v, key_valid, query_valid, params, mask):
   batch, heads = q.shape[0], params.shape[0]
-  args = (q, k, v, key_valid, query_valid, params) + ((mask,) if cfg.dense_mask else ())
   return _call(_forward_kernel, cfg, (batch, heads), _specs(cfg),
                [_head(cfg, cfg.q_padded, cfg.e_padded)],
-               [(_shape(cfg, batch, cfg.q_padded, heads, cfg.e_padded), v.dtype)], args)
+               [(_shape(cfg, batch, cfg.q_padded, heads, cfg.e_padded), v.dtype)],
+               _inputs(cfg, q, k, v, key_valid, query_valid, params, mask))
 
 
 def _attend_forward(cfg, q, k, v, key_valid, query_valid, params, mask):
@@ -262,8 +267,7 @@ def _attend_forward(cfg, q, k, v, key_valid, query_valid, params, mask):
 def _attend_backward(cfg, residuals, dout):
   q, k, v, key_valid, query_valid, params, mask = residuals
   batch, heads = q.shape[0], params.shape[0]
-  args = ((q, k, v, key_valid, query_valid, params) + ((mask,) if cfg.dense_mask else ())
-          + (dout,))
+  args = _inputs(cfg, q, k, v, key_valid, query_valid, params, mask) + (dout,)
   dq, dk, dv, dparams = _call(
       _backward_kernel, cfg, (batch, heads),
       _specs(cfg) + [_head(cfg, cfg.q_padded, cfg.e_padded)],
