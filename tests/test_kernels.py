@@ -56,6 +56,14 @@ def assert_close(got, want, tol):
     np.testing.assert_allclose(g, w, atol=tol * max(float(np.max(np.abs(w))), 1.0), rtol=0)
 
 
+def relative_error(got, want) -> float:
+  """The distance of two trees over the size of ``want`` (float32, every leaf together): for
+  one array, the root mean square of the error over that of ``want``."""
+  flat = lambda tree: np.concatenate([np.asarray(x, np.float32).ravel()
+                                      for x in jax.tree.leaves(tree)])
+  return float(np.linalg.norm(flat(got) - flat(want)) / np.linalg.norm(flat(want)))
+
+
 @pytest.fixture(scope="module", params=[("mte", HIDDEN, 2), ("bert", 4 * D, 1)])
 def paths(request):
   arch, hidden, chunks = request.param
@@ -80,12 +88,8 @@ def test_the_ffn_kernels_in_bf16_stay_within_the_bf16_tolerances(arch):
   bf16 = block_paths(arch, jnp.bfloat16)
   for implementation in ("xla", "pallas"):
     out, grads = bf16[implementation][1]
-    rms = lambda a: float(np.sqrt(np.mean(np.square(np.asarray(a, np.float32)))))
-    assert rms(out - f32[0]) / rms(f32[0]) < BF16_TOLERANCES["output_rms"], implementation
-    flat = lambda t: np.concatenate([np.asarray(x, np.float32).ravel()
-                                     for x in jax.tree.leaves(t)])
-    error = np.linalg.norm(flat(grads) - flat(f32[1])) / np.linalg.norm(flat(f32[1]))
-    assert error < BF16_TOLERANCES["gradient"], implementation
+    assert relative_error(out, f32[0]) < BF16_TOLERANCES["output_rms"], implementation
+    assert relative_error(grads, f32[1]) < BF16_TOLERANCES["gradient"], implementation
 
 
 @pytest.mark.slow
@@ -222,11 +226,8 @@ def test_the_nap_and_non_kernels_in_bf16_stay_within_the_bf16_tolerances(name):
                       bf16(q), bf16(k), bf16(v), NAP_PARAMS[name])
   want = out_and_grads(lambda *a: quadratic(name, *a, dense_mask(BATCH, 7, 7, causal=True)),
                        q, k, v, NAP_PARAMS[name])
-  flat = lambda tree: np.concatenate([np.asarray(x, np.float32).ravel()
-                                      for x in jax.tree.leaves(tree)])
-  relative = lambda a, b: np.linalg.norm(flat(a) - flat(b)) / np.linalg.norm(flat(b))
-  assert relative(got[0], want[0]) < BF16_TOLERANCES["output_rms"]
-  assert relative(got[1], want[1]) < BF16_TOLERANCES["gradient"]
+  assert relative_error(got[0], want[0]) < BF16_TOLERANCES["output_rms"]
+  assert relative_error(got[1], want[1]) < BF16_TOLERANCES["gradient"]
 
 
 @pytest.mark.slow
