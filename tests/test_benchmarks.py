@@ -37,6 +37,8 @@ RUNS = {
     "grid_overlap": ["--steps", "8", "--sweep", "vocab"],
     "compile_waits": ["--costs", "results/estimates/fig16_mode_lr_x_vocab.txt",
                       "--rates=0.2060:20364.6,11.6588:2833.3", "--compile_threads", "2"],
+    "triton_resources": ["--ir_only", "--kernels", "nap,ffn", "--shapes", "16:8", "--widths",
+                         "16", "--dtypes", "float32"],
     "compile_threads": ["--grids", "2", "--rounds", "1", "--config", "demo",
                         "--config.model.d_model=8", "--config.model.num_layers=1"],
 }
@@ -48,7 +50,8 @@ LAST_LINE = {"attention_scaling": "dnas_fused_over_softmax_fused_at_128=",
              "step_cost": "first_over_case_flops=", "grid_overlap": "all_speedup=",
              "engine_speed": "table5_grid models=",
              "compile_waits": "longest_first_over_one_ahead=",
-             "compile_threads": "two_threads_speedup="}
+             "compile_threads": "two_threads_speedup=",
+             "triton_resources": "programs=9"}
 
 
 @pytest.mark.slow

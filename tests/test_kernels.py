@@ -202,6 +202,33 @@ def test_the_nap_and_non_kernels_equal_the_quadratic_path(name, case, layout):
   assert_close(got, want, 2e-5)
 
 
+@pytest.mark.parametrize("layout", sorted(LAYOUTS_ON))
+@pytest.mark.parametrize("dense", [False, True])
+@pytest.mark.parametrize("name", sorted(NAP_PARAMS))
+@pytest.mark.fast_subset(lambda p: (p["name"], p["dense"], p["layout"]) == ("nap", True, "gpu"))
+def test_the_nap_and_non_kernels_in_many_blocks_equal_the_quadratic_path(name, dense, layout,
+                                                                         monkeypatch):
+  """Blocks of 16 over 40 queries, 45 keys and 40 features: four blocks of query rows, of
+  keys and of features each, so every loop and every block's offset (causal, masks) counts.
+  NAP's case with a dense mask on the GPU's layout in ``make test``."""
+  from normattn_jax.kernels import nap
+  monkeypatch.setattr(nap, "blocks_for", lambda *_: nap.Blocks(16, 16, 16, 16))
+  n_q, n_k, width = 40, 45, 40
+  ks = jax.random.split(jax.random.key(3), 4)
+  q, k, v = (jax.random.normal(key, (BATCH, n, HEADS, width))
+             for key, n in zip(ks, (n_q, n_k, n_k)))
+  query_mask, key_mask = lengths_mask([40, 33], n_q), lengths_mask([45, 29], n_k)
+  mask = jax.random.bernoulli(ks[3], 0.8, (BATCH, HEADS, n_q, n_k)) if dense else None
+  with platform.tracing_for(LAYOUTS_ON[layout], interpret=True):
+    got = out_and_grads(lambda *a: get(name).fused_attention(
+        *a, query_mask=query_mask, key_mask=key_mask, causal=True, mask=mask),
+        q, k, v, NAP_PARAMS[name])
+  full = dense_mask(BATCH, n_q, n_k, query_mask, key_mask, True)
+  want = out_and_grads(lambda *a: quadratic(name, *a, full if mask is None else full & mask),
+                       q, k, v, NAP_PARAMS[name])
+  assert_close(got, want, 2e-5)
+
+
 @pytest.mark.slow
 def test_the_nap_kernel_over_a_models_axis_equals_the_quadratic_path():
   """vmapped as a grid vmaps its models (each with its own gain and bias)."""
