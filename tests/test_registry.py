@@ -99,6 +99,8 @@ def test_registration_is_checked():
     with pytest.raises(ValueError, match=r"fused_auto_kernels must be a tuple of the kernels "
                                          r"\('xla', 'cudnn', 'pallas'\)"):
       register(Normalization("with_alpha", sparsemax_weights, fused_auto_kernels=kernels))
+  with pytest.raises(ValueError, match="fused_own_kernel must be False without a fused path"):
+    register(Normalization("with_alpha", sparsemax_weights, fused_own_kernel=True))
   assert "with_alpha" not in NORMALIZATIONS
   temporary = register(Normalization("temporary", sparsemax_weights))
   assert register(Normalization("temporary", sparsemax_weights), replace=True) is not temporary

@@ -98,6 +98,9 @@ class Normalization:
     per-key offsets; None where the weights are no such thing.
   - fused_auto_kernels: the kernels (``fused.KERNELS``) on which ``implementation="auto"`` takes
     the fused path; () never.
+  - fused_own_kernel: ``fused`` is the normalisation's own Pallas kernel (Triton on a GPU,
+    Mosaic on a TPU: NAP's and NON's, ``kernels.nap``), not softmax attention handed to
+    ``fused.py``; the export check expects its calls by this.
   - normalizes_over_queries: each key's weights are also normalised over the queries (DNAS, HNAS,
     Sinkhorn), so a query's row depends on the other queries: no step-by-step decoding with a
     key/value cache, and padded queries must be masked.
@@ -126,6 +129,7 @@ class Normalization:
   normalizes_over_queries: bool = False
   fused: Optional[Callable[..., Array]] = None
   fused_auto_kernels: tuple = ()
+  fused_own_kernel: bool = False
   needs_float32: Optional[str] = None
   paper: Optional[tuple] = None
   causal_safe: bool = False
@@ -348,6 +352,8 @@ def _field_problem(normalization: Normalization) -> Optional[tuple[str, str]]:
        and all(k in fused_lib.KERNELS for k in n.fused_auto_kernels)
        and (n.fused is not None or not n.fused_auto_kernels),
        f"a tuple of the kernels {fused_lib.KERNELS} (empty without a fused path)"),
+      ("fused_own_kernel", n.fused is not None or not n.fused_own_kernel,
+       "False without a fused path"),
       ("paper", n.paper is None or (isinstance(n.paper, tuple) and len(n.paper) == 2
                                     and all(isinstance(part, str) for part in n.paper)),
        "None or a (citation, address) pair of strings"),
@@ -355,7 +361,8 @@ def _field_problem(normalization: Normalization) -> Optional[tuple[str, str]]:
   for field, ok, must in rules:
     if not ok:
       return field, must
-  for field in ("scale_logits", "head_norm", "normalizes_over_queries", "causal_safe"):
+  for field in ("scale_logits", "head_norm", "normalizes_over_queries", "causal_safe",
+                "fused_own_kernel"):
     if not isinstance(getattr(n, field), bool):
       return field, "True or False"
   if n.causal_safe and n.normalizes_over_queries:
@@ -612,14 +619,14 @@ NAP = register(Normalization(
     fast_pays_off=_linear_pays_off, causal_safe=True, paper=RICHTER,
     # the logits and weights kept in a Pallas kernel; "auto" only where measured faster
     fused=lambda q, k, v, nap_gain, nap_bias, block_size, **kw: nap_kernels.attention(
-        q, k, v, nap_gain, nap_bias, kind="nap", eps=NAP_EPSILON, **kw)))
+        q, k, v, nap_gain, nap_bias, kind="nap", eps=NAP_EPSILON, **kw), fused_own_kernel=True))
 NON = register(Normalization(
     "non", weights_lib.non_weights,
     fast=_unblocked(fast_lib.non_attention),
     head_norm=False,  # its 1/sqrt(N) inside non_weights replaces the MTE head LayerNorm
     fast_pays_off=_linear_pays_off, causal_safe=True, paper=RICHTER,
     fused=lambda q, k, v, block_size, **kw: nap_kernels.attention(
-        q, k, v, kind="non", eps=NAP_EPSILON, **kw)))
+        q, k, v, kind="non", eps=NAP_EPSILON, **kw), fused_own_kernel=True))
 
 # Today's wave. Learned per-head parameters start where each paper puts its constant: sigmoid's
 # bias offset at 0 (so the bias is -log(n)), the sink logit at 0 (softmax_1), Scalable-Softmax's

@@ -49,7 +49,6 @@ import numpy as np
 
 from normattn_jax.attention import fused as fused_lib
 from normattn_jax.attention import registry as attention_registry
-from normattn_jax.kernels import nap as nap_kernels
 from normattn_jax.kernels import platform as kernel_platform
 from normattn_jax.precision import DTYPES
 
@@ -120,9 +119,9 @@ class Program:
 
   @property
   def pallas_attention(self) -> bool:
-    """Its fused attention is one of this package's Pallas kernels (NAP's, NON's), not softmax
-    attention with offsets."""
-    return self.normalization in nap_kernels.KINDS
+    """Its fused attention is the normalisation's own Pallas kernel (``fused_own_kernel``), not
+    softmax attention with offsets."""
+    return attention_registry.get(self.normalization).fused_own_kernel
 
 
 @dataclasses.dataclass(frozen=True)
