@@ -73,12 +73,15 @@ class Tiles:
 
 def tiles_for(platform: str, d: int) -> Tiles:
   """The block sizes on ``platform`` for rows of ``d`` features (a CPU interprets the GPU's):
-  on a GPU, a program's float32 blocks of rows (a handful live at once) kept to about 64 KB of
-  registers per 4 warps, and d <= 64 with its 4d hidden features in one chunk."""
+  on a GPU, d <= 64 with its 4d hidden features in one chunk, and blocks of rows as large as
+  ptxas keeps mostly in registers (``benchmarks/triton_resources.py``, sm_90, bf16: at d = 32
+  a block of 64 rows spilled 1,040 and 2,032 bytes per thread in the MTE layout's backward
+  kernels, 32 rows 1,008 and 320; at d = 128, 32 rows spilled 1,160 bytes in its backward over
+  rows, 16 rows 392)."""
   if platform == "tpu":
     return Tiles(rows=128, hidden=128, powers_of_two=False)
   wide = d > 64
-  return Tiles(rows=32 if wide else 64, hidden=64 if wide else 128, powers_of_two=True,
+  return Tiles(rows=16 if wide else 32, hidden=64 if wide else 128, powers_of_two=True,
                num_warps=8 if wide else 4)
 
 
