@@ -13,12 +13,13 @@ Three kernels, each gridded over (batch, head, block):
 - backward over key blocks: the keys' and values' gradients, summed over every query block's
   tile of logits, recomputed (no program adds to another's output, so nothing races on a GPU).
 
-The products with keys, values and queries go a chunk of features at a time and the key
-blocks are a few rows, so a program holds a few tens of KB whatever the head's width (a GPU's
-shared memory is about 228 KB). Each row's statistics need all of its keys, so a row block holds
-``[rows, keys]`` logits: the kernels are for sequences of up to ``MAX_KEYS`` keys; beyond about
-two head widths the linear-time paths (``attention.fast``) form no N x N array either and take
-far fewer FLOPs.
+On a GPU the products with keys, values and queries go a chunk of features at a time and the
+key blocks are a few rows, so a program holds tens of KiB whatever the head's width (an H100's
+or H200's block may take 227 KiB of shared memory: ``benchmarks/triton_resources.py``); on a
+TPU a head's keys and features stay whole in VMEM. Each row's statistics need all of its
+keys, so a row block holds ``[rows, keys]`` logits: the kernels are for sequences of up to
+``MAX_KEYS`` keys; beyond about two head widths the linear-time paths (``attention.fast``) form
+no N x N array either and take far fewer FLOPs.
 
 The arithmetic is ``attention.weights.nap_weights``' (and ``non_weights``'), in float32: each row
 scaled by a power of two above its largest ``|logit|`` (exact), its largest valid logit taken
