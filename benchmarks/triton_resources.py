@@ -41,6 +41,7 @@ import jax.numpy as jnp
 from absl import app, flags
 
 from normattn_jax.kernels import ffn, nap, platform
+from normattn_jax.kernels.calls import compiler_params
 
 NUM_HEADS = 4
 # The largest shared memory a block may opt into, per compute capability (bytes).
@@ -90,12 +91,14 @@ def resources(text: str, num_warps: int, arch: int) -> dict:
   block (Triton's) of one program's IR compiled for compute capability ``arch``."""
   import triton
   from triton.backends.compiler import GPUTarget
+  params = compiler_params("cuda", False, num_warps=num_warps)  # as Pallas' call passes them
   with tempfile.TemporaryDirectory() as folder:
     source = os.path.join(folder, "program.ttir")
     with open(source, "w") as f:
       f.write(text)
     compiled = triton.compile(source, target=GPUTarget("cuda", arch, 32),
-                              options={"num_warps": num_warps, "num_stages": 1})
+                              options={"num_warps": params.num_warps,
+                                       "num_stages": params.num_stages})
     cubin = os.path.join(folder, "program.cubin")
     with open(cubin, "wb") as f:
       f.write(compiled.asm["cubin"])
